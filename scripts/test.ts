@@ -1,0 +1,49 @@
+// The whole test suite: static checks (types, lint, protos, generated code), then vitest.
+// Ends with the plain summary line "N passed, N failed, N skipped" that CI reads.
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+const bin = (name: string): string => join(import.meta.dirname, "..", "node_modules", ".bin", name);
+const run = (label: string, cmd: string, args: string[]): boolean => {
+  process.stdout.write(`\n== ${label}: ${[cmd, ...args].join(" ")}\n`);
+  const r = spawnSync(cmd, args, { stdio: "inherit", cwd: join(import.meta.dirname, "..") });
+  return r.status === 0;
+};
+
+const checks: [string, string, string[]][] = [
+  ["typecheck", bin("tsc"), ["-p", "tsconfig.json"]],
+  ["lint", bin("biome"), ["check", "."]],
+  ["proto lint", bin("buf"), ["lint"]],
+  ["proto format", bin("buf"), ["format", "-d", "--exit-code"]],
+  ["generated code up to date", process.execPath, [join(import.meta.dirname, "check-generated.ts")]],
+];
+let failedChecks = 0;
+for (const [label, cmd, args] of checks) if (!run(label, cmd, args)) failedChecks++;
+
+const out = join(mkdtempSync(join(tmpdir(), "aws-test-")), "vitest.json");
+const extra = process.argv.slice(2);
+run("vitest", bin("vitest"), ["run", "--reporter=default", "--reporter=json", `--outputFile.json=${out}`, ...extra]);
+
+let passed = 0;
+let failed = failedChecks;
+let skipped = 0;
+try {
+  const report = JSON.parse(readFileSync(out, "utf8")) as {
+    numPassedTests: number;
+    numFailedTests: number;
+    numPendingTests: number;
+    numTodoTests: number;
+    numFailedTestSuites: number;
+  };
+  passed = report.numPassedTests;
+  failed += report.numFailedTests + report.numFailedTestSuites;
+  skipped = report.numPendingTests + report.numTodoTests;
+} catch {
+  console.error("vitest produced no report");
+  failed++;
+}
+if (failedChecks > 0) console.error(`${failedChecks} static check(s) failed (counted as failures)`);
+console.log(`${passed} passed, ${failed} failed, ${skipped} skipped`);
+process.exit(failed > 0 || passed === 0 ? 1 : 0);

@@ -1,0 +1,30 @@
+import { randomBytes, randomUUID } from "node:crypto";
+
+const BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+/** Random base62 string (rejection-sampled, so unbiased). */
+export function base62(length: number): string {
+  let out = "";
+  while (out.length < length) {
+    for (const byte of randomBytes(length * 2)) {
+      if (byte < 248 && out.length < length) out += BASE62[byte % 62];
+    }
+  }
+  return out;
+}
+
+/** A new conversation / start-task id: 32 lower-case hex characters (a UUID v4 without dashes). */
+export function newHexId(): string {
+  return randomUUID().replaceAll("-", "");
+}
+
+const HEX32 = /^[0-9a-f]{32}$/;
+const DASHED = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/** Normalises a UUID given with or without dashes (any case) to 32 lower-case hex; null when not a UUID. */
+export function parseHexId(input: string): string | null {
+  const s = input.trim().toLowerCase().replace(/^\{|\}$/g, "").replace(/^urn:uuid:/, "");
+  if (HEX32.test(s)) return s;
+  if (DASHED.test(s)) return s.replaceAll("-", "");
+  return null;
+}

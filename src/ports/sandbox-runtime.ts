@@ -1,0 +1,51 @@
+/**
+ * A sandbox runtime starts and controls the environment a sandbox runs in (a child process, a container).
+ * It knows nothing about users or storage: the sandbox service keeps the registry and calls it.
+ */
+export interface RuntimeSpec {
+  id: string;
+  /** Command (process: argv; docker: the container command). */
+  command: string[];
+  initialEnv: Record<string, string>;
+  workingDir: string;
+}
+
+export interface RuntimeStartRequest {
+  sandboxId: string;
+  spec: RuntimeSpec;
+  /** The key the agent server inside must require in X-Session-API-Key. */
+  sessionApiKey: string;
+}
+
+/** Observed state of one sandbox in its runtime. */
+export type RuntimeState =
+  | "starting" // up but not yet healthy
+  | "running" // healthy
+  | "paused"
+  | "error" // crashed / exited with failure / unhealthy
+  | "missing"; // gone (process reaped by someone else, container removed)
+
+export interface RuntimeHandle {
+  /** JSON-compatible data the runtime needs to find the sandbox again after a server restart. */
+  data: Record<string, unknown>;
+  /** Base URL of the agent server, e.g. http://127.0.0.1:41234. */
+  agentUrl: string;
+  port: number;
+}
+
+export interface SandboxRuntime {
+  readonly kind: "process" | "docker";
+  /** Starts the sandbox and resolves once it is created (not necessarily healthy). */
+  start(request: RuntimeStartRequest): Promise<RuntimeHandle>;
+  /** Resolves true once the agent server answers its health check, false after timeoutMs. */
+  waitHealthy(handle: RuntimeHandle, timeoutMs: number): Promise<boolean>;
+  /** Current state; never throws for a vanished sandbox (returns "missing"). */
+  inspect(handle: RuntimeHandle): Promise<RuntimeState>;
+  pause(handle: RuntimeHandle): Promise<void>;
+  /** Resumes a paused (or stopped) sandbox; may return an updated handle. */
+  resume(handle: RuntimeHandle): Promise<RuntimeHandle>;
+  /** Terminates and removes the sandbox and its workspace; idempotent. */
+  remove(handle: RuntimeHandle): Promise<void>;
+  /** Releases runtime resources held by the server (not the sandboxes). */
+  close(): Promise<void>;
+}

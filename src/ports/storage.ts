@@ -1,0 +1,17 @@
+import type { ApiKeyRepository } from "./api-key-repository.ts";
+import type { ConversationRepository, StartTaskRepository } from "./conversation-repository.ts";
+import type { SandboxRepository } from "./sandbox-repository.ts";
+import type { UserDataRepository } from "./user-data-repository.ts";
+
+/** Everything a storage adapter provides. */
+export interface Storage {
+  readonly kind: "sqlite" | "mongo";
+  readonly userData: UserDataRepository;
+  readonly apiKeys: ApiKeyRepository;
+  readonly sandboxes: SandboxRepository;
+  readonly conversations: ConversationRepository;
+  readonly startTasks: StartTaskRepository;
+  /** Resolves when storage answers (readiness). Rejects otherwise. */
+  ping(): Promise<void>;
+  close(): Promise<void>;
+}

@@ -1,0 +1,47 @@
+/**
+ * Per-user document holding settings, provider tokens and custom secrets.
+ *
+ * Secret values inside it are already sealed (encrypted) by the services before they reach a repository, so
+ * adapters store the document as opaque JSON. Updates are compare-and-set on `version` so that concurrent
+ * read-modify-write cycles on one user's data never lose a write.
+ */
+export interface UserData {
+  /** The settings record in REST field names; null until the user first stores settings. */
+  settings: StoredSettings | null;
+  /** Keyed by lower-case provider name. */
+  providerTokens: Record<string, StoredProviderToken>;
+  /** Keyed by secret name. */
+  customSecrets: Record<string, StoredCustomSecret>;
+}
+
+/** JSON-compatible settings document (field names as in REST). Secret fields hold sealed strings. */
+export type StoredSettings = Record<string, unknown>;
+
+export interface StoredProviderToken {
+  /** Sealed token; null when none is stored. */
+  token: string | null;
+  host: string | null;
+  userId: string | null;
+}
+
+export interface StoredCustomSecret {
+  /** Sealed value. */
+  secret: string;
+  description: string;
+}
+
+export interface Versioned<T> {
+  value: T;
+  /** Starts at 1 for the first write; 0 means "absent" when passed as expected version. */
+  version: number;
+}
+
+export interface UserDataRepository {
+  /** The user's document, or null when nothing was ever stored. */
+  get(userId: string): Promise<Versioned<UserData> | null>;
+  /**
+   * Writes `next` if the stored version equals `expectedVersion` (0: no document yet). Returns false on a
+   * version conflict (the caller re-reads and retries); the write is durable when true is returned.
+   */
+  compareAndSet(userId: string, expectedVersion: number, next: UserData): Promise<boolean>;
+}
