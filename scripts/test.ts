@@ -24,7 +24,13 @@ for (const [label, cmd, args] of checks) if (!run(label, cmd, args)) failedCheck
 
 const out = join(mkdtempSync(join(tmpdir(), "aws-test-")), "vitest.json");
 const extra = process.argv.slice(2);
-run("vitest", bin("vitest"), ["run", "--reporter=default", "--reporter=json", `--outputFile.json=${out}`, ...extra]);
+run("vitest", bin("vitest"), [
+  "run",
+  "--reporter=default",
+  "--reporter=json",
+  `--outputFile.json=${out}`,
+  ...extra,
+]);
 
 let passed = 0;
 let failed = failedChecks;

@@ -1,4 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
+import { BadRequestSchema } from "../gen/google/rpc/error_details_pb.js";
 
 /**
  * One validation problem, in the vocabulary of the reference (FastAPI/pydantic) so that REST can answer
@@ -17,9 +18,30 @@ export interface FieldViolation {
 export class ValidationError extends ConnectError {
   readonly violations: readonly FieldViolation[];
   constructor(violations: readonly FieldViolation[]) {
-    super(violations.map((v) => `${fieldPath(v.loc)}: ${v.msg}`).join("; "), Code.InvalidArgument);
+    super(
+      violations.map((v) => `${fieldPath(v.loc)}: ${v.msg}`).join("; "),
+      Code.InvalidArgument,
+      undefined,
+      [
+        {
+          desc: BadRequestSchema,
+          value: {
+            fieldViolations: violations.map((v) => ({
+              field: fieldPath(v.loc),
+              description: v.msg,
+              reason: v.type,
+            })),
+          },
+        },
+      ],
+    );
     this.violations = violations;
-    this.name = "ValidationError";
+  }
+
+  // ConnectError's own Symbol.hasInstance accepts any error shaped like a ConnectError; keep instanceof exact
+  // for this subclass by checking the prototype chain.
+  static override [Symbol.hasInstance](v: unknown): boolean {
+    return typeof v === "object" && v !== null && Object.prototype.isPrototypeOf.call(ValidationError.prototype, v);
   }
 }
 
@@ -31,7 +53,13 @@ export function fieldPath(loc: readonly (string | number)[]): string {
   return out;
 }
 
-export function invalid(loc: (string | number)[], msg: string, type: string, input: unknown, ctx?: Record<string, unknown>): ValidationError {
+export function invalid(
+  loc: (string | number)[],
+  msg: string,
+  type: string,
+  input: unknown,
+  ctx?: Record<string, unknown>,
+): ValidationError {
   return new ValidationError([ctx ? { loc, msg, type, input, ctx } : { loc, msg, type, input }]);
 }
 
@@ -49,6 +77,9 @@ export const resourceExhausted = (message: string): ConnectError =>
 export class StorageUnavailableError extends ConnectError {
   constructor(cause: unknown) {
     super("Storage unavailable", Code.Unavailable, undefined, undefined, cause);
-    this.name = "StorageUnavailableError";
+  }
+
+  static override [Symbol.hasInstance](v: unknown): boolean {
+    return typeof v === "object" && v !== null && Object.prototype.isPrototypeOf.call(StorageUnavailableError.prototype, v);
   }
 }

@@ -23,7 +23,11 @@ const DASHED = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 /** Normalises a UUID given with or without dashes (any case) to 32 lower-case hex; null when not a UUID. */
 export function parseHexId(input: string): string | null {
-  const s = input.trim().toLowerCase().replace(/^\{|\}$/g, "").replace(/^urn:uuid:/, "");
+  const s = input
+    .trim()
+    .toLowerCase()
+    .replace(/^\{|\}$/g, "")
+    .replace(/^urn:uuid:/, "");
   if (HEX32.test(s)) return s;
   if (DASHED.test(s)) return s.replaceAll("-", "");
   return null;

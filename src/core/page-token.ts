@@ -27,7 +27,8 @@ export class PageTokens {
     if (mac.length !== expected.length || !timingSafeEqual(mac, expected)) return null;
     try {
       const parsed: unknown = JSON.parse(Buffer.from(body, "base64url").toString("utf8"));
-      if (!Array.isArray(parsed) || typeof parsed[0] !== "number" || typeof parsed[1] !== "string") return null;
+      if (!Array.isArray(parsed) || typeof parsed[0] !== "number" || typeof parsed[1] !== "string")
+        return null;
       return { createdAt: new Date(parsed[0]), id: parsed[1] };
     } catch {
       return null;
@@ -35,6 +36,11 @@ export class PageTokens {
   }
 
   #sign(body: string, scope: string): string {
-    return createHmac("sha256", this.#key).update(scope).update("\0").update(body).digest("base64url").slice(0, 22);
+    return createHmac("sha256", this.#key)
+      .update(scope)
+      .update("\0")
+      .update(body)
+      .digest("base64url")
+      .slice(0, 22);
   }
 }

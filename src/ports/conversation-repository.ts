@@ -77,10 +77,20 @@ export interface StartTaskRepository {
   /** Applies the patch; false when the task does not exist. */
   update(
     id: string,
-    patch: Partial<Pick<StartTaskRecord, "status" | "detail" | "appConversationId" | "sandboxId" | "agentServerUrl" | "updatedAt">>,
+    patch: Partial<
+      Pick<
+        StartTaskRecord,
+        "status" | "detail" | "appConversationId" | "sandboxId" | "agentServerUrl" | "updatedAt"
+      >
+    >,
   ): Promise<boolean>;
   /** Ordered by createdAt (desc unless ascending is true), then id in the same direction. */
-  search(ownerId: string, filter: StartTaskFilter, page: PageQuery, ascending: boolean): Promise<Page<StartTaskRecord>>;
+  search(
+    ownerId: string,
+    filter: StartTaskFilter,
+    page: PageQuery,
+    ascending: boolean,
+  ): Promise<Page<StartTaskRecord>>;
   count(ownerId: string, filter: StartTaskFilter): Promise<number>;
   /** Tasks of every owner not in READY or ERROR (for restart recovery). */
   listUnfinished(): Promise<StartTaskRecord[]>;

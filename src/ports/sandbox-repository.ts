@@ -26,7 +26,10 @@ export interface SandboxRepository {
   /** Records with these ids owned by ownerId, in any order. */
   getMany(ids: readonly string[], ownerId: string): Promise<SandboxRecord[]>;
   /** Applies the patch; false when the sandbox does not exist. */
-  update(id: string, patch: Partial<Pick<SandboxRecord, "handle" | "status" | "updatedAt">>): Promise<boolean>;
+  update(
+    id: string,
+    patch: Partial<Pick<SandboxRecord, "handle" | "status" | "updatedAt">>,
+  ): Promise<boolean>;
   /** Newest first (createdAt desc, id desc). */
   list(ownerId: string, page: PageQuery): Promise<Page<SandboxRecord>>;
   /** Every record of one owner (or of everyone), newest first; used for reconciliation and limits. */

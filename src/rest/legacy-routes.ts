@@ -1,0 +1,324 @@
+import { create, fromJson, type JsonObject, toJson } from "@bufbuild/protobuf";
+import { invalid, ValidationError } from "../core/errors.ts";
+import {
+  bool,
+  dict,
+  enumOf,
+  float,
+  int,
+  nullable,
+  object,
+  refine,
+  type Schema,
+  str,
+  validate,
+} from "../core/model.ts";
+import { SecretsService } from "../gen/workspace/v1/secrets_pb.js";
+import {
+  AddGitProvidersRequestSchema,
+  type GetSettingsResponse,
+  SettingsSchema,
+  SettingsService,
+  StoreSettingsRequestSchema,
+} from "../gen/workspace/v1/settings_pb.js";
+import { mcpConfigSchema } from "../services/settings/mcp-model.ts";
+import { PROVIDERS, SECRET_FIELDS, SETTINGS_FIELDS } from "../services/settings/settings-fields.ts";
+import { type RestRoute, route } from "./rest-route.ts";
+
+const INT32 = { ge: -2147483648, le: 2147483647 };
+const optStr = { schema: nullable(str()) };
+const optInt = { schema: nullable(int(INT32)) };
+const optBool = { schema: nullable(bool()) };
+
+const providerToken = object(
+  {
+    token: { schema: nullable(str()) },
+    host: { schema: nullable(str()) },
+    user_id: { schema: nullable(str()) },
+  },
+  { title: "ProviderToken" },
+);
+const providerTokens = dict(providerToken, { key: enumOf(PROVIDERS), maxProperties: 16 });
+
+/** Body of POST /api/settings: the Settings model of the reference (unknown top-level keys are ignored). */
+export const settingsBodySchema = object(
+  {
+    language: optStr,
+    agent: optStr,
+    max_iterations: optInt,
+    security_analyzer: optStr,
+    confirmation_mode: optBool,
+    llm_model: optStr,
+    llm_api_key: optStr,
+    llm_base_url: optStr,
+    remote_runtime_resource_factor: optInt,
+    secrets_store: {
+      schema: nullable(
+        object(
+          {
+            provider_tokens: { schema: providerTokens },
+            custom_secrets: {
+              schema: dict(
+                object(
+                  { secret: { schema: nullable(str()) }, description: { schema: nullable(str()) } },
+                  { title: "CustomSecret" },
+                ),
+                { maxProperties: 1000 },
+              ),
+            },
+          },
+          { title: "SecretsStore" },
+        ),
+      ),
+    },
+    enable_default_condenser: { schema: bool() },
+    enable_sound_notifications: { schema: bool() },
+    enable_proactive_conversation_starters: { schema: bool() },
+    enable_solvability_analysis: { schema: bool() },
+    user_consents_to_analytics: optBool,
+    sandbox_base_container_image: optStr,
+    sandbox_runtime_container_image: optStr,
+    mcp_config: { schema: nullable(mcpConfigSchema) },
+    search_api_key: optStr,
+    sandbox_api_key: optStr,
+    max_budget_per_task: { schema: nullable(float()) },
+    condenser_max_size: {
+      schema: nullable(refine(int(INT32), (v) => (v < 20 ? "condenser_max_size must be at least 20" : null))),
+    },
+    email: optStr,
+    email_verified: optBool,
+    git_user_name: optStr,
+    git_user_email: optStr,
+    v1_enabled: optBool,
+  },
+  { title: "Settings", extra: "ignore" },
+);
+
+/** Body of POST /api/add-git-providers. */
+export const addGitProvidersBodySchema = object(
+  { provider_tokens: { schema: providerTokens }, mcp_config: { schema: nullable(mcpConfigSchema) } },
+  { title: "POSTProviderModel", extra: "ignore" },
+);
+
+export const createSecretBodySchema = object(
+  { name: { schema: str(), required: true }, value: { schema: str(), required: true }, description: optStr },
+  { title: "CustomSecretModel" },
+);
+
+export const updateSecretBodySchema = object(
+  { name: { schema: str(), required: true }, description: optStr },
+  { title: "CustomSecretWithoutValueModel" },
+);
+
+function body<T>(schema: Schema<T>, value: unknown): T {
+  return validate(schema, value, ["body"]);
+}
+
+/** Settings body → StoreSettingsRequest: present fields go into `settings`, nulls into `reset_fields`. */
+function bindStoreSettings(value: Record<string, unknown>) {
+  const settings: JsonObject = {};
+  const reset: string[] = [];
+  for (const [k, v] of Object.entries(value)) {
+    if (v === null) {
+      if (!(SECRET_FIELDS as readonly string[]).includes(k) && k !== "secrets_store") reset.push(k);
+    } else if (v !== undefined) {
+      settings[k] = v as JsonObject;
+    }
+  }
+  return create(StoreSettingsRequestSchema, {
+    settings: fromJson(SettingsSchema, settings, { ignoreUnknownFields: false }),
+    resetFields: reset,
+  });
+}
+
+/** GetSettingsResponse → the reference's flat GET /api/settings body. */
+export function shapeSettings(res: GetSettingsResponse): Record<string, unknown> {
+  const s = (
+    res.settings ? toJson(SettingsSchema, res.settings, { useProtoFieldName: true }) : {}
+  ) as JsonObject;
+  const out: Record<string, unknown> = {};
+  for (const f of SETTINGS_FIELDS) {
+    if (f === "secrets_store") {
+      const store = (s.secrets_store ?? {}) as JsonObject;
+      const tokens = (store.provider_tokens ?? {}) as Record<string, JsonObject>;
+      const secrets = (store.custom_secrets ?? {}) as Record<string, JsonObject>;
+      out[f] = {
+        provider_tokens: Object.fromEntries(
+          Object.entries(tokens).map(([p, t]) => [p, { host: t.host ?? null, user_id: t.user_id ?? null }]),
+        ),
+        custom_secrets: Object.fromEntries(
+          Object.entries(secrets).map(([n, v]) => [n, { description: v.description ?? "" }]),
+        ),
+      };
+    } else if (f === "mcp_config") {
+      const m = s.mcp_config as JsonObject | undefined;
+      out[f] =
+        m === undefined
+          ? null
+          : {
+              sse_servers: ((m.sse_servers ?? []) as JsonObject[]).map((e) => ({
+                url: e.url,
+                api_key: e.api_key ?? null,
+              })),
+              stdio_servers: ((m.stdio_servers ?? []) as JsonObject[]).map((e) => ({
+                name: e.name,
+                command: e.command,
+                args: e.args ?? [],
+                env: e.env ?? {},
+              })),
+              shttp_servers: ((m.shttp_servers ?? []) as JsonObject[]).map((e) => ({
+                url: e.url,
+                api_key: e.api_key ?? null,
+                timeout: e.timeout ?? null,
+              })),
+            };
+    } else {
+      out[f] = s[f] ?? null;
+    }
+  }
+  out.provider_tokens_set = Object.fromEntries(
+    Object.entries(res.providerTokensSet).map(([p, v]) => [p, v.host ?? null]),
+  );
+  out.llm_api_key_set = res.llmApiKeySet;
+  out.search_api_key_set = res.searchApiKeySet;
+  return out;
+}
+
+const message = (res: { message: string }) => ({ message: res.message });
+
+/** The legacy /api family: settings, git providers, custom secrets. */
+export const legacyRoutes: RestRoute[] = [
+  route({
+    method: "GET",
+    url: "/api/settings",
+    service: SettingsService,
+    rpc: "getSettings",
+    dialect: "legacy",
+    summary: "Read the caller's settings (404 until first stored)",
+    bind: () => ({}),
+    shape: shapeSettings,
+  }),
+  route({
+    method: "POST",
+    url: "/api/settings",
+    service: SettingsService,
+    rpc: "storeSettings",
+    dialect: "legacy",
+    bodyRequired: true,
+    summary: "Store settings in full or in part (merge)",
+    bind: ({ body: b }) => bindStoreSettings(body(settingsBodySchema, b) as Record<string, unknown>),
+    shape: message,
+  }),
+  route({
+    method: "POST",
+    url: "/api/add-git-providers",
+    service: SettingsService,
+    rpc: "addGitProviders",
+    dialect: "legacy",
+    bodyRequired: true,
+    summary: "Verify and store git provider tokens",
+    bind: ({ body: b }) => {
+      const v = body(addGitProvidersBodySchema, b);
+      const tokens = (v.provider_tokens ?? {}) as Record<
+        string,
+        { token?: string | null; host?: string | null; user_id?: string | null }
+      >;
+      return create(AddGitProvidersRequestSchema, {
+        providerTokens: Object.fromEntries(
+          Object.entries(tokens).map(([p, t]) => [
+            p,
+            {
+              ...(typeof t.token === "string" ? { token: t.token } : {}),
+              ...(typeof t.host === "string" ? { host: t.host } : {}),
+              ...(typeof t.user_id === "string" ? { userId: t.user_id } : {}),
+            },
+          ]),
+        ),
+        ...(v.mcp_config
+          ? {
+              mcpConfig: fromJson(SettingsSchema, { mcp_config: v.mcp_config as unknown as JsonObject })
+                .mcpConfig,
+            }
+          : {}),
+      });
+    },
+    shape: message,
+  }),
+  route({
+    method: "POST",
+    url: "/api/unset-provider-tokens",
+    service: SettingsService,
+    rpc: "unsetProviderTokens",
+    dialect: "legacy",
+    summary: "Remove every git provider token",
+    bind: () => ({}),
+    shape: message,
+  }),
+  route({
+    method: "GET",
+    url: "/api/secrets",
+    service: SecretsService,
+    rpc: "listSecrets",
+    dialect: "legacy",
+    summary: "List custom secret names",
+    bind: () => ({}),
+    shape: (res: { customSecrets: { name: string; description?: string }[] }) => ({
+      custom_secrets: res.customSecrets.map((s) => ({ name: s.name, description: s.description ?? null })),
+    }),
+  }),
+  route({
+    method: "POST",
+    url: "/api/secrets",
+    service: SecretsService,
+    rpc: "createSecret",
+    dialect: "legacy",
+    bodyRequired: true,
+    successStatus: 201,
+    summary: "Create a custom secret",
+    bind: ({ body: b }) => {
+      const v = body(createSecretBodySchema, b);
+      return {
+        name: v.name as string,
+        value: v.value as string,
+        ...(typeof v.description === "string" ? { description: v.description } : {}),
+      };
+    },
+    shape: message,
+  }),
+  route({
+    method: "PUT",
+    url: "/api/secrets/:secret_id",
+    service: SecretsService,
+    rpc: "updateSecret",
+    dialect: "legacy",
+    bodyRequired: true,
+    summary: "Rename or re-describe a custom secret",
+    bind: ({ body: b, params }) => {
+      const v = body(updateSecretBodySchema, b);
+      return {
+        secretId: pathParam(params.secret_id, "secret_id"),
+        name: v.name as string,
+        ...(typeof v.description === "string" ? { description: v.description } : {}),
+      };
+    },
+    shape: message,
+  }),
+  route({
+    method: "DELETE",
+    url: "/api/secrets/:secret_id",
+    service: SecretsService,
+    rpc: "deleteSecret",
+    dialect: "legacy",
+    summary: "Delete a custom secret",
+    bind: ({ params }) => ({ secretId: pathParam(params.secret_id, "secret_id") }),
+    shape: message,
+  }),
+];
+
+export function pathParam(value: string | undefined, name: string): string {
+  if (value === undefined || value.length === 0)
+    throw invalid(["path", name], "Field required", "missing", null);
+  return value;
+}
+
+export { ValidationError };

@@ -1,0 +1,190 @@
+import { createContextValues, createHandlerContext } from "@connectrpc/connect";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { Caller } from "../core/context.ts";
+import { callerKey } from "../core/context.ts";
+import type { FieldViolation } from "../core/errors.ts";
+import { ValidationError } from "../core/errors.ts";
+import type { Admit, Authenticate } from "../rpc/auth-interceptor.ts";
+import type { ServiceBinding } from "../rpc/service-registry.ts";
+import { toRestError, validationBody } from "./rest-errors.ts";
+import type { RestRoute } from "./rest-route.ts";
+
+/** Reference headers on every API answer. */
+export const NO_CACHE = {
+  "cache-control": "no-cache, no-store, must-revalidate, max-age=0",
+  pragma: "no-cache",
+  expires: "0",
+} as const;
+
+export interface RestGatewayOptions {
+  routes: readonly RestRoute[];
+  bindings: readonly ServiceBinding[];
+  authenticate: Authenticate;
+  admit: Admit;
+}
+
+declare module "fastify" {
+  interface FastifyRequest {
+    caller?: Caller;
+  }
+}
+
+const INVALID_JSON = Symbol("invalid-json");
+interface InvalidJson {
+  [INVALID_JSON]: FieldViolation;
+}
+
+function parseJsonBody(text: string): unknown {
+  if (text.length === 0) return undefined;
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    const message = err instanceof Error ? err.message : "";
+    const position = Number(/position (\d+)/.exec(message)?.[1] ?? 0);
+    const violation: FieldViolation = {
+      type: "json_invalid",
+      loc: ["body", position],
+      msg: "JSON decode error",
+      input: {},
+      ctx: { error: "Expecting value" },
+    };
+    return { [INVALID_JSON]: violation } satisfies InvalidJson;
+  }
+}
+
+/**
+ * Registers the REST routes as a Fastify plugin: session-key auth per route, JSON bodies parsed into FastAPI's
+ * error shapes, binder → service method (called directly, no in-process transport) → shaper, and one error
+ * mapping per dialect.
+ */
+export function restGateway(options: RestGatewayOptions) {
+  const impls = new Map(options.bindings.map((b) => [b.desc.typeName, b]));
+  return async (app: FastifyInstance): Promise<void> => {
+    app.removeAllContentTypeParsers();
+    app.addContentTypeParser("*", { parseAs: "string" }, (_req, body, done) =>
+      done(null, parseJsonBody(body as string)),
+    );
+
+    const authenticate = async (req: FastifyRequest, reply: FastifyReply): Promise<void> => {
+      const header = req.headers["x-session-api-key"];
+      const caller = await options.authenticate(typeof header === "string" ? header : undefined);
+      if (caller === null) {
+        await reply.code(401).headers(NO_CACHE).send({ detail: "Unauthorized" });
+        return reply;
+      }
+      options.admit(caller);
+      req.caller = caller;
+    };
+
+    for (const r of options.routes) {
+      const binding = impls.get(r.service.typeName);
+      const method = r.service.methods.find((m) => m.localName === r.rpc);
+      if (binding === undefined || method === undefined)
+        throw new Error(`route ${r.method} ${r.url}: no ${r.service.typeName}.${r.rpc}`);
+      const fn = (binding.impl as Record<string, (req: unknown, ctx: unknown) => unknown>)[r.rpc];
+      if (fn === undefined) throw new Error(`no implementation of ${r.rpc}`);
+      const impl = fn.bind(binding.impl);
+      app.route({
+        method: r.method,
+        url: r.url,
+        onRequest: authenticate,
+        handler: async (req, reply) => {
+          const body = req.body as unknown;
+          if (typeof body === "object" && body !== null && INVALID_JSON in body) {
+            throw new ValidationError([(body as InvalidJson)[INVALID_JSON]]);
+          }
+          if (r.bodyRequired === true && body === undefined) {
+            throw new ValidationError([
+              { type: "missing", loc: ["body"], msg: "Field required", input: null },
+            ]);
+          }
+          const input = r.bind({
+            body,
+            query: req.query as Record<string, string | string[] | undefined>,
+            params: req.params as Record<string, string>,
+          });
+          const abort = new AbortController();
+          req.raw.once("close", () => {
+            if (!reply.raw.writableFinished) abort.abort();
+          });
+          const ctx = createHandlerContext({
+            service: r.service,
+            method,
+            protocolName: "rest",
+            requestMethod: req.method,
+            url: req.url,
+            requestSignal: abort.signal,
+            contextValues: createContextValues().set(callerKey, req.caller),
+          });
+          if (r.stream === true) {
+            reply.hijack();
+            await writeJsonArray(reply, impl(input, ctx) as AsyncIterable<never>, r.shape, abort);
+            return reply;
+          }
+          const out = await impl(input, ctx);
+          return reply
+            .code(r.successStatus ?? 200)
+            .headers(NO_CACHE)
+            .send(r.shape(out as never));
+        },
+        errorHandler: (err, req, reply) => {
+          const e = restError(err, r);
+          if (e.status >= 500 && e.status !== 503) req.log.error({ err }, "request failed");
+          return reply
+            .code(e.status)
+            .headers({ ...NO_CACHE, ...e.headers })
+            .send(e.body);
+        },
+      });
+    }
+  };
+}
+
+function restError(err: unknown, r: RestRoute) {
+  const fastifyCode = (err as { code?: unknown }).code;
+  if (fastifyCode === "FST_ERR_CTP_BODY_TOO_LARGE") {
+    return { status: 413, body: { detail: "Request body too large (limit 1 MiB)" }, headers: {} };
+  }
+  if (typeof fastifyCode === "string" && fastifyCode.startsWith("FST_ERR_CTP")) {
+    return { status: 400, body: { detail: (err as Error).message }, headers: {} };
+  }
+  return toRestError(err, r.dialect, r.location ?? "body");
+}
+
+/** Streams a server-streaming RPC as one JSON array: "[" then each state as it happens, then "]". */
+async function writeJsonArray(
+  reply: FastifyReply,
+  messages: AsyncIterable<never>,
+  shape: (m: never) => unknown,
+  abort: AbortController,
+): Promise<void> {
+  const res = reply.raw;
+  let started = false;
+  try {
+    for await (const m of messages) {
+      if (!started) {
+        res.writeHead(200, { "content-type": "application/json", ...NO_CACHE });
+        res.write("[");
+        started = true;
+      } else {
+        res.write(",");
+      }
+      res.write(JSON.stringify(shape(m)));
+    }
+    if (!started) res.writeHead(200, { "content-type": "application/json", ...NO_CACHE }).write("[");
+    res.end("]");
+  } catch (err) {
+    if (!started) {
+      const e =
+        err instanceof ValidationError
+          ? { status: 422, body: validationBody(err.violations) }
+          : toRestError(err, "v1");
+      res
+        .writeHead(e.status, { "content-type": "application/json", ...NO_CACHE })
+        .end(JSON.stringify(e.body));
+    } else {
+      abort.abort();
+      res.end("]");
+    }
+  }
+}

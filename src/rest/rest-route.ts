@@ -1,0 +1,52 @@
+import type { DescService } from "@bufbuild/protobuf";
+import type { Dialect } from "./rest-errors.ts";
+
+/** What a REST binder sees of a request. */
+export interface RestInput {
+  /** Parsed JSON body; `undefined` when the request has none. Invalid JSON never reaches binders. */
+  body: unknown;
+  query: Record<string, string | string[] | undefined>;
+  params: Record<string, string>;
+}
+
+/**
+ * One REST path mapped onto one service method: the binder turns the request into the RPC request message
+ * (throwing ValidationError with FastAPI locations), the shaper turns the RPC response into the exact JSON of the
+ * reference. No business logic lives here.
+ */
+export interface RestRoute {
+  method: "GET" | "POST" | "PUT" | "DELETE" | "PATCH";
+  url: string;
+  service: DescService;
+  /** Local name of the method on the service implementation, e.g. "getSettings". */
+  rpc: string;
+  dialect: Dialect;
+  /** Where violations raised by the service are located (default "body"). */
+  location?: "body" | "query" | "path";
+  successStatus?: number;
+  /** The body must be present (FastAPI: missing body → 422 at ["body"]). */
+  bodyRequired?: boolean;
+  bind: (input: RestInput) => unknown;
+  shape: (response: never) => unknown;
+  /** Server-streaming method: the shaper is applied to each message, written as one JSON array. */
+  stream?: boolean;
+  /** OpenAPI summary. */
+  summary: string;
+}
+
+/** Routes that need no session key and map to no RPC (liveness, docs). */
+export interface PlainRoute {
+  method: "GET";
+  url: string;
+  handler: () => unknown;
+}
+
+/** Builds a route with its types checked against the request/response messages. */
+export function route<Req, Res>(
+  r: Omit<RestRoute, "bind" | "shape"> & {
+    bind: (input: RestInput) => Req;
+    shape: (response: Res) => unknown;
+  },
+): RestRoute {
+  return r as RestRoute;
+}

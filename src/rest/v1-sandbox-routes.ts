@@ -1,0 +1,163 @@
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { int, list, object, str, validate } from "../core/model.ts";
+import { type SandboxInfo, SandboxService, SandboxStatus } from "../gen/workspace/v1/sandbox_pb.js";
+import { type SandboxSpecInfo, SandboxSpecService } from "../gen/workspace/v1/sandbox_spec_pb.js";
+import { pathParam } from "./legacy-routes.ts";
+import { type RestInput, type RestRoute, route } from "./rest-route.ts";
+
+/** Query of every search: page_id, limit (range checked by the service so RPC callers get the same rule). */
+const pageQuery = object(
+  { page_id: { schema: str() }, limit: { schema: int() } },
+  { title: "PageQuery", extra: "ignore" },
+);
+
+export function bindPage(query: RestInput["query"]): { pageId?: string; limit?: number } {
+  const q = validate(pageQuery, { page_id: single(query.page_id), limit: single(query.limit) }, ["query"]);
+  return {
+    ...(q.page_id === undefined ? {} : { pageId: q.page_id }),
+    ...(q.limit === undefined ? {} : { limit: q.limit }),
+  };
+}
+
+/** A query parameter that may be repeated: always a list. */
+export function many(value: string | string[] | undefined): string[] {
+  if (value === undefined) return [];
+  return Array.isArray(value) ? value : [value];
+}
+
+/** A single-valued query parameter: the last one wins (as FastAPI). */
+export function single(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value.at(-1) : value;
+}
+
+const ids = (name: string) => (q: RestInput["query"]) =>
+  validate(list(str()), many(q[name]), ["query", name]);
+
+/** ISO-8601 with a trailing Z, as pydantic writes UTC. */
+export const iso = (t: { seconds: bigint; nanos: number } | undefined): string | null =>
+  t === undefined ? null : timestampDate(t as never).toISOString();
+
+export const statusName = (s: SandboxStatus): string => SandboxStatus[s] ?? "MISSING";
+
+export function shapeSandbox(s: SandboxInfo) {
+  const running = s.status === SandboxStatus.RUNNING;
+  return {
+    id: s.id,
+    created_by_user_id: s.createdByUserId ?? null,
+    sandbox_spec_id: s.sandboxSpecId,
+    status: statusName(s.status),
+    session_api_key: running ? (s.sessionApiKey ?? null) : null,
+    exposed_urls: running ? s.exposedUrls.map((u) => ({ name: u.name, url: u.url, port: u.port })) : null,
+    created_at: iso(s.createdAt),
+  };
+}
+
+export function shapeSpec(s: SandboxSpecInfo) {
+  return {
+    id: s.id,
+    command: s.command.length > 0 ? s.command : null,
+    created_at: iso(s.createdAt),
+    initial_env: s.initialEnv,
+    working_dir: s.workingDir,
+  };
+}
+
+const success = (r: { success: boolean }) => ({ success: r.success });
+
+/** /api/v1/sandboxes and /api/v1/sandbox-specs. */
+export const v1SandboxRoutes: RestRoute[] = [
+  route({
+    method: "GET",
+    url: "/api/v1/sandbox-specs/search",
+    service: SandboxSpecService,
+    rpc: "searchSandboxSpecs",
+    dialect: "v1",
+    location: "query",
+    summary: "List sandbox specs (first is the default)",
+    bind: ({ query }) => bindPage(query),
+    shape: (r: { items: SandboxSpecInfo[]; nextPageId?: string }) => ({
+      items: r.items.map(shapeSpec),
+      next_page_id: r.nextPageId ?? null,
+    }),
+  }),
+  route({
+    method: "GET",
+    url: "/api/v1/sandbox-specs",
+    service: SandboxSpecService,
+    rpc: "batchGetSandboxSpecs",
+    dialect: "v1",
+    location: "query",
+    summary: "Get sandbox specs by id (aligned, null when unknown)",
+    bind: ({ query }) => ({ id: ids("id")(query) }),
+    shape: (r: { items: { spec?: SandboxSpecInfo }[] }) =>
+      r.items.map((i) => (i.spec ? shapeSpec(i.spec) : null)),
+  }),
+  route({
+    method: "GET",
+    url: "/api/v1/sandboxes/search",
+    service: SandboxService,
+    rpc: "searchSandboxes",
+    dialect: "v1",
+    location: "query",
+    summary: "List the caller's sandboxes, newest first",
+    bind: ({ query }) => bindPage(query),
+    shape: (r: { items: SandboxInfo[]; nextPageId?: string }) => ({
+      items: r.items.map(shapeSandbox),
+      next_page_id: r.nextPageId ?? null,
+    }),
+  }),
+  route({
+    method: "GET",
+    url: "/api/v1/sandboxes",
+    service: SandboxService,
+    rpc: "batchGetSandboxes",
+    dialect: "v1",
+    location: "query",
+    summary: "Get sandboxes by id (aligned, null when unknown or not owned)",
+    bind: ({ query }) => ({ id: ids("id")(query) }),
+    shape: (r: { items: { sandbox?: SandboxInfo }[] }) =>
+      r.items.map((i) => (i.sandbox ? shapeSandbox(i.sandbox) : null)),
+  }),
+  route({
+    method: "POST",
+    url: "/api/v1/sandboxes",
+    service: SandboxService,
+    rpc: "startSandbox",
+    dialect: "v1",
+    location: "query",
+    summary: "Start a sandbox (query sandbox_spec_id; default spec when absent)",
+    bind: ({ query }) => {
+      const q = validate(
+        object({ sandbox_spec_id: { schema: str() } }, { extra: "ignore" }),
+        { sandbox_spec_id: single(query.sandbox_spec_id) },
+        ["query"],
+      );
+      return q.sandbox_spec_id === undefined ? {} : { sandboxSpecId: q.sandbox_spec_id };
+    },
+    shape: (r: { sandbox?: SandboxInfo }) => (r.sandbox ? shapeSandbox(r.sandbox) : null),
+  }),
+  ...(["pause", "resume"] as const).map((action) =>
+    route({
+      method: "POST",
+      url: `/api/v1/sandboxes/:sandbox_id/${action}`,
+      service: SandboxService,
+      rpc: `${action}Sandbox`,
+      dialect: "v1",
+      location: "path",
+      summary: `${action === "pause" ? "Pause" : "Resume"} a sandbox (idempotent)`,
+      bind: ({ params }) => ({ sandboxId: pathParam(params.sandbox_id, "sandbox_id") }),
+      shape: success,
+    }),
+  ),
+  route({
+    method: "DELETE",
+    url: "/api/v1/sandboxes/:sandbox_id",
+    service: SandboxService,
+    rpc: "deleteSandbox",
+    dialect: "v1",
+    location: "path",
+    summary: "Stop and remove a sandbox and its workspace",
+    bind: ({ params }) => ({ sandboxId: pathParam(params.sandbox_id, "sandbox_id") }),
+    shape: success,
+  }),
+];

@@ -1,0 +1,153 @@
+import { create, type DescMessage, type DescMethod, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError, createContextValues, createHandlerContext } from "@connectrpc/connect";
+import * as grpc from "@grpc/grpc-js";
+import { callerKey } from "../core/context.ts";
+import type { Admit, Authenticate } from "./auth-interceptor.ts";
+import { encodeErrorDetails } from "./error-details.ts";
+import type { ServiceBinding } from "./service-registry.ts";
+
+export interface GrpcServerOptions {
+  bindings: readonly ServiceBinding[];
+  authenticate: Authenticate;
+  admit: Admit;
+  /** Called for every finished call (metrics, logs). */
+  onCall?: (method: string, code: Code | 0, ms: number) => void;
+  onError?: (err: unknown, method: string) => void;
+}
+
+const serializer =
+  (schema: DescMessage) =>
+  (message: never): Buffer =>
+    Buffer.from(toBinary(schema, message));
+const deserializer =
+  (schema: DescMessage) =>
+  (bytes: Buffer): unknown =>
+    fromBinary(schema, bytes);
+
+/**
+ * Serves Connect service implementations with @grpc/grpc-js's own HTTP/2 server, which measured ~3× faster than
+ * connect-node's HTTP/2 path on this machine. Service definitions are built from the protobuf-es descriptors,
+ * so the proto stays the only source of truth; auth and errors follow the same rules as the other transports.
+ */
+export function createGrpcServer(options: GrpcServerOptions): grpc.Server {
+  const server = new grpc.Server({
+    "grpc.max_receive_message_length": 4 * 1024 * 1024,
+    "grpc.keepalive_permit_without_calls": 1,
+  });
+  for (const { desc, impl } of options.bindings) {
+    const definition: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
+    const handlers: grpc.UntypedServiceImplementation = {};
+    for (const method of desc.methods) {
+      if (method.methodKind !== "unary" && method.methodKind !== "server_streaming") continue;
+      definition[method.name] = {
+        path: `/${desc.typeName}/${method.name}`,
+        requestStream: false,
+        responseStream: method.methodKind === "server_streaming",
+        requestSerialize: serializer(method.input),
+        requestDeserialize: deserializer(method.input),
+        responseSerialize: serializer(method.output),
+        responseDeserialize: deserializer(method.output),
+        originalName: method.localName,
+      } as grpc.MethodDefinition<unknown, unknown>;
+      const fn = impl[method.localName] as (req: unknown, ctx: unknown) => unknown;
+      handlers[method.name] =
+        method.methodKind === "unary"
+          ? unaryHandler(method, fn, options)
+          : streamHandler(method, fn, options);
+    }
+    server.addService(definition as grpc.ServiceDefinition, handlers);
+  }
+  return server;
+}
+
+type Call = grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>;
+
+async function contextFor(call: Call, method: DescMethod, options: GrpcServerOptions, signal: AbortSignal) {
+  const key = call.metadata.get("x-session-api-key")[0];
+  const caller = await options.authenticate(typeof key === "string" ? key : undefined);
+  if (caller === null) throw new ConnectError("Unauthorized", Code.Unauthenticated);
+  options.admit(caller);
+  const header = new Headers();
+  for (const [k, v] of Object.entries(call.metadata.getMap())) if (typeof v === "string") header.set(k, v);
+  return createHandlerContext({
+    service: method.parent,
+    method,
+    protocolName: "grpc",
+    requestMethod: "POST",
+    url: `/${method.parent.typeName}/${method.name}`,
+    requestSignal: signal,
+    requestHeader: header,
+    contextValues: createContextValues().set(callerKey, caller),
+  });
+}
+
+function toServiceError(err: unknown, method: string, options: GrpcServerOptions): grpc.ServiceError {
+  const ce = ConnectError.from(err);
+  if (ce.code === Code.Internal || ce.code === Code.Unknown) options.onError?.(err, method);
+  const metadata = new grpc.Metadata();
+  const details = encodeErrorDetails(ce);
+  if (details !== null) metadata.set("grpc-status-details-bin", details);
+  const internal = ce.code === Code.Internal || ce.code === Code.Unknown;
+  return Object.assign(new Error(ce.rawMessage), {
+    code: (internal ? Code.Internal : ce.code) as number,
+    details: internal ? "Internal Server Error" : ce.rawMessage,
+    metadata,
+  });
+}
+
+function unaryHandler(
+  method: DescMethod,
+  fn: (req: unknown, ctx: unknown) => unknown,
+  options: GrpcServerOptions,
+) {
+  const name = `${method.parent.typeName}/${method.name}`;
+  return (call: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>): void => {
+    const started = performance.now();
+    const abort = new AbortController();
+    call.on("cancelled", () => abort.abort());
+    contextFor(call, method, options, abort.signal)
+      .then((ctx) => fn(call.request, ctx))
+      .then(
+        (res) => {
+          options.onCall?.(name, 0, performance.now() - started);
+          callback(null, create(method.output, res as never));
+        },
+        (err: unknown) => {
+          const e = toServiceError(err, name, options);
+          options.onCall?.(name, Number(e.code) as Code, performance.now() - started);
+          callback(e);
+        },
+      );
+  };
+}
+
+function streamHandler(
+  method: DescMethod,
+  fn: (req: unknown, ctx: unknown) => unknown,
+  options: GrpcServerOptions,
+) {
+  const name = `${method.parent.typeName}/${method.name}`;
+  return (call: grpc.ServerWritableStream<unknown, unknown>): void => {
+    const started = performance.now();
+    const abort = new AbortController();
+    call.on("cancelled", () => abort.abort());
+    void (async () => {
+      try {
+        const ctx = await contextFor(call, method, options, abort.signal);
+        for await (const message of fn(call.request, ctx) as AsyncIterable<unknown>) {
+          if (abort.signal.aborted) break;
+          if (!call.write(create(method.output, message as never))) {
+            await new Promise((r) => call.once("drain", r));
+          }
+        }
+        options.onCall?.(name, 0, performance.now() - started);
+        call.end();
+      } catch (err) {
+        if (abort.signal.aborted) return;
+        const e = toServiceError(err, name, options);
+        options.onCall?.(name, Number(e.code) as Code, performance.now() - started);
+        call.destroy(e);
+      }
+    })();
+  };
+}

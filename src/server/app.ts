@@ -1,0 +1,152 @@
+import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
+import * as grpc from "@grpc/grpc-js";
+import Fastify, { type FastifyInstance, type FastifyServerOptions } from "fastify";
+import type { Caller } from "../core/context.ts";
+import { PageTokens } from "../core/page-token.ts";
+import { RateLimiter } from "../core/rate-limiter.ts";
+import { SecretBox } from "../core/secret-box.ts";
+import { SecretsService as SecretsServiceDesc } from "../gen/workspace/v1/secrets_pb.js";
+import { SettingsService as SettingsServiceDesc } from "../gen/workspace/v1/settings_pb.js";
+import type { GitProviderVerifier } from "../ports/git-provider-verifier.ts";
+import type { Storage } from "../ports/storage.ts";
+import { legacyRoutes } from "../rest/legacy-routes.ts";
+import { NO_CACHE, restGateway } from "../rest/rest-gateway.ts";
+import type { RestRoute } from "../rest/rest-route.ts";
+import { createAuthInterceptor } from "../rpc/auth-interceptor.ts";
+import { createGrpcServer } from "../rpc/grpc-server.ts";
+import { bind, type ServiceBinding } from "../rpc/service-registry.ts";
+import { ApiKeyService } from "../services/keys/api-key-service.ts";
+import { SecretsService } from "../services/secrets/secrets-service.ts";
+import { SettingsService } from "../services/settings/settings-service.ts";
+import { UserDataStore } from "../services/user-data-store.ts";
+
+export const VERSION = "0.1.0";
+const BODY_LIMIT = 1024 * 1024;
+
+export interface AppDeps {
+  storage: Storage;
+  encryptionKey: Buffer;
+  /** null disables git token verification. */
+  verifier: GitProviderVerifier | null;
+  rateLimit?: { perSecond: number; burst: number };
+  logger?: FastifyServerOptions["logger"];
+}
+
+export interface App {
+  http: FastifyInstance;
+  /** The service objects (for composition and tests). */
+  services: { settings: SettingsService; secrets: SecretsService };
+  grpc: grpc.Server;
+  keys: ApiKeyService;
+  bindings: readonly ServiceBinding[];
+  routes: readonly RestRoute[];
+  /** Listens on both ports (0: any free port) and returns the bound ports. */
+  listen(host: string, port: number, grpcPort: number): Promise<{ port: number; grpcPort: number }>;
+  /** Graceful stop: refuses new work, finishes in-flight requests, then closes storage. */
+  close(): Promise<void>;
+}
+
+/** Builds the whole service on the given storage: no globals, no environment reads. */
+export async function buildApp(deps: AppDeps): Promise<App> {
+  const box = new SecretBox(deps.encryptionKey);
+  const pageTokens = new PageTokens(box.derive("page-tokens"));
+  void pageTokens;
+  const keys = new ApiKeyService(deps.storage.apiKeys);
+  const limiter = new RateLimiter(deps.rateLimit?.perSecond ?? 200, deps.rateLimit?.burst ?? 400);
+  const store = new UserDataStore(deps.storage.userData);
+
+  const settings = new SettingsService({ store, box, verifier: deps.verifier });
+  const secrets = new SecretsService({ store, box });
+  const bindings: ServiceBinding[] = [bind(SettingsServiceDesc, settings), bind(SecretsServiceDesc, secrets)];
+  const routes: RestRoute[] = [...legacyRoutes];
+
+  const authenticate = (key: string | undefined) => keys.authenticate(key);
+  const admit = (caller: Caller) => limiter.admit(caller.keyId);
+
+  const http = Fastify({
+    logger: deps.logger ?? false,
+    bodyLimit: BODY_LIMIT,
+    requestIdHeader: "x-request-id",
+    return503OnClosing: true,
+    forceCloseConnections: "idle",
+  });
+  http.setErrorHandler((err, req, reply) => {
+    const code = (err as { code?: unknown }).code;
+    const status = (err as { statusCode?: number }).statusCode;
+    if (code === "FST_ERR_CTP_BODY_TOO_LARGE")
+      return reply.code(413).send({ detail: "Request body too large (limit 1 MiB)" });
+    if (status !== undefined && status >= 400 && status < 500)
+      return reply.code(status).send({ detail: (err as Error).message });
+    req.log.error({ err }, "request failed");
+    return reply.code(500).send({ detail: "Internal Server Error" });
+  });
+  http.setNotFoundHandler((_req, reply) => reply.code(404).headers(NO_CACHE).send({ detail: "Not Found" }));
+
+  const started = Date.now();
+  http.get("/alive", async () => ({ status: "ok" }));
+  http.get("/health", async () => "OK");
+  http.get("/server_info", async () => ({
+    name: "agent-workspace-service",
+    version: VERSION,
+    uptime: (Date.now() - started) / 1000,
+    storage: deps.storage.kind,
+  }));
+
+  await http.register(restGateway({ routes, bindings, authenticate, admit }));
+  await http.register(fastifyConnectPlugin, {
+    interceptors: [createAuthInterceptor(authenticate, admit)],
+    readMaxBytes: BODY_LIMIT,
+    shutdownTimeoutMs: 5_000,
+    routes: (router) => {
+      for (const b of bindings) router.service(b.desc, b.impl as never);
+    },
+  });
+
+  const grpcServer = createGrpcServer({
+    bindings,
+    authenticate,
+    admit,
+    onError: (err, method) => http.log.error({ err, method }, "rpc failed"),
+  });
+
+  let closed = false;
+  return {
+    http,
+    grpc: grpcServer,
+    keys,
+    services: { settings, secrets },
+    bindings,
+    routes,
+    async listen(host, port, grpcPort) {
+      await http.listen({ host, port });
+      const address = http.server.address();
+      const boundGrpc = await new Promise<number>((resolve, reject) =>
+        grpcServer.bindAsync(`${host}:${grpcPort}`, grpc.ServerCredentials.createInsecure(), (err, p) =>
+          err ? reject(err) : resolve(p),
+        ),
+      );
+      return {
+        port: typeof address === "object" && address !== null ? address.port : port,
+        grpcPort: boundGrpc,
+      };
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      await Promise.all([
+        http.close(),
+        new Promise<void>((resolve) => {
+          const timer = setTimeout(() => {
+            grpcServer.forceShutdown();
+            resolve();
+          }, 5_000);
+          grpcServer.tryShutdown(() => {
+            clearTimeout(timer);
+            resolve();
+          });
+        }),
+      ]);
+      await deps.storage.close();
+    },
+  };
+}

@@ -1,0 +1,62 @@
+import type { FastifyServerOptions } from "fastify";
+import { HttpGitProviderVerifier } from "../integrations/http-git-provider-verifier.ts";
+import { buildApp } from "./app.ts";
+import type { Config } from "./config.ts";
+import { loadOrCreateKeyFile } from "./key-file.ts";
+import { openStorage } from "./open-storage.ts";
+
+/** Runs the server until SIGTERM/SIGINT, then stops gracefully. */
+export async function serve(config: Readonly<Config>): Promise<void> {
+  const logger: FastifyServerOptions["logger"] = {
+    level: config.logLevel,
+    redact: {
+      paths: ['req.headers["x-session-api-key"]', "req.headers.authorization"],
+      censor: "[redacted]",
+    },
+  };
+  const storage = await openStorage(config.storage);
+  let key = config.encryptionKey;
+  let keyCreated = false;
+  if (key === undefined) {
+    const k = loadOrCreateKeyFile(config.encryptionKeyFile);
+    key = k.key;
+    keyCreated = k.created;
+  }
+  const app = await buildApp({
+    storage,
+    encryptionKey: key,
+    verifier: config.gitProviderVerify
+      ? new HttpGitProviderVerifier({ timeoutMs: config.gitProviderTimeoutMs })
+      : null,
+    rateLimit: { perSecond: config.rateLimitPerSecond, burst: config.rateLimitBurst },
+    logger,
+  });
+  const log = app.http.log;
+  if (keyCreated) log.info({ file: config.encryptionKeyFile }, "created encryption key file (mode 0600)");
+  const issued = await app.keys.bootstrap(config.sessionApiKey);
+  const ports = await app.listen(config.host, config.port, config.grpcPort);
+  log.info(
+    {
+      http: `http://${config.host}:${ports.port}`,
+      grpc: `${config.host}:${ports.grpcPort}`,
+      storage: storage.kind,
+    },
+    "agent workspace service listening",
+  );
+  if (issued !== null) {
+    // Printed once, to stdout and outside the structured log, so it never lands in log files by accident.
+    process.stdout.write(
+      `\nNo API key existed, so one was created for user "default". It is shown only now:\n\n  X-Session-API-Key: ${issued.key}\n\nCreate more with: npm run --silent cli -- keys create --user NAME\n\n`,
+    );
+  }
+  await new Promise<void>((resolve) => {
+    const stop = (signal: string) => {
+      log.info({ signal }, "shutting down: finishing in-flight requests");
+      resolve();
+    };
+    process.once("SIGTERM", stop);
+    process.once("SIGINT", stop);
+  });
+  await app.close();
+  log.info("stopped");
+}

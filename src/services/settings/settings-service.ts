@@ -1,0 +1,398 @@
+import { create, fromJson, type JsonObject, type JsonValue, toJson } from "@bufbuild/protobuf";
+import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import { requireCaller } from "../../core/context.ts";
+import { type FieldViolation, notFound, ValidationError } from "../../core/errors.ts";
+import { parseModel } from "../../core/model.ts";
+import type { SecretBox } from "../../core/secret-box.ts";
+import {
+  type AddGitProvidersRequest,
+  type AddGitProvidersResponse,
+  type GetSettingsRequest,
+  type GetSettingsResponse,
+  GetSettingsResponseSchema,
+  SettingsSchema,
+  type SettingsService as SettingsServiceDesc,
+  type StoreSettingsRequest,
+  type StoreSettingsResponse,
+  type UnsetProviderTokensResponse,
+} from "../../gen/workspace/v1/settings_pb.js";
+import type { GitProviderVerifier } from "../../ports/git-provider-verifier.ts";
+import type { StoredProviderToken, UserData } from "../../ports/user-data-repository.ts";
+import type { UserDataStore } from "../user-data-store.ts";
+import { type McpConfigInput, mcpConfigSchema } from "./mcp-model.ts";
+import {
+  BOOLEAN_DEFAULTS,
+  isProvider,
+  MASK,
+  PROVIDERS,
+  RESETTABLE_FIELDS,
+  SECRET_FIELDS,
+  SETTINGS_FIELDS,
+} from "./settings-fields.ts";
+
+type StoredMcp = {
+  sse_servers: { url: string; api_key: string | null }[];
+  stdio_servers: { name: string; command: string; args: string[]; env: Record<string, string> }[];
+  shttp_servers: { url: string; api_key: string | null; timeout: number | null }[];
+};
+
+const isSecretField = (f: string): boolean => (SECRET_FIELDS as readonly string[]).includes(f);
+
+/**
+ * The legacy settings API: merge-on-store settings, write-only secrets sealed at rest, masked MCP keys, and git
+ * provider tokens verified against the provider before they are stored.
+ */
+export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> {
+  readonly #store: UserDataStore;
+  readonly #box: SecretBox;
+  readonly #verifier: GitProviderVerifier | null;
+
+  constructor(deps: { store: UserDataStore; box: SecretBox; verifier: GitProviderVerifier | null }) {
+    this.#store = deps.store;
+    this.#box = deps.box;
+    this.#verifier = deps.verifier;
+  }
+
+  /** NOT_FOUND "Settings not found" until the caller first stores settings. */
+  async getSettings(_req: GetSettingsRequest, ctx: HandlerContext): Promise<GetSettingsResponse> {
+    const { userId } = requireCaller(ctx);
+    const doc = await this.#store.read(userId);
+    const stored = doc?.value.settings;
+    if (doc === null || stored === null || stored === undefined) throw notFound("Settings not found");
+    const data = doc.value;
+    const out: JsonObject = {};
+    for (const field of SETTINGS_FIELDS) {
+      if (isSecretField(field)) continue;
+      if (field === "secrets_store") {
+        out[field] = secretsStoreView(data);
+      } else if (field === "mcp_config") {
+        if (stored.mcp_config != null) out[field] = maskMcp(stored.mcp_config as StoredMcp);
+      } else if (stored[field] !== undefined && stored[field] !== null) {
+        out[field] = stored[field] as JsonValue;
+      } else if (field in BOOLEAN_DEFAULTS) {
+        out[field] = BOOLEAN_DEFAULTS[field] as boolean;
+      }
+    }
+    const tokensSet: Record<string, { host?: string }> = {};
+    for (const [provider, t] of Object.entries(data.providerTokens)) {
+      if (t.token !== null || t.userId !== null)
+        tokensSet[provider] = t.host === null ? {} : { host: t.host };
+    }
+    return create(GetSettingsResponseSchema, {
+      settings: fromJson(SettingsSchema, out),
+      llmApiKeySet: typeof stored.llm_api_key === "string",
+      searchApiKeySet: typeof stored.search_api_key === "string",
+      providerTokensSet: tokensSet,
+    });
+  }
+
+  /**
+   * Merges the request into the stored settings: present fields replace, `reset_fields` reset to defaults,
+   * secrets "" clears / other strings replace, masked MCP values keep what is stored, provider tokens and custom
+   * secrets in `secrets_store` merge. INVALID_ARGUMENT lists every problem.
+   */
+  async storeSettings(req: StoreSettingsRequest, ctx: HandlerContext): Promise<StoreSettingsResponse> {
+    const { userId } = requireCaller(ctx);
+    const incoming = (
+      req.settings ? toJson(SettingsSchema, req.settings, { useProtoFieldName: true }) : {}
+    ) as JsonObject;
+    const issues: FieldViolation[] = [];
+    req.resetFields.forEach((f, i) => {
+      if (!RESETTABLE_FIELDS.has(f) && !isSecretField(f) && f !== "secrets_store") {
+        issues.push({
+          loc: ["reset_fields", i],
+          msg: `Unknown settings field '${f}'`,
+          type: "value_error",
+          input: f,
+        });
+      }
+    });
+    const condenser = incoming.condenser_max_size;
+    if (typeof condenser === "number" && condenser < 20) {
+      issues.push({
+        loc: ["condenser_max_size"],
+        msg: "Value error, condenser_max_size must be at least 20",
+        type: "value_error",
+        input: condenser,
+        ctx: { error: {} },
+      });
+    }
+    const mcp =
+      incoming.mcp_config === undefined
+        ? undefined
+        : parseModel(mcpConfigSchema, incoming.mcp_config, ["mcp_config"], issues);
+    const tokens = validateProviderKeys(
+      (incoming.secrets_store as JsonObject | undefined)?.provider_tokens,
+      ["secrets_store", "provider_tokens"],
+      issues,
+    );
+    if (issues.length > 0) throw new ValidationError(issues);
+
+    await this.#store.mutate(userId, (data) => {
+      const s = data.settings ?? {};
+      for (const f of req.resetFields) if (RESETTABLE_FIELDS.has(f)) delete s[f];
+      for (const [field, value] of Object.entries(incoming)) {
+        if (isSecretField(field)) {
+          if (typeof value !== "string") continue;
+          if (value.trim() === "") delete s[field];
+          else s[field] = this.#box.seal(value, `${userId}:${field}`);
+        } else if (field === "mcp_config") {
+          if (mcp !== undefined)
+            s.mcp_config = this.#mergeMcp(userId, mcp, (s.mcp_config ?? null) as StoredMcp | null);
+        } else if (field === "secrets_store") {
+          const store = value as JsonObject;
+          if (tokens !== undefined) this.#mergeProviderTokens(userId, data, tokens, false);
+          this.#upsertCustomSecrets(userId, data, store.custom_secrets as JsonObject | undefined);
+        } else if (SETTINGS_FIELDS.includes(field as (typeof SETTINGS_FIELDS)[number])) {
+          s[field] = value;
+        }
+      }
+      data.settings = s;
+    });
+    return { $typeName: "workspace.v1.StoreSettingsResponse", message: "Settings stored" };
+  }
+
+  /**
+   * Verifies each non-empty token (and a stored token whose host changes) with the provider, then replaces the
+   * stored provider map: an empty token keeps the stored one, the host is always overwritten, providers absent
+   * from the request are removed. UNAUTHENTICATED for a rejected token, UNAVAILABLE when a provider can't be
+   * reached.
+   */
+  async addGitProviders(req: AddGitProvidersRequest, ctx: HandlerContext): Promise<AddGitProvidersResponse> {
+    const { userId } = requireCaller(ctx);
+    const issues: FieldViolation[] = [];
+    const tokens = validateProviderKeys(
+      Object.fromEntries(
+        Object.entries(req.providerTokens).map(([k, v]) => [
+          k,
+          { token: v.token ?? null, host: v.host ?? null, user_id: v.userId ?? null },
+        ]),
+      ),
+      ["provider_tokens"],
+      issues,
+    );
+    const mcpJson = req.mcpConfig
+      ? (
+          toJson(SettingsSchema, create(SettingsSchema, { mcpConfig: req.mcpConfig }), {
+            useProtoFieldName: true,
+          }) as JsonObject
+        ).mcp_config
+      : undefined;
+    const mcp =
+      mcpJson === undefined ? undefined : parseModel(mcpConfigSchema, mcpJson, ["mcp_config"], issues);
+    if (issues.length > 0) throw new ValidationError(issues);
+
+    if (this.#verifier !== null && tokens !== undefined) await this.#verifyAll(userId, tokens);
+    await this.#store.mutate(userId, (data) => {
+      this.#mergeProviderTokens(userId, data, tokens ?? {}, true);
+      const nonEmpty =
+        mcp !== undefined &&
+        mcp !== null &&
+        (mcp.sse_servers.length > 0 || mcp.stdio_servers.length > 0 || mcp.shttp_servers.length > 0);
+      if (nonEmpty) {
+        const s = data.settings ?? {};
+        s.mcp_config = this.#mergeMcp(userId, mcp, (s.mcp_config ?? null) as StoredMcp | null);
+        data.settings = s;
+      }
+    });
+    return { $typeName: "workspace.v1.AddGitProvidersResponse", message: "Git providers stored" };
+  }
+
+  /** Removes every provider token; custom secrets stay. */
+  async unsetProviderTokens(_req: unknown, ctx: HandlerContext): Promise<UnsetProviderTokensResponse> {
+    const { userId } = requireCaller(ctx);
+    await this.#store.mutate(userId, (data) => {
+      data.providerTokens = {};
+    });
+    return { $typeName: "workspace.v1.UnsetProviderTokensResponse", message: "Unset Git provider tokens" };
+  }
+
+  /** The plaintext of a stored provider token (for starting conversations). */
+  openProviderToken(userId: string, token: StoredProviderToken): string | null {
+    return token.token === null ? null : this.#box.open(token.token, `${userId}:provider_token`);
+  }
+
+  async #verifyAll(userId: string, tokens: Record<string, IncomingToken>): Promise<void> {
+    const current = (await this.#store.read(userId))?.value.providerTokens ?? {};
+    const checks = Object.entries(tokens).map(async ([provider, t]): Promise<[string, string] | null> => {
+      const verifier = this.#verifier as GitProviderVerifier;
+      const host = t.host === null || t.host.trim() === "" ? null : t.host.trim();
+      let token = t.token?.trim() ?? "";
+      if (token === "") {
+        const stored = current[provider];
+        if (stored === undefined || stored.token === null || (stored.host ?? null) === (t.host ?? null))
+          return null;
+        token = this.openProviderToken(userId, stored) ?? "";
+        if (token === "") return null;
+      }
+      const outcome = await verifier.verify(provider, token, host);
+      return outcome === "valid" ? null : [provider, outcome];
+    });
+    for (const result of await Promise.all(checks)) {
+      if (result === null) continue;
+      const [provider, outcome] = result;
+      if (outcome === "invalid") {
+        throw new ConnectError(
+          `Invalid token. Please make sure it is a valid ${provider} token.`,
+          Code.Unauthenticated,
+        );
+      }
+      throw new ConnectError(
+        `Could not reach ${provider} to verify the token. Please try again later.`,
+        Code.Unavailable,
+      );
+    }
+  }
+
+  #mergeProviderTokens(
+    userId: string,
+    data: UserData,
+    tokens: Record<string, IncomingToken>,
+    replace: boolean,
+  ): void {
+    const next: Record<string, StoredProviderToken> = replace ? {} : { ...data.providerTokens };
+    for (const [provider, t] of Object.entries(tokens)) {
+      const stored = data.providerTokens[provider];
+      const token = t.token?.trim() ?? "";
+      const entry: StoredProviderToken =
+        token !== ""
+          ? { token: this.#box.seal(token, `${userId}:provider_token`), host: t.host, userId: t.user_id }
+          : { token: stored?.token ?? null, host: t.host, userId: stored?.userId ?? t.user_id };
+      if (entry.token !== null) next[provider] = entry;
+      else delete next[provider];
+    }
+    data.providerTokens = next;
+  }
+
+  #upsertCustomSecrets(userId: string, data: UserData, secrets: JsonObject | undefined): void {
+    if (secrets === undefined) return;
+    for (const [name, raw] of Object.entries(secrets)) {
+      const v = (raw ?? {}) as JsonObject;
+      const existing = data.customSecrets[name];
+      const secret =
+        typeof v.secret === "string" ? this.#box.seal(v.secret, `${userId}:custom_secret`) : existing?.secret;
+      data.customSecrets[name] = {
+        secret: secret ?? this.#box.seal("", `${userId}:custom_secret`),
+        description: typeof v.description === "string" ? v.description : (existing?.description ?? ""),
+      };
+    }
+  }
+
+  #mergeMcp(userId: string, next: McpConfigInput | null, stored: StoredMcp | null): StoredMcp | null {
+    if (next === null) return null;
+    const ctx = `${userId}:mcp`;
+    const keep = (value: string | null, previous: string | null | undefined): string | null => {
+      if (value === null) return null;
+      if (value === MASK) return previous ?? null;
+      return this.#box.seal(value, ctx);
+    };
+    const byUrl = <T extends { url: string }>(list: T[] | undefined, url: string): T | undefined =>
+      list?.find((e) => e.url === url);
+    return {
+      sse_servers: next.sse_servers.map((e) => ({
+        url: e.url,
+        api_key: keep(e.api_key, byUrl(stored?.sse_servers, e.url)?.api_key),
+      })),
+      shttp_servers: next.shttp_servers.map((e) => ({
+        url: e.url,
+        api_key: keep(e.api_key, byUrl(stored?.shttp_servers, e.url)?.api_key),
+        timeout: e.timeout,
+      })),
+      stdio_servers: next.stdio_servers.map((e) => {
+        const previous = stored?.stdio_servers.find((p) => p.name === e.name)?.env ?? {};
+        const env: Record<string, string> = {};
+        for (const [k, v] of Object.entries(e.env)) {
+          const value = keep(v, previous[k]);
+          if (value !== null) env[k] = value;
+        }
+        return { name: e.name, command: e.command, args: e.args, env };
+      }),
+    };
+  }
+
+  /** MCP config with secrets opened (for passing to a sandbox's agent). */
+  openMcp(userId: string, stored: unknown): StoredMcp | null {
+    if (stored === null || stored === undefined) return null;
+    const m = stored as StoredMcp;
+    const ctx = `${userId}:mcp`;
+    const open = (v: string | null): string | null => (v === null ? null : this.#box.open(v, ctx));
+    return {
+      sse_servers: m.sse_servers.map((e) => ({ ...e, api_key: open(e.api_key) })),
+      shttp_servers: m.shttp_servers.map((e) => ({ ...e, api_key: open(e.api_key) })),
+      stdio_servers: m.stdio_servers.map((e) => ({
+        ...e,
+        env: Object.fromEntries(Object.entries(e.env).map(([k, v]) => [k, open(v) ?? ""])),
+      })),
+    };
+  }
+}
+
+interface IncomingToken {
+  token: string | null;
+  host: string | null;
+  user_id: string | null;
+}
+
+/** Checks provider names; returns the entries keyed by provider, or undefined when absent. */
+function validateProviderKeys(
+  value: JsonValue | undefined,
+  loc: (string | number)[],
+  issues: FieldViolation[],
+): Record<string, IncomingToken> | undefined {
+  if (value === undefined || value === null) return undefined;
+  const out: Record<string, IncomingToken> = {};
+  const expected = `${PROVIDERS.slice(0, -1)
+    .map((p) => `'${p}'`)
+    .join(", ")} or '${PROVIDERS.at(-1)}'`;
+  for (const [key, raw] of Object.entries(value as JsonObject)) {
+    if (!isProvider(key)) {
+      issues.push({
+        loc: [...loc, key, "[key]"],
+        msg: `Input should be ${expected}`,
+        type: "enum",
+        input: key,
+        ctx: { expected },
+      });
+      continue;
+    }
+    const v = (raw ?? {}) as JsonObject;
+    out[key] = {
+      token: typeof v.token === "string" ? v.token : null,
+      host: typeof v.host === "string" ? v.host : null,
+      user_id: typeof v.user_id === "string" ? v.user_id : null,
+    };
+  }
+  return out;
+}
+
+function secretsStoreView(data: UserData): JsonObject {
+  const providerTokens: JsonObject = {};
+  for (const [p, t] of Object.entries(data.providerTokens)) {
+    const entry: JsonObject = {};
+    if (t.host !== null) entry.host = t.host;
+    if (t.userId !== null) entry.user_id = t.userId;
+    providerTokens[p] = entry;
+  }
+  const customSecrets: JsonObject = {};
+  for (const [name, s] of Object.entries(data.customSecrets))
+    customSecrets[name] = { description: s.description };
+  return { provider_tokens: providerTokens, custom_secrets: customSecrets };
+}
+
+function maskMcp(m: StoredMcp): JsonObject {
+  const mask = (v: string | null): JsonObject => (v === null ? {} : { api_key: MASK });
+  return {
+    sse_servers: m.sse_servers.map((e) => ({ url: e.url, ...mask(e.api_key) })),
+    stdio_servers: m.stdio_servers.map((e) => ({
+      name: e.name,
+      command: e.command,
+      args: e.args,
+      env: Object.fromEntries(Object.keys(e.env).map((k) => [k, MASK])),
+    })),
+    shttp_servers: m.shttp_servers.map((e) => ({
+      url: e.url,
+      ...mask(e.api_key),
+      ...(e.timeout === null ? {} : { timeout: e.timeout }),
+    })),
+  };
+}

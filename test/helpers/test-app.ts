@@ -1,0 +1,94 @@
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { GitProviderVerifier } from "../../src/ports/git-provider-verifier.ts";
+import type { Storage } from "../../src/ports/storage.ts";
+import { type App, buildApp } from "../../src/server/app.ts";
+import { createSqliteStorage } from "../../src/storage/sqlite/sqlite-storage.ts";
+
+export interface TestApp {
+  app: App;
+  /** http://127.0.0.1:PORT */
+  url: string;
+  grpcAddress: string;
+  storage: Storage;
+  dir: string;
+  encryptionKey: Buffer;
+  /** Issues a key for a user (created on first use). */
+  keyFor(user: string): Promise<string>;
+  close(): Promise<void>;
+}
+
+export interface TestAppOptions {
+  verifier?: GitProviderVerifier | null;
+  rateLimit?: { perSecond: number; burst: number };
+  /** Reuse a data dir (restart tests); the caller removes it. */
+  dir?: string;
+  encryptionKey?: Buffer;
+}
+
+/** A real server on free loopback ports over a SQLite file in a temporary folder. */
+export async function startTestApp(options: TestAppOptions = {}): Promise<TestApp> {
+  const dir = options.dir ?? mkdtempSync(join(tmpdir(), "aws-test-"));
+  const storage = createSqliteStorage({ path: join(dir, "workspace.sqlite") });
+  const encryptionKey = options.encryptionKey ?? randomBytes(32);
+  const app = await buildApp({
+    storage,
+    encryptionKey,
+    verifier: options.verifier ?? null,
+    rateLimit: options.rateLimit ?? { perSecond: 0, burst: 1 },
+  });
+  const ports = await app.listen("127.0.0.1", 0, 0);
+  const keys = new Map<string, string>();
+  return {
+    app,
+    url: `http://127.0.0.1:${ports.port}`,
+    grpcAddress: `127.0.0.1:${ports.grpcPort}`,
+    storage,
+    dir,
+    encryptionKey,
+    async keyFor(user) {
+      let k = keys.get(user);
+      if (k === undefined) {
+        k = (await app.keys.issue(user)).key;
+        keys.set(user, k);
+      }
+      return k;
+    },
+    async close() {
+      await app.close();
+      if (options.dir === undefined) rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** fetch with the session key and JSON handling; returns status, parsed body and headers. */
+export async function call(
+  base: string,
+  key: string | undefined,
+  method: string,
+  path: string,
+  body?: unknown,
+  rawBody?: string,
+): Promise<{ status: number; body: unknown; headers: Headers; text: string }> {
+  const headers: Record<string, string> = {};
+  if (key !== undefined) headers["x-session-api-key"] = key;
+  let payload: string | undefined;
+  if (rawBody !== undefined) payload = rawBody;
+  else if (body !== undefined) payload = JSON.stringify(body);
+  if (payload !== undefined) headers["content-type"] = "application/json";
+  const res = await fetch(`${base}${path}`, {
+    method,
+    headers,
+    ...(payload === undefined ? {} : { body: payload }),
+  });
+  const text = await res.text();
+  let parsed: unknown = text;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    // keep text
+  }
+  return { status: res.status, body: parsed, headers: res.headers, text };
+}
