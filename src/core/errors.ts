@@ -41,7 +41,9 @@ export class ValidationError extends ConnectError {
   // ConnectError's own Symbol.hasInstance accepts any error shaped like a ConnectError; keep instanceof exact
   // for this subclass by checking the prototype chain.
   static override [Symbol.hasInstance](v: unknown): boolean {
-    return typeof v === "object" && v !== null && Object.prototype.isPrototypeOf.call(ValidationError.prototype, v);
+    return (
+      typeof v === "object" && v !== null && Object.prototype.isPrototypeOf.call(ValidationError.prototype, v)
+    );
   }
 }
 
@@ -80,6 +82,10 @@ export class StorageUnavailableError extends ConnectError {
   }
 
   static override [Symbol.hasInstance](v: unknown): boolean {
-    return typeof v === "object" && v !== null && Object.prototype.isPrototypeOf.call(StorageUnavailableError.prototype, v);
+    return (
+      typeof v === "object" &&
+      v !== null &&
+      Object.prototype.isPrototypeOf.call(StorageUnavailableError.prototype, v)
+    );
   }
 }

@@ -1,4 +1,4 @@
-import { create, type DescMessage, type DescMethod, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { create, type DescMessage, type DescMethod, type DescService, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createContextValues, createHandlerContext } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import { callerKey } from "../core/context.ts";
@@ -35,29 +35,37 @@ export function createGrpcServer(options: GrpcServerOptions): grpc.Server {
     "grpc.keepalive_permit_without_calls": 1,
   });
   for (const { desc, impl } of options.bindings) {
-    const definition: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
     const handlers: grpc.UntypedServiceImplementation = {};
     for (const method of desc.methods) {
       if (method.methodKind !== "unary" && method.methodKind !== "server_streaming") continue;
-      definition[method.name] = {
-        path: `/${desc.typeName}/${method.name}`,
-        requestStream: false,
-        responseStream: method.methodKind === "server_streaming",
-        requestSerialize: serializer(method.input),
-        requestDeserialize: deserializer(method.input),
-        responseSerialize: serializer(method.output),
-        responseDeserialize: deserializer(method.output),
-        originalName: method.localName,
-      } as grpc.MethodDefinition<unknown, unknown>;
-      const fn = impl[method.localName] as (req: unknown, ctx: unknown) => unknown;
+      const fn = (impl[method.localName] as (req: unknown, ctx: unknown) => unknown).bind(impl);
       handlers[method.name] =
         method.methodKind === "unary"
           ? unaryHandler(method, fn, options)
           : streamHandler(method, fn, options);
     }
-    server.addService(definition as grpc.ServiceDefinition, handlers);
+    server.addService(grpcServiceDefinition(desc), handlers);
   }
   return server;
+}
+
+/** grpc-js service definition (paths, (de)serializers) built from a protobuf-es descriptor. */
+export function grpcServiceDefinition(desc: DescService): grpc.ServiceDefinition {
+  const definition: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
+  for (const method of desc.methods) {
+    if (method.methodKind !== "unary" && method.methodKind !== "server_streaming") continue;
+    definition[method.name] = {
+      path: `/${desc.typeName}/${method.name}`,
+      requestStream: false,
+      responseStream: method.methodKind === "server_streaming",
+      requestSerialize: serializer(method.input),
+      requestDeserialize: deserializer(method.input),
+      responseSerialize: serializer(method.output),
+      responseDeserialize: deserializer(method.output),
+      originalName: method.localName,
+    } as grpc.MethodDefinition<unknown, unknown>;
+  }
+  return definition as grpc.ServiceDefinition;
 }
 
 type Call = grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>;

@@ -1,0 +1,78 @@
+import { type Db, MongoClient } from "mongodb";
+import type { Storage } from "../../ports/storage.ts";
+import { createMongoApiKeyRepository } from "./mongo-api-key-repository.ts";
+import { createMongoConversationRepository } from "./mongo-conversation-repository.ts";
+import { guarded, toMongoStorageError } from "./mongo-errors.ts";
+import { ensureMongoIndexes } from "./mongo-indexes.ts";
+import { createMongoSandboxRepository } from "./mongo-sandbox-repository.ts";
+import { createMongoStartTaskRepository } from "./mongo-start-task-repository.ts";
+import { createMongoUserDataRepository } from "./mongo-user-data-repository.ts";
+
+/** Options of {@link createMongoStorage}. */
+export interface MongoStorageOptions {
+  /** Connection string; driver options such as `serverSelectionTimeoutMS` may be given in its query. */
+  uri: string;
+  /** Database name; defaults to the one in the URI path, else "agent_workspace". */
+  dbName?: string;
+}
+
+/** Default database when neither `dbName` nor the URI names one. */
+export const DEFAULT_MONGO_DB_NAME = "agent_workspace";
+
+/** The database named in a connection string's path, if any. */
+function dbNameOfUri(uri: string): string | undefined {
+  const match = /^mongodb(?:\+srv)?:\/\/[^/?]*\/([^?]+)/.exec(uri);
+  const name = match?.[1];
+  return name === undefined || name === "" ? undefined : decodeURIComponent(name);
+}
+
+/**
+ * Connects to MongoDB with the official driver, creates the indexes and returns the storage; `close()` closes the
+ * client. The driver reconnects by itself afterwards, so the storage recovers when the server comes back.
+ *
+ * @throws StorageUnavailableError when no server can be selected (unreachable, wrong replica set, timeout).
+ * @throws MongoParseError for a malformed URI (a configuration error, not an outage).
+ */
+export async function createMongoStorage(options: MongoStorageOptions): Promise<Storage> {
+  const client = new MongoClient(options.uri);
+  try {
+    await client.connect();
+    const db = client.db(options.dbName ?? dbNameOfUri(options.uri) ?? DEFAULT_MONGO_DB_NAME);
+    return await createMongoStorageFromDb(db, client);
+  } catch (error: unknown) {
+    await client.close().catch(() => undefined);
+    throw toMongoStorageError(error);
+  }
+}
+
+/**
+ * Storage over an existing database handle (the real driver's `Db`, or a test stand-in with the same API).
+ * Creates the indexes first. Every write uses write concern `{ w: "majority", journal: true }`; errors meaning
+ * the server cannot be reached reject with StorageUnavailableError, others unchanged.
+ *
+ * @param client closed by `close()` when given (the handle's owner otherwise stays responsible for it).
+ */
+export async function createMongoStorageFromDb(
+  db: Db,
+  client?: { close(): Promise<void> },
+): Promise<Storage> {
+  await guarded(() => ensureMongoIndexes(db));
+  let closed = false;
+  return {
+    kind: "mongo",
+    userData: createMongoUserDataRepository(db),
+    apiKeys: createMongoApiKeyRepository(db),
+    sandboxes: createMongoSandboxRepository(db),
+    conversations: createMongoConversationRepository(db),
+    startTasks: createMongoStartTaskRepository(db),
+    ping: () =>
+      guarded(async () => {
+        await db.command({ ping: 1 });
+      }),
+    close: async () => {
+      if (closed) return;
+      closed = true;
+      await client?.close();
+    },
+  };
+}

@@ -1,0 +1,122 @@
+import type Database from "better-sqlite3";
+import type { ConversationFilter, ConversationRepository } from "../../ports/conversation-repository.ts";
+import type { PageQuery } from "../../ports/page.ts";
+import { checkPageLimit, toKeysetPage } from "../keyset-page.ts";
+import { attempt } from "./sqlite-errors.ts";
+import {
+  type ConversationRow,
+  fromConversationRow,
+  likeSubstring,
+  toConversationRow,
+} from "./sqlite-rows.ts";
+import { createStatementCache, type SqliteQuery } from "./sqlite-statement-cache.ts";
+
+const COLUMNS =
+  "id, owner_id, sandbox_id, selected_repository, selected_branch, git_provider, title, conversation_trigger, " +
+  "pr_number, llm_model, metrics, parent_conversation_id, sub_conversation_ids, created_at, updated_at";
+
+/**
+ * Builds the search (when `page` is given) or count query for conversations. Only the filters present appear in
+ * the SQL, so each filter combination is its own statement whose plan is a range scan of
+ * `(owner_id, created_at DESC, id DESC)` (the partial index when sub-conversations are excluded). Exported for
+ * the query-plan test.
+ */
+export function buildConversationQuery(
+  ownerId: string,
+  filter: ConversationFilter,
+  page: PageQuery | null,
+): SqliteQuery {
+  const where = ["owner_id = @ownerId"];
+  const params: Record<string, string | number> = { ownerId };
+  if (filter.includeSubConversations !== true) where.push("parent_conversation_id IS NULL");
+  if (filter.titleContains !== undefined) {
+    where.push("title LIKE @title ESCAPE '\\'");
+    params.title = likeSubstring(filter.titleContains);
+  }
+  if (filter.createdAtGte !== undefined) {
+    where.push("created_at >= @createdAtGte");
+    params.createdAtGte = filter.createdAtGte.getTime();
+  }
+  if (filter.createdAtLt !== undefined) {
+    where.push("created_at < @createdAtLt");
+    params.createdAtLt = filter.createdAtLt.getTime();
+  }
+  if (filter.updatedAtGte !== undefined) {
+    where.push("updated_at >= @updatedAtGte");
+    params.updatedAtGte = filter.updatedAtGte.getTime();
+  }
+  if (filter.updatedAtLt !== undefined) {
+    where.push("updated_at < @updatedAtLt");
+    params.updatedAtLt = filter.updatedAtLt.getTime();
+  }
+  if (page === null)
+    return { sql: `SELECT count(*) AS n FROM conversations WHERE ${where.join(" AND ")}`, params };
+  if (page.after !== null) {
+    where.push("(created_at, id) < (@afterCreatedAt, @afterId)");
+    params.afterCreatedAt = page.after.createdAt.getTime();
+    params.afterId = page.after.id;
+  }
+  params.limit = page.limit + 1;
+  return {
+    sql:
+      `SELECT ${COLUMNS} FROM conversations WHERE ${where.join(" AND ")} ` +
+      "ORDER BY created_at DESC, id DESC LIMIT @limit",
+    params,
+  };
+}
+
+/** Conversations on SQLite. Search statements are prepared once per filter combination and cached. */
+export function createSqliteConversationRepository(db: Database.Database): ConversationRepository {
+  const insert = db.prepare<ConversationRow>(
+    `INSERT INTO conversations (${COLUMNS}) VALUES (@id, @owner_id, @sandbox_id, @selected_repository,
+       @selected_branch, @git_provider, @title, @conversation_trigger, @pr_number, @llm_model, @metrics,
+       @parent_conversation_id, @sub_conversation_ids, @created_at, @updated_at)`,
+  );
+  const byId = db.prepare<[string, string], ConversationRow>(
+    `SELECT ${COLUMNS} FROM conversations WHERE id = ? AND owner_id = ?`,
+  );
+  const many = db.prepare<{ ids: string; ownerId: string }, ConversationRow>(
+    `SELECT ${COLUMNS} FROM conversations WHERE id IN (SELECT value FROM json_each(@ids)) AND owner_id = @ownerId`,
+  );
+  // Set semantics (like $addToSet): adding an id twice keeps one copy; one statement, so atomic.
+  const addSub = db.prepare<{ parentId: string; childId: string; updatedAt: number }>(
+    `UPDATE conversations SET
+       sub_conversation_ids = CASE
+         WHEN EXISTS (SELECT 1 FROM json_each(sub_conversation_ids) WHERE value = @childId)
+         THEN sub_conversation_ids
+         ELSE json_insert(sub_conversation_ids, '$[#]', @childId) END,
+       updated_at = @updatedAt
+     WHERE id = @parentId`,
+  );
+  const prepared = createStatementCache(db);
+
+  return {
+    insert: (record) =>
+      attempt(() => {
+        insert.run(toConversationRow(record));
+      }),
+    get: (id, ownerId) =>
+      attempt(() => {
+        const row = byId.get(id, ownerId);
+        return row ? fromConversationRow(row) : null;
+      }),
+    getMany: (ids, ownerId) =>
+      attempt(() =>
+        ids.length === 0 ? [] : many.all({ ids: JSON.stringify(ids), ownerId }).map(fromConversationRow),
+      ),
+    addSubConversation: (parentId, childId, updatedAt) =>
+      attempt(() => addSub.run({ parentId, childId, updatedAt: updatedAt.getTime() }).changes === 1),
+    search: (ownerId, filter, page) =>
+      attempt(() => {
+        checkPageLimit(page.limit);
+        const query = buildConversationQuery(ownerId, filter, page);
+        const rows = prepared(query.sql).all(query.params) as ConversationRow[];
+        return toKeysetPage(rows.map(fromConversationRow), page.limit);
+      }),
+    count: (ownerId, filter) =>
+      attempt(() => {
+        const query = buildConversationQuery(ownerId, filter, null);
+        return (prepared(query.sql).get(query.params) as { n: number }).n;
+      }),
+  };
+}

@@ -1,0 +1,88 @@
+import Database from "better-sqlite3";
+import { StorageUnavailableError } from "../../core/errors.ts";
+import type { Storage } from "../../ports/storage.ts";
+import { createSqliteApiKeyRepository } from "./sqlite-api-key-repository.ts";
+import { createSqliteConversationRepository } from "./sqlite-conversation-repository.ts";
+import { attempt, toSqliteStorageError } from "./sqlite-errors.ts";
+import { createSqliteSandboxRepository } from "./sqlite-sandbox-repository.ts";
+import { migrateSqliteSchema } from "./sqlite-schema.ts";
+import { createSqliteStartTaskRepository } from "./sqlite-start-task-repository.ts";
+import { createSqliteUserDataRepository } from "./sqlite-user-data-repository.ts";
+
+/** Options of {@link createSqliteStorage}. */
+export interface SqliteStorageOptions {
+  /** Database file (created when missing), or ":memory:" for a private in-memory database. */
+  path: string;
+}
+
+/** How long a statement waits for another connection's write lock before failing with SQLITE_BUSY. */
+const BUSY_TIMEOUT_MS = 5000;
+
+const databases = new WeakMap<Storage, Database.Database>();
+
+/**
+ * Opens (creating or migrating as needed) the embedded SQLite storage.
+ *
+ * The connection runs in WAL mode with `synchronous = FULL`, so a write is durable once its promise resolves, and
+ * waits up to 5 s for a competing writer. Statements are prepared once. All work is synchronous inside each
+ * call; operations are exposed as promises to satisfy the storage ports.
+ *
+ * @throws StorageUnavailableError when the file cannot be opened (missing directory, permissions, locked).
+ * @throws Error when the file holds a schema newer than this build understands.
+ */
+export function createSqliteStorage(options: SqliteStorageOptions): Storage {
+  let db: Database.Database;
+  try {
+    db = new Database(options.path, { timeout: BUSY_TIMEOUT_MS });
+  } catch (error: unknown) {
+    throw new StorageUnavailableError(error);
+  }
+  try {
+    db.pragma("journal_mode = WAL");
+    db.pragma("synchronous = FULL");
+    db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
+    migrateSqliteSchema(db);
+  } catch (error: unknown) {
+    db.close();
+    throw toSqliteStorageError(error);
+  }
+
+  const ping = db.prepare("SELECT 1");
+  const storage: Storage = {
+    kind: "sqlite",
+    userData: createSqliteUserDataRepository(db),
+    apiKeys: createSqliteApiKeyRepository(db),
+    sandboxes: createSqliteSandboxRepository(db),
+    conversations: createSqliteConversationRepository(db),
+    startTasks: createSqliteStartTaskRepository(db),
+    ping: () =>
+      attempt(() => {
+        ping.get();
+      }),
+    close: () =>
+      attempt(() => {
+        if (!db.open) return;
+        try {
+          // Keeps planner statistics fresh for long-lived files; cheap when nothing changed.
+          db.pragma("optimize");
+        } finally {
+          db.close();
+        }
+      }),
+  };
+  databases.set(storage, db);
+  return storage;
+}
+
+/**
+ * The better-sqlite3 connection behind a storage made by {@link createSqliteStorage}, for tests and maintenance
+ * tools only (query plans, bulk loads inside `db.transaction`: every repository call of this adapter runs its
+ * SQL synchronously when called, so calls made inside a transaction function belong to that transaction).
+ *
+ * @throws TypeError when the storage was not made by {@link createSqliteStorage}.
+ */
+export function sqliteDatabaseOf(storage: Storage): Database.Database {
+  const db = databases.get(storage);
+  if (db === undefined) throw new TypeError("not a storage made by createSqliteStorage");
+  return db;
+}
