@@ -96,7 +96,6 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await http.register(fastifyConnectPlugin, {
     interceptors: [createAuthInterceptor(authenticate, admit)],
     readMaxBytes: BODY_LIMIT,
-    shutdownTimeoutMs: 5_000,
     routes: (router) => {
       for (const b of bindings) router.service(b.desc, b.impl as never);
     },

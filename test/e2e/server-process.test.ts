@@ -1,0 +1,147 @@
+import { type ChildProcess, spawn, spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { SettingsService } from "../../src/gen/workspace/v1/settings_pb.js";
+import { grpcClient } from "../helpers/rpc-clients.ts";
+
+const root = join(import.meta.dirname, "..", "..");
+const cli = join(root, "src", "cli", "main.ts");
+const dir = mkdtempSync(join(tmpdir(), "aws-e2e-"));
+const children: ChildProcess[] = [];
+
+afterAll(() => {
+  for (const c of children) c.kill("SIGKILL");
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const baseEnv = (extra: Record<string, string> = {}) => ({
+  PATH: process.env.PATH ?? "",
+  HOME: process.env.HOME ?? "/tmp",
+  DATA_DIR: dir,
+  PORT: "0",
+  GRPC_PORT: "0",
+  GIT_PROVIDER_VERIFY: "false",
+  ...extra,
+});
+
+interface Running {
+  proc: ChildProcess;
+  url: string;
+  grpc: string;
+  stdout: () => string;
+  stop(): Promise<{ code: number | null; out: string }>;
+}
+
+async function startServer(extra: Record<string, string> = {}): Promise<Running> {
+  const proc = spawn(process.execPath, [cli, "serve"], { env: baseEnv(extra), stdio: ["ignore", "pipe", "pipe"] });
+  children.push(proc);
+  let out = "";
+  proc.stdout?.on("data", (d: Buffer) => {
+    out += d.toString();
+  });
+  proc.stderr?.on("data", (d: Buffer) => {
+    out += d.toString();
+  });
+  const deadline = Date.now() + 15_000;
+  let listening: { http: string; grpc: string } | undefined;
+  while (listening === undefined) {
+    if (Date.now() > deadline || proc.exitCode !== null) throw new Error(`server did not start:\n${out}`);
+    const line = out.split("\n").find((l) => l.includes('"agent workspace service listening"'));
+    if (line) listening = JSON.parse(line) as { http: string; grpc: string };
+    else await new Promise((r) => setTimeout(r, 25));
+  }
+  return {
+    proc,
+    url: listening.http,
+    grpc: listening.grpc,
+    stdout: () => out,
+    stop: () =>
+      new Promise((resolve) => {
+        proc.once("exit", (code) => resolve({ code, out }));
+        proc.kill("SIGTERM");
+      }),
+  };
+}
+
+function runCli(args: string[], extra: Record<string, string> = {}) {
+  const r = spawnSync(process.execPath, [cli, ...args], { env: baseEnv(extra), encoding: "utf8" });
+  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+const get = (url: string, key: string) => fetch(`${url}/api/settings`, { headers: { "x-session-api-key": key } });
+
+describe("the server as users run it", () => {
+  let firstKey = "";
+
+  it("first start: creates the key file (0600), prints a generated key once, serves REST and gRPC; SIGTERM stops cleanly", async () => {
+    const s = await startServer();
+    const m = /X-Session-API-Key: (\S+)/.exec(s.stdout());
+    expect(m).not.toBeNull();
+    firstKey = m?.[1] ?? "";
+    expect(statSync(join(dir, "secret.key")).mode & 0o777).toBe(0o600);
+    expect((await get(s.url, firstKey)).status).toBe(404);
+    const post = await fetch(`${s.url}/api/settings`, {
+      method: "POST",
+      headers: { "x-session-api-key": firstKey, "content-type": "application/json" },
+      body: JSON.stringify({ agent: "persisted", llm_api_key: "sk-1" }),
+    });
+    expect(post.status).toBe(200);
+    const g = grpcClient(SettingsService, s.grpc);
+    const viaGrpc = await g.unary<{ settings?: { agent?: string } }>("GetSettings", {}, firstKey);
+    expect(viaGrpc.settings?.agent).toBe("persisted");
+    g.close();
+    const { code, out } = await s.stop();
+    expect(code).toBe(0);
+    expect(out).toContain("shutting down");
+    expect(out).not.toContain("sk-1");
+  });
+
+  it("restart: no new key printed, the old key and the data survive", async () => {
+    const s = await startServer();
+    expect(s.stdout()).not.toContain("X-Session-API-Key:");
+    const r = await get(s.url, firstKey);
+    expect(r.status).toBe(200);
+    expect(((await r.json()) as { agent: string; llm_api_key_set: boolean }).agent).toBe("persisted");
+    expect((await s.stop()).code).toBe(0);
+  });
+
+  it("CLI: keys create prints the key alone on the last line; list never shows keys; revoke locks it out", async () => {
+    const created = runCli(["keys", "create", "--user", "alice", "--label", "laptop"]);
+    expect(created.code).toBe(0);
+    const aliceKey = created.stdout.trim().split("\n").at(-1) ?? "";
+    expect(aliceKey).toMatch(/^ws_[A-Za-z0-9]{43}$/);
+    const listed = runCli(["keys", "list", "--user", "alice", "--json"]);
+    expect(listed.code).toBe(0);
+    const rows = JSON.parse(listed.stdout) as { id: string; userId: string; label: string }[];
+    expect(rows).toHaveLength(1);
+    expect(rows[0]).toMatchObject({ userId: "alice", label: "laptop" });
+    expect(listed.stdout).not.toContain(aliceKey);
+    const table = runCli(["keys", "list"]);
+    expect(table.stdout).toContain("alice");
+
+    const s = await startServer({ SESSION_API_KEY: "env-key-for-default" });
+    expect((await get(s.url, aliceKey)).status).toBe(404); // alice has no settings: isolation from default
+    expect((await get(s.url, "env-key-for-default")).status).toBe(200); // SESSION_API_KEY is user default's
+    await s.stop();
+
+    expect(runCli(["keys", "revoke", rows[0]?.id ?? ""]).code).toBe(0);
+    expect(runCli(["keys", "revoke", rows[0]?.id ?? ""]).code).toBe(1);
+    const s2 = await startServer();
+    expect((await get(s2.url, aliceKey)).status).toBe(401);
+    await s2.stop();
+  });
+
+  it("CLI usage errors exit 2 with help; bad configuration exits 1 with a clear message", () => {
+    const help = runCli(["--help"]);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toContain("keys create --user NAME");
+    expect(help.stdout).toContain("MONGODB_URI");
+    expect(runCli(["keys", "create"]).code).toBe(2);
+    expect(runCli(["bogus"]).code).toBe(2);
+    const bad = runCli(["serve"], { PORT: "not-a-port" });
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toContain("PORT must be a port number");
+  });
+});
