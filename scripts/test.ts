@@ -41,10 +41,14 @@ try {
     numFailedTests: number;
     numPendingTests: number;
     numTodoTests: number;
-    numFailedTestSuites: number;
+    testResults: { status: string; assertionResults: { status: string }[] }[];
   };
   passed = report.numPassedTests;
-  failed += report.numFailedTests + report.numFailedTestSuites;
+  // A file that failed without a failing test (an import or hook error) counts as one failure.
+  const brokenFiles = report.testResults.filter(
+    (f) => f.status === "failed" && !f.assertionResults.some((a) => a.status === "failed"),
+  ).length;
+  failed += report.numFailedTests + brokenFiles;
   skipped = report.numPendingTests + report.numTodoTests;
 } catch {
   console.error("vitest produced no report");

@@ -12,11 +12,18 @@ const pageQuery = object(
 );
 
 export function bindPage(query: RestInput["query"]): { pageId?: string; limit?: number } {
-  const q = validate(pageQuery, { page_id: single(query.page_id), limit: single(query.limit) }, ["query"]);
+  const q = validate(pageQuery, present({ page_id: single(query.page_id), limit: single(query.limit) }), [
+    "query",
+  ]);
   return {
     ...(q.page_id === undefined ? {} : { pageId: q.page_id }),
     ...(q.limit === undefined ? {} : { limit: q.limit }),
   };
+}
+
+/** The entries whose value is not undefined (absent query parameters must stay absent for the model). */
+export function present<T extends Record<string, unknown>>(o: T): Partial<T> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
 }
 
 /** A query parameter that may be repeated: always a list. */
@@ -129,7 +136,7 @@ export const v1SandboxRoutes: RestRoute[] = [
     bind: ({ query }) => {
       const q = validate(
         object({ sandbox_spec_id: { schema: str() } }, { extra: "ignore" }),
-        { sandbox_spec_id: single(query.sandbox_spec_id) },
+        present({ sandbox_spec_id: single(query.sandbox_spec_id) }),
         ["query"],
       );
       return q.sandbox_spec_id === undefined ? {} : { sandboxSpecId: q.sandbox_spec_id };

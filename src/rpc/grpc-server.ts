@@ -1,4 +1,12 @@
-import { create, type DescMessage, type DescMethod, type DescService, fromBinary, toBinary } from "@bufbuild/protobuf";
+import {
+  create,
+  type DescMessage,
+  type DescMethod,
+  type DescService,
+  fromBinary,
+  isMessage,
+  toBinary,
+} from "@bufbuild/protobuf";
 import { Code, ConnectError, createContextValues, createHandlerContext } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import { callerKey } from "../core/context.ts";
@@ -15,10 +23,11 @@ export interface GrpcServerOptions {
   onError?: (err: unknown, method: string) => void;
 }
 
+/** Accepts a message or its init shape (plain object), as grpc-js clients pass either. */
 const serializer =
   (schema: DescMessage) =>
   (message: never): Buffer =>
-    Buffer.from(toBinary(schema, message));
+    Buffer.from(toBinary(schema, isMessage(message, schema) ? message : create(schema, message)));
 const deserializer =
   (schema: DescMessage) =>
   (bytes: Buffer): unknown =>

@@ -5,17 +5,23 @@ import type { Caller } from "../core/context.ts";
 import { PageTokens } from "../core/page-token.ts";
 import { RateLimiter } from "../core/rate-limiter.ts";
 import { SecretBox } from "../core/secret-box.ts";
+import { SandboxService as SandboxServiceDesc } from "../gen/workspace/v1/sandbox_pb.js";
+import { SandboxSpecService as SandboxSpecServiceDesc } from "../gen/workspace/v1/sandbox_spec_pb.js";
 import { SecretsService as SecretsServiceDesc } from "../gen/workspace/v1/secrets_pb.js";
 import { SettingsService as SettingsServiceDesc } from "../gen/workspace/v1/settings_pb.js";
 import type { GitProviderVerifier } from "../ports/git-provider-verifier.ts";
+import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
 import type { Storage } from "../ports/storage.ts";
 import { legacyRoutes } from "../rest/legacy-routes.ts";
 import { NO_CACHE, restGateway } from "../rest/rest-gateway.ts";
 import type { RestRoute } from "../rest/rest-route.ts";
+import { v1SandboxRoutes } from "../rest/v1-sandbox-routes.ts";
 import { createAuthInterceptor } from "../rpc/auth-interceptor.ts";
 import { createGrpcServer } from "../rpc/grpc-server.ts";
 import { bind, type ServiceBinding } from "../rpc/service-registry.ts";
 import { ApiKeyService } from "../services/keys/api-key-service.ts";
+import { SandboxService } from "../services/sandboxes/sandbox-service.ts";
+import { type SandboxSpec, SandboxSpecService } from "../services/sandboxes/sandbox-spec-service.ts";
 import { SecretsService } from "../services/secrets/secrets-service.ts";
 import { SettingsService } from "../services/settings/settings-service.ts";
 import { UserDataStore } from "../services/user-data-store.ts";
@@ -29,13 +35,21 @@ export interface AppDeps {
   /** null disables git token verification. */
   verifier: GitProviderVerifier | null;
   rateLimit?: { perSecond: number; burst: number };
+  runtime: SandboxRuntime;
+  specs: readonly SandboxSpec[];
+  maxRunningSandboxes?: number;
   logger?: FastifyServerOptions["logger"];
 }
 
 export interface App {
   http: FastifyInstance;
   /** The service objects (for composition and tests). */
-  services: { settings: SettingsService; secrets: SecretsService };
+  services: {
+    settings: SettingsService;
+    secrets: SecretsService;
+    sandboxes: SandboxService;
+    specs: SandboxSpecService;
+  };
   grpc: grpc.Server;
   keys: ApiKeyService;
   bindings: readonly ServiceBinding[];
@@ -50,15 +64,28 @@ export interface App {
 export async function buildApp(deps: AppDeps): Promise<App> {
   const box = new SecretBox(deps.encryptionKey);
   const pageTokens = new PageTokens(box.derive("page-tokens"));
-  void pageTokens;
   const keys = new ApiKeyService(deps.storage.apiKeys);
   const limiter = new RateLimiter(deps.rateLimit?.perSecond ?? 200, deps.rateLimit?.burst ?? 400);
   const store = new UserDataStore(deps.storage.userData);
 
   const settings = new SettingsService({ store, box, verifier: deps.verifier });
   const secrets = new SecretsService({ store, box });
-  const bindings: ServiceBinding[] = [bind(SettingsServiceDesc, settings), bind(SecretsServiceDesc, secrets)];
-  const routes: RestRoute[] = [...legacyRoutes];
+  const specs = new SandboxSpecService(deps.specs, pageTokens);
+  const sandboxes = new SandboxService({
+    repo: deps.storage.sandboxes,
+    runtime: deps.runtime,
+    specs,
+    box,
+    tokens: pageTokens,
+    maxRunning: deps.maxRunningSandboxes ?? 5,
+  });
+  const bindings: ServiceBinding[] = [
+    bind(SettingsServiceDesc, settings),
+    bind(SecretsServiceDesc, secrets),
+    bind(SandboxSpecServiceDesc, specs),
+    bind(SandboxServiceDesc, sandboxes),
+  ];
+  const routes: RestRoute[] = [...legacyRoutes, ...v1SandboxRoutes];
 
   const authenticate = (key: string | undefined) => keys.authenticate(key);
   const admit = (caller: Caller) => limiter.admit(caller.keyId);
@@ -90,6 +117,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     version: VERSION,
     uptime: (Date.now() - started) / 1000,
     storage: deps.storage.kind,
+    runtime: deps.runtime.kind,
   }));
 
   await http.register(restGateway({ routes, bindings, authenticate, admit }));
@@ -113,7 +141,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     http,
     grpc: grpcServer,
     keys,
-    services: { settings, secrets },
+    services: { settings, secrets, sandboxes, specs },
     bindings,
     routes,
     async listen(host, port, grpcPort) {
@@ -145,6 +173,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
           });
         }),
       ]);
+      await deps.runtime.close();
       await deps.storage.close();
     },
   };

@@ -1,9 +1,15 @@
+import { join } from "node:path";
+import Docker from "dockerode";
 import type { FastifyServerOptions } from "fastify";
 import { HttpGitProviderVerifier } from "../integrations/http-git-provider-verifier.ts";
+import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
+import { createDockerRuntime } from "../sandbox/docker/docker-runtime.ts";
+import { createProcessRuntime } from "../sandbox/process/process-runtime.ts";
 import { buildApp } from "./app.ts";
 import type { Config } from "./config.ts";
 import { loadOrCreateKeyFile } from "./key-file.ts";
 import { openStorage } from "./open-storage.ts";
+import { defaultSpecs, loadSpecsFile } from "./sandbox-specs.ts";
 
 /** Runs the server until SIGTERM/SIGINT, then stops gracefully. */
 export async function serve(config: Readonly<Config>): Promise<void> {
@@ -14,7 +20,27 @@ export async function serve(config: Readonly<Config>): Promise<void> {
       censor: "[redacted]",
     },
   };
+  const now = new Date();
+  const specs = config.sandboxSpecsFile
+    ? loadSpecsFile(config.sandboxSpecsFile, now)
+    : defaultSpecs(config.runtime, now);
   const storage = await openStorage(config.storage);
+  let runtimeLog: (msg: string, data?: object) => void = () => {};
+  const runtime: SandboxRuntime =
+    config.runtime.kind === "docker"
+      ? createDockerRuntime({
+          docker: new Docker(
+            config.runtime.socketPath ? { socketPath: config.runtime.socketPath } : undefined,
+          ),
+          network: config.runtime.network,
+          ...(config.runtime.memoryBytes ? { memoryBytes: config.runtime.memoryBytes } : {}),
+          ...(config.runtime.nanoCpus ? { nanoCpus: config.runtime.nanoCpus } : {}),
+          log: (msg, data) => runtimeLog(msg, data),
+        })
+      : createProcessRuntime({
+          workspaceRoot: join(config.dataDir, "sandboxes"),
+          log: (msg, data) => runtimeLog(msg, data),
+        });
   let key = config.encryptionKey;
   let keyCreated = false;
   if (key === undefined) {
@@ -30,8 +56,14 @@ export async function serve(config: Readonly<Config>): Promise<void> {
       : null,
     rateLimit: { perSecond: config.rateLimitPerSecond, burst: config.rateLimitBurst },
     logger,
+    runtime,
+    specs,
+    maxRunningSandboxes: config.maxRunningSandboxes,
   });
   const log = app.http.log;
+  runtimeLog = (msg, data) => log.info({ runtime: runtime.kind, ...data }, msg);
+  const counts = await app.services.sandboxes.reconcileAll();
+  log.info({ sandboxes: counts }, "reconciled recorded sandboxes with the runtime");
   if (keyCreated) log.info({ file: config.encryptionKeyFile }, "created encryption key file (mode 0600)");
   const issued = await app.keys.bootstrap(config.sessionApiKey);
   const ports = await app.listen(config.host, config.port, config.grpcPort);

@@ -35,7 +35,10 @@ interface Running {
 }
 
 async function startServer(extra: Record<string, string> = {}): Promise<Running> {
-  const proc = spawn(process.execPath, [cli, "serve"], { env: baseEnv(extra), stdio: ["ignore", "pipe", "pipe"] });
+  const proc = spawn(process.execPath, [cli, "serve"], {
+    env: baseEnv(extra),
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   children.push(proc);
   let out = "";
   proc.stdout?.on("data", (d: Buffer) => {
@@ -70,7 +73,8 @@ function runCli(args: string[], extra: Record<string, string> = {}) {
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
-const get = (url: string, key: string) => fetch(`${url}/api/settings`, { headers: { "x-session-api-key": key } });
+const get = (url: string, key: string) =>
+  fetch(`${url}/api/settings`, { headers: { "x-session-api-key": key } });
 
 describe("the server as users run it", () => {
   let firstKey = "";

@@ -3,8 +3,12 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { GitProviderVerifier } from "../../src/ports/git-provider-verifier.ts";
+import type { SandboxRuntime } from "../../src/ports/sandbox-runtime.ts";
 import type { Storage } from "../../src/ports/storage.ts";
+import { createProcessRuntime, type ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { type App, buildApp } from "../../src/server/app.ts";
+import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
+import type { SandboxSpec } from "../../src/services/sandboxes/sandbox-spec-service.ts";
 import { createSqliteStorage } from "../../src/storage/sqlite/sqlite-storage.ts";
 
 export interface TestApp {
@@ -13,6 +17,8 @@ export interface TestApp {
   url: string;
   grpcAddress: string;
   storage: Storage;
+  /** The runtime (a process runtime under dir unless one was given). */
+  runtime: SandboxRuntime;
   dir: string;
   encryptionKey: Buffer;
   /** Issues a key for a user (created on first use). */
@@ -26,6 +32,11 @@ export interface TestAppOptions {
   /** Reuse a data dir (restart tests); the caller removes it. */
   dir?: string;
   encryptionKey?: Buffer;
+  runtime?: SandboxRuntime;
+  specs?: SandboxSpec[];
+  maxRunningSandboxes?: number;
+  /** Keep sandboxes running when closing (restart tests). */
+  keepSandboxes?: boolean;
 }
 
 /** A real server on free loopback ports over a SQLite file in a temporary folder. */
@@ -33,8 +44,12 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
   const dir = options.dir ?? mkdtempSync(join(tmpdir(), "aws-test-"));
   const storage = createSqliteStorage({ path: join(dir, "workspace.sqlite") });
   const encryptionKey = options.encryptionKey ?? randomBytes(32);
+  const runtime = options.runtime ?? createProcessRuntime({ workspaceRoot: join(dir, "sandboxes") });
   const app = await buildApp({
     storage,
+    runtime,
+    specs: options.specs ?? defaultSpecs({ kind: "process" }, new Date()),
+    ...(options.maxRunningSandboxes ? { maxRunningSandboxes: options.maxRunningSandboxes } : {}),
     encryptionKey,
     verifier: options.verifier ?? null,
     rateLimit: options.rateLimit ?? { perSecond: 0, burst: 1 },
@@ -46,6 +61,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     url: `http://127.0.0.1:${ports.port}`,
     grpcAddress: `127.0.0.1:${ports.grpcPort}`,
     storage,
+    runtime,
     dir,
     encryptionKey,
     async keyFor(user) {
@@ -57,6 +73,8 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
       return k;
     },
     async close() {
+      if (options.runtime === undefined && options.keepSandboxes !== true)
+        await (runtime as ProcessRuntime).killAll();
       await app.close();
       if (options.dir === undefined) rmSync(dir, { recursive: true, force: true });
     },

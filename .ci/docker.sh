@@ -1,0 +1,139 @@
+# shellcheck shell=bash
+# Docker engine and test image for the Docker runtime tests. Sourced by .ci/run, which calls `docker_up` (non-zero
+# when Docker cannot be set up: the Docker tests then skip and say so) and `docker_down` on exit.
+#
+# - The engine is a private dockerd with its own data root, exec root and socket under a temp dir, no default bridge
+#   and no iptables rules (sandbox containers use `--network host` or `none`; nothing talks to bridge addresses).
+# - Images cannot be pulled here, so the test image is made offline with `docker import` of a rootfs assembled from
+#   this host: the running Node binary (the agent needs Node >= 22.18 for type stripping), bash/dash and a few
+#   coreutils, each with the shared libraries `ldd` lists and the dynamic loader, plus a copy of src/sandbox-agent.
+#   Copying the agent into the image (rather than bind-mounting the checkout) keeps the image self-contained, so the
+#   runtime needs no host paths; the image is rebuilt on every CI run, so it cannot go stale there. The image has no
+#   ENTRYPOINT and CMD = the built-in agent, so a spec with an empty command runs the agent, and any other command
+#   (e.g. `sh -c 'exit 1'`) replaces it. Import takes about a second (the Node binary is most of the ~120 MB).
+# - Exports DOCKER_HOST=unix://<sock> and WORKSPACE_TEST_DOCKER_IMAGE=<image>.
+#
+# Every step checks its own result: functions called as `docker_up || ...` run with `set -e` suspended.
+
+DOCKER_TEST_IMAGE_NAME="${DOCKER_TEST_IMAGE_NAME:-workspace-test/sandbox-agent:local}"
+_docker_dir=""
+_docker_pid=""
+
+_docker_log() { printf '[docker] %s\n' "$*"; }
+
+# Copies an executable and every shared library it needs (as ldd reports them) into the rootfs at the same paths.
+_docker_copy_with_libs() {
+  local rootfs=$1 bin=$2 dest=${3:-$2} lib
+  mkdir -p "$rootfs$(dirname "$dest")" || return 1
+  cp -L "$bin" "$rootfs$dest" || return 1
+  # ldd lines: "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or "/lib64/ld-linux-x86-64.so.2 (0x...)".
+  for lib in $(ldd "$bin" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'); do
+    [ -e "$rootfs$lib" ] && continue
+    mkdir -p "$rootfs$(dirname "$lib")" && cp -L "$lib" "$rootfs$lib" || return 1
+  done
+}
+
+# Builds the test image from host binaries (see the header). $1 = project root.
+_docker_build_image() {
+  local root=$1 rootfs="$_docker_dir/rootfs" node bin f
+  node=$(command -v node) || return 1
+  rm -rf "$rootfs" && mkdir -p "$rootfs"/{bin,usr/bin,usr/local/bin,etc,tmp,root,workspace,opt/sandbox-agent} || return 1
+  chmod 1777 "$rootfs/tmp"
+  _docker_copy_with_libs "$rootfs" "$node" /usr/local/bin/node || return 1
+  if command -v bash >/dev/null; then _docker_copy_with_libs "$rootfs" "$(command -v bash)" /bin/bash || return 1; fi
+  _docker_copy_with_libs "$rootfs" "$(readlink -f /bin/sh)" /bin/sh || return 1
+  for bin in sleep cat ls head tail echo env pwd mkdir rm touch true false yes wc id sort seq; do
+    f=$(command -v "$bin" 2>/dev/null) || continue
+    case $f in /*) _docker_copy_with_libs "$rootfs" "$f" "/usr/bin/$bin" || return 1 ;; esac
+  done
+  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n' >"$rootfs/etc/passwd"
+  printf 'root:x:0:\nnogroup:x:65534:\n' >"$rootfs/etc/group"
+  for f in "$root"/src/sandbox-agent/*.ts; do
+    case $f in *.test.ts) ;; *) cp "$f" "$rootfs/opt/sandbox-agent/" || return 1 ;; esac
+  done
+  printf '{"type":"module"}\n' >"$rootfs/opt/sandbox-agent/package.json"
+  tar -C "$rootfs" -c . | docker import \
+    --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin' \
+    --change 'WORKDIR /workspace' \
+    --change 'CMD ["/usr/local/bin/node", "/opt/sandbox-agent/main.ts"]' \
+    - "$DOCKER_TEST_IMAGE_NAME" >/dev/null || return 1
+  rm -rf "$rootfs"
+}
+
+# Starts a private dockerd and builds the test image. Returns non-zero (and cleans up) when anything fails.
+docker_up() {
+  local root started i
+  root=$(pwd)
+  started=$(date +%s%N)
+  if ! command -v dockerd >/dev/null 2>&1; then
+    if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+      _docker_log "no dockerd and no way to install it"
+      return 1
+    fi
+    _docker_log "installing docker.io"
+    if ! { timeout 300 apt-get update -qq &&
+      DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq --no-install-recommends docker.io; } \
+      >/tmp/docker-apt.log 2>&1; then
+      _docker_log "apt-get install docker.io failed (see /tmp/docker-apt.log)"
+      return 1
+    fi
+  fi
+  # A short path: the engine puts unix sockets under the exec root, and socket paths are limited to 108 bytes.
+  _docker_dir=$(mktemp -d /tmp/ohd.XXXXXX) || return 1
+  mkdir -p "$_docker_dir/data" "$_docker_dir/exec" || return 1
+  local sock="$_docker_dir/docker.sock"
+  dockerd --data-root "$_docker_dir/data" --exec-root "$_docker_dir/exec" -H "unix://$sock" \
+    --pidfile "$_docker_dir/docker.pid" --bridge=none --iptables=false --ip6tables=false \
+    >"$_docker_dir/dockerd.log" 2>&1 </dev/null &
+  _docker_pid=$!
+  for i in $(seq 1 150); do
+    if DOCKER_HOST="unix://$sock" timeout 5 docker info >/dev/null 2>&1; then break; fi
+    if ! kill -0 "$_docker_pid" 2>/dev/null; then
+      _docker_log "dockerd exited; last log lines:"
+      tail -n 20 "$_docker_dir/dockerd.log" || true
+      docker_down
+      return 1
+    fi
+    sleep 0.1
+  done
+  if ! DOCKER_HOST="unix://$sock" timeout 5 docker info >/dev/null 2>&1; then
+    _docker_log "dockerd did not answer within 15 s"
+    docker_down
+    return 1
+  fi
+  export DOCKER_HOST="unix://$sock"
+  _docker_log "dockerd ready on $DOCKER_HOST ($(( ($(date +%s%N) - started) / 1000000 )) ms)"
+  started=$(date +%s%N)
+  if ! _docker_build_image "$root"; then
+    _docker_log "building the test image failed"
+    docker_down
+    return 1
+  fi
+  export WORKSPACE_TEST_DOCKER_IMAGE="$DOCKER_TEST_IMAGE_NAME"
+  _docker_log "test image $WORKSPACE_TEST_DOCKER_IMAGE built ($(( ($(date +%s%N) - started) / 1000000 )) ms)"
+}
+
+# Stops the private dockerd by PID and removes its folders. Never fails (it runs from an EXIT trap under set -e).
+docker_down() {
+  local i m
+  if [ -n "$_docker_pid" ] && kill -0 "$_docker_pid" 2>/dev/null; then
+    kill -TERM "$_docker_pid" 2>/dev/null || true
+    for i in $(seq 1 150); do
+      kill -0 "$_docker_pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL "$_docker_pid" 2>/dev/null || true
+    wait "$_docker_pid" 2>/dev/null || true
+  fi
+  _docker_pid=""
+  if [ -n "$_docker_dir" ] && [ -d "$_docker_dir" ]; then
+    # The engine leaves <exec-root>/netns/default (and, if killed, container mounts) mounted: unmount deepest first.
+    for m in $(awk -v d="$_docker_dir" 'index($2, d) == 1 { print $2 }' /proc/mounts 2>/dev/null | sort -r); do
+      umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+    done
+    rm -rf "$_docker_dir" 2>/dev/null || true
+  fi
+  _docker_dir=""
+  unset WORKSPACE_TEST_DOCKER_IMAGE
+  return 0
+}

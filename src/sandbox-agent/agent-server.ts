@@ -1,0 +1,465 @@
+/**
+ * The small agent server that the default sandbox specs run inside a sandbox (a child process or a container).
+ *
+ * Plain `node:http` (no framework) so that it starts in a few tens of milliseconds. It must stay self-contained:
+ * it imports only Node built-ins, because the Docker test image copies this folder on its own.
+ */
+import type { ChildProcess } from "node:child_process";
+import { existsSync, statSync } from "node:fs";
+import type { IncomingMessage, Server, ServerResponse } from "node:http";
+import { constants } from "node:os";
+import { delimiter, isAbsolute, join, relative, resolve } from "node:path";
+import { killTree } from "./proc-tree.ts";
+
+/** Options of {@link createAgentServer}. */
+export interface AgentServerOptions {
+  /** Every route except `/alive` and `/health` requires this value in `X-Session-API-Key`. */
+  sessionApiKey: string;
+  /** Commands run here by default; `cwd` of a command must lie inside it. */
+  workspaceDir: string;
+  /** Environment of executed commands (default: inherited from the agent process). */
+  commandEnv?: Record<string, string>;
+  /** Shell used as `<shell> -c <command>` (default: `bash` from PATH, else `/bin/sh`). */
+  shell?: string;
+  /** Request body limit in bytes (default 1 MiB); larger bodies get 413. */
+  maxBodyBytes?: number;
+  /** Output kept per stream of a command in bytes (default 1 MiB); the rest is dropped with a marker. */
+  maxOutputBytes?: number;
+}
+
+/** One problem in a request, in FastAPI/pydantic's shape (`{"detail": [violation, ...]}` with status 422). */
+export interface AgentViolation {
+  type: string;
+  loc: (string | number)[];
+  msg: string;
+  input: unknown;
+  ctx?: Record<string, unknown>;
+}
+
+/** Result of `POST /api/bash/execute_bash_command`. */
+export interface CommandResult {
+  /** The command's exit code; 128 + signal number when killed by a signal; -1 when it timed out. */
+  exit_code: number;
+  stdout: string;
+  stderr: string;
+}
+
+// The agent's start is on every sandbox's critical path. A static `import { .. } from "node:http"` (likewise crypto
+// and child_process) makes the ESM loader read every export, which runs lazy getters such as http.WebSocket (loads
+// undici) and crypto.webcrypto: about 40 ms of a 70 ms start here. getBuiltinModule hands over the module object
+// without touching them.
+const { spawn } = process.getBuiltinModule("node:child_process");
+const { createHash, randomUUID, timingSafeEqual } = process.getBuiltinModule("node:crypto");
+const { createServer } = process.getBuiltinModule("node:http");
+
+const MIB = 1024 * 1024;
+const DEFAULT_TIMEOUT_SECONDS = 60;
+const MAX_TIMEOUT_SECONDS = 600;
+/** After the shell exits, how long to wait for its output pipes to close (a background job may hold them open). */
+const PIPE_DRAIN_MS = 200;
+const REDACTED = "**********";
+const SECRET_KEY = /api_?key|token|secret|password/i;
+const UUID = /^[0-9a-f]{32}$|^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+type Json = Record<string, unknown>;
+
+/** A response the router decided on. */
+interface Reply {
+  status: number;
+  body: unknown;
+  headers?: Record<string, string>;
+}
+
+class RequestError extends Error {
+  readonly reply: Reply;
+  constructor(reply: Reply) {
+    super(`request error ${reply.status}`);
+    this.reply = reply;
+  }
+}
+
+const detail = (status: number, message: string): Reply => ({ status, body: { detail: message } });
+const unprocessable = (violations: AgentViolation[]): RequestError =>
+  new RequestError({ status: 422, body: { detail: violations } });
+
+/**
+ * Creates (does not start) the agent server. Routes:
+ * - `GET /alive` → `{"status":"ok"}`; `GET /health` → `"OK"` (no key needed);
+ * - `POST /api/conversations`, `GET /api/conversations?ids=..`, `GET /api/conversations/{id}`: in-memory
+ *   conversation records, always `execution_status: "idle"`;
+ * - `POST /api/bash/execute_bash_command` `{command, cwd?, timeout?}` → {@link CommandResult}.
+ *
+ * Errors: 401 `{"detail":"Unauthorized"}` without the right key, 422 `{"detail":[...]}` for bad JSON or fields,
+ * 413 for bodies over the limit, 404/405 for unknown routes, 500 `{"detail":"Internal Server Error"}` otherwise.
+ * Commands run in the agent's own process group; closing the server kills the commands still running, with every
+ * process below them.
+ */
+export function createAgentServer(options: AgentServerOptions): Server {
+  const expectedKey = digest(options.sessionApiKey);
+  const workspaceDir = resolve(options.workspaceDir);
+  const maxBodyBytes = options.maxBodyBytes ?? MIB;
+  const maxOutputBytes = options.maxOutputBytes ?? MIB;
+  const shell = options.shell ?? findShell(options.commandEnv?.PATH);
+  const conversations = new Map<string, Json>();
+  const running = new Set<ChildProcess>();
+
+  const authorized = (header: string | string[] | undefined): boolean =>
+    typeof header === "string" && timingSafeEqual(digest(header), expectedKey);
+
+  async function route(req: IncomingMessage): Promise<Reply> {
+    const url = new URL(req.url ?? "/", "http://agent");
+    const path = url.pathname.length > 1 ? url.pathname.replace(/\/+$/, "") : url.pathname;
+    const method = req.method ?? "GET";
+    if (path === "/alive" || path === "/health") {
+      if (method !== "GET" && method !== "HEAD") return detail(405, "Method Not Allowed");
+      return { status: 200, body: path === "/alive" ? { status: "ok" } : "OK" };
+    }
+    if (!authorized(req.headers["x-session-api-key"])) return detail(401, "Unauthorized");
+
+    if (path === "/api/conversations") {
+      if (method === "POST") return { status: 200, body: createConversation(await readJsonObject(req)) };
+      if (method === "GET") return { status: 200, body: getConversations(url.searchParams.getAll("ids")) };
+      return detail(405, "Method Not Allowed");
+    }
+    if (path.startsWith("/api/conversations/") && path.indexOf("/", "/api/conversations/".length) < 0) {
+      if (method !== "GET") return detail(405, "Method Not Allowed");
+      const id = normaliseId(path.slice("/api/conversations/".length));
+      const found = id === null ? undefined : conversations.get(id);
+      return found ? { status: 200, body: found } : detail(404, "Not Found");
+    }
+    if (path === "/api/bash/execute_bash_command") {
+      if (method !== "POST") return detail(405, "Method Not Allowed");
+      const request = parseCommandRequest(await readJsonObject(req), workspaceDir);
+      return { status: 200, body: await runCommand(request) };
+    }
+    return detail(404, "Not Found");
+  }
+
+  async function readJsonObject(req: IncomingMessage): Promise<Json> {
+    const declared = Number(req.headers["content-length"] ?? 0);
+    if (declared > maxBodyBytes) throw tooLarge(maxBodyBytes);
+    const raw = await readBody(req, maxBodyBytes);
+    if (raw === null) throw tooLarge(maxBodyBytes);
+    if (raw.length === 0)
+      throw unprocessable([{ type: "missing", loc: ["body"], msg: "Field required", input: null }]);
+    let body: unknown;
+    try {
+      body = JSON.parse(raw.toString("utf8"));
+    } catch (e: unknown) {
+      const error = e instanceof Error ? e.message : String(e);
+      throw unprocessable([
+        { type: "json_invalid", loc: ["body", 0], msg: "JSON decode error", input: {}, ctx: { error } },
+      ]);
+    }
+    if (typeof body !== "object" || body === null || Array.isArray(body)) {
+      throw unprocessable([
+        {
+          type: "model_attributes_type",
+          loc: ["body"],
+          msg: "Input should be a valid dictionary or object to extract fields from",
+          input: body,
+        },
+      ]);
+    }
+    return body as Json;
+  }
+
+  function createConversation(body: Json): Json {
+    let id: string;
+    const requested = body.conversation_id;
+    if (requested === undefined || requested === null) {
+      id = randomUUID().replaceAll("-", "");
+    } else {
+      const parsed = typeof requested === "string" ? normaliseId(requested) : null;
+      if (parsed === null) {
+        throw unprocessable([
+          {
+            type: "uuid_parsing",
+            loc: ["body", "conversation_id"],
+            msg: "Input should be a valid UUID",
+            input: requested,
+          },
+        ]);
+      }
+      id = parsed;
+    }
+    const existing = conversations.get(id);
+    if (existing) return existing;
+    const record: Json = {};
+    for (const [key, value] of Object.entries(body)) {
+      if (key === "conversation_id") continue;
+      // Secrets stay out of memory: only their names are kept.
+      if (key === "secrets")
+        record.secret_names = value && typeof value === "object" ? Object.keys(value) : [];
+      else record[key] = redact(value);
+    }
+    const now = new Date().toISOString();
+    Object.assign(record, { id, execution_status: "idle", workspace: { working_dir: workspaceDir } });
+    record.created_at = now;
+    record.updated_at = now;
+    conversations.set(id, record);
+    return record;
+  }
+
+  function getConversations(ids: string[]): (Json | null)[] {
+    if (ids.length === 0)
+      throw unprocessable([{ type: "missing", loc: ["query", "ids"], msg: "Field required", input: null }]);
+    return ids.map((raw) => {
+      const id = normaliseId(raw);
+      return (id !== null && conversations.get(id)) || null;
+    });
+  }
+
+  function runCommand(request: CommandRequest): Promise<CommandResult> {
+    return new Promise((resolvePromise) => {
+      const stdout = collector(maxOutputBytes);
+      const stderr = collector(maxOutputBytes);
+      const child = spawn(shell, ["-c", request.command], {
+        cwd: request.cwd,
+        // Not detached: commands stay in the agent's process group, so the runtime's pause, resume and removal
+        // (signals to that group) reach them and their background jobs too.
+        stdio: ["ignore", "pipe", "pipe"],
+        ...(options.commandEnv ? { env: options.commandEnv } : {}),
+      });
+      running.add(child);
+      child.stdout?.on("data", stdout.push);
+      child.stderr?.on("data", stderr.push);
+      let timedOut = false;
+      let exitCode = -1;
+      let settled = false;
+      let drainTimer: NodeJS.Timeout | undefined;
+      const timer = setTimeout(() => {
+        timedOut = true;
+        if (child.pid !== undefined) killTree(child.pid);
+      }, request.timeoutSeconds * 1000);
+      const finish = (startError?: Error): void => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        clearTimeout(drainTimer);
+        running.delete(child);
+        child.stdout?.destroy();
+        child.stderr?.destroy();
+        let err = stderr.text();
+        if (startError) err += `${err ? "\n" : ""}failed to start ${shell}: ${startError.message}`;
+        if (timedOut) err += `${err ? "\n" : ""}[command timed out after ${request.timeoutSeconds} seconds]`;
+        resolvePromise({
+          exit_code: timedOut || startError ? -1 : exitCode,
+          stdout: stdout.text(),
+          stderr: err,
+        });
+      };
+      child.on("error", (e) => finish(e));
+      child.on("exit", (code, signal) => {
+        exitCode = code ?? (signal ? 128 + (constants.signals[signal] ?? 0) : -1);
+        drainTimer = setTimeout(() => finish(), PIPE_DRAIN_MS);
+      });
+      child.on("close", () => finish());
+    });
+  }
+
+  const server = createServer((req, res) => {
+    route(req)
+      .catch((e: unknown) => {
+        if (e instanceof RequestError) return e.reply;
+        process.emitWarning(
+          `agent request failed: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`,
+        );
+        return detail(500, "Internal Server Error");
+      })
+      .then((reply) => send(req, res, reply));
+  });
+  // Malformed HTTP: answer 400 with a JSON body instead of letting the socket die silently.
+  server.on("clientError", (_error, socket) => {
+    if (socket.writable && !socket.destroyed) {
+      const body = JSON.stringify({ detail: "Bad Request" });
+      socket.end(
+        `HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+      );
+    } else {
+      socket.destroy();
+    }
+  });
+  server.on("close", () => {
+    for (const child of running) if (child.pid !== undefined) killTree(child.pid);
+  });
+  return server;
+}
+
+interface CommandRequest {
+  command: string;
+  cwd: string;
+  timeoutSeconds: number;
+}
+
+function parseCommandRequest(body: Json, workspaceDir: string): CommandRequest {
+  const violations: AgentViolation[] = [];
+  const { command, cwd, timeout } = body;
+  if (command === undefined)
+    violations.push({ type: "missing", loc: ["body", "command"], msg: "Field required", input: body });
+  else if (typeof command !== "string") violations.push(stringType("command", command));
+  let dir = workspaceDir;
+  if (cwd !== undefined && cwd !== null) {
+    if (typeof cwd !== "string") violations.push(stringType("cwd", cwd));
+    else {
+      dir = resolve(workspaceDir, cwd);
+      const rel = relative(workspaceDir, dir);
+      if (rel.startsWith("..") || isAbsolute(rel)) {
+        violations.push(valueError("cwd", "cwd must be inside the workspace", cwd));
+      } else if (!isDirectory(dir)) {
+        violations.push(valueError("cwd", "cwd is not an existing directory", cwd));
+      }
+    }
+  }
+  let timeoutSeconds = DEFAULT_TIMEOUT_SECONDS;
+  if (timeout !== undefined && timeout !== null) {
+    if (typeof timeout !== "number" || !Number.isFinite(timeout)) {
+      violations.push({
+        type: "float_type",
+        loc: ["body", "timeout"],
+        msg: "Input should be a valid number",
+        input: timeout,
+      });
+    } else if (timeout <= 0) {
+      violations.push({
+        type: "greater_than",
+        loc: ["body", "timeout"],
+        msg: "Input should be greater than 0",
+        input: timeout,
+        ctx: { gt: 0 },
+      });
+    } else if (timeout > MAX_TIMEOUT_SECONDS) {
+      violations.push({
+        type: "less_than_equal",
+        loc: ["body", "timeout"],
+        msg: `Input should be less than or equal to ${MAX_TIMEOUT_SECONDS}`,
+        input: timeout,
+        ctx: { le: MAX_TIMEOUT_SECONDS },
+      });
+    } else {
+      timeoutSeconds = timeout;
+    }
+  }
+  if (violations.length > 0) throw unprocessable(violations);
+  return { command: command as string, cwd: dir, timeoutSeconds };
+}
+
+const stringType = (field: string, input: unknown): AgentViolation => ({
+  type: "string_type",
+  loc: ["body", field],
+  msg: "Input should be a valid string",
+  input,
+});
+
+const valueError = (field: string, message: string, input: unknown): AgentViolation => ({
+  type: "value_error",
+  loc: ["body", field],
+  msg: `Value error, ${message}`,
+  input,
+  ctx: { error: message },
+});
+
+const tooLarge = (limit: number): RequestError =>
+  new RequestError({
+    status: 413,
+    body: { detail: `Request body too large (limit ${limit} bytes)` },
+    // The rest of the body is not read: close the connection rather than leave it half-consumed.
+    headers: { connection: "close" },
+  });
+
+/** Reads the whole body; null as soon as it exceeds the limit. */
+function readBody(req: IncomingMessage, limit: number): Promise<Buffer | null> {
+  return new Promise((resolvePromise, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let done = false;
+    req.on("data", (chunk: Buffer) => {
+      if (done) return;
+      size += chunk.length;
+      if (size > limit) {
+        done = true;
+        resolvePromise(null);
+      } else {
+        chunks.push(chunk);
+      }
+    });
+    req.on("end", () => {
+      if (!done) resolvePromise(Buffer.concat(chunks));
+      done = true;
+    });
+    req.on("error", (e) => {
+      if (!done) reject(e);
+      done = true;
+    });
+  });
+}
+
+function send(req: IncomingMessage, res: ServerResponse, reply: Reply): void {
+  if (res.headersSent || res.destroyed) return;
+  const body = JSON.stringify(reply.body);
+  res.writeHead(reply.status, {
+    "content-type": "application/json",
+    "content-length": Buffer.byteLength(body),
+    ...reply.headers,
+  });
+  res.end(req.method === "HEAD" ? undefined : body);
+  if (reply.headers?.connection === "close") res.on("finish", () => req.socket.destroySoon());
+}
+
+/** Keeps at most `limit` bytes of a stream and counts the rest. */
+function collector(limit: number): { push: (chunk: Buffer) => void; text: () => string } {
+  const chunks: Buffer[] = [];
+  let kept = 0;
+  let dropped = 0;
+  return {
+    push: (chunk) => {
+      const room = limit - kept;
+      if (room >= chunk.length) {
+        chunks.push(chunk);
+        kept += chunk.length;
+      } else {
+        if (room > 0) chunks.push(chunk.subarray(0, room));
+        kept += Math.max(room, 0);
+        dropped += chunk.length - Math.max(room, 0);
+      }
+    },
+    text: () => {
+      const out = Buffer.concat(chunks).toString("utf8");
+      return dropped > 0 ? `${out}\n[output truncated: ${dropped} more bytes]` : out;
+    },
+  };
+}
+
+function digest(value: string): Buffer {
+  return createHash("sha256").update(value, "utf8").digest();
+}
+
+function normaliseId(raw: string): string | null {
+  const s = raw.trim().toLowerCase();
+  return UUID.test(s) ? s.replaceAll("-", "") : null;
+}
+
+/** Replaces string values under secret-looking keys (api_key, token, ...) so that no credential is kept. */
+function redact(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(redact);
+  if (value === null || typeof value !== "object") return value;
+  const out: Json = {};
+  for (const [key, inner] of Object.entries(value)) {
+    out[key] = typeof inner === "string" && SECRET_KEY.test(key) ? REDACTED : redact(inner);
+  }
+  return out;
+}
+
+function isDirectory(path: string): boolean {
+  try {
+    return statSync(path).isDirectory();
+  } catch {
+    return false;
+  }
+}
+
+function findShell(pathVariable: string | undefined): string {
+  const dirs = (pathVariable ?? "/usr/local/bin:/usr/bin:/bin").split(delimiter).filter((d) => d !== "");
+  for (const dir of dirs) if (existsSync(join(dir, "bash"))) return join(dir, "bash");
+  return "/bin/sh";
+}

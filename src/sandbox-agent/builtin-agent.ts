@@ -1,0 +1,16 @@
+import { fileURLToPath } from "node:url";
+
+/**
+ * Marker a sandbox spec can give as its command (alone, or followed by extra arguments) to run the built-in agent
+ * server: the process runtime starts `node src/sandbox-agent/main.ts`, the Docker runtime the image's default
+ * command. An empty command means the same.
+ */
+export const BUILTIN_AGENT_COMMAND = "@builtin/sandbox-agent";
+
+/** Absolute path of the built-in agent's entry point (run it with `process.execPath`). */
+export const BUILTIN_AGENT_MAIN = fileURLToPath(new URL("./main.ts", import.meta.url));
+
+/** True when a spec command asks for the built-in agent. */
+export function isBuiltinAgentCommand(command: readonly string[]): boolean {
+  return command.length === 0 || command[0] === BUILTIN_AGENT_COMMAND;
+}

@@ -1,0 +1,67 @@
+/**
+ * Entry point of the built-in sandbox agent: `node src/sandbox-agent/main.ts [--port N]`.
+ *
+ * Environment: PORT (or `--port N`; default 8000), HOST (default 127.0.0.1; 0.0.0.0 in a container with its own
+ * network), SESSION_API_KEY or OH_SESSION_API_KEYS_0 (required), WORKSPACE_DIR (default: the current directory).
+ * Exits 0 on SIGTERM/SIGINT after closing the listener and killing running commands; 2 on bad configuration.
+ */
+import { mkdirSync } from "node:fs";
+import { flushCompileCache } from "node:module";
+import { resolve } from "node:path";
+import { createAgentServer } from "./agent-server.ts";
+
+/** Variables the agent reads and does not hand on to the commands it runs. */
+const PRIVATE_ENV = new Set(["SESSION_API_KEY", "OH_SESSION_API_KEYS_0", "NODE_COMPILE_CACHE"]);
+const SHUTDOWN_GRACE_MS = 2000;
+
+function fail(message: string): never {
+  process.stderr.write(`sandbox-agent: ${message}\n`);
+  process.exit(2);
+}
+
+function portArgument(argv: string[]): string | undefined {
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i];
+    if (arg === "--port") return argv[i + 1];
+    if (arg?.startsWith("--port=")) return arg.slice("--port=".length);
+  }
+  return undefined;
+}
+
+const rawPort = portArgument(process.argv.slice(2)) ?? process.env.PORT ?? "8000";
+const port = Number(rawPort);
+if (!Number.isInteger(port) || port < 0 || port > 65535) fail(`invalid port ${JSON.stringify(rawPort)}`);
+const host = process.env.HOST || "127.0.0.1";
+const sessionApiKey = process.env.SESSION_API_KEY || process.env.OH_SESSION_API_KEYS_0;
+if (!sessionApiKey) fail("SESSION_API_KEY (or OH_SESSION_API_KEYS_0) is required");
+const workspaceDir = resolve(process.env.WORKSPACE_DIR || process.cwd());
+mkdirSync(workspaceDir, { recursive: true });
+
+const commandEnv: Record<string, string> = {};
+for (const [name, value] of Object.entries(process.env)) {
+  if (value !== undefined && !PRIVATE_ENV.has(name)) commandEnv[name] = value;
+}
+
+const server = createAgentServer({ sessionApiKey, workspaceDir, commandEnv });
+server.on("error", (e: Error) => {
+  process.stderr.write(`sandbox-agent: ${e.message}\n`);
+  process.exit(1);
+});
+server.listen(port, host, () => {
+  const address = server.address();
+  const bound = typeof address === "object" && address ? address.port : port;
+  process.stdout.write(
+    `${JSON.stringify({ msg: "sandbox agent listening", host, port: bound, workspaceDir })}\n`,
+  );
+  // With NODE_COMPILE_CACHE set (the process runtime sets it), the next agent starts from the cached compilation.
+  flushCompileCache();
+});
+
+const shutdown = (): void => {
+  server.close();
+  server.closeAllConnections();
+  // Exits by itself once the listener and commands are gone; this only bounds a stuck shutdown.
+  setTimeout(() => process.exit(0), SHUTDOWN_GRACE_MS).unref();
+};
+process.once("SIGTERM", shutdown);
+process.once("SIGINT", shutdown);

@@ -1,0 +1,423 @@
+import type { ContainerCreateOptions, ContainerInspectInfo } from "dockerode";
+import Docker from "dockerode";
+import { failedPrecondition } from "../../core/errors.ts";
+import type {
+  RuntimeHandle,
+  RuntimeStartRequest,
+  RuntimeState,
+  SandboxRuntime,
+} from "../../ports/sandbox-runtime.ts";
+import { isBuiltinAgentCommand } from "../../sandbox-agent/builtin-agent.ts";
+import { pollAlive, probeAlive } from "../agent-health.ts";
+import { freePort, withPort } from "../free-port.ts";
+
+/** One progress event of an image pull, as the Docker engine streams it. */
+export interface PullProgressEvent {
+  status?: string;
+  id?: string;
+  progress?: string;
+  error?: string;
+}
+
+/** Options of {@link createDockerRuntime}. */
+export interface DockerRuntimeOptions {
+  /** The engine client; default: a client of `socketPath`. */
+  docker?: Docker;
+  /** Engine socket when `docker` is not given (default /var/run/docker.sock). */
+  socketPath?: string;
+  /**
+   * Network of sandbox containers (default "host"):
+   * - "host": the agent listens on a free loopback port of this machine chosen by the runtime;
+   * - "none": no network; the agent cannot be reached (handle port 0), so health is the container's running state;
+   * - any other network: the agent listens on `agentPort` in the container, published on 127.0.0.1:<free port>.
+   */
+  network?: string;
+  /** Prefix of the labels the runtime sets and trusts (default "workspace."): `<prefix>managed=true`, ... */
+  labelPrefix?: string;
+  /** Extra labels on every container and volume (e.g. a test run id, to clean up by label). */
+  labels?: Record<string, string>;
+  /** Container names: prefix + sandbox id (default "oh-agent-server-"). */
+  containerNamePrefix?: string;
+  /** Workspace volumes: prefix + sandbox id (default "openhands-workspace-"). */
+  volumePrefix?: string;
+  /** Agent port inside the container on networks other than host (default 8000). */
+  agentPort?: number;
+  memoryBytes?: number;
+  nanoCpus?: number;
+  pidsLimit?: number;
+  /** Extra bind mounts, `host:container[:mode]`. */
+  binds?: string[];
+  /** Run a tiny init (docker-init) as PID 1 to reap orphans and forward signals (default true). */
+  init?: boolean;
+  /** Grace period of `docker stop` on removal (default 10 s, as the reference). */
+  stopTimeoutSeconds?: number;
+  /** Interval of health polls in waitHealthy (default 10 ms). */
+  healthPollMs?: number;
+  /** Timeout of the health probe made by inspect (default 1000 ms). */
+  probeTimeoutMs?: number;
+  /** Image pull progress (default: logged on each status change). */
+  onPullProgress?: (image: string, event: PullProgressEvent) => void;
+  log?: (msg: string, data?: object) => void;
+}
+
+/** The Docker runtime, plus a test helper. */
+export interface DockerRuntime extends SandboxRuntime {
+  readonly kind: "docker";
+  /** Removes every container (and its volume) carrying this runtime's labels, including `options.labels`. */
+  removeAll(): Promise<void>;
+}
+
+/** What the runtime stores in {@link RuntimeHandle.data}. */
+interface DockerHandleData {
+  containerId: string;
+  containerName: string;
+  volume: string;
+  network: string;
+  /** False on network "none": health is then the container state. */
+  reachable: boolean;
+}
+
+/** An engine error carrying the HTTP status (dockerode sets `statusCode`). */
+const statusOf = (e: unknown): number | undefined =>
+  typeof e === "object" && e !== null && "statusCode" in e && typeof e.statusCode === "number"
+    ? e.statusCode
+    : undefined;
+
+/** Runs `fn`, treating the given engine statuses (e.g. 404 not found, 304 not modified) as success. */
+async function tolerate(statuses: number[], fn: () => Promise<unknown>): Promise<void> {
+  try {
+    await fn();
+  } catch (e: unknown) {
+    const status = statusOf(e);
+    if (status === undefined || !statuses.includes(status)) throw e;
+  }
+}
+
+/**
+ * Sandboxes as Docker containers: one container and one named volume (mounted at the spec's `workingDir`) per
+ * sandbox, with the spec id as image (pulled when missing, progress reported).
+ *
+ * - start: env = spec `initialEnv` + `OH_SESSION_API_KEYS_0`/`SESSION_API_KEY` + `PORT` + `HOST` + `WORKSPACE_DIR`;
+ *   command = the spec's (`{port}` replaced) or, when empty / the built-in marker, the image's default (plus any
+ *   arguments after the marker); labels
+ *   `<prefix>managed=true`, `<prefix>sandbox.id`, `<prefix>volume`; resource limits from the options.
+ * - inspect (container state → runtime state): running → `running` if `/alive` answers (else `starting`);
+ *   paused → `paused`; exited with code 0 → `paused` (stopped, as the reference); exited otherwise or OOM-killed →
+ *   `error`; created/restarting → `starting`; removing or no such container → `missing`; dead and anything else →
+ *   `error`.
+ * - pause = `docker pause` if running; resume = unpause if paused, start if exited/created; both idempotent and
+ *   raise FAILED_PRECONDITION when the container is gone.
+ * - remove = stop (grace `stopTimeoutSeconds`) + remove container + remove volume; idempotent.
+ *
+ * Containers without `<prefix>managed=true` are never touched: a handle pointing at one is `missing`.
+ */
+export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerRuntime {
+  const docker = options.docker ?? new Docker({ socketPath: options.socketPath ?? "/var/run/docker.sock" });
+  const network = options.network ?? "host";
+  const prefix = options.labelPrefix ?? "workspace.";
+  const managedLabel = `${prefix}managed`;
+  const extraLabels = options.labels ?? {};
+  const namePrefix = options.containerNamePrefix ?? "oh-agent-server-";
+  const volumePrefix = options.volumePrefix ?? "openhands-workspace-";
+  const agentPort = options.agentPort ?? 8000;
+  const stopTimeoutSeconds = options.stopTimeoutSeconds ?? 10;
+  const healthPollMs = options.healthPollMs ?? 10;
+  const probeTimeoutMs = options.probeTimeoutMs ?? 1000;
+  const log = options.log ?? (() => {});
+  const onPullProgress = options.onPullProgress ?? pullLogger(log);
+  const pulls = new Map<string, Promise<void>>();
+
+  const ensureImage = (image: string): Promise<void> => {
+    const pending = pulls.get(image);
+    if (pending) return pending;
+    const pull = (async () => {
+      try {
+        await docker.getImage(image).inspect();
+        return;
+      } catch (e: unknown) {
+        if (statusOf(e) !== 404) throw e;
+      }
+      log("pulling image", { image });
+      const stream = await docker.pull(image);
+      await new Promise<void>((resolve, reject) => {
+        docker.modem.followProgress(
+          stream,
+          (error: Error | null, events: PullProgressEvent[]) => {
+            const failed = events?.find((event) => event.error);
+            if (error || failed) reject(error ?? new Error(`pull of ${image} failed: ${failed?.error}`));
+            else resolve();
+          },
+          (event: PullProgressEvent) => onPullProgress(image, event),
+        );
+      });
+      log("pulled image", { image });
+    })().finally(() => pulls.delete(image));
+    pulls.set(image, pull);
+    return pull;
+  };
+
+  /** The managed container behind the handle, or null when it is gone (or not ours). */
+  const inspectManaged = async (data: DockerHandleData): Promise<ContainerInspectInfo | null> => {
+    try {
+      const info = await docker.getContainer(data.containerId).inspect();
+      return info.Config.Labels?.[managedLabel] === "true" ? info : null;
+    } catch (e: unknown) {
+      if (statusOf(e) === 404) return null;
+      throw e;
+    }
+  };
+
+  const requireManaged = async (handle: RuntimeHandle): Promise<[DockerHandleData, ContainerInspectInfo]> => {
+    const data = parseHandleData(handle.data);
+    const info = data && (await inspectManaged(data));
+    if (!data || !info) throw failedPrecondition("the sandbox container does not exist");
+    return [data, info];
+  };
+
+  /** Removes a workspace volume if it carries our managed label (also when its container is already gone). */
+  const removeVolume = async (volume: string): Promise<void> => {
+    try {
+      const info = await docker.getVolume(volume).inspect();
+      if (info.Labels?.[managedLabel] !== "true") return;
+    } catch (e: unknown) {
+      if (statusOf(e) === 404) return;
+      throw e;
+    }
+    // The engine may release the volume a moment after the container is gone (409: in use).
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await tolerate([404], () => docker.getVolume(volume).remove());
+        return;
+      } catch (e: unknown) {
+        if (statusOf(e) !== 409 || attempt >= 20) throw e;
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    }
+  };
+
+  const removeContainerAndVolume = async (
+    containerId: string,
+    volume: string | undefined,
+    paused: boolean,
+  ): Promise<void> => {
+    const container = docker.getContainer(containerId);
+    // A paused container cannot act on SIGTERM: unpause first so that the stop is graceful.
+    if (paused) await tolerate([404, 409], () => container.unpause());
+    await tolerate([304, 404], () => container.stop({ t: stopTimeoutSeconds }));
+    await tolerate([404], () => container.remove({ force: true, v: true }));
+    if (volume) await removeVolume(volume);
+  };
+
+  const runtime: DockerRuntime = {
+    kind: "docker",
+
+    async start(request: RuntimeStartRequest): Promise<RuntimeHandle> {
+      const { sandboxId, spec, sessionApiKey } = request;
+      const image = spec.id;
+      await ensureImage(image);
+      const containerName = sandboxId.startsWith(namePrefix) ? sandboxId : `${namePrefix}${sandboxId}`;
+      const volume = `${volumePrefix}${sandboxId}`;
+      const workingDir = spec.workingDir || "/workspace";
+      const hostNetwork = network === "host";
+      const reachable = network !== "none";
+      // Host network: the agent binds a free port of this machine. Otherwise it binds agentPort in its own network
+      // namespace, published on a free loopback port; with network "none" there is nothing to reach: port 0 (a URL
+      // that can never hit an unrelated service of this machine).
+      const hostPort = reachable ? await freePort("127.0.0.1") : 0;
+      const containerPort = hostNetwork ? hostPort : agentPort;
+      const labels: Record<string, string> = {
+        ...extraLabels,
+        [managedLabel]: "true",
+        [`${prefix}sandbox.id`]: sandboxId,
+        [`${prefix}volume`]: volume,
+      };
+      const env: Record<string, string> = {
+        ...spec.initialEnv,
+        OH_SESSION_API_KEYS_0: sessionApiKey,
+        SESSION_API_KEY: sessionApiKey,
+        PORT: String(containerPort),
+        HOST: hostNetwork || !reachable ? "127.0.0.1" : "0.0.0.0",
+        WORKSPACE_DIR: workingDir,
+      };
+      const hostConfig: NonNullable<ContainerCreateOptions["HostConfig"]> = {
+        NetworkMode: network,
+        Init: options.init ?? true,
+        Mounts: [{ Type: "volume", Source: volume, Target: workingDir }],
+      };
+      if (options.memoryBytes !== undefined) hostConfig.Memory = options.memoryBytes;
+      if (options.nanoCpus !== undefined) hostConfig.NanoCpus = options.nanoCpus;
+      if (options.pidsLimit !== undefined) hostConfig.PidsLimit = options.pidsLimit;
+      if (options.binds) hostConfig.Binds = options.binds;
+      const create: ContainerCreateOptions = {
+        name: containerName,
+        Image: image,
+        Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
+        WorkingDir: workingDir,
+        Labels: labels,
+        HostConfig: hostConfig,
+      };
+      if (!isBuiltinAgentCommand(spec.command)) create.Cmd = withPort(spec.command, containerPort);
+      else if (spec.command.length > 1) {
+        // The built-in marker with extra arguments: the image's default command plus those arguments.
+        const { Config } = await docker.getImage(image).inspect();
+        create.Cmd = withPort([...(Config.Cmd ?? []), ...spec.command.slice(1)], containerPort);
+      }
+      if (reachable && !hostNetwork) {
+        create.ExposedPorts = { [`${agentPort}/tcp`]: {} };
+        hostConfig.PortBindings = {
+          [`${agentPort}/tcp`]: [{ HostIp: "127.0.0.1", HostPort: String(hostPort) }],
+        };
+      }
+      await docker.createVolume({ Name: volume, Labels: labels });
+      let containerId: string | undefined;
+      try {
+        const container = await docker.createContainer(create);
+        containerId = container.id;
+        await container.start();
+      } catch (e: unknown) {
+        // Leave nothing half-made behind (a name conflict means the container is someone else's: keep it).
+        if (containerId) await removeContainerAndVolume(containerId, volume, false).catch(() => {});
+        // 409: a container of that name exists (the same sandbox id started twice): the volume is its.
+        else if (statusOf(e) !== 409) await removeVolume(volume).catch(() => {});
+        throw e;
+      }
+      log("sandbox container started", { sandboxId, containerName, image, port: hostPort });
+      const data: DockerHandleData = { containerId, containerName, volume, network, reachable };
+      return { data: { ...data }, agentUrl: `http://127.0.0.1:${hostPort}`, port: hostPort };
+    },
+
+    async waitHealthy(handle: RuntimeHandle, timeoutMs: number): Promise<boolean> {
+      const data = parseHandleData(handle.data);
+      if (!data) return false;
+      const notRunning = async (): Promise<boolean> => (await inspectManaged(data))?.State.Running !== true;
+      if (!data.reachable) {
+        // Nothing to probe: healthy means running (a container that exits at once never becomes healthy).
+        const deadline = Date.now() + timeoutMs;
+        for (;;) {
+          const info = await inspectManaged(data);
+          if (info?.State.Running && !info.State.Paused) return true;
+          if (
+            !info ||
+            info.State.Status === "exited" ||
+            info.State.Status === "dead" ||
+            Date.now() >= deadline
+          ) {
+            return false;
+          }
+          await new Promise((resolve) => setTimeout(resolve, healthPollMs));
+        }
+      }
+      // Between probes, look at the container now and then: one that exited will never answer.
+      let polls = 0;
+      return pollAlive(handle.agentUrl, timeoutMs, {
+        intervalMs: healthPollMs,
+        gaveUp: () => (++polls % 10 === 0 ? notRunning() : false),
+      });
+    },
+
+    async inspect(handle: RuntimeHandle): Promise<RuntimeState> {
+      const data = parseHandleData(handle.data);
+      const info = data && (await inspectManaged(data));
+      if (!data || !info) return "missing";
+      const state = info.State;
+      switch (state.Status) {
+        case "running":
+          if (state.Paused) return "paused";
+          if (!data.reachable) return "running";
+          return (await probeAlive(handle.agentUrl, probeTimeoutMs)) ? "running" : "starting";
+        case "paused":
+          return "paused";
+        case "exited":
+          return state.ExitCode === 0 && !state.OOMKilled ? "paused" : "error";
+        case "created":
+        case "restarting":
+          return "starting";
+        case "removing":
+          return "missing";
+        default:
+          return "error";
+      }
+    },
+
+    async pause(handle: RuntimeHandle): Promise<void> {
+      const [data, info] = await requireManaged(handle);
+      if (info.State.Status === "running" && !info.State.Paused) {
+        // 409: it stopped or got paused in between; the caller's next inspect tells which.
+        await tolerate([409], () => docker.getContainer(data.containerId).pause());
+      }
+    },
+
+    async resume(handle: RuntimeHandle): Promise<RuntimeHandle> {
+      const [data, info] = await requireManaged(handle);
+      const container = docker.getContainer(data.containerId);
+      if (info.State.Paused || info.State.Status === "paused")
+        await tolerate([409], () => container.unpause());
+      else if (info.State.Status === "exited" || info.State.Status === "created") {
+        await tolerate([304], () => container.start());
+      }
+      return handle;
+    },
+
+    async remove(handle: RuntimeHandle): Promise<void> {
+      const data = parseHandleData(handle.data);
+      if (!data) return;
+      const info = await inspectManaged(data);
+      // Container removed behind our back: its volume may still be there.
+      if (!info) return removeVolume(data.volume);
+      await removeContainerAndVolume(
+        info.Id,
+        info.Config.Labels?.[`${prefix}volume`] ?? data.volume,
+        info.State.Paused,
+      );
+      log("sandbox container removed", { containerName: data.containerName });
+    },
+
+    async close(): Promise<void> {
+      // Containers keep running; the engine client holds no connection worth closing.
+    },
+
+    async removeAll(): Promise<void> {
+      const filters = [`${managedLabel}=true`, ...Object.entries(extraLabels).map(([k, v]) => `${k}=${v}`)];
+      const containers = await docker.listContainers({ all: true, filters: { label: filters } });
+      const results = await Promise.allSettled(
+        containers.map((c) =>
+          removeContainerAndVolume(c.Id, c.Labels[`${prefix}volume`], c.State === "paused"),
+        ),
+      );
+      const { Volumes } = await docker.listVolumes({ filters: { label: filters } });
+      results.push(...(await Promise.allSettled((Volumes ?? []).map((v) => removeVolume(v.Name)))));
+      const failures = results.filter((r) => r.status === "rejected").map((r) => r.reason);
+      if (failures.length > 0)
+        throw new AggregateError(failures, "some sandbox containers could not be removed");
+    },
+  };
+  return runtime;
+}
+
+/** Logs pull progress only when an event's status changes (the engine sends many progress ticks). */
+function pullLogger(
+  log: (msg: string, data?: object) => void,
+): (image: string, event: PullProgressEvent) => void {
+  const last = new Map<string, string>();
+  return (image, event) => {
+    const key = `${image}/${event.id ?? ""}`;
+    if (event.status === undefined || last.get(key) === event.status) return;
+    last.set(key, event.status);
+    log("image pull progress", { image, id: event.id, status: event.status });
+  };
+}
+
+/** Validates stored handle data; null when it is not what this runtime wrote. */
+function parseHandleData(data: Record<string, unknown>): DockerHandleData | null {
+  const { containerId, containerName, volume, network, reachable } = data;
+  if (
+    typeof containerId !== "string" ||
+    containerId === "" ||
+    typeof containerName !== "string" ||
+    typeof volume !== "string" ||
+    typeof network !== "string"
+  ) {
+    return null;
+  }
+  return { containerId, containerName, volume, network, reachable: reachable !== false };
+}

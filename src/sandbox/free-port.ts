@@ -1,0 +1,24 @@
+import { createServer } from "node:net";
+
+/**
+ * A TCP port that is free on `host` right now: binds port 0, reads the port the kernel chose and closes.
+ * Another process may take it before the sandbox binds it; the kernel hands out ephemeral ports in turn, so
+ * that is rare, and a sandbox that cannot bind never becomes healthy (the caller's timeout reports it).
+ */
+export function freePort(host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.unref();
+    server.once("error", reject);
+    server.listen({ host, port: 0, exclusive: true }, () => {
+      const address = server.address();
+      const port = typeof address === "object" && address ? address.port : 0;
+      server.close(() => (port > 0 ? resolve(port) : reject(new Error("no port assigned"))));
+    });
+  });
+}
+
+/** The command with every `{port}` placeholder replaced by the port. */
+export function withPort(command: readonly string[], port: number): string[] {
+  return command.map((arg) => arg.replaceAll("{port}", String(port)));
+}

@@ -1,0 +1,345 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { closeSync, mkdirSync, openSync, rmSync } from "node:fs";
+import { isAbsolute, join, relative, resolve } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { failedPrecondition } from "../../core/errors.ts";
+import type {
+  RuntimeHandle,
+  RuntimeStartRequest,
+  RuntimeState,
+  SandboxRuntime,
+} from "../../ports/sandbox-runtime.ts";
+import { BUILTIN_AGENT_MAIN, isBuiltinAgentCommand } from "../../sandbox-agent/builtin-agent.ts";
+import { descendantsOf, type ProcStat, readProcStat, signal } from "../../sandbox-agent/proc-tree.ts";
+import { pollAlive, probeAlive } from "../agent-health.ts";
+import { freePort, withPort } from "../free-port.ts";
+
+/** Options of {@link createProcessRuntime}. */
+export interface ProcessRuntimeOptions {
+  /** Each sandbox gets the folder `<workspaceRoot>/<sandboxId>`; logs go to `<workspaceRoot>/.logs/<sandboxId>.log`. */
+  workspaceRoot: string;
+  /** Argv of the built-in agent (default: this Node binary running src/sandbox-agent/main.ts). */
+  agentCommand?: string[];
+  /** Address the agent listens on and the host of its URL (default 127.0.0.1). */
+  host?: string;
+  /** Base environment of every sandbox (default: a standard PATH and LANG=C.UTF-8; HOME is the workspace). */
+  env?: Record<string, string>;
+  /** Node compile cache shared by built-in agents, halving their start time (default `<workspaceRoot>/.cache`; null: off). */
+  compileCacheDir?: string | null;
+  /** How long removal waits after SIGTERM before SIGKILL (default 2000 ms). */
+  stopGraceMs?: number;
+  /** Interval of health polls in {@link SandboxRuntime.waitHealthy} (default 5 ms). */
+  healthPollMs?: number;
+  /** Timeout of the single health probe made by {@link SandboxRuntime.inspect} (default 1000 ms). */
+  probeTimeoutMs?: number;
+  log?: (msg: string, data?: object) => void;
+}
+
+/** The process runtime, plus a test helper. */
+export interface ProcessRuntime extends SandboxRuntime {
+  readonly kind: "process";
+  /** Removes every sandbox this instance started and that is not removed yet (for tests and shutdown scripts). */
+  killAll(): Promise<void>;
+}
+
+/** What the runtime stores in {@link RuntimeHandle.data}: enough to recognise the process after a restart. */
+interface ProcessHandleData {
+  pid: number;
+  /** The process group (the sandbox leads its own group: pgid = pid). */
+  pgid: number;
+  port: number;
+  workspace: string;
+  /** Start time of the pid in clock ticks after boot (/proc/<pid>/stat field 22): detects pid reuse. */
+  startTimeTicks: number;
+}
+
+/** A process this instance spawned (and so reaps and sees exit). */
+interface OwnChild {
+  handle: RuntimeHandle;
+  startTimeTicks: number;
+  exit: { code: number | null; signal: NodeJS.Signals | null } | null;
+  exited: Promise<void>;
+}
+
+const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+const SANDBOX_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+/** How long pause/resume wait for the kernel to report the new state of the group leader. */
+const SIGNAL_SETTLE_MS = 200;
+
+/**
+ * Sandboxes as local child processes: one process group and one workspace folder per sandbox.
+ *
+ * - start: spawns the spec's command (empty or {@link BUILTIN_AGENT_COMMAND}: the built-in agent) detached in its own
+ *   process group, cwd = the workspace (or a relative `workingDir` inside it), with a minimal environment plus the
+ *   spec's `initialEnv`, `SESSION_API_KEY`/`OH_SESSION_API_KEYS_0`, `PORT` (a free loopback port; `{port}` in the
+ *   command is replaced by it), `HOST` and `WORKSPACE_DIR`. Output goes to `<workspaceRoot>/.logs/<id>.log`.
+ * - pause/resume: SIGSTOP/SIGCONT to the group and to every descendant (commands that left the group); idempotent.
+ * - remove: SIGTERM (and SIGCONT, so a paused sandbox can act on it), SIGKILL after `stopGraceMs`, then deletes the
+ *   workspace and log; idempotent. When the main process of a sandbox started by this instance exits, whatever
+ *   is left in its process group is killed at once.
+ * - inspect: `missing` when the pid is gone or now belongs to another process (start time differs), or when the
+ *   process exited with code 0; `error` when it crashed: a non-zero exit or death by a signal, as seen by this
+ *   instance (its parent) or in the wait status of a zombie nobody reaped; `paused` when stopped; `running` when
+ *   `/alive` answers, else `starting`. A fresh instance after a server restart is not the parent and cannot see
+ *   how a reaped process ended: a vanished process is then `missing`.
+ * - close: releases nothing that matters: sandboxes outlive the server, reconciliation is the caller's job.
+ *
+ * pause/resume raise FAILED_PRECONDITION when the process is gone.
+ */
+export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRuntime {
+  const workspaceRoot = resolve(options.workspaceRoot);
+  const logDir = join(workspaceRoot, ".logs");
+  const host = options.host ?? "127.0.0.1";
+  const urlHost = host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host.includes(":") ? `[${host}]` : host;
+  const baseEnv = options.env ?? { PATH: DEFAULT_PATH, LANG: "C.UTF-8" };
+  const compileCacheDir =
+    options.compileCacheDir === undefined ? join(workspaceRoot, ".cache") : options.compileCacheDir;
+  const agentCommand = options.agentCommand ?? [process.execPath, BUILTIN_AGENT_MAIN];
+  const stopGraceMs = options.stopGraceMs ?? 2000;
+  const healthPollMs = options.healthPollMs ?? 5;
+  const probeTimeoutMs = options.probeTimeoutMs ?? 1000;
+  const log = options.log ?? (() => {});
+  const children = new Map<number, OwnChild>();
+
+  /** The child entry for this handle if this instance spawned exactly that process. */
+  const ownChild = (data: ProcessHandleData): OwnChild | undefined => {
+    const own = children.get(data.pid);
+    return own && own.startTimeTicks === data.startTimeTicks ? own : undefined;
+  };
+
+  /** The live process behind the handle, or null when it is gone or the pid now belongs to another process. */
+  const liveProcess = (data: ProcessHandleData): ProcStat | null => {
+    if (ownChild(data)?.exit) return null;
+    const stat = readProcStat(data.pid);
+    return stat && stat.startTime === data.startTimeTicks ? stat : null;
+  };
+
+  const workspaceOf = (data: ProcessHandleData): string | null => {
+    // The path comes from stored data: only ever delete a direct child of the workspace root.
+    const rel = relative(workspaceRoot, resolve(data.workspace));
+    return rel !== "" && !rel.includes("/") && !isAbsolute(rel) && SANDBOX_ID.test(rel)
+      ? join(workspaceRoot, rel)
+      : null;
+  };
+
+  /** Signals the sandbox's group and every descendant outside it. */
+  const signalSandbox = (data: ProcessHandleData, sig: NodeJS.Signals): void => {
+    signal(-data.pgid, sig);
+    for (const pid of descendantsOf(data.pid)) signal(pid, sig);
+  };
+
+  /**
+   * Waits until the leader and every descendant satisfy `done` (or are gone), at most SIGNAL_SETTLE_MS: a signal
+   * to a process running on another CPU takes effect asynchronously, so "paused" is only reported once it is.
+   */
+  const settle = async (data: ProcessHandleData, done: (state: string) => boolean): Promise<void> => {
+    const deadline = Date.now() + SIGNAL_SETTLE_MS;
+    const settled = (state: string | undefined) =>
+      state === undefined || state === "Z" || state === "X" || done(state);
+    for (;;) {
+      const stat = liveProcess(data);
+      if (!stat) return;
+      if (settled(stat.state) && descendantsOf(data.pid).every((pid) => settled(readProcStat(pid)?.state)))
+        return;
+      if (Date.now() >= deadline) return;
+      await sleep(1);
+    }
+  };
+
+  const requireLive = (handle: RuntimeHandle): ProcessHandleData => {
+    const data = parseHandleData(handle.data);
+    const stat = data && liveProcess(data);
+    if (!data || !stat || stat.state === "Z" || stat.state === "X") {
+      throw failedPrecondition("the sandbox process is not running");
+    }
+    return data;
+  };
+
+  /**
+   * True once the leader is gone: for our own child, once its exit was seen (so that it is reaped, not a zombie
+   * still visible in /proc); for another's, when it vanished, was reused, or is a zombie its parent has not reaped.
+   */
+  const leaderGone = (data: ProcessHandleData): boolean => {
+    const own = ownChild(data);
+    if (own) return own.exit !== null;
+    const stat = liveProcess(data);
+    return stat === null || stat.state === "Z" || stat.state === "X";
+  };
+
+  const waitLeaderGone = async (data: ProcessHandleData, timeoutMs: number): Promise<boolean> => {
+    const deadline = Date.now() + timeoutMs;
+    while (!leaderGone(data)) {
+      if (Date.now() >= deadline) return false;
+      await sleep(5);
+    }
+    return true;
+  };
+
+  const runtime: ProcessRuntime = {
+    kind: "process",
+
+    async start(request: RuntimeStartRequest): Promise<RuntimeHandle> {
+      const { sandboxId, spec, sessionApiKey } = request;
+      if (!SANDBOX_ID.test(sandboxId)) throw new Error(`invalid sandbox id for a folder name: ${sandboxId}`);
+      const workspace = join(workspaceRoot, sandboxId);
+      const cwd =
+        spec.workingDir && !isAbsolute(spec.workingDir) ? resolve(workspace, spec.workingDir) : workspace;
+      if (relative(workspace, cwd).startsWith(".."))
+        throw new Error(`working dir outside the workspace: ${spec.workingDir}`);
+      mkdirSync(cwd, { recursive: true });
+      mkdirSync(logDir, { recursive: true });
+      const port = await freePort(host);
+      const builtin = isBuiltinAgentCommand(spec.command);
+      const argv = withPort(builtin ? [...agentCommand, ...spec.command.slice(1)] : spec.command, port);
+      const env: Record<string, string> = {
+        ...baseEnv,
+        HOME: workspace,
+        ...spec.initialEnv,
+        SESSION_API_KEY: sessionApiKey,
+        OH_SESSION_API_KEYS_0: sessionApiKey,
+        PORT: String(port),
+        HOST: host,
+        WORKSPACE_DIR: cwd,
+      };
+      if (builtin && compileCacheDir) {
+        mkdirSync(compileCacheDir, { recursive: true });
+        env.NODE_COMPILE_CACHE = compileCacheDir;
+      }
+      const [file, ...args] = argv;
+      if (file === undefined) throw new Error("empty sandbox command");
+      const logFd = openSync(join(logDir, `${sandboxId}.log`), "a");
+      let child: ChildProcess;
+      try {
+        child = spawn(file, args, { cwd, env, detached: true, stdio: ["ignore", logFd, logFd] });
+      } finally {
+        closeSync(logFd);
+      }
+      // Read the start time at once: the process exists (at worst as a zombie) until the event loop reaps it.
+      const stat = child.pid === undefined ? null : readProcStat(child.pid);
+      try {
+        await new Promise<void>((ok, fail) => {
+          child.once("spawn", ok);
+          child.once("error", fail);
+        });
+      } catch (e: unknown) {
+        rmSync(workspace, { recursive: true, force: true });
+        throw e;
+      }
+      const pid = child.pid;
+      if (pid === undefined || stat === null)
+        throw new Error(`sandbox process of ${sandboxId} vanished at start`);
+      child.unref();
+      const data: ProcessHandleData = { pid, pgid: pid, port, workspace, startTimeTicks: stat.startTime };
+      const handle: RuntimeHandle = { data: { ...data }, agentUrl: `http://${urlHost}:${port}`, port };
+      const exited = Promise.withResolvers<void>();
+      const own: OwnChild = { handle, startTimeTicks: stat.startTime, exit: null, exited: exited.promise };
+      children.set(pid, own);
+      child.once("exit", (code, sig) => {
+        own.exit = { code, signal: sig };
+        exited.resolve();
+        // The sandbox is over: stop what it left running in its group (background jobs of its commands). The group
+        // still has those members, so its id cannot belong to anyone else yet.
+        signal(-pid, "SIGKILL");
+        log("sandbox process exited", { sandboxId, pid, code, signal: sig });
+      });
+      log("sandbox process started", { sandboxId, pid, port, command: builtin ? "built-in agent" : file });
+      return handle;
+    },
+
+    async waitHealthy(handle: RuntimeHandle, timeoutMs: number): Promise<boolean> {
+      const data = parseHandleData(handle.data);
+      if (!data) return false;
+      return pollAlive(handle.agentUrl, timeoutMs, {
+        intervalMs: healthPollMs,
+        gaveUp: () => leaderGone(data),
+      });
+    },
+
+    async inspect(handle: RuntimeHandle): Promise<RuntimeState> {
+      const data = parseHandleData(handle.data);
+      if (!data) return "missing";
+      const own = ownChild(data);
+      let stat = own?.exit ? null : readProcStat(data.pid);
+      if (own && !own.exit && stat?.state === "Z") {
+        // Our child died and is about to be reaped: wait for its exit status to tell a crash from a clean exit.
+        await Promise.race([own.exited, sleep(100)]);
+        stat = own.exit ? null : stat;
+      }
+      if (own?.exit) return own.exit.code === 0 ? "missing" : "error";
+      if (!stat || stat.startTime !== data.startTimeTicks) return "missing";
+      // Dead, and its parent (not us) has not reaped it: judge by its exit status, as for our own children.
+      if (stat.state === "Z" || stat.state === "X") return stat.exitStatus === 0 ? "missing" : "error";
+      if (stat.state === "T" || stat.state === "t") return "paused";
+      return (await probeAlive(handle.agentUrl, probeTimeoutMs)) ? "running" : "starting";
+    },
+
+    async pause(handle: RuntimeHandle): Promise<void> {
+      const data = requireLive(handle);
+      signalSandbox(data, "SIGSTOP");
+      await settle(data, (state) => state === "T" || state === "t");
+    },
+
+    async resume(handle: RuntimeHandle): Promise<RuntimeHandle> {
+      const data = requireLive(handle);
+      signalSandbox(data, "SIGCONT");
+      await settle(data, (state) => state !== "T" && state !== "t");
+      return handle;
+    },
+
+    async remove(handle: RuntimeHandle): Promise<void> {
+      const data = parseHandleData(handle.data);
+      if (!data) return;
+      if (liveProcess(data)) {
+        // Remember the descendants (with their start times) now: they are re-parented once the leader exits.
+        const descendants = descendantsOf(data.pid)
+          .map((pid) => readProcStat(pid))
+          .filter((s): s is ProcStat => s !== null);
+        const signalDescendants = (sig: NodeJS.Signals): void => {
+          for (const d of descendants) if (readProcStat(d.pid)?.startTime === d.startTime) signal(d.pid, sig);
+        };
+        for (const sig of ["SIGTERM", "SIGCONT"] as const) {
+          signal(-data.pgid, sig);
+          signalDescendants(sig);
+        }
+        const graceful = await waitLeaderGone(data, stopGraceMs);
+        // A group id is not reused while the group has members, so members left behind are still ours.
+        if (!graceful || signal(-data.pgid, 0)) signal(-data.pgid, "SIGKILL");
+        signalDescendants("SIGKILL");
+        if (!graceful) await waitLeaderGone(data, 1000);
+        log("sandbox process removed", { pid: data.pid, graceful });
+      }
+      const workspace = workspaceOf(data);
+      if (workspace) {
+        rmSync(workspace, { recursive: true, force: true });
+        rmSync(join(logDir, `${relative(workspaceRoot, workspace)}.log`), { force: true });
+      }
+      const own = ownChild(data);
+      if (own) children.delete(data.pid);
+    },
+
+    async close(): Promise<void> {
+      // Sandboxes keep running; the exit listeners hold no reference that keeps Node alive (children are unref'd).
+    },
+
+    async killAll(): Promise<void> {
+      await Promise.all([...children.values()].map((own) => runtime.remove(own.handle)));
+    },
+  };
+  return runtime;
+}
+
+/** Validates stored handle data; null when it is not what this runtime wrote. */
+function parseHandleData(data: Record<string, unknown>): ProcessHandleData | null {
+  const { pid, pgid, port, workspace, startTimeTicks } = data;
+  const isInt = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v) && v > 0;
+  if (
+    !isInt(pid) ||
+    !isInt(pgid) ||
+    !isInt(port) ||
+    !isInt(startTimeTicks) ||
+    typeof workspace !== "string"
+  ) {
+    return null;
+  }
+  return { pid, pgid, port, workspace, startTimeTicks };
+}

@@ -1,0 +1,247 @@
+import { randomBytes } from "node:crypto";
+import Docker from "dockerode";
+import { afterAll, describe, expect, it } from "vitest";
+import type { RuntimeHandle, RuntimeSpec } from "../../src/ports/sandbox-runtime.ts";
+import { probeAlive } from "../../src/sandbox/agent-health.ts";
+import { createDockerRuntime, type DockerRuntime } from "../../src/sandbox/docker/docker-runtime.ts";
+import { BUILTIN_AGENT_COMMAND } from "../../src/sandbox-agent/builtin-agent.ts";
+import { describeRuntimeContract } from "./runtime-contract.ts";
+
+// Runs against the engine of DOCKER_HOST (unix:// or tcp://) or /var/run/docker.sock, with the image named by
+// WORKSPACE_TEST_DOCKER_IMAGE (built offline by .ci/docker.sh: Node + the built-in agent as default command).
+// Sandbox containers use --network host (or none): nothing here talks to bridge addresses.
+
+const dockerOptions = (host: string | undefined): Docker.DockerOptions => {
+  if (!host) return { socketPath: "/var/run/docker.sock" };
+  if (host.startsWith("unix://")) return { socketPath: host.slice("unix://".length) };
+  const url = new URL(host.replace(/^tcp:/, "http:"));
+  return { host: url.hostname, port: Number(url.port || 2375) };
+};
+
+const docker = new Docker(dockerOptions(process.env.DOCKER_HOST));
+
+async function connect(): Promise<{ image: string } | string> {
+  try {
+    await Promise.race([
+      docker.ping(),
+      new Promise((_, reject) => setTimeout(() => reject(new Error("ping timed out")), 3000)),
+    ]);
+  } catch {
+    return "no Docker socket";
+  }
+  const image = process.env.WORKSPACE_TEST_DOCKER_IMAGE;
+  if (!image) return "WORKSPACE_TEST_DOCKER_IMAGE is not set (.ci/docker.sh builds it)";
+  try {
+    await docker.getImage(image).inspect();
+  } catch {
+    return `image ${image} not found`;
+  }
+  return { image };
+}
+
+const found = await connect();
+const skipReason = typeof found === "string" ? found : null;
+if (skipReason) console.log(`docker runtime tests skipped: ${skipReason}`);
+
+const runLabel = "workspace.test-run";
+const runId = randomBytes(4).toString("hex");
+const image = typeof found === "string" ? "unused" : found.image;
+const runtimes: DockerRuntime[] = [];
+const makeRuntime = (
+  options: { network?: string; memoryBytes?: number; pidsLimit?: number } = {},
+): DockerRuntime => {
+  const runtime = createDockerRuntime({
+    docker,
+    network: "host",
+    labels: { [runLabel]: runId },
+    stopTimeoutSeconds: 2,
+    ...options,
+  });
+  runtimes.push(runtime);
+  return runtime;
+};
+
+interface Data {
+  containerId: string;
+  volume: string;
+}
+const dataOf = (handle: RuntimeHandle): Data => handle.data as unknown as Data;
+const spec = (command: string[], initialEnv: Record<string, string> = {}): RuntimeSpec => ({
+  id: image,
+  command,
+  initialEnv,
+  workingDir: "/workspace/project",
+});
+const statusOf = (e: unknown): number | undefined => (e as { statusCode?: number }).statusCode;
+const exists = async (get: () => Promise<unknown>): Promise<boolean> => {
+  try {
+    await get();
+    return true;
+  } catch (e: unknown) {
+    if (statusOf(e) === 404) return false;
+    throw e;
+  }
+};
+
+const cleanup = async (): Promise<void> => {
+  if (skipReason) return;
+  await makeRuntime().removeAll();
+};
+
+describe.skipIf(skipReason !== null)(`docker runtime${skipReason ? ` (skipped: ${skipReason})` : ""}`, () => {
+  afterAll(cleanup);
+
+  describeRuntimeContract(
+    "docker (network host)",
+    () => makeRuntime(),
+    (kind) =>
+      kind === "agent" ? spec([], { CONTRACT_FOO: "bar" }) : spec(["/bin/sh", "-c", "sleep 0.2; exit 1"]),
+    {
+      async destroyBehindBack(handle) {
+        await docker.getContainer(dataOf(handle).containerId).remove({ force: true });
+      },
+      // A removed container is gone for everyone; see below for a killed (exited) one.
+      afterDestroy: { sameInstance: "missing", freshInstance: "missing" },
+      async leftovers(handle) {
+        const { containerId, volume } = dataOf(handle);
+        const out: string[] = [];
+        if (await exists(() => docker.getContainer(containerId).inspect()))
+          out.push(`container ${containerId}`);
+        if (await exists(() => docker.getVolume(volume).inspect())) out.push(`volume ${volume}`);
+        return out;
+      },
+      workspacePath: () => "/workspace/project",
+      cleanup,
+      healthyTimeoutMs: 30_000,
+    },
+  );
+
+  describe("docker runtime specifics", () => {
+    const runtime = makeRuntime();
+    const key = "docker-specifics-key";
+    const start = (s: RuntimeSpec): Promise<RuntimeHandle> =>
+      runtime.start({ sandboxId: `dt${randomBytes(6).toString("hex")}`, spec: s, sessionApiKey: key });
+
+    it("labels the container, mounts the workspace volume, applies limits and the session key", async () => {
+      const limited = makeRuntime({ memoryBytes: 256 * 1024 * 1024, pidsLimit: 256 });
+      const handle = await limited.start({ sandboxId: "dt-labels", spec: spec([]), sessionApiKey: key });
+      try {
+        const info = await docker.getContainer(dataOf(handle).containerId).inspect();
+        expect(info.Name).toBe("/oh-agent-server-dt-labels");
+        expect(info.Config.Labels).toMatchObject({
+          "workspace.managed": "true",
+          "workspace.sandbox.id": "dt-labels",
+          "workspace.volume": "openhands-workspace-dt-labels",
+          [runLabel]: runId,
+        });
+        expect(info.HostConfig.NetworkMode).toBe("host");
+        expect(info.HostConfig.Memory).toBe(256 * 1024 * 1024);
+        expect(info.HostConfig.PidsLimit).toBe(256);
+        expect(info.Mounts).toContainEqual(
+          expect.objectContaining({
+            Type: "volume",
+            Name: "openhands-workspace-dt-labels",
+            Destination: "/workspace/project",
+          }),
+        );
+        expect(info.Config.Env).toEqual(
+          expect.arrayContaining([
+            `OH_SESSION_API_KEYS_0=${key}`,
+            `SESSION_API_KEY=${key}`,
+            `PORT=${handle.port}`,
+          ]),
+        );
+      } finally {
+        await limited.remove(handle);
+      }
+    });
+
+    it("runs the image's default command plus the arguments after the built-in marker, {port} replaced", async () => {
+      const handle = await start(spec([BUILTIN_AGENT_COMMAND, "--port", "{port}"]));
+      try {
+        const info = await docker.getContainer(dataOf(handle).containerId).inspect();
+        expect(info.Config.Cmd?.slice(-2)).toEqual(["--port", String(handle.port)]);
+        expect(await runtime.waitHealthy(handle, 30_000)).toBe(true);
+      } finally {
+        await runtime.remove(handle);
+      }
+    });
+
+    it("a container killed behind the runtime's back is error; one stopped cleanly is paused and resumes", async () => {
+      const killed = await start(spec([]));
+      const stopped = await start(spec([]));
+      expect(await runtime.waitHealthy(killed, 30_000)).toBe(true);
+      expect(await runtime.waitHealthy(stopped, 30_000)).toBe(true);
+      await docker.getContainer(dataOf(killed).containerId).kill();
+      await docker.getContainer(dataOf(stopped).containerId).stop({ t: 5 });
+      expect(await runtime.inspect(killed)).toBe("error");
+      expect(await runtime.inspect(stopped)).toBe("paused");
+      const resumed = await runtime.resume(stopped);
+      expect(await runtime.waitHealthy(resumed, 30_000)).toBe(true);
+      expect(await runtime.inspect(resumed)).toBe("running");
+      await runtime.remove(killed);
+      await runtime.remove(resumed);
+    });
+
+    it("with network none the container runs isolated: healthy when running, its agent unreachable", async () => {
+      const isolated = makeRuntime({ network: "none" });
+      const handle = await isolated.start({ sandboxId: "dt-none", spec: spec([]), sessionApiKey: key });
+      try {
+        expect(await isolated.waitHealthy(handle, 30_000)).toBe(true);
+        expect(await isolated.inspect(handle)).toBe("running");
+        expect(handle.port).toBe(0);
+        expect(await probeAlive(handle.agentUrl, 300)).toBe(false);
+        const info = await docker.getContainer(dataOf(handle).containerId).inspect();
+        expect(info.HostConfig.NetworkMode).toBe("none");
+        await isolated.pause(handle);
+        expect(await isolated.inspect(handle)).toBe("paused");
+      } finally {
+        await isolated.remove(handle);
+      }
+    });
+
+    it("fails to start when the image can neither be found nor pulled, leaving nothing behind", async () => {
+      const events: string[] = [];
+      const offline = createDockerRuntime({
+        docker,
+        labels: { [runLabel]: runId },
+        log: (msg) => events.push(msg),
+      });
+      await expect(
+        offline.start({
+          sandboxId: "dt-noimage",
+          spec: { ...spec([]), id: "127.0.0.1:1/nope/missing:latest" },
+          sessionApiKey: key,
+        }),
+      ).rejects.toThrow();
+      expect(events).toContain("pulling image");
+      expect(await exists(() => docker.getContainer("oh-agent-server-dt-noimage").inspect())).toBe(false);
+      expect(await exists(() => docker.getVolume("openhands-workspace-dt-noimage").inspect())).toBe(false);
+    });
+
+    it("never touches a container it does not manage", async () => {
+      const foreign = await docker.createContainer({
+        Image: image,
+        Cmd: ["/bin/sh", "-c", "sleep 30"],
+        Labels: { [runLabel]: runId },
+      });
+      try {
+        const handle: RuntimeHandle = {
+          data: {
+            containerId: foreign.id,
+            containerName: "foreign",
+            volume: "openhands-workspace-foreign",
+            network: "host",
+          },
+          agentUrl: "http://127.0.0.1:9",
+          port: 9,
+        };
+        expect(await runtime.inspect(handle)).toBe("missing");
+        await runtime.remove(handle);
+        expect(await exists(() => foreign.inspect())).toBe(true);
+      } finally {
+        await foreign.remove({ force: true });
+      }
+    });
+  });
+});

@@ -1,0 +1,235 @@
+import { spawn } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import type { RuntimeHandle, RuntimeSpec } from "../../src/ports/sandbox-runtime.ts";
+import { createProcessRuntime, type ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
+import { BUILTIN_AGENT_COMMAND } from "../../src/sandbox-agent/builtin-agent.ts";
+import { listProcesses, readProcStat } from "../../src/sandbox-agent/proc-tree.ts";
+import { describeRuntimeContract } from "./runtime-contract.ts";
+
+const root = mkdtempSync(join(tmpdir(), "runtime-process-"));
+const runtimes: ProcessRuntime[] = [];
+const makeRuntime = (): ProcessRuntime => {
+  const runtime = createProcessRuntime({ workspaceRoot: root, stopGraceMs: 1000 });
+  runtimes.push(runtime);
+  return runtime;
+};
+
+interface Data {
+  pid: number;
+  startTimeTicks: number;
+  workspace: string;
+}
+const dataOf = (handle: RuntimeHandle): Data => handle.data as unknown as Data;
+const alive = (handle: RuntimeHandle): boolean => {
+  const stat = readProcStat(dataOf(handle).pid);
+  return stat !== null && stat.startTime === dataOf(handle).startTimeTicks && stat.state !== "Z";
+};
+
+const spec = (command: string[], initialEnv: Record<string, string> = {}): RuntimeSpec => ({
+  id: "process-test",
+  command,
+  initialEnv,
+  workingDir: "",
+});
+
+describeRuntimeContract(
+  "process",
+  makeRuntime,
+  (kind) =>
+    kind === "agent" ? spec([], { CONTRACT_FOO: "bar" }) : spec(["/bin/sh", "-c", "sleep 0.2; exit 1"]),
+  {
+    async destroyBehindBack(handle) {
+      const { pid, startTimeTicks } = dataOf(handle);
+      process.kill(-pid, "SIGKILL");
+      // Wait until it is reaped (this test process is its parent): gone from /proc, not just a zombie.
+      for (let i = 0; i < 500 && readProcStat(pid)?.startTime === startTimeTicks; i++) {
+        await new Promise((r) => setTimeout(r, 10));
+      }
+    },
+    // The parent saw a death by signal (a crash); a restarted server only sees the pid gone.
+    afterDestroy: { sameInstance: "error", freshInstance: "missing" },
+    async leftovers(handle) {
+      const out: string[] = [];
+      if (alive(handle)) out.push(`process ${dataOf(handle).pid}`);
+      if (existsSync(dataOf(handle).workspace)) out.push(`workspace ${dataOf(handle).workspace}`);
+      return out;
+    },
+    workspacePath: (handle) => dataOf(handle).workspace,
+    async cleanup() {
+      for (const r of runtimes) await r.killAll();
+    },
+  },
+);
+
+describe("process runtime specifics", () => {
+  const runtime = makeRuntime();
+  const key = "process-specifics-key";
+  afterAll(async () => {
+    for (const r of runtimes) await r.killAll();
+    rmSync(root, { recursive: true, force: true });
+  });
+
+  const exec = async (handle: RuntimeHandle, command: string): Promise<{ stdout: string }> => {
+    const res = await fetch(new URL("/api/bash/execute_bash_command", handle.agentUrl), {
+      method: "POST",
+      headers: { "x-session-api-key": key },
+      body: JSON.stringify({ command }),
+    });
+    return (await res.json()) as { stdout: string };
+  };
+
+  it("replaces {port} in the command, runs a relative working dir inside the workspace, writes a log", async () => {
+    const handle = await runtime.start({
+      sandboxId: "port-subst",
+      spec: { ...spec([BUILTIN_AGENT_COMMAND, "--port", "{port}"]), workingDir: "project" },
+      sessionApiKey: key,
+    });
+    expect(await runtime.waitHealthy(handle, 10_000)).toBe(true);
+    expect(dataOf(handle).workspace).toBe(join(root, "port-subst"));
+    expect((await exec(handle, "pwd")).stdout).toBe(`${join(root, "port-subst", "project")}\n`);
+    expect(existsSync(join(root, ".logs", "port-subst.log"))).toBe(true);
+    await runtime.remove(handle);
+    expect(existsSync(join(root, "port-subst"))).toBe(false);
+    expect(existsSync(join(root, ".logs", "port-subst.log"))).toBe(false);
+  });
+
+  it("pauses, resumes and removes the commands the agent runs, background jobs included", async () => {
+    const handle = await runtime.start({ sandboxId: "bg-jobs", spec: spec([]), sessionApiKey: key });
+    expect(await runtime.waitHealthy(handle, 10_000)).toBe(true);
+    await exec(handle, "sleep 300 > /dev/null 2>&1 &");
+    // The shell exited, so the job was re-parented: find it by the sandbox's process group.
+    const { pid } = dataOf(handle);
+    const jobs = listProcesses()
+      .filter((p) => p.pgrp === pid && p.pid !== pid)
+      .map((p) => p.pid);
+    expect(jobs.length).toBeGreaterThan(0);
+    await runtime.pause(handle);
+    for (const pid of jobs) expect(readProcStat(pid)?.state).toBe("T");
+    await runtime.resume(handle);
+    for (const pid of jobs) expect(readProcStat(pid)?.state).not.toBe("T");
+    await runtime.remove(handle);
+    for (const pid of jobs) expect(["Z", undefined]).toContain(readProcStat(pid)?.state);
+  });
+
+  it("kills what a crashed sandbox left running in its group", async () => {
+    const handle = await runtime.start({
+      sandboxId: "leftovers",
+      spec: spec(["/bin/sh", "-c", "sleep 300 & sleep 0.2; exit 2"]),
+      sessionApiKey: key,
+    });
+    const { pid } = dataOf(handle);
+    let jobs: number[] = [];
+    for (let i = 0; i < 100 && jobs.length === 0; i++) {
+      await new Promise((r) => setTimeout(r, 5));
+      jobs = listProcesses()
+        .filter((p) => p.pgrp === pid && p.pid !== pid)
+        .map((p) => p.pid);
+    }
+    expect(jobs.length).toBeGreaterThan(0);
+    expect(await runtime.waitHealthy(handle, 5000)).toBe(false);
+    expect(await runtime.inspect(handle)).toBe("error");
+    await new Promise((r) => setTimeout(r, 50));
+    for (const job of jobs) expect(["Z", undefined]).toContain(readProcStat(job)?.state);
+    await runtime.remove(handle);
+  });
+
+  it("does not touch a process whose pid was reused (start time differs)", async () => {
+    const handle = await runtime.start({ sandboxId: "pid-reuse", spec: spec([]), sessionApiKey: key });
+    expect(await runtime.waitHealthy(handle, 10_000)).toBe(true);
+    const impostor: RuntimeHandle = {
+      ...handle,
+      data: { ...handle.data, startTimeTicks: dataOf(handle).startTimeTicks + 1 },
+    };
+    const restarted = makeRuntime();
+    expect(await restarted.inspect(impostor)).toBe("missing");
+    await expect(restarted.pause(impostor)).rejects.toThrow(/not running/);
+    expect(await runtime.inspect(handle)).toBe("running");
+    await runtime.remove(handle);
+  });
+
+  it("rejects a command that cannot be spawned and leaves no workspace", async () => {
+    await expect(
+      runtime.start({ sandboxId: "no-such-cmd", spec: spec(["/nonexistent/binary"]), sessionApiKey: key }),
+    ).rejects.toThrow(/ENOENT/);
+    expect(existsSync(join(root, "no-such-cmd"))).toBe(false);
+  });
+
+  it("rejects sandbox ids that are not plain folder names", async () => {
+    for (const sandboxId of ["../escape", ".hidden", "a/b", ""]) {
+      await expect(runtime.start({ sandboxId, spec: spec([]), sessionApiKey: key })).rejects.toThrow(
+        /invalid/,
+      );
+    }
+  });
+
+  it("a sandbox that exits with status 0 is missing (gone, not crashed)", async () => {
+    const handle = await runtime.start({
+      sandboxId: "clean-exit",
+      spec: spec(["/bin/sh", "-c", "exit 0"]),
+      sessionApiKey: key,
+    });
+    expect(await runtime.waitHealthy(handle, 5000)).toBe(false);
+    expect(await runtime.inspect(handle)).toBe("missing");
+    await runtime.remove(handle);
+  });
+
+  it("judges a dead process nobody reaped (a zombie) by its exit status", async () => {
+    // `exec sleep` replaces the parent shell with a process that never waits: its children stay zombies.
+    const parent = spawn("/bin/sh", ["-c", "sh -c 'exit 3' & sh -c 'exit 0' & exec sleep 30"], {
+      stdio: "ignore",
+    });
+    try {
+      let zombies: ReturnType<typeof listProcesses> = [];
+      for (let i = 0; i < 200 && zombies.length < 2; i++) {
+        await new Promise((r) => setTimeout(r, 10));
+        zombies = listProcesses().filter((p) => p.ppid === parent.pid && p.state === "Z");
+      }
+      expect(zombies).toHaveLength(2);
+      const handleOf = (z: (typeof zombies)[number]): RuntimeHandle => ({
+        data: {
+          pid: z.pid,
+          pgid: z.pgrp,
+          port: 9,
+          workspace: join(root, "zombie"),
+          startTimeTicks: z.startTime,
+        },
+        agentUrl: "http://127.0.0.1:9",
+        port: 9,
+      });
+      const states = await Promise.all(zombies.map((z) => makeRuntime().inspect(handleOf(z))));
+      expect(states.sort()).toEqual(["error", "missing"]);
+      expect(zombies.map((z) => z.exitStatus).sort()).toEqual([0, 3 << 8]);
+    } finally {
+      parent.kill("SIGKILL");
+    }
+  });
+
+  it("reports a live process that does not answer /alive as starting", async () => {
+    const handle = await runtime.start({
+      sandboxId: "silent",
+      spec: spec(["/bin/sh", "-c", "sleep 30"]),
+      sessionApiKey: key,
+    });
+    expect(await runtime.waitHealthy(handle, 100)).toBe(false);
+    expect(await runtime.inspect(handle)).toBe("starting");
+    await runtime.remove(handle);
+    expect(alive(handle)).toBe(false);
+  });
+
+  it("kills a sandbox that ignores SIGTERM after the grace period", async () => {
+    const handle = await runtime.start({
+      sandboxId: "stubborn",
+      spec: spec(["/bin/sh", "-c", "trap '' TERM; while :; do sleep 0.05; done"]),
+      sessionApiKey: key,
+    });
+    await new Promise((r) => setTimeout(r, 100));
+    const t0 = Date.now();
+    await runtime.remove(handle);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(900);
+    expect(alive(handle)).toBe(false);
+    expect(await runtime.inspect(handle)).toBe("missing");
+  });
+});
