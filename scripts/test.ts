@@ -6,9 +6,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 const bin = (name: string): string => join(import.meta.dirname, "..", "node_modules", ".bin", name);
-const run = (label: string, cmd: string, args: string[]): boolean => {
+const run = (label: string, cmd: string, args: string[], env: NodeJS.ProcessEnv = process.env): boolean => {
   process.stdout.write(`\n== ${label}: ${[cmd, ...args].join(" ")}\n`);
-  const r = spawnSync(cmd, args, { stdio: "inherit", cwd: join(import.meta.dirname, "..") });
+  const r = spawnSync(cmd, args, { stdio: "inherit", cwd: join(import.meta.dirname, ".."), env });
   return r.status === 0;
 };
 
@@ -22,15 +22,19 @@ const checks: [string, string, string[]][] = [
 let failedChecks = 0;
 for (const [label, cmd, args] of checks) if (!run(label, cmd, args)) failedChecks++;
 
-const out = join(mkdtempSync(join(tmpdir(), "aws-test-")), "vitest.json");
+const reportDir = mkdtempSync(join(tmpdir(), "aws-test-"));
+const out = join(reportDir, "vitest.json");
+const leftoverReport = join(reportDir, "leftovers.json");
 const extra = process.argv.slice(2);
-run("vitest", bin("vitest"), [
-  "run",
-  "--reporter=default",
-  "--reporter=json",
-  `--outputFile.json=${out}`,
-  ...extra,
-]);
+run(
+  "vitest",
+  bin("vitest"),
+  ["run", "--reporter=default", "--reporter=json", `--outputFile.json=${out}`, ...extra],
+  {
+    ...process.env,
+    WORKSPACE_LEFTOVER_REPORT: leftoverReport,
+  },
+);
 
 let passed = 0;
 let failed = failedChecks;
@@ -52,6 +56,18 @@ try {
   skipped = report.numPendingTests + report.numTodoTests;
 } catch {
   console.error("vitest produced no report");
+  failed++;
+}
+try {
+  const leftovers = JSON.parse(readFileSync(leftoverReport, "utf8")) as string[];
+  if (leftovers.length > 0) {
+    console.error(
+      `sandbox processes or containers outlived the suite (counted as a failure): ${leftovers.join(", ")}`,
+    );
+    failed++;
+  }
+} catch {
+  console.error("the leftover check did not run");
   failed++;
 }
 if (failedChecks > 0) console.error(`${failedChecks} static check(s) failed (counted as failures)`);

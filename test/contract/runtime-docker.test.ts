@@ -1,45 +1,19 @@
 import { randomBytes } from "node:crypto";
-import Docker from "dockerode";
 import { afterAll, describe, expect, it } from "vitest";
 import type { RuntimeHandle, RuntimeSpec } from "../../src/ports/sandbox-runtime.ts";
 import { probeAlive } from "../../src/sandbox/agent-health.ts";
 import { createDockerRuntime, type DockerRuntime } from "../../src/sandbox/docker/docker-runtime.ts";
 import { BUILTIN_AGENT_COMMAND } from "../../src/sandbox-agent/builtin-agent.ts";
+import { dockerFromEnv, findDocker } from "../helpers/docker-env.ts";
 import { describeRuntimeContract } from "./runtime-contract.ts";
 
 // Runs against the engine of DOCKER_HOST (unix:// or tcp://) or /var/run/docker.sock, with the image named by
 // WORKSPACE_TEST_DOCKER_IMAGE (built offline by .ci/docker.sh: Node + the built-in agent as default command).
 // Sandbox containers use --network host (or none): nothing here talks to bridge addresses.
 
-const dockerOptions = (host: string | undefined): Docker.DockerOptions => {
-  if (!host) return { socketPath: "/var/run/docker.sock" };
-  if (host.startsWith("unix://")) return { socketPath: host.slice("unix://".length) };
-  const url = new URL(host.replace(/^tcp:/, "http:"));
-  return { host: url.hostname, port: Number(url.port || 2375) };
-};
+const docker = dockerFromEnv();
 
-const docker = new Docker(dockerOptions(process.env.DOCKER_HOST));
-
-async function connect(): Promise<{ image: string } | string> {
-  try {
-    await Promise.race([
-      docker.ping(),
-      new Promise((_, reject) => setTimeout(() => reject(new Error("ping timed out")), 3000)),
-    ]);
-  } catch {
-    return "no Docker socket";
-  }
-  const image = process.env.WORKSPACE_TEST_DOCKER_IMAGE;
-  if (!image) return "WORKSPACE_TEST_DOCKER_IMAGE is not set (.ci/docker.sh builds it)";
-  try {
-    await docker.getImage(image).inspect();
-  } catch {
-    return `image ${image} not found`;
-  }
-  return { image };
-}
-
-const found = await connect();
+const found = await findDocker(docker);
 const skipReason = typeof found === "string" ? found : null;
 if (skipReason) console.log(`docker runtime tests skipped: ${skipReason}`);
 

@@ -1,0 +1,32 @@
+import Docker from "dockerode";
+
+/** Engine client for DOCKER_HOST (unix:// or tcp://), else /var/run/docker.sock. */
+export function dockerFromEnv(host: string | undefined = process.env.DOCKER_HOST): Docker {
+  if (!host) return new Docker({ socketPath: "/var/run/docker.sock" });
+  if (host.startsWith("unix://")) return new Docker({ socketPath: host.slice("unix://".length) });
+  const url = new URL(host.replace(/^tcp:/, "http:"));
+  return new Docker({ host: url.hostname, port: Number(url.port || 2375) });
+}
+
+/**
+ * The Docker engine and the offline-built test image (WORKSPACE_TEST_DOCKER_IMAGE, made by .ci/docker.sh), or the
+ * reason Docker tests must skip.
+ */
+export async function findDocker(docker: Docker): Promise<{ image: string } | string> {
+  try {
+    await Promise.race([
+      docker.ping(),
+      new Promise((_, reject) => setTimeout(() => reject(new Error("timeout")), 3000)),
+    ]);
+  } catch {
+    return "no Docker socket";
+  }
+  const image = process.env.WORKSPACE_TEST_DOCKER_IMAGE;
+  if (!image) return "WORKSPACE_TEST_DOCKER_IMAGE is not set (.ci/docker.sh builds it)";
+  try {
+    await docker.getImage(image).inspect();
+  } catch {
+    return `image ${image} not found`;
+  }
+  return { image };
+}

@@ -1,0 +1,62 @@
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { createProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
+import { call, startTestApp } from "../helpers/test-app.ts";
+
+const dir = mkdtempSync(join(tmpdir(), "aws-restart-"));
+const key = randomBytes(32);
+afterAll(async () => {
+  await createProcessRuntime({ workspaceRoot: join(dir, "sandboxes") }).killAll();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe("server restart", () => {
+  it("reconciles every recorded sandbox at start: a survivor stays RUNNING, a dead one is MISSING, a paused one PAUSED", async () => {
+    const first = await startTestApp({ dir, encryptionKey: key, keepSandboxes: true });
+    const k = await first.keyFor("restart-user");
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const r = await call(first.url, k, "POST", "/api/v1/sandboxes");
+      ids.push((r.body as { id: string }).id);
+    }
+    const [survivor, victim, paused] = ids as [string, string, string];
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      const list = (
+        await call(first.url, k, "GET", `/api/v1/sandboxes?${ids.map((i) => `id=${i}`).join("&")}`)
+      ).body as { status: string }[];
+      if (list.every((s) => s.status === "RUNNING")) break;
+      if (Date.now() > deadline) throw new Error(JSON.stringify(list));
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    await call(first.url, k, "POST", `/api/v1/sandboxes/${paused}/pause`);
+    const victimPid = ((await first.storage.sandboxes.get(victim))?.handle as { data: { pid: number } }).data
+      .pid;
+    await first.close(); // the server stops; sandboxes keep running
+    process.kill(-victimPid, "SIGKILL"); // dies while no server watches
+    await new Promise((r) => setTimeout(r, 100));
+
+    const second = await startTestApp({ dir, encryptionKey: key, keepSandboxes: true });
+    const counts = await second.app.services.sandboxes.reconcileAll();
+    expect(counts).toMatchObject({ RUNNING: 1, MISSING: 1, PAUSED: 1 });
+    // what was recorded is now true in storage, before any client asks
+    expect((await second.storage.sandboxes.get(survivor))?.status).toBe("RUNNING");
+    expect((await second.storage.sandboxes.get(victim))?.status).toBe("MISSING");
+    expect((await second.storage.sandboxes.get(paused))?.status).toBe("PAUSED");
+    const list = (
+      await call(second.url, k, "GET", `/api/v1/sandboxes?${ids.map((i) => `id=${i}`).join("&")}`)
+    ).body as { status: string }[];
+    expect(list.map((s) => s.status)).toEqual(["RUNNING", "MISSING", "PAUSED"]);
+    // the survivor's agent still answers with its (persisted, encrypted) session key
+    const s = list[0] as unknown as { exposed_urls: { url: string }[]; session_api_key: string };
+    const res = await fetch(`${s.exposed_urls[0]?.url}/api/conversations?ids=x`, {
+      headers: { "x-session-api-key": s.session_api_key },
+    });
+    expect(res.status).toBe(200);
+    for (const id of ids) await call(second.url, k, "DELETE", `/api/v1/sandboxes/${id}`);
+    await second.close();
+  });
+});
