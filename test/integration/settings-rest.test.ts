@@ -429,6 +429,24 @@ describe("/api/secrets", () => {
   });
 });
 
+describe("concurrency", () => {
+  it("20 concurrent partial writes to one user's settings all land (compare-and-set, no lost update)", async () => {
+    const key = await t.keyFor("concurrent");
+    await api(key, "POST", "/api/settings", {});
+    await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        api(key, "POST", "/api/settings", {
+          secrets_store: { custom_secrets: { [`S${i}`]: { secret: `v${i}` } } },
+        }),
+      ),
+    );
+    const names = (
+      (await api(key, "GET", "/api/secrets")).body as { custom_secrets: { name: string }[] }
+    ).custom_secrets.map((s) => s.name);
+    expect(names.sort()).toEqual(Array.from({ length: 20 }, (_, i) => `S${i}`).sort());
+  });
+});
+
 describe("isolation and at-rest encryption", () => {
   it("a user never sees another user's settings or secrets", async () => {
     await api(alice, "POST", "/api/settings", { agent: "alice-agent" });

@@ -1,0 +1,118 @@
+import { chmodSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { ConfigError, loadConfig } from "../../src/server/config.ts";
+import { loadOrCreateKeyFile } from "../../src/server/key-file.ts";
+import { defaultSpecs, loadSpecsFile } from "../../src/server/sandbox-specs.ts";
+
+const dir = mkdtempSync(join(tmpdir(), "aws-config-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe("loadConfig", () => {
+  it("defaults: SQLite under ./data, ports 3000/3001, loopback, process runtime, verification on", () => {
+    const c = loadConfig({}, "/srv");
+    expect(c).toMatchObject({
+      host: "127.0.0.1",
+      port: 3000,
+      grpcPort: 3001,
+      dataDir: "/srv/data",
+      storage: { kind: "sqlite", path: "/srv/data/workspace.sqlite" },
+      runtime: { kind: "process" },
+      gitProviderVerify: true,
+      maxRunningSandboxes: 5,
+      encryptionKeyFile: "/srv/data/secret.key",
+    });
+    expect(Object.isFrozen(c)).toBe(true);
+  });
+
+  it("MONGODB_URI selects MongoDB; docker runtime options are parsed", () => {
+    const c = loadConfig(
+      {
+        MONGODB_URI: "mongodb://db:27017/x",
+        SANDBOX_RUNTIME: "docker",
+        SANDBOX_MEMORY_MB: "512",
+        SANDBOX_CPUS: "1.5",
+        DOCKER_HOST: "unix:///run/d.sock",
+      },
+      "/srv",
+    );
+    expect(c.storage).toEqual({ kind: "mongo", uri: "mongodb://db:27017/x", dbName: undefined });
+    expect(c.runtime).toMatchObject({
+      kind: "docker",
+      socketPath: "/run/d.sock",
+      network: "host",
+      memoryBytes: 512 * 1024 * 1024,
+      nanoCpus: 1.5e9,
+    });
+  });
+
+  it.each([
+    [{ PORT: "abc" }, "PORT must be a port number"],
+    [{ GRPC_PORT: "70000" }, "GRPC_PORT must be a port number"],
+    [{ MONGODB_URI: "postgres://x" }, "MONGODB_URI must start with mongodb://"],
+    [{ SANDBOX_RUNTIME: "vm" }, "SANDBOX_RUNTIME must be process or docker"],
+    [{ GIT_PROVIDER_VERIFY: "maybe" }, "GIT_PROVIDER_VERIFY must be true or false"],
+    [{ ENCRYPTION_KEY: "short" }, "ENCRYPTION_KEY must be 32 bytes"],
+    [{ SESSION_API_KEY: "abc" }, "SESSION_API_KEY must be at least 8 characters"],
+    [{ MAX_RUNNING_SANDBOXES: "0" }, "MAX_RUNNING_SANDBOXES must be an integer"],
+    [{ LOG_LEVEL: "loud" }, "LOG_LEVEL"],
+  ])("rejects %o with a clear message", (env, message) => {
+    expect(() => loadConfig(env as Record<string, string>, "/srv")).toThrow(ConfigError);
+    expect(() => loadConfig(env as Record<string, string>, "/srv")).toThrow(message);
+  });
+
+  it("accepts a 32-byte key as hex or base64", () => {
+    expect(loadConfig({ ENCRYPTION_KEY: "ab".repeat(32) }).encryptionKey?.length).toBe(32);
+    expect(loadConfig({ ENCRYPTION_KEY: Buffer.alloc(32, 7).toString("base64") }).encryptionKey?.length).toBe(
+      32,
+    );
+  });
+});
+
+describe("key file", () => {
+  it("is created once with mode 0600 and read back; a group-readable file is refused", () => {
+    const path = join(dir, "k", "secret.key");
+    const first = loadOrCreateKeyFile(path);
+    expect(first.created).toBe(true);
+    expect(statSync(path).mode & 0o777).toBe(0o600);
+    const again = loadOrCreateKeyFile(path);
+    expect(again.created).toBe(false);
+    expect(again.key.equals(first.key)).toBe(true);
+    chmodSync(path, 0o640);
+    expect(() => loadOrCreateKeyFile(path)).toThrow(/owner only/);
+  });
+});
+
+describe("sandbox specs", () => {
+  it("defaults per runtime: the built-in agent for process, the agent-server image for docker", () => {
+    const now = new Date();
+    expect(defaultSpecs({ kind: "process" }, now)[0]?.id).toBe("workspace-agent");
+    const docker = defaultSpecs(loadConfig({ SANDBOX_RUNTIME: "docker" }).runtime, now)[0];
+    expect(docker?.id).toBe("ghcr.io/openhands/agent-server:5f62cee-python");
+    expect(docker?.command).toEqual(["--port", "{port}"]);
+  });
+
+  it("reads a spec file and rejects bad ones naming the problem", () => {
+    const good = join(dir, "specs.json");
+    writeFileSync(
+      good,
+      JSON.stringify([{ id: "a", command: ["x"], initial_env: { K: "v" }, working_dir: "/w" }, { id: "b" }]),
+    );
+    const specs = loadSpecsFile(good, new Date());
+    expect(specs.map((s) => s.id)).toEqual(["a", "b"]);
+    expect(specs[0]).toMatchObject({ command: ["x"], initialEnv: { K: "v" }, workingDir: "/w" });
+    for (const [content, message] of [
+      ["not json", "SANDBOX_SPECS_FILE"],
+      ["[]", "non-empty JSON array"],
+      ['[{"id":""}]', "id must be a non-empty string"],
+      ['[{"id":"a"},{"id":"a"}]', "duplicate id a"],
+      ['[{"id":"a","command":"ls"}]', "command must be an array of strings"],
+      ['[{"id":"a","initial_env":{"K":1}}]', "initial_env must map names to strings"],
+    ] as const) {
+      const p = join(dir, "bad.json");
+      writeFileSync(p, content);
+      expect(() => loadSpecsFile(p, new Date())).toThrow(message);
+    }
+  });
+});
