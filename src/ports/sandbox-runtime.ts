@@ -46,6 +46,8 @@ export interface SandboxRuntime {
   resume(handle: RuntimeHandle): Promise<RuntimeHandle>;
   /** Terminates and removes the sandbox and its workspace; idempotent. */
   remove(handle: RuntimeHandle): Promise<void>;
+  /** Resolves when the runtime can start sandboxes (readiness: workspace writable, engine reachable). */
+  ping(): Promise<void>;
   /** Releases runtime resources held by the server (not the sandboxes). */
   close(): Promise<void>;
 }

@@ -1,3 +1,4 @@
+import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import * as grpc from "@grpc/grpc-js";
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from "fastify";
@@ -18,6 +19,7 @@ import type { RestRoute } from "../rest/rest-route.ts";
 import { v1SandboxRoutes } from "../rest/v1-sandbox-routes.ts";
 import { createAuthInterceptor } from "../rpc/auth-interceptor.ts";
 import { createGrpcServer } from "../rpc/grpc-server.ts";
+import { addReflection } from "../rpc/reflection.ts";
 import { bind, type ServiceBinding } from "../rpc/service-registry.ts";
 import { ApiKeyService } from "../services/keys/api-key-service.ts";
 import { SandboxService } from "../services/sandboxes/sandbox-service.ts";
@@ -25,6 +27,7 @@ import { type SandboxSpec, SandboxSpecService } from "../services/sandboxes/sand
 import { SecretsService } from "../services/secrets/secrets-service.ts";
 import { SettingsService } from "../services/settings/settings-service.ts";
 import { UserDataStore } from "../services/user-data-store.ts";
+import { instrumentStorage, Metrics } from "./metrics.ts";
 
 export const VERSION = "0.1.0";
 const BODY_LIMIT = 1024 * 1024;
@@ -43,6 +46,7 @@ export interface AppDeps {
 
 export interface App {
   http: FastifyInstance;
+  metrics: Metrics;
   /** The service objects (for composition and tests). */
   services: {
     settings: SettingsService;
@@ -62,17 +66,19 @@ export interface App {
 
 /** Builds the whole service on the given storage: no globals, no environment reads. */
 export async function buildApp(deps: AppDeps): Promise<App> {
+  const metrics = new Metrics();
+  const storage = instrumentStorage(deps.storage, metrics);
   const box = new SecretBox(deps.encryptionKey);
   const pageTokens = new PageTokens(box.derive("page-tokens"));
-  const keys = new ApiKeyService(deps.storage.apiKeys);
+  const keys = new ApiKeyService(storage.apiKeys);
   const limiter = new RateLimiter(deps.rateLimit?.perSecond ?? 200, deps.rateLimit?.burst ?? 400);
-  const store = new UserDataStore(deps.storage.userData);
+  const store = new UserDataStore(storage.userData);
 
   const settings = new SettingsService({ store, box, verifier: deps.verifier });
   const secrets = new SecretsService({ store, box });
   const specs = new SandboxSpecService(deps.specs, pageTokens);
   const sandboxes = new SandboxService({
-    repo: deps.storage.sandboxes,
+    repo: storage.sandboxes,
     runtime: deps.runtime,
     specs,
     box,
@@ -108,10 +114,47 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     return reply.code(500).send({ detail: "Internal Server Error" });
   });
   http.setNotFoundHandler((_req, reply) => reply.code(404).headers(NO_CACHE).send({ detail: "Not Found" }));
+  // Request ids: taken from x-request-id when given, generated otherwise; in every log line and echoed back.
+  http.addHook("onRequest", async (req, reply) => {
+    reply.header("x-request-id", req.id);
+  });
+  http.addHook("onResponse", async (req, reply) => {
+    const labels = {
+      method: req.method,
+      route: req.routeOptions.url ?? "unmatched",
+      status: String(reply.statusCode),
+    };
+    metrics.httpRequests.inc(labels);
+    metrics.httpDuration.observe(labels, reply.elapsedTime / 1000);
+  });
+  metrics.statusGauge("sandboxes", "Recorded sandboxes by status (all users)", async () => {
+    const counts: Record<string, number> = { STARTING: 0, RUNNING: 0, PAUSED: 0, ERROR: 0, MISSING: 0 };
+    for (const s of await storage.sandboxes.listAll()) counts[s.status] = (counts[s.status] ?? 0) + 1;
+    return counts;
+  });
 
   const started = Date.now();
   http.get("/alive", async () => ({ status: "ok" }));
   http.get("/health", async () => "OK");
+  // Readiness, separate from liveness: storage answers and the runtime can start sandboxes.
+  http.get("/ready", async (_req, reply) => {
+    const check = async (fn: () => Promise<void>) =>
+      fn().then(
+        () => "ok",
+        (err: unknown) => `unavailable: ${err instanceof Error ? err.message : String(err)}`,
+      );
+    const [storageState, runtimeState] = await Promise.all([
+      check(() => storage.ping()),
+      check(() => deps.runtime.ping()),
+    ]);
+    const ready = storageState === "ok" && runtimeState === "ok";
+    return reply
+      .code(ready ? 200 : 503)
+      .send({ status: ready ? "ready" : "not ready", storage: storageState, runtime: runtimeState });
+  });
+  http.get("/metrics", async (_req, reply) =>
+    reply.header("content-type", metrics.registry.contentType).send(await metrics.registry.metrics()),
+  );
   http.get("/server_info", async () => ({
     name: "agent-workspace-service",
     version: VERSION,
@@ -122,7 +165,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
 
   await http.register(restGateway({ routes, bindings, authenticate, admit }));
   await http.register(fastifyConnectPlugin, {
-    interceptors: [createAuthInterceptor(authenticate, admit)],
+    interceptors: [rpcMetrics(metrics), createAuthInterceptor(authenticate, admit)],
     readMaxBytes: BODY_LIMIT,
     routes: (router) => {
       for (const b of bindings) router.service(b.desc, b.impl as never);
@@ -134,13 +177,17 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     authenticate,
     admit,
     onError: (err, method) => http.log.error({ err, method }, "rpc failed"),
+    onCall: (method, code, ms) =>
+      metrics.rpc("grpc", method, code === 0 ? "OK" : (Code[code] ?? String(code)), ms / 1000),
   });
+  addReflection(grpcServer, bindings);
 
   let closed = false;
   return {
     http,
     grpc: grpcServer,
     keys,
+    metrics,
     services: { settings, secrets, sandboxes, specs },
     bindings,
     routes,
@@ -176,5 +223,26 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       await deps.runtime.close();
       await deps.storage.close();
     },
+  };
+}
+
+/** Connect / gRPC-Web calls counted and timed by method and code. */
+function rpcMetrics(metrics: Metrics): Interceptor {
+  return (next) => async (req) => {
+    const started = performance.now();
+    const method = `${req.service.typeName}/${req.method.name}`;
+    try {
+      const res = await next(req);
+      metrics.rpc("connect", method, "OK", (performance.now() - started) / 1000);
+      return res;
+    } catch (err) {
+      metrics.rpc(
+        "connect",
+        method,
+        Code[ConnectError.from(err).code] ?? "Unknown",
+        (performance.now() - started) / 1000,
+      );
+      throw err;
+    }
   };
 }

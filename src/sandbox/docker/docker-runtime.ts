@@ -372,6 +372,10 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
       log("sandbox container removed", { containerName: data.containerName });
     },
 
+    async ping(): Promise<void> {
+      await docker.ping();
+    },
+
     async close(): Promise<void> {
       // Containers keep running; the engine client holds no connection worth closing.
     },

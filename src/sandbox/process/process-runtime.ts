@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { closeSync, mkdirSync, openSync, rmSync } from "node:fs";
+import { accessSync, closeSync, constants, mkdirSync, openSync, rmSync } from "node:fs";
 import { isAbsolute, join, relative, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { failedPrecondition } from "../../core/errors.ts";
@@ -315,6 +315,11 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       }
       const own = ownChild(data);
       if (own) children.delete(data.pid);
+    },
+
+    async ping(): Promise<void> {
+      mkdirSync(workspaceRoot, { recursive: true });
+      accessSync(workspaceRoot, constants.W_OK);
     },
 
     async close(): Promise<void> {

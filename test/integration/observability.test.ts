@@ -1,0 +1,134 @@
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+import { fromBinary } from "@bufbuild/protobuf";
+import { FileDescriptorProtoSchema } from "@bufbuild/protobuf/wkt";
+import * as grpc from "@grpc/grpc-js";
+import * as protoLoader from "@grpc/proto-loader";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { SettingsService } from "../../src/gen/workspace/v1/settings_pb.js";
+import { grpcClient } from "../helpers/rpc-clients.ts";
+import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
+
+let t: TestApp;
+let key: string;
+beforeAll(async () => {
+  t = await startTestApp();
+  key = await t.keyFor("obs");
+});
+afterAll(async () => {
+  await t.close();
+});
+
+interface ReflectionResponse {
+  listServicesResponse?: { service: { name: string }[] };
+  fileDescriptorResponse?: { fileDescriptorProto: Buffer[] };
+  errorResponse?: { errorCode: number; errorMessage: string };
+}
+
+/** A gRPC reflection client (grpc.reflection.v1), as grpcurl uses. */
+function reflect(address: string, request: Record<string, string>): Promise<ReflectionResponse> {
+  const protoPath = join(
+    dirname(createRequire(import.meta.url).resolve("@grpc/reflection/package.json")),
+    "build/proto/grpc/reflection/v1/reflection.proto",
+  );
+  const def = protoLoader.loadSync(protoPath, { keepCase: false, longs: String, defaults: false });
+  const pkg = grpc.loadPackageDefinition(def) as unknown as {
+    grpc: {
+      reflection: {
+        v1: {
+          ServerReflection: new (
+            a: string,
+            c: grpc.ChannelCredentials,
+          ) => grpc.Client & { ServerReflectionInfo(): grpc.ClientDuplexStream<unknown, ReflectionResponse> };
+        };
+      };
+    };
+  };
+  const client = new pkg.grpc.reflection.v1.ServerReflection(address, grpc.credentials.createInsecure());
+  return new Promise((resolve, reject) => {
+    const stream = client.ServerReflectionInfo();
+    stream.on("data", (m: ReflectionResponse) => {
+      resolve(m);
+      stream.end();
+      client.close();
+    });
+    stream.on("error", reject);
+    stream.write(request);
+  });
+}
+
+describe("gRPC reflection", () => {
+  it("lists every service without the proto files", async () => {
+    const r = await reflect(t.grpcAddress, { listServices: "*" });
+    const names = r.listServicesResponse?.service.map((s) => s.name) ?? [];
+    for (const s of [
+      "workspace.v1.SettingsService",
+      "workspace.v1.SecretsService",
+      "workspace.v1.SandboxService",
+      "workspace.v1.SandboxSpecService",
+    ]) {
+      expect(names).toContain(s);
+    }
+  });
+
+  it("describes a service: the file containing it, with its methods and dependencies", async () => {
+    const r = await reflect(t.grpcAddress, { fileContainingSymbol: "workspace.v1.SettingsService" });
+    const files = (r.fileDescriptorResponse?.fileDescriptorProto ?? []).map((b) =>
+      fromBinary(FileDescriptorProtoSchema, b),
+    );
+    const settings = files.find((f) => f.name === "workspace/v1/settings.proto");
+    expect(settings?.service[0]?.method.map((m) => m.name)).toEqual([
+      "GetSettings",
+      "StoreSettings",
+      "AddGitProviders",
+      "UnsetProviderTokens",
+    ]);
+    expect(files.map((f) => f.name)).toContain("workspace/v1/mcp.proto");
+  });
+});
+
+describe("metrics, readiness, request ids", () => {
+  it("/metrics counts REST requests by route and status, RPCs by method and code, sandboxes by status, storage latency", async () => {
+    await call(t.url, key, "GET", "/api/settings");
+    await call(t.url, "bad", "GET", "/api/settings");
+    const g = grpcClient(SettingsService, t.grpcAddress);
+    await g.unary("GetSettings", {}, key).catch(() => {});
+    g.close();
+    const res = await fetch(`${t.url}/metrics`);
+    expect(res.headers.get("content-type")).toContain("text/plain");
+    const text = await res.text();
+    expect(text).toMatch(/http_requests_total\{method="GET",route="\/api\/settings",status="404"\} 1/);
+    expect(text).toMatch(/http_requests_total\{method="GET",route="\/api\/settings",status="401"\} 1/);
+    expect(text).toMatch(
+      /http_request_duration_seconds_bucket\{le="0.005",method="GET",route="\/api\/settings",status="404"\}/,
+    );
+    expect(text).toMatch(
+      /rpc_requests_total\{protocol="grpc",method="workspace.v1.SettingsService\/GetSettings",code="NotFound"\} 1/,
+    );
+    expect(text).toMatch(/sandboxes\{status="RUNNING"\} 0/);
+    expect(text).toMatch(
+      /storage_operation_duration_seconds_count\{operation="userData.get",outcome="ok"\} \d+/,
+    );
+    expect(text).toContain("process_resident_memory_bytes");
+  });
+
+  it("/ready checks storage and runtime, separately from /alive; 503 when storage is gone", async () => {
+    const ready = await call(t.url, undefined, "GET", "/ready");
+    expect(ready).toMatchObject({ status: 200, body: { status: "ready", storage: "ok", runtime: "ok" } });
+    const other = await startTestApp();
+    await other.storage.close(); // storage goes away behind the server
+    const notReady = await call(other.url, undefined, "GET", "/ready");
+    expect(notReady.status).toBe(503);
+    expect((notReady.body as { storage: string }).storage).toMatch(/^unavailable/);
+    expect((await call(other.url, undefined, "GET", "/alive")).status).toBe(200);
+    await other.app.http.close();
+    other.app.grpc.forceShutdown();
+  });
+
+  it("echoes x-request-id, or generates one", async () => {
+    const given = await fetch(`${t.url}/alive`, { headers: { "x-request-id": "req-abc-123" } });
+    expect(given.headers.get("x-request-id")).toBe("req-abc-123");
+    const generated = await fetch(`${t.url}/alive`);
+    expect(generated.headers.get("x-request-id")).toBeTruthy();
+  });
+});
