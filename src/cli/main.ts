@@ -5,25 +5,41 @@ import { ConfigError, ENV_DOC, loadConfig } from "../server/config.ts";
 import { openStorage } from "../server/open-storage.ts";
 import { serve } from "../server/serve.ts";
 import { ApiKeyService } from "../services/keys/api-key-service.ts";
+import { ApiError, ConnectionError, createApiClient, parseAssignment, table } from "./api-client.ts";
 
 const HELP = `Agent Workspace Service
 
 Usage: npm run cli -- <command> [options]     (or: node src/cli/main.ts <command>)
 
-Commands:
+Commands (server administration: run on the server's machine, same environment as the server):
   serve                          run the server (REST + Connect on PORT, gRPC on GRPC_PORT)
   keys create --user NAME        create an API key; prints the key alone on the last line
              [--label TEXT]
   keys list [--user NAME]        list keys (id, user, label, created, revoked); never the keys themselves
   keys revoke ID                 revoke a key by its id
-  help                           this text
 
-Options: --json (keys list/create: machine-readable output)
+Commands (a user's data, through a running server; need --key or WORKSPACE_API_KEY):
+  sandboxes list                 the caller's sandboxes, newest first
+  sandboxes start [--spec ID]    start a sandbox (default spec when omitted)
+  sandboxes pause|resume|delete ID
+  settings get                   the caller's settings
+  settings set KEY=VALUE ...     store some settings (values are JSON when they parse: 10, true, null; else text)
+
+Options:
+  --json                         machine-readable output
+  --url URL                      server (default WORKSPACE_URL, else http://HOST:PORT from the environment)
+  --key KEY                      API key (default WORKSPACE_API_KEY)
+  -h, --help                     this text
+
+Exit codes: 0 ok, 1 the server refused (message shown), 2 usage error, 3 server unreachable.
 
 Examples:
   npm start
   npm run --silent cli -- keys create --user alice
   npm run cli -- keys list --user alice --json
+  WORKSPACE_API_KEY=ws_... npm run cli -- sandboxes start
+  npm run cli -- --key ws_... settings set llm_model=anthropic/claude-sonnet-4-5 max_iterations=50
+  npm run cli -- --key ws_... sandboxes list --json
   curl -H "X-Session-API-Key: $KEY" localhost:3000/api/settings
 
 Environment:
@@ -50,6 +66,9 @@ async function main(argv: string[]): Promise<number> {
       user: { type: "string" },
       label: { type: "string" },
       json: { type: "boolean", default: false },
+      url: { type: "string" },
+      key: { type: "string" },
+      spec: { type: "string" },
       help: { type: "boolean", short: "h", default: false },
     },
   });
@@ -114,7 +133,116 @@ async function main(argv: string[]): Promise<number> {
     }
     throw new UsageError(`unknown keys command ${JSON.stringify(sub ?? "")}: create, list or revoke`);
   }
+  if (command === "sandboxes" || command === "settings") {
+    const key = values.key ?? process.env.WORKSPACE_API_KEY;
+    if (key === undefined || key === "")
+      throw new UsageError(`${command} needs an API key: --key KEY or WORKSPACE_API_KEY`);
+    const url =
+      values.url ??
+      process.env.WORKSPACE_URL ??
+      `http://${process.env.HOST || "127.0.0.1"}:${process.env.PORT || "3000"}`;
+    const api = createApiClient(url, key);
+    const print = (json: unknown, human: () => string) =>
+      process.stdout.write(`${values.json ? JSON.stringify(json, null, 2) : human()}\n`);
+    if (command === "sandboxes") return sandboxesCommand(api, sub, arg, values.spec, print);
+    return settingsCommand(api, sub, positionals.slice(2), print);
+  }
   throw new UsageError(`unknown command ${JSON.stringify(command)}`);
+}
+
+type Api = ReturnType<typeof createApiClient>;
+type Print = (json: unknown, human: () => string) => void;
+interface SandboxJson {
+  id: string;
+  status: string;
+  sandbox_spec_id: string;
+  created_at: string;
+  exposed_urls: { name: string; url: string }[] | null;
+}
+
+async function sandboxesCommand(
+  api: Api,
+  sub: string | undefined,
+  id: string | undefined,
+  spec: string | undefined,
+  print: Print,
+): Promise<number> {
+  const row = (s: SandboxJson) => [
+    s.id,
+    s.status,
+    s.sandbox_spec_id,
+    s.created_at,
+    s.exposed_urls?.[0]?.url ?? "",
+  ];
+  const head = ["ID", "STATUS", "SPEC", "CREATED", "AGENT URL"];
+  if (sub === "list") {
+    const items: SandboxJson[] = [];
+    let page: string | null = null;
+    do {
+      const query: string = page === null ? "" : `&page_id=${encodeURIComponent(page)}`;
+      const r: { items: SandboxJson[]; next_page_id: string | null } = await api(
+        "GET",
+        `/api/v1/sandboxes/search?limit=100${query}`,
+      );
+      items.push(...r.items);
+      page = r.next_page_id;
+    } while (page !== null);
+    print(items, () => (items.length === 0 ? "(no sandboxes)" : table(head, items.map(row))));
+    return 0;
+  }
+  if (sub === "start") {
+    const s = await api<SandboxJson>(
+      "POST",
+      `/api/v1/sandboxes${spec ? `?sandbox_spec_id=${encodeURIComponent(spec)}` : ""}`,
+    );
+    print(s, () => table(head, [row(s)]));
+    return 0;
+  }
+  if (sub === "pause" || sub === "resume" || sub === "delete") {
+    if (id === undefined) throw new UsageError(`sandboxes ${sub} needs a sandbox id (see sandboxes list)`);
+    const path = `/api/v1/sandboxes/${encodeURIComponent(id)}`;
+    const r = await api<{ success: boolean }>(
+      sub === "delete" ? "DELETE" : "POST",
+      sub === "delete" ? path : `${path}/${sub}`,
+    );
+    print(r, () => `${sub === "delete" ? "deleted" : sub === "pause" ? "paused" : "resumed"} ${id}`);
+    return 0;
+  }
+  throw new UsageError(
+    `unknown sandboxes command ${JSON.stringify(sub ?? "")}: list, start, pause, resume or delete`,
+  );
+}
+
+async function settingsCommand(
+  api: Api,
+  sub: string | undefined,
+  assignments: string[],
+  print: Print,
+): Promise<number> {
+  if (sub === "get") {
+    const s = await api<Record<string, unknown>>("GET", "/api/settings");
+    const show = (v: unknown) => (v === null ? "-" : typeof v === "string" ? v : JSON.stringify(v));
+    print(s, () =>
+      table(
+        ["SETTING", "VALUE"],
+        Object.entries(s).map(([k, v]) => [k, show(v)]),
+      ),
+    );
+    return 0;
+  }
+  if (sub === "set") {
+    if (assignments.length === 0) throw new UsageError("settings set needs KEY=VALUE arguments");
+    let body: Record<string, unknown>;
+    try {
+      body = Object.fromEntries(assignments.map(parseAssignment));
+    } catch (err) {
+      throw new UsageError((err as Error).message);
+    }
+    const r = await api<{ message: string }>("POST", "/api/settings", body);
+    print(r, () => r.message);
+    return 0;
+  }
+  throw new UsageError(`unknown settings command ${JSON.stringify(sub ?? "")}: get or set`);
 }
 
 main(process.argv.slice(2)).then(
@@ -125,6 +253,12 @@ main(process.argv.slice(2)).then(
     if (err instanceof UsageError || (err as { code?: string }).code === "ERR_PARSE_ARGS_UNKNOWN_OPTION") {
       process.stderr.write(`error: ${(err as Error).message}\n\n${HELP}`);
       process.exitCode = 2;
+    } else if (err instanceof ApiError) {
+      process.stderr.write(`error (HTTP ${err.status}): ${err.message}\n`);
+      process.exitCode = 1;
+    } else if (err instanceof ConnectionError) {
+      process.stderr.write(`error: ${err.message}\n`);
+      process.exitCode = 3;
     } else if (err instanceof ConfigError) {
       process.stderr.write(`configuration error: ${err.message}\n`);
       process.exitCode = 1;

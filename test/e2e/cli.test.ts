@@ -1,0 +1,118 @@
+import { spawn } from "node:child_process";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startTestApp, type TestApp } from "../helpers/test-app.ts";
+
+const cli = join(import.meta.dirname, "..", "..", "src", "cli", "main.ts");
+let t: TestApp;
+let key: string;
+
+beforeAll(async () => {
+  t = await startTestApp();
+  key = await t.keyFor("cli-user");
+});
+afterAll(async () => {
+  await t.close();
+});
+
+/** Runs the CLI as a user would (async: the server runs in this process). */
+function run(
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const p = spawn(process.execPath, [cli, ...args], { env: { PATH: process.env.PATH ?? "", ...env } });
+    let stdout = "";
+    let stderr = "";
+    p.stdout.on("data", (d: Buffer) => {
+      stdout += d.toString();
+    });
+    p.stderr.on("data", (d: Buffer) => {
+      stderr += d.toString();
+    });
+    p.on("close", (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+describe("CLI against a running server", () => {
+  it("settings set/get: values parsed as JSON when they parse, table by default, --json for scripts", async () => {
+    const set = await run([
+      "--url",
+      t.url,
+      "--key",
+      key,
+      "settings",
+      "set",
+      "llm_model=m1",
+      "max_iterations=42",
+      "confirmation_mode=true",
+    ]);
+    expect(set).toMatchObject({ code: 0, stdout: "Settings stored\n" });
+    const table = await run(["--url", t.url, "--key", key, "settings", "get"]);
+    expect(table.code).toBe(0);
+    expect(table.stdout).toMatch(/^SETTING\s+VALUE/);
+    expect(table.stdout).toMatch(/max_iterations\s+42/);
+    const json = await run(["--url", t.url, "settings", "get", "--json"], { WORKSPACE_API_KEY: key });
+    expect(JSON.parse(json.stdout)).toMatchObject({
+      llm_model: "m1",
+      max_iterations: 42,
+      confirmation_mode: true,
+    });
+  });
+
+  it("validation errors are shown with their field and exit 1", async () => {
+    const r = await run([
+      "--url",
+      t.url,
+      "--key",
+      key,
+      "settings",
+      "set",
+      "max_iterations=ten",
+      "enable_default_condenser=null",
+    ]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("HTTP 422");
+    expect(r.stderr).toContain("max_iterations: Input should be a valid integer");
+    expect(r.stderr).toContain("enable_default_condenser: Input should be a valid boolean");
+  });
+
+  it("sandboxes start, list (table and JSON), pause, resume, delete", async () => {
+    const started = await run(["--url", t.url, "--key", key, "sandboxes", "start", "--json"]);
+    expect(started.code).toBe(0);
+    const id = (JSON.parse(started.stdout) as { id: string }).id;
+    const list = await run(["--url", t.url, "--key", key, "sandboxes", "list"]);
+    expect(list.stdout).toMatch(/^ID\s+STATUS\s+SPEC/);
+    expect(list.stdout).toContain(id);
+    expect((await run(["--url", t.url, "--key", key, "sandboxes", "pause", id])).stdout).toBe(
+      `paused ${id}\n`,
+    );
+    expect((await run(["--url", t.url, "--key", key, "sandboxes", "resume", id])).stdout).toBe(
+      `resumed ${id}\n`,
+    );
+    const listed = JSON.parse(
+      (await run(["--url", t.url, "--key", key, "sandboxes", "list", "--json"])).stdout,
+    ) as { id: string }[];
+    expect(listed.map((s) => s.id)).toContain(id);
+    expect((await run(["--url", t.url, "--key", key, "sandboxes", "delete", id])).code).toBe(0);
+    const missing = await run(["--url", t.url, "--key", key, "sandboxes", "pause", id]);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain("Not Found");
+  });
+
+  it("clear errors: no key (2), bad key (1), unreachable server (3), unknown command (2)", async () => {
+    const noKey = await run(["--url", t.url, "sandboxes", "list"]);
+    expect(noKey.code).toBe(2);
+    expect(noKey.stderr).toContain("needs an API key");
+    const badKey = await run(["--url", t.url, "--key", "nope", "sandboxes", "list"]);
+    expect(badKey.code).toBe(1);
+    expect(badKey.stderr).toContain("Unauthorized");
+    const down = await run(["--url", "http://127.0.0.1:1", "--key", key, "settings", "get"]);
+    expect(down.code).toBe(3);
+    expect(down.stderr).toContain("cannot reach the server");
+    expect((await run(["sandboxes", "fly", "--key", key])).code).toBe(2);
+    const help = await run(["--help"]);
+    expect(help.stdout).toContain("sandboxes pause|resume|delete ID");
+    expect(help.stdout).toContain("Exit codes");
+  });
+});
