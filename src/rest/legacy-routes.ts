@@ -23,6 +23,7 @@ import {
 } from "../gen/workspace/v1/settings_pb.js";
 import { mcpConfigSchema } from "../services/settings/mcp-model.ts";
 import { PROVIDERS, SECRET_FIELDS, SETTINGS_FIELDS } from "../services/settings/settings-fields.ts";
+import type { JsonSchema, SchemaBuilder } from "./openapi.ts";
 import { type RestRoute, route } from "./rest-route.ts";
 
 const INT32 = { ge: -2147483648, le: 2147483647 };
@@ -186,6 +187,44 @@ export function shapeSettings(res: GetSettingsResponse): Record<string, unknown>
 
 const message = (res: { message: string }) => ({ message: res.message });
 
+const nullableString: JsonSchema = { type: ["string", "null"] };
+
+/** GET /api/settings: the Settings fields at top level (secrets always null) plus the *_set fields. */
+function settingsResponseSchema(s: SchemaBuilder): JsonSchema {
+  s.message(SettingsSchema);
+  const base = (s.components.Settings as { properties: Record<string, JsonSchema> }).properties;
+  return {
+    type: "object",
+    required: [...SETTINGS_FIELDS, "provider_tokens_set", "llm_api_key_set", "search_api_key_set"],
+    properties: {
+      ...base,
+      secrets_store: {
+        type: "object",
+        description: "Names and hosts only: never token or secret values",
+        properties: {
+          provider_tokens: {
+            type: "object",
+            additionalProperties: {
+              type: "object",
+              properties: { host: nullableString, user_id: nullableString },
+            },
+          },
+          custom_secrets: {
+            type: "object",
+            additionalProperties: { type: "object", properties: { description: { type: "string" } } },
+          },
+        },
+      },
+      ...Object.fromEntries(
+        SECRET_FIELDS.map((f) => [f, { type: "null", description: "Write-only secret" }]),
+      ),
+      provider_tokens_set: { type: "object", additionalProperties: nullableString },
+      llm_api_key_set: { type: "boolean" },
+      search_api_key_set: { type: "boolean" },
+    },
+  };
+}
+
 /** The legacy /api family: settings, git providers, custom secrets. */
 export const legacyRoutes: RestRoute[] = [
   route({
@@ -195,6 +234,7 @@ export const legacyRoutes: RestRoute[] = [
     rpc: "getSettings",
     dialect: "legacy",
     summary: "Read the caller's settings (404 until first stored)",
+    docs: { response: settingsResponseSchema },
     bind: () => ({}),
     shape: shapeSettings,
   }),
@@ -206,6 +246,7 @@ export const legacyRoutes: RestRoute[] = [
     dialect: "legacy",
     bodyRequired: true,
     summary: "Store settings in full or in part (merge)",
+    docs: { body: settingsBodySchema },
     bind: ({ body: b }) => bindStoreSettings(body(settingsBodySchema, b) as Record<string, unknown>),
     shape: message,
   }),
@@ -217,6 +258,7 @@ export const legacyRoutes: RestRoute[] = [
     dialect: "legacy",
     bodyRequired: true,
     summary: "Verify and store git provider tokens",
+    docs: { body: addGitProvidersBodySchema },
     bind: ({ body: b }) => {
       const v = body(addGitProvidersBodySchema, b);
       const tokens = (v.provider_tokens ?? {}) as Record<
@@ -275,6 +317,7 @@ export const legacyRoutes: RestRoute[] = [
     bodyRequired: true,
     successStatus: 201,
     summary: "Create a custom secret",
+    docs: { body: createSecretBodySchema },
     bind: ({ body: b }) => {
       const v = body(createSecretBodySchema, b);
       return {
@@ -293,6 +336,7 @@ export const legacyRoutes: RestRoute[] = [
     dialect: "legacy",
     bodyRequired: true,
     summary: "Rename or re-describe a custom secret",
+    docs: { body: updateSecretBodySchema },
     bind: ({ body: b, params }) => {
       const v = body(updateSecretBodySchema, b);
       return {

@@ -104,7 +104,9 @@ export function restGateway(options: RestGatewayOptions) {
             params: req.params as Record<string, string>,
           });
           const abort = new AbortController();
-          req.raw.once("close", () => {
+          // The response's "close" (not the request's: that fires as soon as a body has been read) tells that the
+          // client went away before the answer was complete.
+          reply.raw.once("close", () => {
             if (!reply.raw.writableFinished) abort.abort();
           });
           const ctx = createHandlerContext({

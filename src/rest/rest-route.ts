@@ -1,4 +1,5 @@
 import type { DescService } from "@bufbuild/protobuf";
+import type { RouteDocs } from "./openapi.ts";
 import type { Dialect } from "./rest-errors.ts";
 
 /** What a REST binder sees of a request. */
@@ -32,6 +33,8 @@ export interface RestRoute {
   stream?: boolean;
   /** OpenAPI summary. */
   summary: string;
+  /** OpenAPI details: body and query models, and the response where the shaper changes the RPC output. */
+  docs?: RouteDocs;
 }
 
 /** Routes that need no session key and map to no RPC (liveness, docs). */
@@ -50,3 +53,6 @@ export function route<Req, Res>(
 ): RestRoute {
   return r as RestRoute;
 }
+
+/** RPCs deliberately without a REST route (streaming status feeds have no reference path). */
+export const RPC_ONLY: ReadonlySet<string> = new Set(["workspace.v1.SandboxService/WatchSandboxes"]);

@@ -1,9 +1,30 @@
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { int, list, object, str, validate } from "../core/model.ts";
-import { type SandboxInfo, SandboxService, SandboxStatus } from "../gen/workspace/v1/sandbox_pb.js";
-import { type SandboxSpecInfo, SandboxSpecService } from "../gen/workspace/v1/sandbox_spec_pb.js";
+import {
+  type SandboxInfo,
+  SandboxInfoSchema,
+  SandboxService,
+  SandboxStatus,
+} from "../gen/workspace/v1/sandbox_pb.js";
+import {
+  type SandboxSpecInfo,
+  SandboxSpecInfoSchema,
+  SandboxSpecService,
+} from "../gen/workspace/v1/sandbox_spec_pb.js";
 import { pathParam } from "./legacy-routes.ts";
+import type { RouteDocs } from "./openapi.ts";
 import { type RestInput, type RestRoute, route } from "./rest-route.ts";
+
+/** Query parameters of every search. */
+export const PAGE_QUERY: NonNullable<RouteDocs["query"]> = {
+  page_id: { schema: { type: "string" }, description: "Opaque cursor from a previous next_page_id" },
+  limit: { schema: { type: "integer", minimum: 1, maximum: 100, default: 100 } },
+};
+
+/** A required, repeatable id parameter of a batch get (at most 100). */
+export const idsQuery = (name: string): NonNullable<RouteDocs["query"]> => ({
+  [name]: { schema: { type: "array", items: { type: "string" }, maxItems: 100 }, required: true },
+});
 
 /** Query of every search: page_id, limit (range checked by the service so RPC callers get the same rule). */
 const pageQuery = object(
@@ -81,6 +102,7 @@ export const v1SandboxRoutes: RestRoute[] = [
     dialect: "v1",
     location: "query",
     summary: "List sandbox specs (first is the default)",
+    docs: { query: PAGE_QUERY },
     bind: ({ query }) => bindPage(query),
     shape: (r: { items: SandboxSpecInfo[]; nextPageId?: string }) => ({
       items: r.items.map(shapeSpec),
@@ -95,6 +117,7 @@ export const v1SandboxRoutes: RestRoute[] = [
     dialect: "v1",
     location: "query",
     summary: "Get sandbox specs by id (aligned, null when unknown)",
+    docs: { query: idsQuery("id"), response: (s) => s.array(s.nullable(s.message(SandboxSpecInfoSchema))) },
     bind: ({ query }) => ({ id: ids("id")(query) }),
     shape: (r: { items: { spec?: SandboxSpecInfo }[] }) =>
       r.items.map((i) => (i.spec ? shapeSpec(i.spec) : null)),
@@ -107,6 +130,7 @@ export const v1SandboxRoutes: RestRoute[] = [
     dialect: "v1",
     location: "query",
     summary: "List the caller's sandboxes, newest first",
+    docs: { query: PAGE_QUERY },
     bind: ({ query }) => bindPage(query),
     shape: (r: { items: SandboxInfo[]; nextPageId?: string }) => ({
       items: r.items.map(shapeSandbox),
@@ -121,6 +145,7 @@ export const v1SandboxRoutes: RestRoute[] = [
     dialect: "v1",
     location: "query",
     summary: "Get sandboxes by id (aligned, null when unknown or not owned)",
+    docs: { query: idsQuery("id"), response: (s) => s.array(s.nullable(s.message(SandboxInfoSchema))) },
     bind: ({ query }) => ({ id: ids("id")(query) }),
     shape: (r: { items: { sandbox?: SandboxInfo }[] }) =>
       r.items.map((i) => (i.sandbox ? shapeSandbox(i.sandbox) : null)),
@@ -133,6 +158,10 @@ export const v1SandboxRoutes: RestRoute[] = [
     dialect: "v1",
     location: "query",
     summary: "Start a sandbox (query sandbox_spec_id; default spec when absent)",
+    docs: {
+      query: { sandbox_spec_id: { schema: { type: "string" } } },
+      response: (s) => s.message(SandboxInfoSchema),
+    },
     bind: ({ query }) => {
       const q = validate(
         object({ sandbox_spec_id: { schema: str() } }, { extra: "ignore" }),

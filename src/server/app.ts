@@ -1,26 +1,37 @@
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
+import fastifySwagger from "@fastify/swagger";
+import fastifySwaggerUi from "@fastify/swagger-ui";
 import * as grpc from "@grpc/grpc-js";
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from "fastify";
 import type { Caller } from "../core/context.ts";
 import { PageTokens } from "../core/page-token.ts";
 import { RateLimiter } from "../core/rate-limiter.ts";
 import { SecretBox } from "../core/secret-box.ts";
+import { AppConversationService as AppConversationServiceDesc } from "../gen/workspace/v1/app_conversation_pb.js";
 import { SandboxService as SandboxServiceDesc } from "../gen/workspace/v1/sandbox_pb.js";
 import { SandboxSpecService as SandboxSpecServiceDesc } from "../gen/workspace/v1/sandbox_spec_pb.js";
 import { SecretsService as SecretsServiceDesc } from "../gen/workspace/v1/secrets_pb.js";
 import { SettingsService as SettingsServiceDesc } from "../gen/workspace/v1/settings_pb.js";
+import { HttpAgentClient } from "../integrations/http-agent-client.ts";
+import type { AgentClient } from "../ports/agent-client.ts";
 import type { GitProviderVerifier } from "../ports/git-provider-verifier.ts";
 import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
 import type { Storage } from "../ports/storage.ts";
 import { legacyRoutes } from "../rest/legacy-routes.ts";
+import { buildOpenApi } from "../rest/openapi.ts";
 import { NO_CACHE, restGateway } from "../rest/rest-gateway.ts";
 import type { RestRoute } from "../rest/rest-route.ts";
+import { v1ConversationRoutes } from "../rest/v1-conversation-routes.ts";
 import { v1SandboxRoutes } from "../rest/v1-sandbox-routes.ts";
 import { createAuthInterceptor } from "../rpc/auth-interceptor.ts";
 import { createGrpcServer } from "../rpc/grpc-server.ts";
 import { addReflection } from "../rpc/reflection.ts";
 import { bind, type ServiceBinding } from "../rpc/service-registry.ts";
+import {
+  AppConversationService,
+  type AppConversationServiceOptions,
+} from "../services/conversations/app-conversation-service.ts";
 import { ApiKeyService } from "../services/keys/api-key-service.ts";
 import { SandboxService } from "../services/sandboxes/sandbox-service.ts";
 import { type SandboxSpec, SandboxSpecService } from "../services/sandboxes/sandbox-spec-service.ts";
@@ -42,6 +53,10 @@ export interface AppDeps {
   specs: readonly SandboxSpec[];
   maxRunningSandboxes?: number;
   logger?: FastifyServerOptions["logger"];
+  /** Client of the sandboxes' agent servers (default: HTTP). */
+  agent?: AgentClient;
+  /** Timeouts of conversation starts and live status. */
+  conversations?: Pick<AppConversationServiceOptions, "timeouts" | "liveStatusTimeoutMs" | "shutdownGraceMs">;
 }
 
 export interface App {
@@ -53,6 +68,7 @@ export interface App {
     secrets: SecretsService;
     sandboxes: SandboxService;
     specs: SandboxSpecService;
+    conversations: AppConversationService;
   };
   grpc: grpc.Server;
   keys: ApiKeyService;
@@ -60,7 +76,10 @@ export interface App {
   routes: readonly RestRoute[];
   /** Listens on both ports (0: any free port) and returns the bound ports. */
   listen(host: string, port: number, grpcPort: number): Promise<{ port: number; grpcPort: number }>;
-  /** Graceful stop: refuses new work, finishes in-flight requests, then closes storage. */
+  /**
+   * Graceful stop: refuses new work, lets running conversation starts finish (cut off after a grace period, ending
+   * in ERROR), finishes in-flight requests, then closes storage.
+   */
   close(): Promise<void>;
 }
 
@@ -85,13 +104,26 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     tokens: pageTokens,
     maxRunning: deps.maxRunningSandboxes ?? 5,
   });
+  let log: (msg: string, data?: Record<string, unknown>) => void = () => {};
+  const conversations = new AppConversationService({
+    conversations: deps.storage.conversations,
+    startTasks: deps.storage.startTasks,
+    sandboxes,
+    settings,
+    secrets,
+    agent: deps.agent ?? new HttpAgentClient(),
+    tokens: pageTokens,
+    ...deps.conversations,
+    log: (msg, data) => log(msg, data),
+  });
   const bindings: ServiceBinding[] = [
     bind(SettingsServiceDesc, settings),
     bind(SecretsServiceDesc, secrets),
     bind(SandboxSpecServiceDesc, specs),
     bind(SandboxServiceDesc, sandboxes),
+    bind(AppConversationServiceDesc, conversations),
   ];
-  const routes: RestRoute[] = [...legacyRoutes, ...v1SandboxRoutes];
+  const routes: RestRoute[] = [...legacyRoutes, ...v1SandboxRoutes, ...v1ConversationRoutes];
 
   const authenticate = (key: string | undefined) => keys.authenticate(key);
   const admit = (caller: Caller) => limiter.admit(caller.keyId);
@@ -113,6 +145,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     req.log.error({ err }, "request failed");
     return reply.code(500).send({ detail: "Internal Server Error" });
   });
+  log = (msg, data) => http.log.warn(data ?? {}, msg);
   http.setNotFoundHandler((_req, reply) => reply.code(404).headers(NO_CACHE).send({ detail: "Not Found" }));
   // Request ids: taken from x-request-id when given, generated otherwise; in every log line and echoed back.
   http.addHook("onRequest", async (req, reply) => {
@@ -163,6 +196,13 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     runtime: deps.runtime.kind,
   }));
 
+  // OpenAPI 3.1 from the route table (request models + proto responses), and Swagger UI at /docs (assets are
+  // served from the npm package: no CDN).
+  const openapi = buildOpenApi(routes, { title: "Agent Workspace Service", version: VERSION });
+  http.get("/openapi.json", async () => openapi);
+  await http.register(fastifySwagger, { mode: "static", specification: { document: openapi as never } });
+  await http.register(fastifySwaggerUi, { routePrefix: "/docs" });
+
   await http.register(restGateway({ routes, bindings, authenticate, admit }));
   await http.register(fastifyConnectPlugin, {
     interceptors: [rpcMetrics(metrics), createAuthInterceptor(authenticate, admit)],
@@ -188,7 +228,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     grpc: grpcServer,
     keys,
     metrics,
-    services: { settings, secrets, sandboxes, specs },
+    services: { settings, secrets, sandboxes, specs, conversations },
     bindings,
     routes,
     async listen(host, port, grpcPort) {
@@ -207,6 +247,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     async close() {
       if (closed) return;
       closed = true;
+      await conversations.shutdown();
       await Promise.all([
         http.close(),
         new Promise<void>((resolve) => {

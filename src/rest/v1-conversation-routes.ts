@@ -1,0 +1,426 @@
+import type { JsonObject } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import {
+  anyValue,
+  bool,
+  dict,
+  enumOf,
+  INVALID,
+  type Infer,
+  int,
+  isPlainObject,
+  list,
+  literal,
+  nullable,
+  object,
+  refine,
+  report,
+  type Schema,
+  str,
+  validate,
+  violation,
+} from "../core/model.ts";
+import { dateTime, uuidHex } from "../core/model-formats.ts";
+import {
+  type AppConversation,
+  AppConversationService,
+  type AppConversationStartRequest,
+  type AppConversationStartTask,
+  AppConversationStartTaskSortOrder,
+  type MessageContent,
+} from "../gen/workspace/v1/app_conversation_pb.js";
+import {
+  AGENT_TYPE_NAMES,
+  agentTypeFromName,
+  executionStatusName,
+  metricsJson,
+  providerFromName,
+  providerName,
+  ROLE_NAMES,
+  roleFromName,
+  START_TASK_SORT_ORDERS,
+  startRequestJson,
+  TRIGGER_NAMES,
+  taskStatusName,
+  triggerFromName,
+  triggerName,
+} from "../services/conversations/conversation-json.ts";
+import { branchProblem, repositoryProblem } from "../services/conversations/workspace-commands.ts";
+import { PROVIDERS } from "../services/settings/settings-fields.ts";
+import { type RestInput, type RestRoute, route } from "./rest-route.ts";
+import { iso, many, present, single, statusName } from "./v1-sandbox-routes.ts";
+
+const textContent = object(
+  {
+    type: { schema: literal(["text"]) },
+    text: { schema: str(), required: true },
+    cache_prompt: { schema: bool() },
+  },
+  { title: "TextContent", extra: "forbid" },
+);
+const imageContent = object(
+  {
+    type: { schema: literal(["image"]) },
+    image_urls: { schema: list(str()), required: true },
+    cache_prompt: { schema: bool() },
+  },
+  { title: "ImageContent", extra: "forbid" },
+);
+type ContentPart =
+  | { kind: "text"; value: Infer<typeof textContent> }
+  | { kind: "image"; value: Infer<typeof imageContent> };
+
+/** pydantic's discriminated union on "type": text or image content. */
+const contentPart: Schema<ContentPart> = {
+  parse(input, loc, issues) {
+    if (!isPlainObject(input)) {
+      report(
+        issues,
+        violation(
+          loc,
+          "model_attributes_type",
+          "Input should be a valid dictionary or object to extract fields from",
+          input,
+        ),
+      );
+      return INVALID;
+    }
+    const tag = input.type;
+    const ctx = { discriminator: "'type'", expected_tags: "'text', 'image'" };
+    if (tag === "text") {
+      const v = textContent.parse(input, [...loc, "text"], issues);
+      return v === INVALID ? INVALID : { kind: "text", value: v };
+    }
+    if (tag === "image") {
+      const v = imageContent.parse(input, [...loc, "image"], issues);
+      return v === INVALID ? INVALID : { kind: "image", value: v };
+    }
+    if (tag === undefined) {
+      report(
+        issues,
+        violation(loc, "union_tag_not_found", "Unable to extract tag using discriminator 'type'", input, {
+          discriminator: "'type'",
+        }),
+      );
+    } else {
+      report(
+        issues,
+        violation(
+          loc,
+          "union_tag_invalid",
+          `Input tag '${String(tag)}' found using 'type' does not match any of the expected tags: 'text', 'image'`,
+          input,
+          { ...ctx, tag: String(tag) },
+        ),
+      );
+    }
+    return INVALID;
+  },
+  jsonSchema: () => ({ oneOf: [textContent.jsonSchema(), imageContent.jsonSchema()], discriminator: "type" }),
+};
+
+const sendMessage = object(
+  {
+    role: { schema: literal(ROLE_NAMES) },
+    content: { schema: list(contentPart) },
+    run: { schema: bool() },
+  },
+  { title: "SendMessageRequest" },
+);
+
+const optStr = { schema: nullable(str()) };
+
+/** Body of POST /api/v1/app-conversations and /stream-start (every field optional; unknown keys ignored). */
+export const startRequestBodySchema = object(
+  {
+    sandbox_id: optStr,
+    conversation_id: { schema: nullable(uuidHex()) },
+    initial_message: { schema: nullable(sendMessage) },
+    system_message_suffix: optStr,
+    processors: { schema: nullable(list(dict(anyValue()), { maxItems: 100 })) },
+    llm_model: optStr,
+    selected_repository: {
+      schema: nullable(refine(str(), (v) => (v === "" ? null : repositoryProblem(v)))),
+    },
+    selected_branch: { schema: nullable(refine(str(), (v) => (v === "" ? null : branchProblem(v)))) },
+    git_provider: { schema: nullable(enumOf(PROVIDERS)) },
+    title: optStr,
+    trigger: { schema: nullable(enumOf(TRIGGER_NAMES)) },
+    pr_number: { schema: list(int({ bits: 32 }), { maxItems: 1000 }) },
+    parent_conversation_id: { schema: nullable(uuidHex()) },
+    agent_type: { schema: enumOf(AGENT_TYPE_NAMES) },
+  },
+  { title: "AppConversationStartRequest" },
+);
+
+function toContent(p: ContentPart): MessageContent {
+  const cachePrompt = p.value.cache_prompt ?? false;
+  return {
+    $typeName: "workspace.v1.MessageContent",
+    content:
+      p.kind === "text"
+        ? { case: "text", value: { $typeName: "workspace.v1.TextContent", text: p.value.text, cachePrompt } }
+        : {
+            case: "image",
+            value: { $typeName: "workspace.v1.ImageContent", imageUrls: p.value.image_urls, cachePrompt },
+          },
+  };
+}
+
+/** The JSON body as the RPC request message (null and absent both mean unset). */
+export function bindStartRequest(body: unknown): { request: AppConversationStartRequest } {
+  const b = validate(startRequestBodySchema, body, ["body"]);
+  const opt = <K extends string>(key: K, v: string | null | undefined) =>
+    v === null || v === undefined ? {} : { [key]: v };
+  const m = b.initial_message;
+  const gitProvider = providerFromName(b.git_provider);
+  const trigger = triggerFromName(b.trigger);
+  const request: AppConversationStartRequest = {
+    $typeName: "workspace.v1.AppConversationStartRequest",
+    ...opt("sandboxId", b.sandbox_id),
+    ...opt("conversationId", b.conversation_id),
+    ...(m
+      ? {
+          initialMessage: {
+            $typeName: "workspace.v1.SendMessageRequest",
+            role: roleFromName(m.role ?? "user"),
+            content: (m.content ?? []).map(toContent),
+            run: m.run ?? false,
+          },
+        }
+      : {}),
+    ...opt("systemMessageSuffix", b.system_message_suffix),
+    processors: (b.processors ?? []) as JsonObject[],
+    ...opt("llmModel", b.llm_model),
+    ...opt("selectedRepository", b.selected_repository),
+    ...opt("selectedBranch", b.selected_branch),
+    ...(gitProvider === undefined ? {} : { gitProvider }),
+    ...opt("title", b.title),
+    ...(trigger === undefined ? {} : { trigger }),
+    prNumber: b.pr_number ?? [],
+    ...opt("parentConversationId", b.parent_conversation_id),
+    agentType: agentTypeFromName(b.agent_type ?? "default"),
+  };
+  return { request };
+}
+
+const conversationQuery = object(
+  {
+    title__contains: { schema: str() },
+    created_at__gte: { schema: dateTime() },
+    created_at__lt: { schema: dateTime() },
+    updated_at__gte: { schema: dateTime() },
+    updated_at__lt: { schema: dateTime() },
+    include_sub_conversations: { schema: bool() },
+    page_id: { schema: str() },
+    limit: { schema: int() },
+  },
+  { title: "AppConversationSearchQuery" },
+);
+
+const q1 = (query: RestInput["query"], names: readonly string[]) =>
+  present(Object.fromEntries(names.map((n) => [n, single(query[n])])));
+
+const ts = (d: Date | undefined) => (d === undefined ? {} : timestampFromDate(d));
+
+function bindConversationQuery(query: RestInput["query"], paged: boolean) {
+  const names = [
+    "title__contains",
+    "created_at__gte",
+    "created_at__lt",
+    "updated_at__gte",
+    "updated_at__lt",
+    "include_sub_conversations",
+    ...(paged ? ["page_id", "limit"] : []),
+  ];
+  const q = validate(conversationQuery, q1(query, names), ["query"]);
+  const time = (key: string, d: Date | undefined) => (d === undefined ? {} : { [key]: ts(d) });
+  return {
+    ...(q.title__contains === undefined ? {} : { titleContains: q.title__contains }),
+    ...time("createdAtGte", q.created_at__gte),
+    ...time("createdAtLt", q.created_at__lt),
+    ...time("updatedAtGte", q.updated_at__gte),
+    ...time("updatedAtLt", q.updated_at__lt),
+    ...(q.include_sub_conversations === undefined
+      ? {}
+      : { includeSubConversations: q.include_sub_conversations }),
+    ...(q.page_id === undefined ? {} : { pageId: q.page_id }),
+    ...(q.limit === undefined ? {} : { limit: q.limit }),
+  };
+}
+
+const startTaskQuery = object(
+  {
+    conversation_id__eq: { schema: uuidHex() },
+    created_at__gte: { schema: dateTime() },
+    sort_order: { schema: enumOf(START_TASK_SORT_ORDERS) },
+    page_id: { schema: str() },
+    limit: { schema: int() },
+  },
+  { title: "StartTaskSearchQuery" },
+);
+
+function bindStartTaskQuery(query: RestInput["query"], paged: boolean) {
+  const names = [
+    "conversation_id__eq",
+    "created_at__gte",
+    ...(paged ? ["sort_order", "page_id", "limit"] : []),
+  ];
+  const q = validate(startTaskQuery, q1(query, names), ["query"]);
+  return {
+    ...(q.conversation_id__eq === undefined ? {} : { conversationIdEq: q.conversation_id__eq }),
+    ...(q.created_at__gte === undefined ? {} : { createdAtGte: ts(q.created_at__gte) }),
+    ...(q.sort_order === undefined ? {} : { sortOrder: AppConversationStartTaskSortOrder[q.sort_order] }),
+    ...(q.page_id === undefined ? {} : { pageId: q.page_id }),
+    ...(q.limit === undefined ? {} : { limit: q.limit }),
+  };
+}
+
+/** `ids` as given (repeatable); the service validates them as UUIDs and the 1..100 count. */
+const bindIds = ({ query }: RestInput) => ({ ids: many(query.ids) });
+
+/** An AppConversationStartTask as the reference writes it. */
+export function shapeTask(t: AppConversationStartTask) {
+  return {
+    id: t.id,
+    created_by_user_id: t.createdByUserId ?? null,
+    status: taskStatusName(t.status),
+    detail: t.detail ?? null,
+    app_conversation_id: t.appConversationId ?? null,
+    sandbox_id: t.sandboxId ?? null,
+    agent_server_url: t.agentServerUrl ?? null,
+    request: t.request ? startRequestJson(t.request) : null,
+    created_at: iso(t.createdAt),
+    updated_at: iso(t.updatedAt),
+  };
+}
+
+/** An AppConversation (stored part + live fields) as the reference writes it. */
+export function shapeConversation(c: AppConversation) {
+  return {
+    id: c.id,
+    created_by_user_id: c.createdByUserId ?? null,
+    sandbox_id: c.sandboxId,
+    selected_repository: c.selectedRepository ?? null,
+    selected_branch: c.selectedBranch ?? null,
+    git_provider: providerName(c.gitProvider),
+    title: c.title ?? null,
+    trigger: triggerName(c.trigger),
+    pr_number: c.prNumber,
+    llm_model: c.llmModel ?? null,
+    metrics: c.metrics ? metricsJson(c.metrics) : null,
+    parent_conversation_id: c.parentConversationId ?? null,
+    sub_conversation_ids: c.subConversationIds,
+    created_at: iso(c.createdAt),
+    updated_at: iso(c.updatedAt),
+    sandbox_status: statusName(c.sandboxStatus),
+    execution_status: executionStatusName(c.executionStatus),
+    conversation_url: c.conversationUrl ?? null,
+    session_api_key: c.sessionApiKey ?? null,
+  };
+}
+
+const count = (r: { count: bigint }) => Number(r.count);
+
+/** /api/v1/app-conversations: start (plain and streamed), search, count, batch get; start tasks likewise. */
+export const v1ConversationRoutes: RestRoute[] = [
+  route({
+    method: "POST",
+    url: "/api/v1/app-conversations",
+    service: AppConversationService,
+    rpc: "startAppConversation",
+    dialect: "v1",
+    location: "body",
+    bodyRequired: true,
+    summary: "Start a conversation: returns the start task (WORKING) at once; poll start-tasks for READY",
+    bind: ({ body }) => bindStartRequest(body),
+    shape: (r: { task?: AppConversationStartTask }) => (r.task ? shapeTask(r.task) : null),
+  }),
+  route({
+    method: "POST",
+    url: "/api/v1/app-conversations/stream-start",
+    service: AppConversationService,
+    rpc: "streamStartAppConversation",
+    dialect: "v1",
+    location: "body",
+    bodyRequired: true,
+    stream: true,
+    summary: "Start a conversation and stream each state of its start task as one JSON array",
+    bind: ({ body }) => bindStartRequest(body),
+    shape: (r: { task?: AppConversationStartTask }) => (r.task ? shapeTask(r.task) : null),
+  }),
+  route({
+    method: "GET",
+    url: "/api/v1/app-conversations/search",
+    service: AppConversationService,
+    rpc: "searchAppConversations",
+    dialect: "v1",
+    location: "query",
+    summary: "List the caller's conversations, newest first (sub-conversations only when asked for)",
+    bind: ({ query }) => bindConversationQuery(query, true),
+    shape: (r: { items: AppConversation[]; nextPageId?: string }) => ({
+      items: r.items.map(shapeConversation),
+      next_page_id: r.nextPageId ?? null,
+    }),
+  }),
+  route({
+    method: "GET",
+    url: "/api/v1/app-conversations/count",
+    service: AppConversationService,
+    rpc: "countAppConversations",
+    dialect: "v1",
+    location: "query",
+    summary: "Count the caller's conversations matching the search filters",
+    bind: ({ query }) => bindConversationQuery(query, false),
+    shape: count,
+  }),
+  route({
+    method: "GET",
+    url: "/api/v1/app-conversations",
+    service: AppConversationService,
+    rpc: "batchGetAppConversations",
+    dialect: "v1",
+    location: "query",
+    summary: "Get conversations by id (aligned, null when unknown or not owned)",
+    bind: bindIds,
+    shape: (r: { items: { conversation?: AppConversation }[] }) =>
+      r.items.map((i) => (i.conversation ? shapeConversation(i.conversation) : null)),
+  }),
+  route({
+    method: "GET",
+    url: "/api/v1/app-conversations/start-tasks/search",
+    service: AppConversationService,
+    rpc: "searchStartTasks",
+    dialect: "v1",
+    location: "query",
+    summary: "List the caller's start tasks (sort_order, default CREATED_AT_DESC)",
+    bind: ({ query }) => bindStartTaskQuery(query, true),
+    shape: (r: { items: AppConversationStartTask[]; nextPageId?: string }) => ({
+      items: r.items.map(shapeTask),
+      next_page_id: r.nextPageId ?? null,
+    }),
+  }),
+  route({
+    method: "GET",
+    url: "/api/v1/app-conversations/start-tasks/count",
+    service: AppConversationService,
+    rpc: "countStartTasks",
+    dialect: "v1",
+    location: "query",
+    summary: "Count the caller's start tasks matching the search filters",
+    bind: ({ query }) => bindStartTaskQuery(query, false),
+    shape: count,
+  }),
+  route({
+    method: "GET",
+    url: "/api/v1/app-conversations/start-tasks",
+    service: AppConversationService,
+    rpc: "batchGetStartTasks",
+    dialect: "v1",
+    location: "query",
+    summary: "Get start tasks by id (aligned, null when unknown or not owned)",
+    bind: bindIds,
+    shape: (r: { items: { task?: AppConversationStartTask }[] }) =>
+      r.items.map((i) => (i.task ? shapeTask(i.task) : null)),
+  }),
+];
