@@ -23,10 +23,12 @@ import {
 import { dateTime, uuidHex } from "../core/model-formats.ts";
 import {
   type AppConversation,
+  AppConversationSchema,
   AppConversationService,
   type AppConversationStartRequest,
   type AppConversationStartTask,
   AppConversationStartTaskSortOrder,
+  AppConversationStartTaskStatusSchema,
   type MessageContent,
 } from "../gen/workspace/v1/app_conversation_pb.js";
 import {
@@ -47,8 +49,9 @@ import {
 } from "../services/conversations/conversation-json.ts";
 import { branchProblem, repositoryProblem } from "../services/conversations/workspace-commands.ts";
 import { PROVIDERS } from "../services/settings/settings-fields.ts";
+import type { JsonSchema, RouteDocs, SchemaBuilder } from "./openapi.ts";
 import { type RestInput, type RestRoute, route } from "./rest-route.ts";
-import { iso, many, present, single, statusName } from "./v1-sandbox-routes.ts";
+import { idsQuery, iso, many, PAGE_QUERY, present, single, statusName } from "./v1-sandbox-routes.ts";
 
 const textContent = object(
   {
@@ -116,7 +119,10 @@ const contentPart: Schema<ContentPart> = {
     }
     return INVALID;
   },
-  jsonSchema: () => ({ oneOf: [textContent.jsonSchema(), imageContent.jsonSchema()], discriminator: "type" }),
+  jsonSchema: () => ({
+    oneOf: [textContent.jsonSchema(), imageContent.jsonSchema()],
+    discriminator: { propertyName: "type" },
+  }),
 };
 
 const sendMessage = object(
@@ -322,6 +328,53 @@ export function shapeConversation(c: AppConversation) {
 
 const count = (r: { count: bigint }) => Number(r.count);
 
+// ---- OpenAPI ----
+
+const str$ = { type: "string" };
+const nullStr = { anyOf: [str$, { type: "null" }] };
+const dateTime$ = { type: "string", format: "date-time" };
+
+/** Task statuses as REST writes them (unprefixed names). */
+const TASK_STATUSES = AppConversationStartTaskStatusSchema.values
+  .filter((v) => v.number !== 0)
+  .map((v) => v.localName);
+
+/** The task as the shaper writes it: the proto message, except that `request` is the echoed body. */
+function taskSchema(s: SchemaBuilder): JsonSchema {
+  const name = "AppConversationStartTaskJson";
+  s.components[name] ??= {
+    type: "object",
+    required: ["id", "status", "request", "created_at", "updated_at"],
+    properties: {
+      id: str$,
+      created_by_user_id: nullStr,
+      status: { type: "string", enum: TASK_STATUSES },
+      detail: nullStr,
+      app_conversation_id: nullStr,
+      sandbox_id: nullStr,
+      agent_server_url: nullStr,
+      request: startRequestBodySchema.jsonSchema(),
+      created_at: dateTime$,
+      updated_at: dateTime$,
+    },
+  };
+  return { $ref: `#/components/schemas/${name}` };
+}
+
+const CONVERSATION_FILTERS: NonNullable<RouteDocs["query"]> = {
+  title__contains: { schema: str$, description: "Case-insensitive substring of the title" },
+  created_at__gte: { schema: dateTime$ },
+  created_at__lt: { schema: dateTime$ },
+  updated_at__gte: { schema: dateTime$ },
+  updated_at__lt: { schema: dateTime$ },
+  include_sub_conversations: { schema: { type: "boolean", default: false } },
+};
+const START_TASK_FILTERS: NonNullable<RouteDocs["query"]> = {
+  conversation_id__eq: { schema: str$, description: "Only tasks that produced this conversation (UUID)" },
+  created_at__gte: { schema: dateTime$ },
+};
+const integer = () => ({ type: "integer", minimum: 0 });
+
 /** /api/v1/app-conversations: start (plain and streamed), search, count, batch get; start tasks likewise. */
 export const v1ConversationRoutes: RestRoute[] = [
   route({
@@ -333,6 +386,7 @@ export const v1ConversationRoutes: RestRoute[] = [
     location: "body",
     bodyRequired: true,
     summary: "Start a conversation: returns the start task (WORKING) at once; poll start-tasks for READY",
+    docs: { body: startRequestBodySchema, response: taskSchema },
     bind: ({ body }) => bindStartRequest(body),
     shape: (r: { task?: AppConversationStartTask }) => (r.task ? shapeTask(r.task) : null),
   }),
@@ -346,6 +400,7 @@ export const v1ConversationRoutes: RestRoute[] = [
     bodyRequired: true,
     stream: true,
     summary: "Start a conversation and stream each state of its start task as one JSON array",
+    docs: { body: startRequestBodySchema, response: taskSchema },
     bind: ({ body }) => bindStartRequest(body),
     shape: (r: { task?: AppConversationStartTask }) => (r.task ? shapeTask(r.task) : null),
   }),
@@ -357,6 +412,7 @@ export const v1ConversationRoutes: RestRoute[] = [
     dialect: "v1",
     location: "query",
     summary: "List the caller's conversations, newest first (sub-conversations only when asked for)",
+    docs: { query: { ...CONVERSATION_FILTERS, ...PAGE_QUERY } },
     bind: ({ query }) => bindConversationQuery(query, true),
     shape: (r: { items: AppConversation[]; nextPageId?: string }) => ({
       items: r.items.map(shapeConversation),
@@ -371,6 +427,7 @@ export const v1ConversationRoutes: RestRoute[] = [
     dialect: "v1",
     location: "query",
     summary: "Count the caller's conversations matching the search filters",
+    docs: { query: CONVERSATION_FILTERS, response: integer },
     bind: ({ query }) => bindConversationQuery(query, false),
     shape: count,
   }),
@@ -382,6 +439,7 @@ export const v1ConversationRoutes: RestRoute[] = [
     dialect: "v1",
     location: "query",
     summary: "Get conversations by id (aligned, null when unknown or not owned)",
+    docs: { query: idsQuery("ids"), response: (s) => s.array(s.nullable(s.message(AppConversationSchema))) },
     bind: bindIds,
     shape: (r: { items: { conversation?: AppConversation }[] }) =>
       r.items.map((i) => (i.conversation ? shapeConversation(i.conversation) : null)),
@@ -394,6 +452,20 @@ export const v1ConversationRoutes: RestRoute[] = [
     dialect: "v1",
     location: "query",
     summary: "List the caller's start tasks (sort_order, default CREATED_AT_DESC)",
+    docs: {
+      query: {
+        ...START_TASK_FILTERS,
+        sort_order: {
+          schema: { type: "string", enum: [...START_TASK_SORT_ORDERS], default: "CREATED_AT_DESC" },
+        },
+        ...PAGE_QUERY,
+      },
+      response: (s) => ({
+        type: "object",
+        required: ["items", "next_page_id"],
+        properties: { items: s.array(taskSchema(s)), next_page_id: nullStr },
+      }),
+    },
     bind: ({ query }) => bindStartTaskQuery(query, true),
     shape: (r: { items: AppConversationStartTask[]; nextPageId?: string }) => ({
       items: r.items.map(shapeTask),
@@ -408,6 +480,7 @@ export const v1ConversationRoutes: RestRoute[] = [
     dialect: "v1",
     location: "query",
     summary: "Count the caller's start tasks matching the search filters",
+    docs: { query: START_TASK_FILTERS, response: integer },
     bind: ({ query }) => bindStartTaskQuery(query, false),
     shape: count,
   }),
@@ -419,6 +492,7 @@ export const v1ConversationRoutes: RestRoute[] = [
     dialect: "v1",
     location: "query",
     summary: "Get start tasks by id (aligned, null when unknown or not owned)",
+    docs: { query: idsQuery("ids"), response: (s) => s.array(s.nullable(taskSchema(s))) },
     bind: bindIds,
     shape: (r: { items: { task?: AppConversationStartTask }[] }) =>
       r.items.map((i) => (i.task ? shapeTask(i.task) : null)),

@@ -64,6 +64,9 @@ export async function serve(config: Readonly<Config>): Promise<void> {
   runtimeLog = (msg, data) => log.info({ runtime: runtime.kind, ...data }, msg);
   const counts = await app.services.sandboxes.reconcileAll();
   log.info({ sandboxes: counts }, "reconciled recorded sandboxes with the runtime");
+  const interrupted = await app.services.conversations.recoverInterrupted();
+  if (interrupted > 0)
+    log.warn({ startTasks: interrupted }, "marked conversation starts interrupted by the restart as ERROR");
   if (keyCreated) log.info({ file: config.encryptionKeyFile }, "created encryption key file (mode 0600)");
   const issued = await app.keys.bootstrap(config.sessionApiKey);
   const ports = await app.listen(config.host, config.port, config.grpcPort);

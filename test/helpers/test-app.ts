@@ -6,7 +6,7 @@ import type { GitProviderVerifier } from "../../src/ports/git-provider-verifier.
 import type { SandboxRuntime } from "../../src/ports/sandbox-runtime.ts";
 import type { Storage } from "../../src/ports/storage.ts";
 import { createProcessRuntime, type ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
-import { type App, buildApp } from "../../src/server/app.ts";
+import { type App, type AppDeps, buildApp } from "../../src/server/app.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
 import type { SandboxSpec } from "../../src/services/sandboxes/sandbox-spec-service.ts";
 import { createSqliteStorage } from "../../src/storage/sqlite/sqlite-storage.ts";
@@ -37,6 +37,8 @@ export interface TestAppOptions {
   maxRunningSandboxes?: number;
   /** Keep sandboxes running when closing (restart tests). */
   keepSandboxes?: boolean;
+  /** Conversation start timeouts and shutdown grace. */
+  conversations?: AppDeps["conversations"];
 }
 
 /** A real server on free loopback ports over a SQLite file in a temporary folder. */
@@ -53,6 +55,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     encryptionKey,
     verifier: options.verifier ?? null,
     rateLimit: options.rateLimit ?? { perSecond: 0, burst: 1 },
+    ...(options.conversations ? { conversations: options.conversations } : {}),
   });
   const ports = await app.listen("127.0.0.1", 0, 0);
   const keys = new Map<string, string>();

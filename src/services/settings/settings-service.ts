@@ -207,6 +207,35 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
     return { $typeName: "workspace.v1.UnsetProviderTokensResponse", message: "Unset Git provider tokens" };
   }
 
+  /**
+   * What starting a conversation needs from the user's settings, secrets opened: the LLM (model, base URL, key),
+   * confirmation mode, MCP config, git identity and the provider tokens holding a token. Defaults when the user
+   * never stored settings.
+   */
+  async openConversationConfig(userId: string): Promise<ConversationConfig> {
+    const data = (await this.#store.read(userId))?.value;
+    const s = data?.settings ?? {};
+    const text = (v: unknown): string | null => (typeof v === "string" && v !== "" ? v : null);
+    const apiKey = text(s.llm_api_key);
+    const providerTokens: Record<string, { token: string; host: string | null }> = {};
+    for (const [provider, stored] of Object.entries(data?.providerTokens ?? {})) {
+      const token = this.openProviderToken(userId, stored);
+      if (token !== null && token !== "") providerTokens[provider] = { token, host: stored.host };
+    }
+    return {
+      llmModel: text(s.llm_model),
+      llmBaseUrl: text(s.llm_base_url),
+      llmApiKey: apiKey === null ? null : this.#box.open(apiKey, `${userId}:llm_api_key`),
+      confirmationMode: s.confirmation_mode === true,
+      securityAnalyzer: text(s.security_analyzer),
+      maxIterations: typeof s.max_iterations === "number" ? s.max_iterations : null,
+      gitUserName: text(s.git_user_name),
+      gitUserEmail: text(s.git_user_email),
+      mcpConfig: this.openMcp(userId, s.mcp_config),
+      providerTokens,
+    };
+  }
+
   /** The plaintext of a stored provider token (for starting conversations). */
   openProviderToken(userId: string, token: StoredProviderToken): string | null {
     return token.token === null ? null : this.#box.open(token.token, `${userId}:provider_token`);
@@ -325,6 +354,21 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
       })),
     };
   }
+}
+
+/** The user's settings as a new conversation needs them, secrets in plaintext (see openConversationConfig). */
+export interface ConversationConfig {
+  llmModel: string | null;
+  llmBaseUrl: string | null;
+  llmApiKey: string | null;
+  confirmationMode: boolean;
+  securityAnalyzer: string | null;
+  maxIterations: number | null;
+  gitUserName: string | null;
+  gitUserEmail: string | null;
+  mcpConfig: StoredMcp | null;
+  /** Keyed by lower-case provider name; only providers holding a token. */
+  providerTokens: Record<string, { token: string; host: string | null }>;
 }
 
 interface IncomingToken {

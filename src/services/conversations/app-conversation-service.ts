@@ -1,0 +1,496 @@
+import { EventEmitter, on } from "node:events";
+import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { type Clock, systemClock } from "../../core/clock.ts";
+import { requireCaller } from "../../core/context.ts";
+import { type FieldViolation, unavailable, ValidationError } from "../../core/errors.ts";
+import { newHexId, parseHexId } from "../../core/ids.ts";
+import { valueError } from "../../core/model.ts";
+import { uuidViolation } from "../../core/model-formats.ts";
+import type { PageTokens } from "../../core/page-token.ts";
+import {
+  type AppConversation,
+  type AppConversationService as AppConversationServiceDesc,
+  type AppConversationStartRequest,
+  type AppConversationStartTask,
+  AppConversationStartTaskSortOrder,
+  type BatchGetAppConversationsRequest,
+  type BatchGetAppConversationsResponse,
+  type BatchGetStartTasksRequest,
+  type BatchGetStartTasksResponse,
+  type CountAppConversationsRequest,
+  type CountAppConversationsResponse,
+  type CountStartTasksRequest,
+  type CountStartTasksResponse,
+  type SearchAppConversationsRequest,
+  type SearchAppConversationsResponse,
+  type SearchStartTasksRequest,
+  type SearchStartTasksResponse,
+  type StartAppConversationRequest,
+  type StartAppConversationResponse,
+  type StreamStartAppConversationRequest,
+  type StreamStartAppConversationResponse,
+} from "../../gen/workspace/v1/app_conversation_pb.js";
+import { SandboxStatus } from "../../gen/workspace/v1/sandbox_pb.js";
+import type { AgentClient } from "../../ports/agent-client.ts";
+import type {
+  ConversationFilter,
+  ConversationRecord,
+  ConversationRepository,
+  StartTaskFilter,
+  StartTaskRecord,
+  StartTaskRepository,
+} from "../../ports/conversation-repository.ts";
+import { checkBatch, readPage } from "../paging.ts";
+import type { LiveSandbox, SandboxService } from "../sandboxes/sandbox-service.ts";
+import type { SecretsService } from "../secrets/secrets-service.ts";
+import type { SettingsService } from "../settings/settings-service.ts";
+import {
+  executionStatusFromName,
+  metricsFromJson,
+  providerFromName,
+  startRequestFromJson,
+  startRequestJson,
+  toPbTaskStatus,
+  triggerFromName,
+} from "./conversation-json.ts";
+import {
+  runStartFlow,
+  SHUTDOWN_DETAIL,
+  type StartFlowDeps,
+  type StartFlowTimeouts,
+} from "./conversation-start.ts";
+import { branchProblem, repositoryProblem } from "./workspace-commands.ts";
+
+/** The detail of a task found unfinished when the server starts. */
+export const INTERRUPTED_DETAIL = "Interrupted by a server restart; start the conversation again";
+
+export interface AppConversationServiceOptions {
+  conversations: ConversationRepository;
+  startTasks: StartTaskRepository;
+  sandboxes: SandboxService;
+  settings: SettingsService;
+  secrets: SecretsService;
+  agent: AgentClient;
+  tokens: PageTokens;
+  clock?: Clock;
+  timeouts?: Partial<StartFlowTimeouts>;
+  /** How long a listing waits for an agent server's execution status (default 1000 ms). */
+  liveStatusTimeoutMs?: number;
+  /** How long shutdown lets running starts finish before cutting them off (default 10 s). */
+  shutdownGraceMs?: number;
+  log?: (msg: string, data?: Record<string, unknown>) => void;
+}
+
+interface RunningStart {
+  done: Promise<void>;
+  abort: AbortController;
+}
+
+const TERMINAL = new Set(["READY", "ERROR"]);
+
+/**
+ * App conversations: starting them (an asynchronous start task per start, saved at every state) and listing them
+ * with live status from their sandboxes. Every read and write is scoped to the caller: another user's
+ * conversations and tasks behave as if they did not exist.
+ */
+export class AppConversationService implements ServiceImpl<typeof AppConversationServiceDesc> {
+  readonly #o: AppConversationServiceOptions;
+  readonly #clock: Clock;
+  readonly #flow: StartFlowDeps;
+  readonly #events = new EventEmitter({ captureRejections: false });
+  readonly #running = new Map<string, RunningStart>();
+  #closing = false;
+
+  constructor(options: AppConversationServiceOptions) {
+    this.#o = options;
+    this.#clock = options.clock ?? systemClock;
+    this.#events.setMaxListeners(0);
+    const log = options.log ?? (() => {});
+    this.#flow = {
+      startTasks: options.startTasks,
+      conversations: options.conversations,
+      sandboxes: options.sandboxes,
+      settings: options.settings,
+      secrets: options.secrets,
+      agent: options.agent,
+      clock: this.#clock,
+      timeouts: {
+        sandboxStartMs: 120_000,
+        prepareSeconds: 600,
+        setupScriptSeconds: 600,
+        ...options.timeouts,
+      },
+      onChange: (task) => this.#events.emit(`task:${task.id}`, task),
+      log,
+    };
+  }
+
+  /** Persists a start task (WORKING) and returns it; the start runs in the background. */
+  async startAppConversation(
+    req: StartAppConversationRequest,
+    ctx: HandlerContext,
+  ): Promise<StartAppConversationResponse> {
+    const { userId } = requireCaller(ctx);
+    const request = checkStartRequest(req.request);
+    const task = await this.#begin(userId, request, newHexId());
+    return { $typeName: "workspace.v1.StartAppConversationResponse", task: toTask(task) };
+  }
+
+  /** Starts like startAppConversation, then streams every state of the task until READY or ERROR. */
+  async *streamStartAppConversation(
+    req: StreamStartAppConversationRequest,
+    ctx: HandlerContext,
+  ): AsyncGenerator<StreamStartAppConversationResponse> {
+    const { userId } = requireCaller(ctx);
+    const request = checkStartRequest(req.request);
+    const id = newHexId();
+    // Subscribe before the start runs, so that no state is missed.
+    const changes = on(this.#events, `task:${id}`, { signal: ctx.signal }) as AsyncIterableIterator<
+      [StartTaskRecord]
+    >;
+    const wrap = (t: StartTaskRecord): StreamStartAppConversationResponse => ({
+      $typeName: "workspace.v1.StreamStartAppConversationResponse",
+      task: toTask(t),
+    });
+    try {
+      const task = await this.#begin(userId, request, id);
+      yield wrap(task);
+      if (TERMINAL.has(task.status)) return;
+      for await (const [t] of changes) {
+        yield wrap(t);
+        if (TERMINAL.has(t.status)) return;
+      }
+    } catch (err) {
+      // The client went away: the start goes on in the background.
+      if ((err as { name?: string }).name !== "AbortError") throw err;
+    } finally {
+      await changes.return?.();
+    }
+  }
+
+  async searchAppConversations(
+    req: SearchAppConversationsRequest,
+    ctx: HandlerContext,
+  ): Promise<SearchAppConversationsResponse> {
+    const { userId } = requireCaller(ctx);
+    const scope = `app-conversations:${userId}`;
+    const page = readPage(this.#o.tokens, scope, req.pageId, req.limit);
+    const result = await this.#o.conversations.search(userId, conversationFilter(req), page);
+    return {
+      $typeName: "workspace.v1.SearchAppConversationsResponse",
+      items: await this.#withLiveStatus(userId, result.items),
+      ...(result.next ? { nextPageId: this.#o.tokens.encode(result.next, scope) } : {}),
+    };
+  }
+
+  async countAppConversations(
+    req: CountAppConversationsRequest,
+    ctx: HandlerContext,
+  ): Promise<CountAppConversationsResponse> {
+    const { userId } = requireCaller(ctx);
+    const n = await this.#o.conversations.count(userId, conversationFilter(req));
+    return { $typeName: "workspace.v1.CountAppConversationsResponse", count: BigInt(n) };
+  }
+
+  async batchGetAppConversations(
+    req: BatchGetAppConversationsRequest,
+    ctx: HandlerContext,
+  ): Promise<BatchGetAppConversationsResponse> {
+    const { userId } = requireCaller(ctx);
+    const ids = checkIds(req.ids);
+    const records = await this.#o.conversations.getMany([...new Set(ids)], userId);
+    const live = await this.#withLiveStatus(userId, records);
+    const byId = new Map(live.map((c) => [c.id, c]));
+    return {
+      $typeName: "workspace.v1.BatchGetAppConversationsResponse",
+      items: ids.map((id) => {
+        const c = byId.get(id);
+        return { $typeName: "workspace.v1.AppConversationSlot", ...(c ? { conversation: c } : {}) };
+      }),
+    };
+  }
+
+  async searchStartTasks(
+    req: SearchStartTasksRequest,
+    ctx: HandlerContext,
+  ): Promise<SearchStartTasksResponse> {
+    const { userId } = requireCaller(ctx);
+    const ascending =
+      req.sortOrder === AppConversationStartTaskSortOrder.CREATED_AT ||
+      req.sortOrder === AppConversationStartTaskSortOrder.UPDATED_AT;
+    const scope = `start-tasks:${userId}:${ascending ? "asc" : "desc"}`;
+    const filter = startTaskFilter(req);
+    const page = readPage(this.#o.tokens, scope, req.pageId, req.limit);
+    const result = await this.#o.startTasks.search(userId, filter, page, ascending);
+    return {
+      $typeName: "workspace.v1.SearchStartTasksResponse",
+      items: result.items.map(toTask),
+      ...(result.next ? { nextPageId: this.#o.tokens.encode(result.next, scope) } : {}),
+    };
+  }
+
+  async countStartTasks(req: CountStartTasksRequest, ctx: HandlerContext): Promise<CountStartTasksResponse> {
+    const { userId } = requireCaller(ctx);
+    const n = await this.#o.startTasks.count(userId, startTaskFilter(req));
+    return { $typeName: "workspace.v1.CountStartTasksResponse", count: BigInt(n) };
+  }
+
+  async batchGetStartTasks(
+    req: BatchGetStartTasksRequest,
+    ctx: HandlerContext,
+  ): Promise<BatchGetStartTasksResponse> {
+    const { userId } = requireCaller(ctx);
+    const ids = checkIds(req.ids);
+    const records = await this.#o.startTasks.getMany([...new Set(ids)], userId);
+    const byId = new Map(records.map((r) => [r.id, r]));
+    return {
+      $typeName: "workspace.v1.BatchGetStartTasksResponse",
+      items: ids.map((id) => {
+        const t = byId.get(id);
+        return { $typeName: "workspace.v1.StartTaskSlot", ...(t ? { task: toTask(t) } : {}) };
+      }),
+    };
+  }
+
+  // ---- lifecycle ----
+
+  /**
+   * Start-up recovery: every task left unfinished by an earlier server process (found in storage, not running
+   * here) is set to ERROR with {@link INTERRUPTED_DETAIL}, so no client waits for it forever. Returns how many.
+   * Assumes one server per data store, as sandbox reconciliation does.
+   */
+  async recoverInterrupted(): Promise<number> {
+    let n = 0;
+    for (const t of await this.#o.startTasks.listUnfinished()) {
+      if (this.#running.has(t.id)) continue;
+      const updatedAt = this.#clock.now();
+      if (await this.#o.startTasks.update(t.id, { status: "ERROR", detail: INTERRUPTED_DETAIL, updatedAt })) {
+        this.#events.emit(`task:${t.id}`, { ...t, status: "ERROR", detail: INTERRUPTED_DETAIL, updatedAt });
+        n++;
+      }
+    }
+    return n;
+  }
+
+  /** Starts still running in this process. */
+  get runningStarts(): number {
+    return this.#running.size;
+  }
+
+  /**
+   * Refuses new starts, lets running ones finish for up to `graceMs` (default: the option), then cuts the rest
+   * off: they end in ERROR ("Interrupted: the server shut down ..."). Resolves once every start has saved its end.
+   */
+  async shutdown(graceMs = this.#o.shutdownGraceMs ?? 10_000): Promise<void> {
+    this.#closing = true;
+    const deadline = Date.now() + graceMs;
+    while (this.#running.size > 0 && Date.now() < deadline) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        Promise.all([...this.#running.values()].map((r) => r.done)),
+        new Promise((r) => {
+          timer = setTimeout(r, Math.max(0, deadline - Date.now()));
+        }),
+      ]);
+      clearTimeout(timer);
+    }
+    for (const r of this.#running.values()) r.abort.abort(new Error("server shutdown"));
+    await Promise.all([...this.#running.values()].map((r) => r.done));
+  }
+
+  // ---- internals ----
+
+  async #begin(userId: string, request: AppConversationStartRequest, id: string): Promise<StartTaskRecord> {
+    if (this.#closing) throw unavailable("The server is shutting down; start the conversation again later");
+    const now = this.#clock.now();
+    const task: StartTaskRecord = {
+      id,
+      ownerId: userId,
+      status: "WORKING",
+      detail: null,
+      appConversationId: null,
+      sandboxId: null,
+      agentServerUrl: null,
+      request: startRequestJson(request),
+      createdAt: now,
+      updatedAt: now,
+    };
+    await this.#o.startTasks.insert(task);
+    if (this.#closing) {
+      // Shutdown began while the task was being saved: end it rather than start work nobody waits for.
+      await this.#o.startTasks.update(id, { status: "ERROR", detail: SHUTDOWN_DETAIL, updatedAt: now });
+      return { ...task, status: "ERROR", detail: SHUTDOWN_DETAIL };
+    }
+    const abort = new AbortController();
+    const done = runStartFlow(this.#flow, task, request, abort.signal).finally(() =>
+      this.#running.delete(id),
+    );
+    this.#running.set(id, { done, abort });
+    return task;
+  }
+
+  /** Stored conversations plus live sandbox status and, for RUNNING sandboxes, the agent's execution status. */
+  async #withLiveStatus(userId: string, records: ConversationRecord[]): Promise<AppConversation[]> {
+    if (records.length === 0) return [];
+    const sandboxes = await this.#o.sandboxes.getMany(userId, [...new Set(records.map((r) => r.sandboxId))]);
+    const execution = new Map<string, string | null>();
+    const timeoutMs = this.#o.liveStatusTimeoutMs ?? 1000;
+    await Promise.all(
+      [...sandboxes.values()].map(async (live) => {
+        if (live.status !== "RUNNING" || live.handle === null) return;
+        const ids = records.filter((r) => r.sandboxId === live.record.id).map((r) => r.id);
+        try {
+          const endpoint = {
+            url: live.handle.agentUrl,
+            sessionApiKey: this.#o.sandboxes.sessionKey(live.record),
+          };
+          const infos = await this.#o.agent.getConversations(endpoint, ids, timeoutMs);
+          infos.forEach((info, i) => {
+            const id = ids[i];
+            if (info && id !== undefined) execution.set(id, info.executionStatus);
+          });
+        } catch {
+          // A slow or failing agent never fails the listing: the status stays null.
+        }
+      }),
+    );
+    return records.map((r) =>
+      this.#toConversation(r, sandboxes.get(r.sandboxId), execution.get(r.id) ?? null),
+    );
+  }
+
+  #toConversation(
+    r: ConversationRecord,
+    live: LiveSandbox | undefined,
+    execution: string | null,
+  ): AppConversation {
+    const info = live ? this.#o.sandboxes.toInfo(live) : undefined;
+    const agentUrl = info?.exposedUrls.find((u) => u.name === "AGENT_SERVER")?.url;
+    const running = info?.status === SandboxStatus.RUNNING;
+    const executionStatus = running ? executionStatusFromName(execution) : undefined;
+    return {
+      $typeName: "workspace.v1.AppConversation",
+      id: r.id,
+      createdByUserId: r.ownerId,
+      sandboxId: r.sandboxId,
+      ...(r.selectedRepository === null ? {} : { selectedRepository: r.selectedRepository }),
+      ...(r.selectedBranch === null ? {} : { selectedBranch: r.selectedBranch }),
+      gitProvider: providerFromName(r.gitProvider),
+      ...(r.title === null ? {} : { title: r.title }),
+      trigger: triggerFromName(r.trigger),
+      prNumber: [...r.prNumber],
+      ...(r.llmModel === null ? {} : { llmModel: r.llmModel }),
+      metrics: metricsFromJson(r.metrics),
+      ...(r.parentConversationId === null ? {} : { parentConversationId: r.parentConversationId }),
+      subConversationIds: [...r.subConversationIds],
+      createdAt: timestampFromDate(r.createdAt),
+      updatedAt: timestampFromDate(r.updatedAt),
+      sandboxStatus: info?.status ?? SandboxStatus.MISSING,
+      executionStatus,
+      ...(running && agentUrl !== undefined
+        ? { conversationUrl: `${agentUrl}/api/conversations/${r.id}` }
+        : {}),
+      ...(running && info?.sessionApiKey !== undefined ? { sessionApiKey: info.sessionApiKey } : {}),
+    };
+  }
+}
+
+/** A stored task as a message. */
+export function toTask(r: StartTaskRecord): AppConversationStartTask {
+  return {
+    $typeName: "workspace.v1.AppConversationStartTask",
+    id: r.id,
+    createdByUserId: r.ownerId,
+    status: toPbTaskStatus(r.status),
+    ...(r.detail === null ? {} : { detail: r.detail }),
+    ...(r.appConversationId === null ? {} : { appConversationId: r.appConversationId }),
+    ...(r.sandboxId === null ? {} : { sandboxId: r.sandboxId }),
+    ...(r.agentServerUrl === null ? {} : { agentServerUrl: r.agentServerUrl }),
+    request: startRequestFromJson(r.request),
+    createdAt: timestampFromDate(r.createdAt),
+    updatedAt: timestampFromDate(r.updatedAt),
+  };
+}
+
+/** Normalised ids (32 hex) or INVALID_ARGUMENT listing every malformed one; at most 100. */
+function checkIds(ids: readonly string[]): string[] {
+  checkBatch(ids, "ids");
+  const issues: FieldViolation[] = [];
+  const out = ids.map((raw, i) => {
+    const id = parseHexId(raw);
+    if (id === null) issues.push(uuidViolation(["ids", i], raw));
+    return id ?? "";
+  });
+  if (issues.length > 0) throw new ValidationError(issues);
+  return out;
+}
+
+/**
+ * Validates what the binder cannot (for RPC callers too) and normalises ids to 32 hex. INVALID_ARGUMENT with
+ * violations located at the request's field names.
+ */
+function checkStartRequest(req: AppConversationStartRequest | undefined): AppConversationStartRequest {
+  const r: AppConversationStartRequest = req
+    ? { ...req }
+    : ({
+        $typeName: "workspace.v1.AppConversationStartRequest",
+        processors: [],
+        prNumber: [],
+        agentType: 0,
+      } as AppConversationStartRequest);
+  const issues: FieldViolation[] = [];
+  for (const field of ["conversationId", "parentConversationId"] as const) {
+    const raw = r[field];
+    if (raw === undefined) continue;
+    const id = parseHexId(raw);
+    const name = field === "conversationId" ? "conversation_id" : "parent_conversation_id";
+    if (id === null) issues.push(uuidViolation([name], raw));
+    else r[field] = id;
+  }
+  if (r.sandboxId === "") delete r.sandboxId;
+  const repoProblem = r.selectedRepository ? repositoryProblem(r.selectedRepository) : null;
+  if (repoProblem !== null)
+    issues.push(valueError(["selected_repository"], repoProblem, r.selectedRepository));
+  const branch = r.selectedBranch ? branchProblem(r.selectedBranch) : null;
+  if (branch !== null) issues.push(valueError(["selected_branch"], branch, r.selectedBranch));
+  r.initialMessage?.content.forEach((c, i) => {
+    if (c.content.case === undefined)
+      issues.push(
+        valueError(["initial_message", "content", i], "a content part must be text or image", null),
+      );
+  });
+  if (issues.length > 0) throw new ValidationError(issues);
+  return r;
+}
+
+const date = (t: { seconds: bigint; nanos: number } | undefined): Date | undefined =>
+  t === undefined ? undefined : timestampDate(t as never);
+
+function conversationFilter(
+  req: CountAppConversationsRequest | SearchAppConversationsRequest,
+): ConversationFilter {
+  const f: ConversationFilter = { includeSubConversations: req.includeSubConversations ?? false };
+  if (req.titleContains !== undefined && req.titleContains !== "") f.titleContains = req.titleContains;
+  const set = (key: "createdAtGte" | "createdAtLt" | "updatedAtGte" | "updatedAtLt") => {
+    const d = date(req[key]);
+    if (d !== undefined) f[key] = d;
+  };
+  set("createdAtGte");
+  set("createdAtLt");
+  set("updatedAtGte");
+  set("updatedAtLt");
+  return f;
+}
+
+function startTaskFilter(req: CountStartTasksRequest | SearchStartTasksRequest): StartTaskFilter {
+  const f: StartTaskFilter = {};
+  if (req.conversationIdEq !== undefined && req.conversationIdEq !== "") {
+    const id = parseHexId(req.conversationIdEq);
+    if (id === null) throw new ValidationError([uuidViolation(["conversation_id_eq"], req.conversationIdEq)]);
+    f.conversationIdEq = id;
+  }
+  const gte = date(req.createdAtGte);
+  if (gte !== undefined) f.createdAtGte = gte;
+  return f;
+}

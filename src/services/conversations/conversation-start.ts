@@ -1,0 +1,418 @@
+/**
+ * The background part of starting a conversation: sandbox → repository → setup script → git hooks → skills →
+ * conversation on the agent server. Every state is saved before the step runs, so any server reading storage
+ * reports where a start is; any failure ends in ERROR with a detail a person can act on.
+ */
+import type { JsonObject } from "@bufbuild/protobuf";
+import { ConnectError } from "@connectrpc/connect";
+import type { Clock } from "../../core/clock.ts";
+import { StorageUnavailableError } from "../../core/errors.ts";
+import { parseHexId } from "../../core/ids.ts";
+import type { AppConversationStartRequest } from "../../gen/workspace/v1/app_conversation_pb.js";
+import { AgentCallError, type AgentClient, type AgentEndpoint } from "../../ports/agent-client.ts";
+import type {
+  ConversationRecord,
+  ConversationRepository,
+  StartTaskRecord,
+  StartTaskRepository,
+} from "../../ports/conversation-repository.ts";
+import type { LiveSandbox, SandboxService } from "../sandboxes/sandbox-service.ts";
+import type { SecretsService } from "../secrets/secrets-service.ts";
+import { PROVIDERS } from "../settings/settings-fields.ts";
+import type { ConversationConfig, SettingsService } from "../settings/settings-service.ts";
+import { agentTypeName, messageJson, providerName, triggerName } from "./conversation-json.ts";
+import {
+  cloneSource,
+  gitHooksCommand,
+  PREPARE_EXIT,
+  parsePrepareOutput,
+  prepareCommand,
+  redact,
+  repositoryDirName,
+  SETUP_SCRIPT,
+  setupScriptCommand,
+  tail,
+} from "./workspace-commands.ts";
+
+/** Timeouts of the start flow. */
+export interface StartFlowTimeouts {
+  /** How long a STARTING sandbox may take to become RUNNING (default 120 s). */
+  sandboxStartMs: number;
+  /** Clone and checkout (default 600 s; the agent caps a command at 600 s). */
+  prepareSeconds: number;
+  /** .openhands/setup.sh (default 600 s). */
+  setupScriptSeconds: number;
+}
+
+export interface StartFlowDeps {
+  startTasks: StartTaskRepository;
+  conversations: ConversationRepository;
+  sandboxes: SandboxService;
+  settings: SettingsService;
+  secrets: SecretsService;
+  agent: AgentClient;
+  clock: Clock;
+  timeouts: StartFlowTimeouts;
+  /** Called with a copy of the task after each saved state. */
+  onChange: (task: StartTaskRecord) => void;
+  log: (msg: string, data?: Record<string, unknown>) => void;
+}
+
+/** A failure whose message is meant for the user (it becomes the task's detail as is). */
+export class StartError extends Error {}
+
+/** The detail of a task that was cut off by a shutdown. */
+export const SHUTDOWN_DETAIL =
+  "Interrupted: the server shut down before the conversation was ready; start the conversation again";
+
+/** Runs one start to READY or ERROR. Never rejects; the task's final state is saved (and reported) either way. */
+export async function runStartFlow(
+  deps: StartFlowDeps,
+  task: StartTaskRecord,
+  request: AppConversationStartRequest,
+  signal: AbortSignal,
+): Promise<void> {
+  const flow = new StartFlow(deps, task, request, signal);
+  await flow.run();
+}
+
+/** Values a sub-conversation takes from its parent when the request leaves them unset. */
+interface Effective {
+  sandboxId: string | null;
+  repository: string | null;
+  branch: string | null;
+  provider: string | null;
+  llmModel: string | null;
+  parent: ConversationRecord | null;
+}
+
+class StartFlow {
+  readonly #d: StartFlowDeps;
+  readonly #task: StartTaskRecord;
+  readonly #req: AppConversationStartRequest;
+  readonly #signal: AbortSignal;
+
+  constructor(
+    deps: StartFlowDeps,
+    task: StartTaskRecord,
+    request: AppConversationStartRequest,
+    signal: AbortSignal,
+  ) {
+    this.#d = deps;
+    this.#task = { ...task };
+    this.#req = request;
+    this.#signal = signal;
+  }
+
+  async run(): Promise<void> {
+    try {
+      await this.#steps();
+    } catch (err) {
+      const detail = this.#detailOf(err);
+      if (!(err instanceof StartError))
+        this.#d.log("conversation start failed", { taskId: this.#task.id, error: String(err) });
+      try {
+        await this.#save({ status: "ERROR", detail });
+      } catch (saveErr) {
+        // Storage is down: report the end to listeners anyway; recovery at the next start settles the record.
+        this.#d.log("could not save the failed start task", {
+          taskId: this.#task.id,
+          error: String(saveErr),
+        });
+        this.#d.onChange({ ...this.#task, status: "ERROR", detail });
+      }
+    }
+  }
+
+  #detailOf(err: unknown): string {
+    if (this.#signal.aborted) return SHUTDOWN_DETAIL;
+    if (err instanceof StartError || err instanceof AgentCallError) return err.message;
+    if (err instanceof StorageUnavailableError)
+      return "Storage was unavailable; start the conversation again";
+    if (err instanceof ConnectError) return err.rawMessage;
+    return `Internal error while starting the conversation (task ${this.#task.id}); see the server log`;
+  }
+
+  async #save(
+    patch: Partial<
+      Pick<StartTaskRecord, "status" | "detail" | "appConversationId" | "sandboxId" | "agentServerUrl">
+    >,
+  ): Promise<void> {
+    const updatedAt = this.#d.clock.now();
+    Object.assign(this.#task, patch, { updatedAt });
+    await this.#d.startTasks.update(this.#task.id, { ...patch, updatedAt });
+    this.#d.onChange({ ...this.#task });
+  }
+
+  async #steps(): Promise<void> {
+    const owner = this.#task.ownerId;
+    const eff = await this.#effective();
+    const [sandbox, config, secrets] = await Promise.all([
+      this.#sandbox(eff.sandboxId),
+      this.#d.settings.openConversationConfig(owner),
+      this.#d.secrets.openAll(owner),
+    ]);
+    const handle = sandbox.handle;
+    if (handle === null) throw new StartError(`Sandbox ${sandbox.record.id} has no agent server`);
+    const agent: AgentEndpoint = {
+      url: handle.agentUrl,
+      sessionApiKey: this.#d.sandboxes.sessionKey(sandbox.record),
+    };
+
+    // The repository: clone (or reuse a clone already in the workspace) and check out, or git init.
+    await this.#save({ status: "PREPARING_REPOSITORY" });
+    const provider = eff.provider ?? firstProviderWithToken(config);
+    const token = provider === null ? null : (config.providerTokens[provider] ?? null);
+    const source = eff.repository === null ? null : cloneSource(eff.repository, provider, token);
+    const prepared = await this.#exec(
+      agent,
+      prepareCommand({
+        clone:
+          source === null || eff.repository === null
+            ? null
+            : { url: source.url, dir: repositoryDirName(eff.repository) },
+        branch: eff.branch,
+        gitUserName: config.gitUserName,
+        gitUserEmail: config.gitUserEmail,
+      }),
+      undefined,
+      this.#d.timeouts.prepareSeconds,
+    );
+    const secretsInUrl = source?.secrets ?? [];
+    if (prepared.exitCode !== 0) throw new StartError(prepareFailure(prepared, eff, secretsInUrl));
+    const project = parsePrepareOutput(prepared.stdout);
+    if (project === null) throw new StartError("Preparing the repository printed no project folder");
+
+    await this.#save({ status: "RUNNING_SETUP_SCRIPT" });
+    if (project.hasSetupScript) {
+      const r = await this.#exec(
+        agent,
+        setupScriptCommand(),
+        project.projectDir,
+        this.#d.timeouts.setupScriptSeconds,
+      );
+      if (r.exitCode !== 0) {
+        const output = tail(redact(`${r.stdout}${r.stderr ? `\n${r.stderr}` : ""}`, secretsInUrl));
+        const why =
+          r.exitCode === -1
+            ? `did not finish within ${this.#d.timeouts.setupScriptSeconds} s`
+            : `failed with exit code ${r.exitCode}`;
+        throw new StartError(`Setup script ${SETUP_SCRIPT} ${why}. Last output:\n${output}`);
+      }
+    }
+
+    await this.#save({ status: "SETTING_UP_GIT_HOOKS" });
+    // The setup script may have created the pre-commit script, so check again after it ran.
+    if (project.hasPreCommit || project.hasSetupScript) {
+      const r = await this.#exec(agent, gitHooksCommand(), project.projectDir, 60);
+      if (r.exitCode !== 0)
+        throw new StartError(`Installing the git pre-commit hook failed: ${tail(r.stderr || r.stdout, 500)}`);
+    }
+
+    // The built-in agent has no skills to load; the state is kept for clients that show it.
+    await this.#save({ status: "SETTING_UP_SKILLS" });
+
+    const conversationId = this.#req.conversationId ?? null;
+    if (conversationId !== null && (await this.#d.conversations.get(conversationId, owner)) !== null)
+      throw new StartError(`Conversation ${conversationId} already exists`);
+    const body = agentStartRequest(this.#req, conversationId, eff, config, secrets, project.projectDir);
+    await this.#save({ status: "STARTING_CONVERSATION", agentServerUrl: agent.url });
+    const info = await this.#d.agent.startConversation(agent, body, this.#signal);
+    const id = parseHexId(info.id) ?? conversationId;
+    if (id === null) throw new StartError(`The agent server returned an invalid conversation id: ${info.id}`);
+
+    const now = this.#d.clock.now();
+    const record: ConversationRecord = {
+      id,
+      ownerId: owner,
+      sandboxId: sandbox.record.id,
+      selectedRepository: eff.repository,
+      selectedBranch: eff.branch,
+      gitProvider: eff.provider,
+      title: `Conversation ${id}`,
+      trigger: triggerName(this.#req.trigger),
+      prNumber: [...this.#req.prNumber],
+      llmModel: eff.llmModel ?? config.llmModel,
+      metrics: null,
+      parentConversationId: eff.parent?.id ?? null,
+      subConversationIds: [],
+      createdAt: now,
+      updatedAt: now,
+    };
+    try {
+      await this.#d.conversations.insert(record);
+    } catch (err) {
+      if (err instanceof StorageUnavailableError) throw err;
+      throw new StartError(`Conversation ${id} already exists`);
+    }
+    if (eff.parent !== null) await this.#d.conversations.addSubConversation(eff.parent.id, id, now);
+    await this.#save({ status: "READY", appConversationId: id });
+  }
+
+  /** The request's values, with a parent conversation's filling the gaps. */
+  async #effective(): Promise<Effective> {
+    const r = this.#req;
+    const own: Effective = {
+      sandboxId: r.sandboxId ?? null,
+      repository: r.selectedRepository || null,
+      branch: r.selectedBranch || null,
+      provider: providerName(r.gitProvider),
+      llmModel: r.llmModel || null,
+      parent: null,
+    };
+    if (r.parentConversationId === undefined) return own;
+    const parent = await this.#d.conversations.get(r.parentConversationId, this.#task.ownerId);
+    if (parent === null) throw new StartError(`Parent conversation ${r.parentConversationId} not found`);
+    return {
+      sandboxId: own.sandboxId ?? parent.sandboxId,
+      repository: own.repository ?? parent.selectedRepository,
+      branch: own.branch ?? parent.selectedBranch,
+      provider: own.provider ?? parent.gitProvider,
+      llmModel: own.llmModel ?? parent.llmModel,
+      parent,
+    };
+  }
+
+  /** A RUNNING sandbox: a new one, or the given one (resumed when PAUSED, waited for when STARTING). */
+  async #sandbox(sandboxId: string | null): Promise<LiveSandbox> {
+    const owner = this.#task.ownerId;
+    const s = this.#d.sandboxes;
+    let live: LiveSandbox;
+    if (sandboxId === null) {
+      try {
+        live = await s.start(owner, undefined);
+      } catch (err) {
+        throw new StartError(
+          `Could not start a sandbox: ${err instanceof Error ? err.message : String(err)}`,
+        );
+      }
+      await this.#save({ status: "WAITING_FOR_SANDBOX", sandboxId: live.record.id });
+    } else {
+      const found = await s.get(owner, sandboxId);
+      if (found === null) throw new StartError(`Sandbox ${sandboxId} not found`);
+      await this.#save({ status: "WAITING_FOR_SANDBOX", sandboxId });
+      live = found.status === "PAUSED" ? await s.resume(owner, sandboxId) : found;
+    }
+    const id = live.record.id;
+    if (live.status === "STARTING") {
+      const settled = await abortable(
+        s.waitUntilSettled(owner, id, this.#d.timeouts.sandboxStartMs),
+        this.#signal,
+      );
+      if (settled === null)
+        throw new StartError(`Sandbox ${id} was deleted while the conversation was starting`);
+      live = settled;
+      if (live.status === "STARTING")
+        throw new StartError(
+          `Sandbox ${id} did not start within ${Math.round(this.#d.timeouts.sandboxStartMs / 1000)} s`,
+        );
+    }
+    this.#signal.throwIfAborted();
+    if (live.status !== "RUNNING")
+      throw new StartError(
+        sandboxId === null
+          ? `Sandbox ${id} failed to start (status ${live.status}); see the server log`
+          : `Sandbox ${id} cannot be used: its status is ${live.status}`,
+      );
+    return live;
+  }
+
+  async #exec(agent: AgentEndpoint, command: string, cwd: string | undefined, timeoutSeconds: number) {
+    this.#signal.throwIfAborted();
+    return this.#d.agent.executeCommand(
+      agent,
+      { command, timeoutSeconds, ...(cwd === undefined ? {} : { cwd }) },
+      this.#signal,
+    );
+  }
+}
+
+function firstProviderWithToken(config: ConversationConfig): string | null {
+  return PROVIDERS.find((p) => config.providerTokens[p] !== undefined) ?? null;
+}
+
+function prepareFailure(
+  r: { exitCode: number; stdout: string; stderr: string },
+  eff: Effective,
+  secrets: readonly string[],
+): string {
+  const output = tail(redact(r.stderr || r.stdout, secrets), 1000);
+  switch (r.exitCode) {
+    case PREPARE_EXIT.clone:
+      return `Could not clone ${eff.repository}: ${output || "git clone failed"}. Check the repository name and your git provider token.`;
+    case PREPARE_EXIT.checkout:
+      return eff.branch === null
+        ? `Could not create a working branch in ${eff.repository}: ${output}`
+        : `Could not check out branch ${eff.branch} of ${eff.repository}: ${output}`;
+    case PREPARE_EXIT.occupied:
+      return `Cannot clone ${eff.repository} into the sandbox: the folder is taken (${output}). Start the conversation in a new sandbox.`;
+    case PREPARE_EXIT.init:
+      return `Could not initialise a git repository in the workspace: ${output}`;
+    case -1:
+      return `Preparing the repository did not finish in time: ${output}`;
+    default:
+      return `Preparing the repository failed with exit code ${r.exitCode}: ${output}`;
+  }
+}
+
+/**
+ * The agent server's StartConversationRequest, as the reference builds it: the LLM from the request or settings,
+ * the confirmation policy, MCP config, the workspace folder, the initial message, and as secrets the custom
+ * secrets plus each provider token as `<PROVIDER>_TOKEN`.
+ */
+function agentStartRequest(
+  r: AppConversationStartRequest,
+  conversationId: string | null,
+  eff: Effective,
+  config: ConversationConfig,
+  customSecrets: Record<string, string>,
+  workingDir: string,
+): Record<string, unknown> {
+  const secrets: JsonObject = {};
+  for (const [name, value] of Object.entries(customSecrets)) secrets[name] = { kind: "StaticSecret", value };
+  for (const [provider, t] of Object.entries(config.providerTokens))
+    secrets[`${provider.toUpperCase()}_TOKEN`] = { kind: "StaticSecret", value: t.token };
+  const agent: JsonObject = {
+    kind: "Agent",
+    llm: {
+      model: eff.llmModel ?? config.llmModel,
+      base_url: config.llmBaseUrl,
+      api_key: config.llmApiKey,
+      usage_id: "agent",
+    },
+    agent_type: agentTypeName(r.agentType),
+  };
+  if (r.systemMessageSuffix !== undefined)
+    agent.agent_context = { system_message_suffix: r.systemMessageSuffix };
+  if (config.mcpConfig !== null) agent.mcp_config = config.mcpConfig as unknown as JsonObject;
+  if (config.securityAnalyzer !== null) agent.security_analyzer = config.securityAnalyzer;
+  const body: Record<string, unknown> = {
+    agent,
+    workspace: { kind: "LocalWorkspace", working_dir: workingDir },
+    confirmation_policy: { kind: config.confirmationMode ? "AlwaysConfirm" : "NeverConfirm" },
+    initial_message: r.initialMessage ? messageJson(r.initialMessage) : null,
+    secrets,
+  };
+  if (conversationId !== null) body.conversation_id = conversationId;
+  if (config.maxIterations !== null) body.max_iterations = config.maxIterations;
+  return body;
+}
+
+/** Resolves like `p`, or rejects as soon as `signal` aborts. */
+function abortable<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then(
+      (v) => {
+        signal.removeEventListener("abort", onAbort);
+        resolve(v);
+      },
+      (e: unknown) => {
+        signal.removeEventListener("abort", onAbort);
+        reject(e);
+      },
+    );
+  });
+}
