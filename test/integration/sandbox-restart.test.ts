@@ -33,8 +33,9 @@ describe("server restart", () => {
       await new Promise((r) => setTimeout(r, 20));
     }
     await call(first.url, k, "POST", `/api/v1/sandboxes/${paused}/pause`);
-    const victimPid = ((await first.storage.sandboxes.get(victim))?.handle as { data: { pid: number } }).data
-      .pid;
+    const victimRecord = await first.storage.sandboxes.get(victim);
+    const victimPid = (victimRecord?.handle as { data?: { pid?: number } } | undefined)?.data?.pid ?? 0;
+    expect(victimPid).toBeGreaterThan(0);
     await first.close(); // the server stops; sandboxes keep running
     process.kill(-victimPid, "SIGKILL"); // dies while no server watches
     await new Promise((r) => setTimeout(r, 100));
