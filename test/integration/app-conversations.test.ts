@@ -267,6 +267,13 @@ describe("starting a conversation without a repository", () => {
       initial_message: { role: "user", content: [{ type: "text", text: "hello" }] },
     });
     expect((agentView.secret_names as string[]).sort()).toEqual(["GITHUB_TOKEN", "MY_SECRET"]);
+    // What was sent is the opened configuration (the agent only shows it redacted).
+    expect(await t.app.services.settings.openConversationConfig("alice")).toMatchObject({
+      llmModel: "openai/gpt-test",
+      llmApiKey: "sk-secret-1",
+      confirmationMode: false,
+      providerTokens: { github: { token: "ghp_abc", host: null } },
+    });
     // The workspace is a git repository.
     if (c === null) throw new Error("no conversation");
     expect((await sh(c, "git rev-parse --is-inside-work-tree")).stdout.trim()).toBe("true");
@@ -366,6 +373,15 @@ describe("starting a conversation with a repository (local bare repository)", ()
     );
     expect(repo.status).toBe("ERROR");
     expect(repo.detail).toContain("Could not clone");
+    // owner/repo goes to the provider's host with the token in the URL; the token never shows in the detail.
+    await api(key, "POST", "/api/add-git-providers", {
+      provider_tokens: { gitlab: { token: "glpat-SECRET-TOKEN", host: "http://127.0.0.1:1" } },
+    });
+    const remote = await settle(key, (await start(key, { selected_repository: "group/app" })).id);
+    expect(remote.status).toBe("ERROR");
+    expect(remote.detail).toContain("Could not clone group/app");
+    expect(remote.detail).toContain("127.0.0.1");
+    expect(remote.detail).not.toContain("SECRET");
     // A sandbox whose "project" folder holds another repository is not silently reused.
     const { conversation: first } = await startReady(key, { selected_repository: bare });
     const other = join(gitDir, "elsewhere", "project.git");

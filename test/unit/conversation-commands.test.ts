@@ -34,10 +34,14 @@ describe("clone URLs", () => {
       "https://pat@dev.azure.com/org/proj/_git/repo",
     );
     // A host with a scheme keeps it (self-hosted over http).
+    expect(cloneSource("w/r", "bitbucket", { token: "me:pw", host: null }).secrets).toEqual([
+      "me:pw",
+      "me:pw",
+    ]);
     expect(cloneSource("o/r", "gitlab", { token: "t", host: "http://git.local:8080/" }).url).toBe(
       "http://oauth2:t@git.local:8080/o/r.git",
     );
-    // Tokens with URL metacharacters are encoded, and both forms are listed for redaction.
+    // Tokens with URL metacharacters are encoded; the token and the userinfo are listed for redaction.
     const s = cloneSource("o/r", "github", { token: "a/b@c", host: null });
     expect(s.url).toBe("https://a%2Fb%40c@github.com/o/r.git");
     expect(s.secrets).toEqual(["a/b@c", "a%2Fb%40c"]);

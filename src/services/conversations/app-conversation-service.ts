@@ -1,4 +1,6 @@
 import { EventEmitter, on } from "node:events";
+import { setTimeout as sleep } from "node:timers/promises";
+import { create } from "@bufbuild/protobuf";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { type Clock, systemClock } from "../../core/clock.ts";
@@ -12,6 +14,7 @@ import {
   type AppConversation,
   type AppConversationService as AppConversationServiceDesc,
   type AppConversationStartRequest,
+  AppConversationStartRequestSchema,
   type AppConversationStartTask,
   AppConversationStartTaskSortOrder,
   type BatchGetAppConversationsRequest,
@@ -273,30 +276,17 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
     return n;
   }
 
-  /** Starts still running in this process. */
-  get runningStarts(): number {
-    return this.#running.size;
-  }
-
   /**
    * Refuses new starts, lets running ones finish for up to `graceMs` (default: the option), then cuts the rest
    * off: they end in ERROR ("Interrupted: the server shut down ..."). Resolves once every start has saved its end.
    */
   async shutdown(graceMs = this.#o.shutdownGraceMs ?? 10_000): Promise<void> {
     this.#closing = true;
-    const deadline = Date.now() + graceMs;
-    while (this.#running.size > 0 && Date.now() < deadline) {
-      let timer: NodeJS.Timeout | undefined;
-      await Promise.race([
-        Promise.all([...this.#running.values()].map((r) => r.done)),
-        new Promise((r) => {
-          timer = setTimeout(r, Math.max(0, deadline - Date.now()));
-        }),
-      ]);
-      clearTimeout(timer);
-    }
+    // No start begins from now on (#begin refuses or ends them), so the running set only shrinks.
+    const all = () => Promise.all([...this.#running.values()].map((r) => r.done));
+    if (this.#running.size > 0) await Promise.race([all(), sleep(graceMs, undefined, { ref: false })]);
     for (const r of this.#running.values()) r.abort.abort(new Error("server shutdown"));
-    await Promise.all([...this.#running.values()].map((r) => r.done));
+    await all();
   }
 
   // ---- internals ----
@@ -431,14 +421,7 @@ function checkIds(ids: readonly string[]): string[] {
  * violations located at the request's field names.
  */
 function checkStartRequest(req: AppConversationStartRequest | undefined): AppConversationStartRequest {
-  const r: AppConversationStartRequest = req
-    ? { ...req }
-    : ({
-        $typeName: "workspace.v1.AppConversationStartRequest",
-        processors: [],
-        prNumber: [],
-        agentType: 0,
-      } as AppConversationStartRequest);
+  const r: AppConversationStartRequest = req ? { ...req } : create(AppConversationStartRequestSchema);
   const issues: FieldViolation[] = [];
   for (const field of ["conversationId", "parentConversationId"] as const) {
     const raw = r[field];

@@ -71,18 +71,9 @@ export const executionStatusName = (v: ConversationExecutionStatus | undefined):
 export const executionStatusFromName = (n: unknown): ConversationExecutionStatus | undefined =>
   fromName(ConversationExecutionStatus, n);
 
-const TASK_STATUS: Record<StartTaskStatus, AppConversationStartTaskStatus> = {
-  WORKING: AppConversationStartTaskStatus.WORKING,
-  WAITING_FOR_SANDBOX: AppConversationStartTaskStatus.WAITING_FOR_SANDBOX,
-  PREPARING_REPOSITORY: AppConversationStartTaskStatus.PREPARING_REPOSITORY,
-  RUNNING_SETUP_SCRIPT: AppConversationStartTaskStatus.RUNNING_SETUP_SCRIPT,
-  SETTING_UP_GIT_HOOKS: AppConversationStartTaskStatus.SETTING_UP_GIT_HOOKS,
-  SETTING_UP_SKILLS: AppConversationStartTaskStatus.SETTING_UP_SKILLS,
-  STARTING_CONVERSATION: AppConversationStartTaskStatus.STARTING_CONVERSATION,
-  READY: AppConversationStartTaskStatus.READY,
-  ERROR: AppConversationStartTaskStatus.ERROR,
-};
-export const toPbTaskStatus = (s: StartTaskStatus): AppConversationStartTaskStatus => TASK_STATUS[s];
+/** The message enum of a stored status (the names are the same). */
+export const toPbTaskStatus = (s: StartTaskStatus): AppConversationStartTaskStatus =>
+  AppConversationStartTaskStatus[s];
 export const taskStatusName = (s: AppConversationStartTaskStatus): string =>
   AppConversationStartTaskStatus[s] ?? "ERROR";
 

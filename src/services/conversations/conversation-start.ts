@@ -91,6 +91,8 @@ class StartFlow {
   readonly #task: StartTaskRecord;
   readonly #req: AppConversationStartRequest;
   readonly #signal: AbortSignal;
+  /** Secret values in play (tokens, keys): never written into a detail or a log line. */
+  readonly #secrets: string[] = [];
 
   constructor(
     deps: StartFlowDeps,
@@ -108,9 +110,13 @@ class StartFlow {
     try {
       await this.#steps();
     } catch (err) {
-      const detail = this.#detailOf(err);
+      // An agent's error answer may echo the request, which carries tokens and keys.
+      const detail = redact(this.#detailOf(err), this.#secrets);
       if (!(err instanceof StartError))
-        this.#d.log("conversation start failed", { taskId: this.#task.id, error: String(err) });
+        this.#d.log("conversation start failed", {
+          taskId: this.#task.id,
+          error: redact(String(err), this.#secrets),
+        });
       try {
         await this.#save({ status: "ERROR", detail });
       } catch (saveErr) {
@@ -152,6 +158,10 @@ class StartFlow {
       this.#d.settings.openConversationConfig(owner),
       this.#d.secrets.openAll(owner),
     ]);
+    for (const t of Object.values(config.providerTokens))
+      this.#secrets.push(t.token, encodeURIComponent(t.token));
+    if (config.llmApiKey !== null) this.#secrets.push(config.llmApiKey);
+    this.#secrets.push(...Object.values(secrets));
     const handle = sandbox.handle;
     if (handle === null) throw new StartError(`Sandbox ${sandbox.record.id} has no agent server`);
     const agent: AgentEndpoint = {
@@ -164,6 +174,7 @@ class StartFlow {
     const provider = eff.provider ?? firstProviderWithToken(config);
     const token = provider === null ? null : (config.providerTokens[provider] ?? null);
     const source = eff.repository === null ? null : cloneSource(eff.repository, provider, token);
+    this.#secrets.push(...(source?.secrets ?? []));
     const prepared = await this.#exec(
       agent,
       prepareCommand({
@@ -178,8 +189,7 @@ class StartFlow {
       undefined,
       this.#d.timeouts.prepareSeconds,
     );
-    const secretsInUrl = source?.secrets ?? [];
-    if (prepared.exitCode !== 0) throw new StartError(prepareFailure(prepared, eff, secretsInUrl));
+    if (prepared.exitCode !== 0) throw new StartError(prepareFailure(prepared, eff));
     const project = parsePrepareOutput(prepared.stdout);
     if (project === null) throw new StartError("Preparing the repository printed no project folder");
 
@@ -192,7 +202,7 @@ class StartFlow {
         this.#d.timeouts.setupScriptSeconds,
       );
       if (r.exitCode !== 0) {
-        const output = tail(redact(`${r.stdout}${r.stderr ? `\n${r.stderr}` : ""}`, secretsInUrl));
+        const output = tail(`${r.stdout}${r.stderr ? `\n${r.stderr}` : ""}`);
         const why =
           r.exitCode === -1
             ? `did not finish within ${this.#d.timeouts.setupScriptSeconds} s`
@@ -331,12 +341,8 @@ function firstProviderWithToken(config: ConversationConfig): string | null {
   return PROVIDERS.find((p) => config.providerTokens[p] !== undefined) ?? null;
 }
 
-function prepareFailure(
-  r: { exitCode: number; stdout: string; stderr: string },
-  eff: Effective,
-  secrets: readonly string[],
-): string {
-  const output = tail(redact(r.stderr || r.stdout, secrets), 1000);
+function prepareFailure(r: { exitCode: number; stdout: string; stderr: string }, eff: Effective): string {
+  const output = tail(r.stderr || r.stdout, 1000);
   switch (r.exitCode) {
     case PREPARE_EXIT.clone:
       return `Could not clone ${eff.repository}: ${output || "git clone failed"}. Check the repository name and your git provider token.`;

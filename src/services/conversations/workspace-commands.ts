@@ -63,7 +63,7 @@ export function repositoryDirName(repo: string): string {
   return name === "" || name === "." || name === ".." ? "project" : name;
 }
 
-/** A clone URL, and the secrets in it (to redact from any output shown to people). */
+/** A clone URL, and the secrets in it (the token and the URL's userinfo: to redact from any output shown). */
 export interface CloneSource {
   url: string;
   secrets: string[];
@@ -106,7 +106,7 @@ export function cloneSource(
     default:
       userinfo = enc(t);
   }
-  return { url: `${scheme}://${userinfo}@${host}/${path}`, secrets: [t, enc(t)] };
+  return { url: `${scheme}://${userinfo}@${host}/${path}`, secrets: [t, userinfo] };
 }
 
 /** A clone URL without credentials (`https://token@host/x` → `https://host/x`), to compare clones. */
