@@ -909,6 +909,72 @@ export function union<const M extends readonly UnionMember<unknown>[]>(
   };
 }
 
+/**
+ * pydantic's discriminated union: the member is chosen by the string at `field` (errors inside it are reported under
+ * [...loc, tag]); a missing tag is `union_tag_not_found`, an unknown one `union_tag_invalid`. The value comes back
+ * as {kind: tag, value}.
+ */
+export function taggedUnion<const M extends Record<string, Schema<unknown>>>(
+  field: string,
+  members: M,
+): Schema<{ [K in keyof M & string]: { kind: K; value: Infer<M[K]> } }[keyof M & string]> {
+  type Out = { [K in keyof M & string]: { kind: K; value: Infer<M[K]> } }[keyof M & string];
+  const tags = Object.keys(members);
+  const expected = tags.map((t) => `'${t}'`).join(", ");
+  return {
+    parse(input, loc, issues) {
+      if (!isPlainObject(input)) {
+        report(
+          issues,
+          violation(
+            loc,
+            "model_attributes_type",
+            "Input should be a valid dictionary or object to extract fields from",
+            input,
+          ),
+        );
+        return INVALID;
+      }
+      const tag = input[field];
+      const member = typeof tag === "string" && Object.hasOwn(members, tag) ? members[tag] : undefined;
+      if (member !== undefined) {
+        const v = member.parse(input, [...loc, tag as string], issues);
+        return v === INVALID ? INVALID : ({ kind: tag, value: v } as Out);
+      }
+      if (tag === undefined) {
+        report(
+          issues,
+          violation(
+            loc,
+            "union_tag_not_found",
+            `Unable to extract tag using discriminator '${field}'`,
+            input,
+            {
+              discriminator: `'${field}'`,
+            },
+          ),
+        );
+      } else {
+        report(
+          issues,
+          violation(
+            loc,
+            "union_tag_invalid",
+            `Input tag '${String(tag)}' found using '${field}' does not match any of the expected tags: ${expected}`,
+            input,
+            { discriminator: `'${field}'`, expected_tags: expected, tag: String(tag) },
+          ),
+        );
+      }
+      return INVALID;
+    },
+    jsonSchema: () => ({
+      oneOf: Object.values(members).map((m) => m.jsonSchema()),
+      discriminator: { propertyName: field },
+    }),
+  };
+}
+
 /** Adds or overrides JSON Schema keywords (title, description, examples, format...) without changing parsing. */
 export function annotate<T>(
   s: Schema<T>,

@@ -1,5 +1,5 @@
 import { create, fromJson, type JsonObject, toJson } from "@bufbuild/protobuf";
-import { invalid, ValidationError } from "../core/errors.ts";
+import { invalid } from "../core/errors.ts";
 import {
   bool,
   dict,
@@ -185,6 +185,20 @@ export function shapeSettings(res: GetSettingsResponse): Record<string, unknown>
   return out;
 }
 
+const shaped = new WeakMap<GetSettingsResponse, Record<string, unknown>>();
+/**
+ * shapeSettings once per response object: the settings service answers the same (immutable) response object
+ * while the stored settings are unchanged, and the shaped body is only serialized, never changed.
+ */
+function shapeSettingsOnce(res: GetSettingsResponse): Record<string, unknown> {
+  let body = shaped.get(res);
+  if (body === undefined) {
+    body = shapeSettings(res);
+    shaped.set(res, body);
+  }
+  return body;
+}
+
 const message = (res: { message: string }) => ({ message: res.message });
 
 const nullableString: JsonSchema = { type: ["string", "null"] };
@@ -236,7 +250,7 @@ export const legacyRoutes: RestRoute[] = [
     summary: "Read the caller's settings (404 until first stored)",
     docs: { response: settingsResponseSchema },
     bind: () => ({}),
-    shape: shapeSettings,
+    shape: shapeSettingsOnce,
   }),
   route({
     method: "POST",
@@ -364,5 +378,3 @@ export function pathParam(value: string | undefined, name: string): string {
     throw invalid(["path", name], "Field required", "missing", null);
   return value;
 }
-
-export { ValidationError };

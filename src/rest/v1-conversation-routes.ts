@@ -5,20 +5,16 @@ import {
   bool,
   dict,
   enumOf,
-  INVALID,
   type Infer,
   int,
-  isPlainObject,
   list,
   literal,
   nullable,
   object,
   refine,
-  report,
-  type Schema,
   str,
+  taggedUnion,
   validate,
-  violation,
 } from "../core/model.ts";
 import { dateTime, uuidHex } from "../core/model-formats.ts";
 import {
@@ -69,61 +65,8 @@ const imageContent = object(
   },
   { title: "ImageContent", extra: "forbid" },
 );
-type ContentPart =
-  | { kind: "text"; value: Infer<typeof textContent> }
-  | { kind: "image"; value: Infer<typeof imageContent> };
-
 /** pydantic's discriminated union on "type": text or image content. */
-const contentPart: Schema<ContentPart> = {
-  parse(input, loc, issues) {
-    if (!isPlainObject(input)) {
-      report(
-        issues,
-        violation(
-          loc,
-          "model_attributes_type",
-          "Input should be a valid dictionary or object to extract fields from",
-          input,
-        ),
-      );
-      return INVALID;
-    }
-    const tag = input.type;
-    const ctx = { discriminator: "'type'", expected_tags: "'text', 'image'" };
-    if (tag === "text") {
-      const v = textContent.parse(input, [...loc, "text"], issues);
-      return v === INVALID ? INVALID : { kind: "text", value: v };
-    }
-    if (tag === "image") {
-      const v = imageContent.parse(input, [...loc, "image"], issues);
-      return v === INVALID ? INVALID : { kind: "image", value: v };
-    }
-    if (tag === undefined) {
-      report(
-        issues,
-        violation(loc, "union_tag_not_found", "Unable to extract tag using discriminator 'type'", input, {
-          discriminator: "'type'",
-        }),
-      );
-    } else {
-      report(
-        issues,
-        violation(
-          loc,
-          "union_tag_invalid",
-          `Input tag '${String(tag)}' found using 'type' does not match any of the expected tags: 'text', 'image'`,
-          input,
-          { ...ctx, tag: String(tag) },
-        ),
-      );
-    }
-    return INVALID;
-  },
-  jsonSchema: () => ({
-    oneOf: [textContent.jsonSchema(), imageContent.jsonSchema()],
-    discriminator: { propertyName: "type" },
-  }),
-};
+const contentPart = taggedUnion("type", { text: textContent, image: imageContent });
 
 const sendMessage = object(
   {
@@ -159,7 +102,7 @@ export const startRequestBodySchema = object(
   { title: "AppConversationStartRequest" },
 );
 
-function toContent(p: ContentPart): MessageContent {
+function toContent(p: Infer<typeof contentPart>): MessageContent {
   const cachePrompt = p.value.cache_prompt ?? false;
   return {
     $typeName: "workspace.v1.MessageContent",
