@@ -1,10 +1,7 @@
 import { join } from "node:path";
-import Docker from "dockerode";
 import type { FastifyServerOptions } from "fastify";
 import { HttpGitProviderVerifier } from "../integrations/http-git-provider-verifier.ts";
 import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
-import { createDockerRuntime } from "../sandbox/docker/docker-runtime.ts";
-import { createProcessRuntime } from "../sandbox/process/process-runtime.ts";
 import { buildApp } from "./app.ts";
 import type { Config } from "./config.ts";
 import { loadOrCreateKeyFile } from "./key-file.ts";
@@ -26,21 +23,7 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     : defaultSpecs(config.runtime, now);
   const storage = await openStorage(config.storage);
   let runtimeLog: (msg: string, data?: object) => void = () => {};
-  const runtime: SandboxRuntime =
-    config.runtime.kind === "docker"
-      ? createDockerRuntime({
-          docker: new Docker(
-            config.runtime.socketPath ? { socketPath: config.runtime.socketPath } : undefined,
-          ),
-          network: config.runtime.network,
-          ...(config.runtime.memoryBytes ? { memoryBytes: config.runtime.memoryBytes } : {}),
-          ...(config.runtime.nanoCpus ? { nanoCpus: config.runtime.nanoCpus } : {}),
-          log: (msg, data) => runtimeLog(msg, data),
-        })
-      : createProcessRuntime({
-          workspaceRoot: join(config.dataDir, "sandboxes"),
-          log: (msg, data) => runtimeLog(msg, data),
-        });
+  const runtime = await openRuntime(config, (msg, data) => runtimeLog(msg, data));
   let key = config.encryptionKey;
   let keyCreated = false;
   if (key === undefined) {
@@ -94,4 +77,26 @@ export async function serve(config: Readonly<Config>): Promise<void> {
   });
   await app.close();
   log.info("stopped");
+}
+
+/** The configured sandbox runtime; imported on demand, so a process-runtime server never loads dockerode. */
+async function openRuntime(
+  config: Readonly<Config>,
+  log: (msg: string, data?: object) => void,
+): Promise<SandboxRuntime> {
+  if (config.runtime.kind === "docker") {
+    const [{ default: Docker }, { createDockerRuntime }] = await Promise.all([
+      import("dockerode"),
+      import("../sandbox/docker/docker-runtime.ts"),
+    ]);
+    return createDockerRuntime({
+      docker: new Docker(config.runtime.socketPath ? { socketPath: config.runtime.socketPath } : undefined),
+      network: config.runtime.network,
+      ...(config.runtime.memoryBytes ? { memoryBytes: config.runtime.memoryBytes } : {}),
+      ...(config.runtime.nanoCpus ? { nanoCpus: config.runtime.nanoCpus } : {}),
+      log,
+    });
+  }
+  const { createProcessRuntime } = await import("../sandbox/process/process-runtime.ts");
+  return createProcessRuntime({ workspaceRoot: join(config.dataDir, "sandboxes"), log });
 }
