@@ -37,8 +37,13 @@ export interface Versioned<T> {
 }
 
 export interface UserDataRepository {
-  /** The user's document, or null when nothing was ever stored. */
-  get(userId: string): Promise<Versioned<UserData> | null>;
+  /**
+   * The user's document, or null when nothing was ever stored. With `forUpdate` (the read of a
+   * read-modify-write) an adapter that commits writes in groups may also answer with writes still waiting for
+   * their commit: the compare-and-set that follows is acknowledged only once durable, and reports a conflict if a
+   * write it built on was not stored. Without it, only durable state is ever reported.
+   */
+  get(userId: string, options?: { forUpdate?: boolean }): Promise<Versioned<UserData> | null>;
   /**
    * Writes `next` if the stored version equals `expectedVersion` (0: no document yet). Returns false on a
    * version conflict (the caller re-reads and retries); the write is durable when true is returned.

@@ -1,10 +1,11 @@
-import { createContextValues, createHandlerContext } from "@connectrpc/connect";
+import { createContextValues } from "@connectrpc/connect";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Caller } from "../core/context.ts";
 import { callerKey } from "../core/context.ts";
 import type { FieldViolation } from "../core/errors.ts";
 import { ValidationError } from "../core/errors.ts";
 import type { Admit, Authenticate } from "../rpc/auth-interceptor.ts";
+import { lazyHandlerContext } from "../rpc/handler-context.ts";
 import type { ServiceBinding } from "../rpc/service-registry.ts";
 import { toRestError, validationBody } from "./rest-errors.ts";
 import type { RestRoute } from "./rest-route.ts";
@@ -103,22 +104,32 @@ export function restGateway(options: RestGatewayOptions) {
             query: req.query as Record<string, string | string[] | undefined>,
             params: req.params as Record<string, string>,
           });
-          const abort = new AbortController();
+          let abort: AbortController | undefined;
           // The response's "close" (not the request's: that fires as soon as a body has been read) tells that the
-          // client went away before the answer was complete.
-          reply.raw.once("close", () => {
-            if (!reply.raw.writableFinished) abort.abort();
-          });
-          const ctx = createHandlerContext({
+          // client went away before the answer was complete. Made when a service first uses the signal (streams
+          // always do); most unary methods never look at it.
+          const watchClose = (): AbortController => {
+            if (abort !== undefined) return abort;
+            const controller = new AbortController();
+            abort = controller;
+            if (reply.raw.destroyed && !reply.raw.writableFinished) controller.abort();
+            else
+              reply.raw.once("close", () => {
+                if (!reply.raw.writableFinished) controller.abort();
+              });
+            return controller;
+          };
+          const ctx = lazyHandlerContext({
             service: r.service,
             method,
             protocolName: "rest",
             requestMethod: req.method,
             url: req.url,
-            requestSignal: abort.signal,
-            contextValues: createContextValues().set(callerKey, req.caller),
+            signal: () => watchClose().signal,
+            values: createContextValues().set(callerKey, req.caller),
           });
           if (r.stream === true) {
+            const abort = watchClose();
             reply.hijack();
             await writeJsonArray(reply, impl(input, ctx) as AsyncIterable<never>, r.shape, abort);
             return reply;

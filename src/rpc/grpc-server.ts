@@ -7,11 +7,12 @@ import {
   isMessage,
   toBinary,
 } from "@bufbuild/protobuf";
-import { Code, ConnectError, createContextValues, createHandlerContext } from "@connectrpc/connect";
+import { Code, ConnectError, createContextValues } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import { callerKey } from "../core/context.ts";
 import type { Admit, Authenticate } from "./auth-interceptor.ts";
 import { encodeErrorDetails } from "./error-details.ts";
+import { lazyHandlerContext } from "./handler-context.ts";
 import type { ServiceBinding } from "./service-registry.ts";
 
 export interface GrpcServerOptions {
@@ -84,17 +85,20 @@ async function contextFor(call: Call, method: DescMethod, options: GrpcServerOpt
   const caller = await options.authenticate(typeof key === "string" ? key : undefined);
   if (caller === null) throw new ConnectError("Unauthorized", Code.Unauthenticated);
   options.admit(caller);
-  const header = new Headers();
-  for (const [k, v] of Object.entries(call.metadata.getMap())) if (typeof v === "string") header.set(k, v);
-  return createHandlerContext({
+  return lazyHandlerContext({
     service: method.parent,
     method,
     protocolName: "grpc",
     requestMethod: "POST",
     url: `/${method.parent.typeName}/${method.name}`,
-    requestSignal: signal,
-    requestHeader: header,
-    contextValues: createContextValues().set(callerKey, caller),
+    signal,
+    values: createContextValues().set(callerKey, caller),
+    requestHeader: () => {
+      const header = new Headers();
+      for (const [k, v] of Object.entries(call.metadata.getMap()))
+        if (typeof v === "string") header.set(k, v);
+      return header;
+    },
   });
 }
 

@@ -24,7 +24,7 @@ export class UserDataStore {
    */
   async mutate<R>(userId: string, mutate: (data: UserData) => R | Promise<R>): Promise<R> {
     for (let attempt = 0; attempt < 50; attempt++) {
-      const current = await this.#repo.get(userId);
+      const current = await this.#repo.get(userId, { forUpdate: true });
       const draft = structuredClone(current?.value ?? EMPTY);
       const result = await mutate(draft);
       if (await this.#repo.compareAndSet(userId, current?.version ?? 0, draft)) return result;

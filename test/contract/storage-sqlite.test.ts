@@ -4,6 +4,8 @@ import { join } from "node:path";
 import Database from "better-sqlite3";
 import { afterAll, describe, expect, it } from "vitest";
 import { StorageUnavailableError } from "../../src/core/errors.ts";
+import type { UserData } from "../../src/ports/user-data-repository.ts";
+import { UserDataStore } from "../../src/services/user-data-store.ts";
 import { SQLITE_SCHEMA_VERSION } from "../../src/storage/sqlite/sqlite-schema.ts";
 import { createSqliteStorage, sqliteDatabaseOf } from "../../src/storage/sqlite/sqlite-storage.ts";
 import { describeStorageContract } from "./storage-contract.ts";
@@ -85,5 +87,111 @@ describe("sqlite adapter", () => {
       other.close();
     }
     await storage.close();
+  });
+
+  describe("group commit of user data", () => {
+    const doc = (counter: number): UserData => ({
+      settings: { counter },
+      providerTokens: {},
+      customSecrets: {},
+    });
+    const counterOf = (path: string, user: string): unknown => {
+      const raw = new Database(path, { readonly: true });
+      try {
+        const row = raw.prepare("SELECT value FROM user_data WHERE user_id = ?").get(user) as
+          | { value: string }
+          | undefined;
+        return row === undefined ? undefined : (JSON.parse(row.value) as UserData).settings?.counter;
+      } finally {
+        raw.close();
+      }
+    };
+
+    it("chains concurrent read-modify-writes of one user into one commit, each durable when acknowledged", async () => {
+      const path = join(dir, "group.db");
+      const storage = createSqliteStorage({ path });
+      const store = new UserDataStore(storage.userData);
+      const seen: unknown[] = [];
+      await Promise.all(
+        Array.from({ length: 50 }, () =>
+          store
+            .mutate("u", (data) => {
+              const s = data.settings ?? {};
+              s.counter = Number(s.counter ?? 0) + 1;
+              data.settings = s;
+              return s.counter;
+            })
+            // Acknowledged only once committed: another connection sees at least this value.
+            .then((counter) => seen.push([counter, counterOf(path, "u")])),
+        ),
+      );
+      expect(await storage.userData.get("u")).toStrictEqual({ version: 50, value: doc(50) });
+      for (const [mine, durable] of seen as [number, number][]) expect(durable).toBeGreaterThanOrEqual(mine);
+      await storage.close();
+    });
+
+    it("answers plain reads from durable state only, reads for update from the queued writes", async () => {
+      const storage = createSqliteStorage({ path: join(dir, "queued-reads.db") });
+      const write = storage.userData.compareAndSet("u", 0, doc(1));
+      expect(await storage.userData.get("u")).toBeNull();
+      expect(await storage.userData.get("u", { forUpdate: true })).toStrictEqual({
+        version: 1,
+        value: doc(1),
+      });
+      expect(await write).toBe(true);
+      expect(await storage.userData.get("u")).toStrictEqual({ version: 1, value: doc(1) });
+      await storage.close();
+    });
+
+    it("stores no write chained on a queued write that lost to another connection", async () => {
+      const path = join(dir, "chain.db");
+      const storage = createSqliteStorage({ path });
+      await storage.userData.compareAndSet("u", 0, doc(1));
+      const first = storage.userData.compareAndSet("u", 1, doc(2));
+      const queued = await storage.userData.get("u", { forUpdate: true });
+      const chained = storage.userData.compareAndSet("u", queued?.version ?? 0, doc(3));
+      const other = new Database(path);
+      other
+        .prepare("UPDATE user_data SET value = ?, version = version + 1 WHERE user_id = 'u'")
+        .run(JSON.stringify(doc(100)));
+      other.close();
+      expect(await first).toBe(false);
+      expect(await chained).toBe(false);
+      expect(await storage.userData.get("u")).toStrictEqual({ version: 2, value: doc(100) });
+      await storage.close();
+    });
+
+    it("rejects every write of a batch whose commit fails and keeps none of them", async () => {
+      const path = join(dir, "failed-batch.db");
+      const storage = createSqliteStorage({ path });
+      await storage.userData.compareAndSet("a", 0, doc(1));
+      sqliteDatabaseOf(storage).pragma("busy_timeout = 50");
+      const other = new Database(path);
+      other.exec("BEGIN IMMEDIATE");
+      const writes = [
+        storage.userData.compareAndSet("a", 1, doc(2)),
+        storage.userData.compareAndSet("b", 0, doc(1)),
+      ];
+      try {
+        for (const w of writes) await expect(w).rejects.toSatisfy(isStorageUnavailable);
+      } finally {
+        other.exec("ROLLBACK");
+        other.close();
+      }
+      expect(await storage.userData.get("a")).toStrictEqual({ version: 1, value: doc(1) });
+      expect(await storage.userData.get("b")).toBeNull();
+      await storage.close();
+    });
+
+    it("hands out frozen documents, so a reader cannot change what others read", async () => {
+      const storage = createSqliteStorage({ path: join(dir, "frozen.db") });
+      await storage.userData.compareAndSet("u", 0, doc(1));
+      const read = await storage.userData.get("u");
+      expect(Object.isFrozen(read?.value.settings)).toBe(true);
+      expect(await storage.userData.get("u")).toBe(read); // parsed once per version
+      await storage.userData.compareAndSet("u", 1, doc(2));
+      expect(await storage.userData.get("u")).toStrictEqual({ version: 2, value: doc(2) });
+      await storage.close();
+    });
   });
 });

@@ -46,6 +46,8 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
   readonly #store: UserDataStore;
   readonly #box: SecretBox;
   readonly #verifier: GitProviderVerifier | null;
+  /** GetSettings answers by stored document object (see getSettings). */
+  readonly #views = new WeakMap<UserData, GetSettingsResponse>();
 
   constructor(deps: { store: UserDataStore; box: SecretBox; verifier: GitProviderVerifier | null }) {
     this.#store = deps.store;
@@ -53,37 +55,23 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
     this.#verifier = deps.verifier;
   }
 
-  /** NOT_FOUND "Settings not found" until the caller first stores settings. */
+  /**
+   * NOT_FOUND "Settings not found" until the caller first stores settings. The answer is a function of the stored
+   * document alone, so it is kept per document object: a storage that hands out one frozen object per stored
+   * version (SQLite) gets each version's answer built once; a fresh object per read simply never hits.
+   */
   async getSettings(_req: GetSettingsRequest, ctx: HandlerContext): Promise<GetSettingsResponse> {
     const { userId } = requireCaller(ctx);
     const doc = await this.#store.read(userId);
     const stored = doc?.value.settings;
     if (doc === null || stored === null || stored === undefined) throw notFound("Settings not found");
     const data = doc.value;
-    const out: JsonObject = {};
-    for (const field of SETTINGS_FIELDS) {
-      if (isSecretField(field)) continue;
-      if (field === "secrets_store") {
-        out[field] = secretsStoreView(data);
-      } else if (field === "mcp_config") {
-        if (stored.mcp_config != null) out[field] = maskMcp(stored.mcp_config as StoredMcp);
-      } else if (stored[field] !== undefined && stored[field] !== null) {
-        out[field] = stored[field] as JsonValue;
-      } else if (field in BOOLEAN_DEFAULTS) {
-        out[field] = BOOLEAN_DEFAULTS[field] as boolean;
-      }
+    let response = this.#views.get(data);
+    if (response === undefined) {
+      response = settingsView(data, stored);
+      this.#views.set(data, response);
     }
-    const tokensSet: Record<string, { host?: string }> = {};
-    for (const [provider, t] of Object.entries(data.providerTokens)) {
-      if (t.token !== null || t.userId !== null)
-        tokensSet[provider] = t.host === null ? {} : { host: t.host };
-    }
-    return create(GetSettingsResponseSchema, {
-      settings: fromJson(SettingsSchema, out),
-      llmApiKeySet: typeof stored.llm_api_key === "string",
-      searchApiKeySet: typeof stored.search_api_key === "string",
-      providerTokensSet: tokensSet,
-    });
+    return response;
   }
 
   /**
@@ -439,4 +427,31 @@ function maskMcp(m: StoredMcp): JsonObject {
       ...(e.timeout === null ? {} : { timeout: e.timeout }),
     })),
   };
+}
+
+/** The GetSettings answer for a stored document: secrets never included, MCP secrets masked. */
+function settingsView(data: UserData, stored: Record<string, unknown>): GetSettingsResponse {
+  const out: JsonObject = {};
+  for (const field of SETTINGS_FIELDS) {
+    if (isSecretField(field)) continue;
+    if (field === "secrets_store") {
+      out[field] = secretsStoreView(data);
+    } else if (field === "mcp_config") {
+      if (stored.mcp_config != null) out[field] = maskMcp(stored.mcp_config as StoredMcp);
+    } else if (stored[field] !== undefined && stored[field] !== null) {
+      out[field] = stored[field] as JsonValue;
+    } else if (field in BOOLEAN_DEFAULTS) {
+      out[field] = BOOLEAN_DEFAULTS[field] as boolean;
+    }
+  }
+  const tokensSet: Record<string, { host?: string }> = {};
+  for (const [provider, t] of Object.entries(data.providerTokens)) {
+    if (t.token !== null || t.userId !== null) tokensSet[provider] = t.host === null ? {} : { host: t.host };
+  }
+  return create(GetSettingsResponseSchema, {
+    settings: fromJson(SettingsSchema, out),
+    llmApiKeySet: typeof stored.llm_api_key === "string",
+    searchApiKeySet: typeof stored.search_api_key === "string",
+    providerTokensSet: tokensSet,
+  });
 }

@@ -24,7 +24,8 @@ const databases = new WeakMap<Storage, Database.Database>();
  * Opens (creating or migrating as needed) the embedded SQLite storage.
  *
  * The connection runs in WAL mode with `synchronous = FULL`, so a write is durable once its promise resolves, and
- * waits up to 5 s for a competing writer. Statements are prepared once. All work is synchronous inside each
+ * waits up to 5 s for a competing writer. User-data writes of one event-loop turn share one commit (group commit,
+ * see createSqliteUserDataRepository). Statements are prepared once. All work is synchronous inside each
  * call; operations are exposed as promises to satisfy the storage ports.
  *
  * @throws StorageUnavailableError when the file cannot be opened (missing directory, permissions, locked).
@@ -48,9 +49,10 @@ export function createSqliteStorage(options: SqliteStorageOptions): Storage {
   }
 
   const ping = db.prepare("SELECT 1");
+  const userData = createSqliteUserDataRepository(db);
   const storage: Storage = {
     kind: "sqlite",
-    userData: createSqliteUserDataRepository(db),
+    userData,
     apiKeys: createSqliteApiKeyRepository(db),
     sandboxes: createSqliteSandboxRepository(db),
     conversations: createSqliteConversationRepository(db),
@@ -62,6 +64,7 @@ export function createSqliteStorage(options: SqliteStorageOptions): Storage {
     close: () =>
       attempt(() => {
         if (!db.open) return;
+        userData.flush();
         try {
           // Keeps planner statistics fresh for long-lived files; cheap when nothing changed.
           db.pragma("optimize");

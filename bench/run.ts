@@ -1,0 +1,829 @@
+// `npm run bench`: runs every benchmark, prints progress to stderr and one markdown table to stdout, and writes
+// bench/results/latest.{md,json} (partial.{md,json} for --quick or --only runs).
+//
+// Throughput benchmarks measure their own baseline in the same run, alternating ours/baseline round by round
+// (ABAB…), and report the median of the per-round ratios. Servers under test and load generators are separate
+// processes talking over loopback, so the load generator never shares an event loop with the server.
+//
+//   --quick          short rounds (CI smoke)
+//   --only a,b       run only these benchmarks: rest-get, rest-post, grpc, connect, reference, sandboxes,
+//                    conversations
+//   --rounds N       rounds per side (at least 3)
+//   BENCH_INSTALL_REFERENCE=1   apt-get install the reference Python stack when it is missing
+//   BENCH_SERVICE_LOG_LEVEL=L   log level of the service under test (default info, as in production)
+//   BENCH_SERVICE_NODE_FLAGS=…  extra Node flags for the service under test (default none, as `npm start`)
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import {
+  cpuSeconds,
+  freePort,
+  type HttpLoadConfig,
+  type LoadResult,
+  machine,
+  machineLine,
+  median,
+  percentile,
+  ROOT,
+  rssMiB,
+  runLoad,
+  type ServerChild,
+  startServer,
+} from "./lib/bench-util.ts";
+import type { Fixture } from "./servers/fixture.ts";
+
+const ALL = ["rest-get", "rest-post", "grpc", "connect", "reference", "sandboxes", "conversations"] as const;
+type BenchName = (typeof ALL)[number];
+
+const { values } = parseArgs({
+  options: {
+    quick: { type: "boolean", default: false },
+    only: { type: "string" },
+    rounds: { type: "string" },
+  },
+});
+const QUICK = values.quick === true;
+const only = values.only?.split(",").map((s) => s.trim()) ?? null;
+for (const name of only ?? []) {
+  if (!(ALL as readonly string[]).includes(name)) {
+    console.error(`unknown benchmark ${name}; known: ${ALL.join(", ")}`);
+    process.exit(2);
+  }
+}
+const selected = (name: BenchName): boolean => only === null || only.includes(name);
+const ROUNDS = Math.max(3, Number(values.rounds ?? (QUICK ? 3 : 5)));
+const ROUND_S = QUICK ? 1.5 : 5;
+const WARMUP_S = QUICK ? 0.5 : 2;
+const CONNECTIONS = 50;
+const SANDBOX_SAMPLES = QUICK ? 10 : 30;
+const PAUSED_SANDBOXES = 50;
+const CONVERSATION_ROWS = 100_000;
+const CONVERSATION_STARTS = QUICK ? 5 : 20;
+
+/** The settings body every POST sends (and that GET then returns, shaped). */
+const SETTINGS_BODY = JSON.stringify({
+  language: "en",
+  agent: "CodeActAgent",
+  max_iterations: 100,
+  confirmation_mode: false,
+  llm_model: "anthropic/claude-sonnet-4-5-20250929",
+  llm_base_url: "https://llm.example.com/v1",
+  enable_default_condenser: true,
+  enable_sound_notifications: false,
+  condenser_max_size: 120,
+  git_user_name: "openhands",
+  git_user_email: "openhands@example.com",
+  mcp_config: {
+    sse_servers: [{ url: "https://mcp.example.com/sse" }],
+    stdio_servers: [{ name: "fetch", command: "uvx", args: ["mcp-server-fetch"] }],
+    shttp_servers: [],
+  },
+});
+
+const log = (msg: string): void => {
+  process.stderr.write(`${msg}\n`);
+};
+const fmt = (n: number, digits = 0): string =>
+  Number.isFinite(n)
+    ? n.toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits })
+    : "—";
+
+interface Row {
+  bench: BenchName | "rss";
+  what: string;
+  ours: string;
+  baseline: string;
+  ratio: string;
+  target: string;
+  /** null: not applicable / not measured. */
+  pass: boolean | null;
+  data?: unknown;
+}
+const rows: Row[] = [];
+
+const work = mkdtempSync(join(tmpdir(), "aws-bench-run-"));
+const children = new Set<ServerChild<unknown>>();
+async function start<T>(options: Parameters<typeof startServer>[0]): Promise<ServerChild<T>> {
+  log(`  starting ${options.name}`);
+  const child = await startServer<T>(options);
+  children.add(child as ServerChild<unknown>);
+  return child;
+}
+async function stop(child: ServerChild<unknown> | null): Promise<void> {
+  if (child === null) return;
+  children.delete(child);
+  await child.stop();
+}
+let interrupted = false;
+process.on("SIGINT", () => {
+  if (interrupted) return;
+  interrupted = true;
+  log("interrupted: stopping servers");
+  void Promise.all([...children].map((c) => c.stop())).then(() => process.exit(130));
+});
+
+interface ServiceInfo {
+  port: number;
+  grpcPort: number;
+  key: string;
+  userId: string;
+  pid: number;
+  dir: string;
+}
+
+/** The service logs like production (info: one line per request and per response) unless told otherwise. */
+const SERVICE_LOG_LEVEL = process.env.BENCH_SERVICE_LOG_LEVEL ?? "info";
+/** Extra Node flags for the service under test (e.g. "--max-semi-space-size=8"), to try runtime settings. */
+const SERVICE_NODE_FLAGS = (process.env.BENCH_SERVICE_NODE_FLAGS ?? "").split(" ").filter((f) => f !== "");
+const startService = (name: string, args: string[] = []): Promise<ServerChild<ServiceInfo>> =>
+  start<ServiceInfo>({
+    name,
+    command: process.execPath,
+    args: [
+      ...SERVICE_NODE_FLAGS,
+      join(ROOT, "bench", "servers", "service.ts"),
+      "--log-level",
+      SERVICE_LOG_LEVEL,
+      ...args,
+    ],
+    logPath: join(work, `${name}.log`),
+  });
+
+async function request(
+  base: string,
+  key: string,
+  method: string,
+  path: string,
+  body?: string,
+): Promise<{ status: number; text: string; json: unknown }> {
+  const res = await fetch(`${base}${path}`, {
+    method,
+    headers: {
+      "x-session-api-key": key,
+      ...(body === undefined ? {} : { "content-type": "application/json" }),
+    },
+    ...(body === undefined ? {} : { body }),
+  });
+  const text = await res.text();
+  let json: unknown = null;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    // not JSON
+  }
+  return { status: res.status, text, json };
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** Samples the RSS of a process every 100 ms while `during` runs; returns its result and the peak. */
+async function withRss<T>(pid: number, during: () => Promise<T>): Promise<{ result: T; peakMiB: number }> {
+  let peak = rssMiB(pid);
+  const timer = setInterval(() => {
+    const v = rssMiB(pid);
+    if (v > peak) peak = v;
+  }, 100);
+  try {
+    const result = await during();
+    return { result, peakMiB: Math.max(peak, rssMiB(pid)) };
+  } finally {
+    clearInterval(timer);
+  }
+}
+
+/** Median RSS over a short idle window. */
+async function idleRss(pid: number, windowMs = 1000): Promise<number> {
+  const samples: number[] = [];
+  for (let t = 0; t < windowMs; t += 100) {
+    samples.push(rssMiB(pid));
+    await sleep(100);
+  }
+  return median(samples);
+}
+
+interface Measured extends LoadResult {
+  /** CPU time the server process used per successful request, in µs (robust to a busy machine). */
+  cpuUsPerRequest: number;
+}
+
+interface Alternation {
+  ours: Measured[];
+  baseline: Measured[];
+  ratios: number[];
+  /** Per-round ratio of baseline CPU per request to ours (1.0: as cheap as the baseline). */
+  cpuRatios: number[];
+}
+
+/** One side of an alternation: the server's pid (for CPU accounting) and how to load it for a duration. */
+interface Side {
+  pid: number;
+  load: (durationS: number) => Promise<LoadResult>;
+}
+
+async function measure(side: Side, durationS: number): Promise<Measured> {
+  const before = cpuSeconds(side.pid);
+  const result = await side.load(durationS);
+  const cpu = cpuSeconds(side.pid) - before;
+  return { ...result, cpuUsPerRequest: (cpu * 1e6) / Math.max(1, result.ok) };
+}
+
+/** Warm-up of both sides, then ROUNDS alternating rounds (ours, baseline, ours, baseline, …). */
+async function alternate(name: string, ours: Side, baseline: Side, unit: string): Promise<Alternation> {
+  log(`[${name}] warm-up (${WARMUP_S} s each side)`);
+  await ours.load(WARMUP_S);
+  await baseline.load(WARMUP_S);
+  const out: Alternation = { ours: [], baseline: [], ratios: [], cpuRatios: [] };
+  for (let round = 1; round <= ROUNDS; round++) {
+    const a = await measure(ours, ROUND_S);
+    const b = await measure(baseline, ROUND_S);
+    out.ours.push(a);
+    out.baseline.push(b);
+    out.ratios.push(a.rps / b.rps);
+    out.cpuRatios.push(b.cpuUsPerRequest / a.cpuUsPerRequest);
+    log(
+      `[${name}] round ${round}/${ROUNDS}: ours ${fmt(a.rps)} ${unit} (p50 ${fmt(a.p50Ms, 1)} ms, ${fmt(a.cpuUsPerRequest)} µs CPU each${a.failed ? `, ${a.failed} failed` : ""}) · baseline ${fmt(b.rps)} ${unit} (${fmt(b.cpuUsPerRequest)} µs CPU each${b.failed ? `, ${b.failed} failed` : ""}) · ratio ${fmt(a.rps / b.rps, 3)}`,
+    );
+  }
+  return out;
+}
+
+function ratioRow(
+  bench: BenchName,
+  what: string,
+  alt: Alternation,
+  baselineName: string,
+  target: number,
+  unit: string,
+): Row {
+  const ratio = median(alt.ratios);
+  const failed = alt.ours.reduce((n, r) => n + r.failed, 0);
+  const baselineFailed = alt.baseline.reduce((n, r) => n + r.failed, 0);
+  const oursRps = median(alt.ours.map((r) => r.rps));
+  const baseRps = median(alt.baseline.map((r) => r.rps));
+  return {
+    bench,
+    what,
+    ours: `${fmt(oursRps)} ${unit} (${fmt(median(alt.ours.map((r) => r.cpuUsPerRequest)))} µs CPU)`,
+    baseline: `${fmt(baseRps)} ${unit} (${fmt(median(alt.baseline.map((r) => r.cpuUsPerRequest)))} µs CPU, ${baselineName})`,
+    ratio: `${fmt(ratio, 2)}× (CPU ${fmt(median(alt.cpuRatios), 2)}×)${failed > 0 ? ` (ours: ${failed} failed requests)` : ""}${baselineFailed > 0 ? ` (baseline: ${baselineFailed} failed requests)` : ""}`,
+    target: `≥ ${target}×`,
+    pass: failed === 0 && ratio >= target,
+    data: alt,
+  };
+}
+
+const httpLoad = (config: Omit<HttpLoadConfig, "durationS" | "connections">) => (durationS: number) =>
+  runLoad("http-load.ts", { ...config, durationS, connections: CONNECTIONS });
+
+// ---------------------------------------------------------------------------------------------------------------
+
+async function throughputBenchmarks(): Promise<void> {
+  const wanted = (["rest-get", "rest-post", "grpc", "connect", "reference"] as const).filter(selected);
+  if (wanted.length === 0) return;
+  const service = await startService("service");
+  const s = service.info;
+  const base = `http://127.0.0.1:${s.port}`;
+  const auth = { "x-session-api-key": s.key };
+  let bareFastify: ServerChild<{ port: number }> | null = null;
+  let bareGrpc: ServerChild<{ grpcPort: number }> | null = null;
+  let bareConnect: ServerChild<{ port: number }> | null = null;
+  try {
+    await sleep(1000);
+    const idle = await idleRss(service.pid);
+    log(`  service idle RSS ${fmt(idle, 1)} MiB`);
+    rows.push({
+      bench: "rss",
+      what: "server RSS idle (after start)",
+      ours: `${fmt(idle, 1)} MiB`,
+      baseline: "—",
+      ratio: "—",
+      target: "≤ 100 MB",
+      pass: idle * 1.048576 <= 100,
+    });
+
+    const stored = await request(base, s.key, "POST", "/api/settings", SETTINGS_BODY);
+    if (stored.status !== 200) throw new Error(`seeding settings failed: ${stored.status} ${stored.text}`);
+    const got = await request(base, s.key, "GET", "/api/settings");
+    const rpc = await request(base, s.key, "POST", "/workspace.v1.SettingsService/GetSettings", "{}");
+    if (got.status !== 200 || rpc.status !== 200)
+      throw new Error(`reading settings failed: ${got.text} ${rpc.text}`);
+    const fixture: Fixture = { key: s.key, restSettings: got.json as never, rpcSettings: rpc.json as never };
+    const fixturePath = join(work, "fixture.json");
+    writeFileSync(fixturePath, JSON.stringify(fixture));
+
+    const restPeaks: number[] = [];
+    const oursRest =
+      (config: Omit<HttpLoadConfig, "durationS" | "connections">) => async (durationS: number) => {
+        const { result, peakMiB } = await withRss(service.pid, () => httpLoad(config)(durationS));
+        restPeaks.push(peakMiB);
+        return result;
+      };
+    const getConfig = { url: `${base}/api/settings`, method: "GET" as const, headers: auth };
+    const postConfig = {
+      url: `${base}/api/settings`,
+      method: "POST" as const,
+      headers: { ...auth, "content-type": "application/json" },
+      body: SETTINGS_BODY,
+    };
+
+    if (selected("rest-get") || selected("rest-post")) {
+      bareFastify = await start<{ port: number }>({
+        name: "bare-fastify",
+        command: process.execPath,
+        args: [join(ROOT, "bench", "servers", "bare-fastify.ts"), fixturePath],
+        logPath: join(work, "bare-fastify.log"),
+      });
+      const bare = `http://127.0.0.1:${bareFastify.info.port}`;
+      if (selected("rest-get")) {
+        const alt = await alternate(
+          "rest-get",
+          { pid: service.pid, load: oursRest(getConfig) },
+          { pid: bareFastify.pid, load: httpLoad({ ...getConfig, url: `${bare}/api/settings` }) },
+          "req/s",
+        );
+        rows.push(ratioRow("rest-get", "REST GET /api/settings (SQLite)", alt, "bare Fastify", 0.5, "req/s"));
+      }
+      if (selected("rest-post")) {
+        const alt = await alternate(
+          "rest-post",
+          { pid: service.pid, load: oursRest(postConfig) },
+          { pid: bareFastify.pid, load: httpLoad({ ...postConfig, url: `${bare}/api/settings` }) },
+          "req/s",
+        );
+        rows.push(
+          ratioRow(
+            "rest-post",
+            "REST POST /api/settings (SQLite, durable commit)",
+            alt,
+            "bare Fastify",
+            0.3,
+            "req/s",
+          ),
+        );
+      }
+      await stop(bareFastify);
+      bareFastify = null;
+    }
+
+    if (selected("grpc")) {
+      bareGrpc = await start<{ grpcPort: number }>({
+        name: "bare-grpc",
+        command: process.execPath,
+        args: [join(ROOT, "bench", "servers", "bare-grpc.ts"), fixturePath],
+        logPath: join(work, "bare-grpc.log"),
+      });
+      const grpcLoad = (port: number) => (durationS: number) =>
+        runLoad("grpc-load.ts", {
+          address: `127.0.0.1:${port}`,
+          key: s.key,
+          inFlight: CONNECTIONS,
+          durationS,
+        });
+      const alt = await alternate(
+        "grpc",
+        { pid: service.pid, load: grpcLoad(s.grpcPort) },
+        { pid: bareGrpc.pid, load: grpcLoad(bareGrpc.info.grpcPort) },
+        "calls/s",
+      );
+      rows.push(
+        ratioRow("grpc", "gRPC GetSettings (grpc-js client, 1 channel)", alt, "bare grpc-js", 0.8, "calls/s"),
+      );
+      await stop(bareGrpc);
+      bareGrpc = null;
+    }
+
+    if (selected("connect")) {
+      bareConnect = await start<{ port: number }>({
+        name: "bare-connect",
+        command: process.execPath,
+        args: [join(ROOT, "bench", "servers", "bare-connect.ts"), fixturePath],
+        logPath: join(work, "bare-connect.log"),
+      });
+      const connectConfig = (port: number) => ({
+        url: `http://127.0.0.1:${port}/workspace.v1.SettingsService/GetSettings`,
+        method: "POST" as const,
+        headers: { ...auth, "content-type": "application/json" },
+        body: "{}",
+      });
+      const alt = await alternate(
+        "connect",
+        { pid: service.pid, load: httpLoad(connectConfig(s.port)) },
+        { pid: bareConnect.pid, load: httpLoad(connectConfig(bareConnect.info.port)) },
+        "req/s",
+      );
+      rows.push(ratioRow("connect", "Connect JSON GetSettings", alt, "bare connect-node", 0.9, "req/s"));
+      await stop(bareConnect);
+      bareConnect = null;
+    }
+
+    if (selected("reference")) await referenceBenchmarks(service, oursRest, getConfig, postConfig);
+
+    if (restPeaks.length > 0) {
+      const peak = Math.max(...restPeaks);
+      rows.push({
+        bench: "rss",
+        what: "server RSS under the REST load (peak)",
+        ours: `${fmt(peak, 1)} MiB`,
+        baseline: "—",
+        ratio: "—",
+        target: "≤ 250 MB",
+        pass: peak * 1.048576 <= 250,
+      });
+    }
+  } finally {
+    await stop(bareFastify);
+    await stop(bareGrpc);
+    await stop(bareConnect);
+    await stop(service);
+  }
+}
+
+/** A Python that imports FastAPI and uvicorn (Debian's packages serve /usr/bin/python3, which a pyenv may shadow). */
+function referencePython(): string | null {
+  for (const python of ["python3", "/usr/bin/python3"]) {
+    if (spawnSync(python, ["-c", "import fastapi, uvicorn"], { stdio: "ignore" }).status === 0) return python;
+  }
+  return null;
+}
+
+async function referenceBenchmarks(
+  service: ServerChild<ServiceInfo>,
+  oursRest: (
+    config: Omit<HttpLoadConfig, "durationS" | "connections">,
+  ) => (durationS: number) => Promise<LoadResult>,
+  getConfig: Omit<HttpLoadConfig, "durationS" | "connections">,
+  postConfig: Omit<HttpLoadConfig, "durationS" | "connections">,
+): Promise<void> {
+  if (referencePython() === null && process.env.BENCH_INSTALL_REFERENCE === "1") {
+    log("[reference] installing python3-fastapi python3-uvicorn (BENCH_INSTALL_REFERENCE=1)");
+    spawnSync("apt-get", ["update"], { stdio: ["ignore", 2, 2] });
+    spawnSync("apt-get", ["install", "-y", "python3-fastapi", "python3-uvicorn"], {
+      stdio: ["ignore", 2, 2],
+      env: { ...process.env, DEBIAN_FRONTEND: "noninteractive" },
+    });
+  }
+  const python = referencePython();
+  if (python === null) {
+    log("[reference] reference stack not installed (set BENCH_INSTALL_REFERENCE=1 to apt-get install it)");
+    for (const what of ["GET", "POST"])
+      rows.push({
+        bench: "reference",
+        what: `REST ${what} /api/settings vs the reference Python stack`,
+        ours: "—",
+        baseline: "reference stack not installed",
+        ratio: "—",
+        target: "≥ 10×",
+        pass: null,
+      });
+    return;
+  }
+  const port = await freePort();
+  const key = (getConfig.headers["x-session-api-key"] ?? "") as string;
+  const dataDir = join(work, "reference-data");
+  mkdirSync(dataDir, { recursive: true });
+  const refBase = `http://127.0.0.1:${port}`;
+  const ref = await start<Record<string, never>>({
+    name: "reference (FastAPI + uvicorn)",
+    command: python,
+    args: [join(ROOT, "bench", "servers", "reference.py"), String(port), dataDir, key],
+    logPath: join(work, "reference.log"),
+    ready: async () => (await request(refBase, key, "GET", "/api/settings")).status > 0,
+    timeoutMs: 30_000,
+  });
+  try {
+    const seeded = await request(refBase, key, "POST", "/api/settings", postConfig.body);
+    const read = await request(refBase, key, "GET", "/api/settings");
+    if (seeded.status !== 200 || read.status !== 200)
+      throw new Error(
+        `reference stack answered ${seeded.status}/${read.status}: ${seeded.text} ${read.text}`,
+      );
+    const getAlt = await alternate(
+      "reference-get",
+      { pid: service.pid, load: oursRest(getConfig) },
+      { pid: ref.pid, load: httpLoad({ ...getConfig, url: `${refBase}/api/settings` }) },
+      "req/s",
+    );
+    rows.push(
+      ratioRow(
+        "reference",
+        "REST GET /api/settings vs the reference Python stack",
+        getAlt,
+        "FastAPI + uvicorn",
+        10,
+        "req/s",
+      ),
+    );
+    const postAlt = await alternate(
+      "reference-post",
+      { pid: service.pid, load: oursRest(postConfig) },
+      { pid: ref.pid, load: httpLoad({ ...postConfig, url: `${refBase}/api/settings` }) },
+      "req/s",
+    );
+    rows.push(
+      ratioRow(
+        "reference",
+        "REST POST /api/settings vs the reference Python stack",
+        postAlt,
+        "FastAPI + uvicorn",
+        10,
+        "req/s",
+      ),
+    );
+  } finally {
+    await stop(ref as ServerChild<unknown>);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+
+const latencyCell = (values: number[]): string =>
+  `${fmt(percentile(values, 50), 1)} / ${fmt(percentile(values, 99), 1)} ms`;
+
+interface SandboxJson {
+  id: string;
+  status: string;
+}
+
+async function sandboxBenchmarks(): Promise<void> {
+  if (!selected("sandboxes")) return;
+  const service = await startService("service-sandboxes");
+  const { key } = service.info;
+  const base = `http://127.0.0.1:${service.info.port}`;
+  const created: string[] = [];
+  const startOne = async (): Promise<{ id: string; ms: number }> => {
+    const t0 = performance.now();
+    const res = await request(base, key, "POST", "/api/v1/sandboxes");
+    if (res.status !== 200) throw new Error(`start sandbox: ${res.status} ${res.text}`);
+    const sandbox = res.json as SandboxJson;
+    created.push(sandbox.id);
+    let status = sandbox.status;
+    const deadline = Date.now() + 30_000;
+    while (status !== "RUNNING") {
+      if (status === "ERROR" || status === "MISSING" || Date.now() > deadline)
+        throw new Error(`sandbox ${sandbox.id} ended ${status}`);
+      await sleep(2);
+      const list = await request(base, key, "GET", `/api/v1/sandboxes?id=${sandbox.id}`);
+      status = ((list.json as (SandboxJson | null)[])[0]?.status ?? "MISSING") as string;
+    }
+    return { id: sandbox.id, ms: performance.now() - t0 };
+  };
+  const remove = async (id: string): Promise<void> => {
+    await request(base, key, "DELETE", `/api/v1/sandboxes/${id}`);
+    created.splice(created.indexOf(id), 1);
+  };
+  try {
+    await sleep(1000);
+    const idleBefore = await idleRss(service.pid);
+
+    log(`[sandboxes] start→RUNNING × ${SANDBOX_SAMPLES} (2 warm-up starts)`);
+    for (let i = 0; i < 2; i++) await remove((await startOne()).id);
+    const starts: number[] = [];
+    for (let i = 0; i < SANDBOX_SAMPLES; i++) {
+      const { id, ms } = await startOne();
+      starts.push(ms);
+      await remove(id);
+    }
+    log(`[sandboxes] start→RUNNING p50/p99 ${latencyCell(starts)}`);
+    rows.push({
+      bench: "sandboxes",
+      what: `process sandbox start→RUNNING, p50 / p99 (n=${SANDBOX_SAMPLES})`,
+      ours: latencyCell(starts),
+      baseline: "—",
+      ratio: "—",
+      target: "≤ 100 / 300 ms",
+      pass: percentile(starts, 50) <= 100 && percentile(starts, 99) <= 300,
+      data: starts,
+    });
+
+    log(`[sandboxes] pause and resume × ${SANDBOX_SAMPLES}`);
+    const { id } = await startOne();
+    const pauses: number[] = [];
+    const resumes: number[] = [];
+    for (let i = 0; i < SANDBOX_SAMPLES + 2; i++) {
+      let t0 = performance.now();
+      const p = await request(base, key, "POST", `/api/v1/sandboxes/${id}/pause`);
+      const pauseMs = performance.now() - t0;
+      t0 = performance.now();
+      const r = await request(base, key, "POST", `/api/v1/sandboxes/${id}/resume`);
+      const resumeMs = performance.now() - t0;
+      if (p.status !== 200 || r.status !== 200) throw new Error(`pause/resume: ${p.text} ${r.text}`);
+      if (i < 2) continue; // warm-up
+      pauses.push(pauseMs);
+      resumes.push(resumeMs);
+    }
+    const after = await request(base, key, "GET", `/api/v1/sandboxes?id=${id}`);
+    const finalStatus = (after.json as (SandboxJson | null)[])[0]?.status;
+    await remove(id);
+    log(
+      `[sandboxes] pause ${latencyCell(pauses)} · resume ${latencyCell(resumes)} (final status ${finalStatus})`,
+    );
+    for (const [what, values] of [
+      ["pause", pauses],
+      ["resume (answers once the agent is healthy again)", resumes],
+    ] as const) {
+      rows.push({
+        bench: "sandboxes",
+        what: `sandbox ${what} via REST, p50 / p99 (n=${SANDBOX_SAMPLES})`,
+        ours: latencyCell(values),
+        baseline: "—",
+        ratio: "—",
+        target: "≤ 50 ms p50",
+        pass: percentile(values, 50) <= 50 && finalStatus === "RUNNING",
+        data: values,
+      });
+    }
+
+    log(`[sandboxes] ${PAUSED_SANDBOXES} paused sandboxes: starting`);
+    const ids: string[] = [];
+    for (let i = 0; i < PAUSED_SANDBOXES; i++) ids.push((await startOne()).id);
+    for (const sid of ids) await request(base, key, "POST", `/api/v1/sandboxes/${sid}/pause`);
+    const search = await request(base, key, "GET", "/api/v1/sandboxes/search?limit=100");
+    const paused = ((search.json as { items: SandboxJson[] }).items ?? []).filter(
+      (x) => x.status === "PAUSED",
+    ).length;
+    await sleep(2000);
+    const withPaused = await idleRss(service.pid, 2000);
+    log(
+      `[sandboxes] RSS idle ${fmt(idleBefore, 1)} MiB before, ${fmt(withPaused, 1)} MiB with ${paused} paused`,
+    );
+    rows.push({
+      bench: "sandboxes",
+      what: `server RSS idle with ${paused} paused sandboxes`,
+      ours: `${fmt(withPaused, 1)} MiB`,
+      baseline: `${fmt(idleBefore, 1)} MiB before any sandbox`,
+      ratio: "—",
+      target: "≤ 150 MB",
+      pass: paused === PAUSED_SANDBOXES && withPaused * 1.048576 <= 150,
+    });
+  } finally {
+    log(`[sandboxes] removing ${created.length} sandboxes`);
+    for (const id of [...created]) await remove(id).catch(() => undefined);
+    await stop(service);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+
+async function conversationBenchmarks(): Promise<void> {
+  if (!selected("conversations")) return;
+  const implemented = existsSync(join(ROOT, "src", "services", "conversations"));
+  log(`[conversations] starting a service with ${fmt(CONVERSATION_ROWS)} stored conversations`);
+  const service = await startService("service-conversations", ["--conversations", String(CONVERSATION_ROWS)]);
+  const { key } = service.info;
+  const base = `http://127.0.0.1:${service.info.port}`;
+  try {
+    const probe = await request(base, key, "GET", "/api/v1/app-conversations/search?limit=100");
+    if (probe.status !== 200) {
+      log(`[conversations] search: not available (${probe.status})`);
+      rows.push({
+        bench: "conversations",
+        what: `conversation search over ${fmt(CONVERSATION_ROWS)} stored rows, p99`,
+        ours: "not available",
+        baseline: "—",
+        ratio: "—",
+        target: "≤ 20 ms p99",
+        pass: null,
+      });
+    } else {
+      log("[conversations] search × 200 pages of 100 (10 warm-up)");
+      for (let i = 0; i < 10; i++)
+        await request(base, key, "GET", "/api/v1/app-conversations/search?limit=100");
+      const timings: number[] = [];
+      let pageId: string | null = null;
+      for (let i = 0; i < 200; i++) {
+        const query: string = `/api/v1/app-conversations/search?limit=100${i % 4 === 3 ? "&include_sub_conversations=true" : ""}${pageId ? `&page_id=${encodeURIComponent(pageId)}` : ""}`;
+        const t0 = performance.now();
+        const res = await request(base, key, "GET", query);
+        timings.push(performance.now() - t0);
+        if (res.status !== 200) throw new Error(`search: ${res.status} ${res.text}`);
+        pageId = (res.json as { next_page_id?: string | null }).next_page_id ?? null;
+      }
+      log(`[conversations] search p50/p99 ${latencyCell(timings)}`);
+      rows.push({
+        bench: "conversations",
+        what: `conversation search via REST over ${fmt(CONVERSATION_ROWS)} stored rows (pages of 100), p50 / p99`,
+        ours: latencyCell(timings),
+        baseline: "—",
+        ratio: "—",
+        target: "≤ 20 ms p99",
+        pass: percentile(timings, 99) <= 20,
+        data: timings,
+      });
+    }
+
+    const startRow: Row = {
+      bench: "conversations",
+      what: "conversation start→READY without repository, p50 / p99",
+      ours: "not available",
+      baseline: "—",
+      ratio: "—",
+      target: "≤ 300 ms p50",
+      pass: null,
+    };
+    if (implemented) {
+      const first = await request(base, key, "POST", "/api/v1/app-conversations", "{}");
+      if (first.status === 200) {
+        const timings: number[] = [];
+        for (let i = 0; i < CONVERSATION_STARTS + 1; i++) {
+          const t0 = performance.now();
+          const res = i === 0 ? first : await request(base, key, "POST", "/api/v1/app-conversations", "{}");
+          let task = res.json as { id: string; status: string; detail?: string | null };
+          const deadline = Date.now() + 30_000;
+          while (task.status !== "READY" && task.status !== "ERROR" && Date.now() < deadline) {
+            await sleep(2);
+            const got = await request(
+              base,
+              key,
+              "GET",
+              `/api/v1/app-conversations/start-tasks?ids=${task.id}`,
+            );
+            task = (got.json as (typeof task | null)[])[0] ?? task;
+          }
+          if (task.status !== "READY")
+            throw new Error(`conversation start ended ${task.status}: ${task.detail}`);
+          if (i > 0) timings.push(performance.now() - t0); // the first start is the warm-up
+        }
+        log(`[conversations] start→READY p50/p99 ${latencyCell(timings)}`);
+        Object.assign(startRow, {
+          what: `conversation start→READY without repository, p50 / p99 (n=${CONVERSATION_STARTS})`,
+          ours: latencyCell(timings),
+          pass: percentile(timings, 50) <= 300,
+          data: timings,
+        });
+      } else {
+        startRow.ours = `not available (${first.status})`;
+      }
+    }
+    rows.push(startRow);
+  } finally {
+    await stop(service);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+
+function table(): string {
+  const lines = [
+    "| Benchmark | Ours | Baseline | Ratio | Target | Result |",
+    "| --- | --- | --- | --- | --- | --- |",
+  ];
+  for (const r of rows) {
+    const result = r.pass === null ? "n/a" : r.pass ? "pass" : "**FAIL**";
+    lines.push(`| ${r.what} | ${r.ours} | ${r.baseline} | ${r.ratio} | ${r.target} | ${result} |`);
+  }
+  return lines.join("\n");
+}
+
+const m = machine();
+const startedAt = new Date();
+log(`machine: ${machineLine(m)}`);
+log(
+  `rounds: ${ROUNDS} per side, ${ROUND_S} s each (warm-up ${WARMUP_S} s), ${CONNECTIONS} connections${QUICK ? " (--quick)" : ""}`,
+);
+let failure: unknown = null;
+try {
+  await throughputBenchmarks();
+  await sandboxBenchmarks();
+  await conversationBenchmarks();
+} catch (err) {
+  failure = err;
+  log(`benchmark failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+} finally {
+  await Promise.all([...children].map((c) => c.stop()));
+}
+// Rows in the order of the issue: throughput, absolute latencies, memory.
+const order: Row["bench"][] = [
+  "rest-get",
+  "rest-post",
+  "grpc",
+  "connect",
+  "reference",
+  "sandboxes",
+  "conversations",
+  "rss",
+];
+rows.sort((a, b) => order.indexOf(a.bench) - order.indexOf(b.bench));
+
+const settingsLine = `${ROUNDS} alternating rounds per side of ${ROUND_S} s (after ${WARMUP_S} s warm-up), ${CONNECTIONS} connections / calls in flight, loopback; ratios are medians of per-round ratios`;
+const markdown = `${table()}\n\nMachine: ${machineLine(m)}. Run ${startedAt.toISOString().slice(0, 16).replace("T", " ")} UTC; ${settingsLine}.\n`;
+process.stdout.write(`\n${markdown}`);
+
+const partial = QUICK || only !== null;
+const resultsDir = join(ROOT, "bench", "results");
+mkdirSync(resultsDir, { recursive: true });
+const stem = join(resultsDir, partial ? "partial" : "latest");
+writeFileSync(`${stem}.md`, markdown);
+writeFileSync(
+  `${stem}.json`,
+  `${JSON.stringify({ startedAt, machine: m, quick: QUICK, only, rounds: ROUNDS, roundSeconds: ROUND_S, connections: CONNECTIONS, rows, error: failure === null ? null : String(failure) }, null, 2)}\n`,
+);
+// Keep the committed JSON in the formatter's shape so `biome check` stays clean.
+spawnSync(join(ROOT, "node_modules", ".bin", "biome"), ["format", "--write", `${stem}.json`], {
+  stdio: "ignore",
+});
+log(`wrote ${stem}.md and ${stem}.json`);
+if (failure === null) rmSync(work, { recursive: true, force: true });
+else log(`server logs kept in ${work}`);
+process.exit(failure === null ? 0 : 1);

@@ -1,0 +1,11 @@
+import type { JsonValue } from "@bufbuild/protobuf";
+
+/** What the baselines answer, captured from the service under test by bench/run.ts before they start. */
+export interface Fixture {
+  /** The session key the baselines accept (compared as a constant). */
+  key: string;
+  /** The service's GET /api/settings body. */
+  restSettings: JsonValue;
+  /** The service's GetSettingsResponse in the proto JSON form (Connect JSON). */
+  rpcSettings: JsonValue;
+}

@@ -1,0 +1,110 @@
+// The service under test: the real app (buildApp) on a fresh SQLite file in a temporary folder with the process
+// sandbox runtime, listening on free loopback ports. Prints {port, grpcPort, key, userId, pid, dir} as one JSON
+// line on stdout once it listens; SIGTERM removes its sandboxes, stops it and deletes the folder.
+//
+//   --conversations N   bulk-load N conversations of the benchmark user before listening (search benchmark)
+//   --log-level L       Fastify/pino level as in production (default info), written synchronously to a file in
+//                       the temporary folder like the production logger writes to stdout; "silent" turns it off
+import { randomBytes, randomUUID } from "node:crypto";
+import { mkdtempSync, openSync, rmSync, writeSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import type { ConversationRecord } from "../../src/ports/conversation-repository.ts";
+import { createProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
+import { buildApp } from "../../src/server/app.ts";
+import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
+import { createSqliteStorage, sqliteDatabaseOf } from "../../src/storage/sqlite/sqlite-storage.ts";
+
+const { values } = parseArgs({
+  options: {
+    conversations: { type: "string", default: "0" },
+    "log-level": { type: "string", default: "info" },
+  },
+});
+const USER = "bench-user";
+
+const dir = mkdtempSync(join(tmpdir(), "aws-bench-"));
+const storage = createSqliteStorage({ path: join(dir, "workspace.sqlite") });
+const runtime = createProcessRuntime({ workspaceRoot: join(dir, "sandboxes") });
+const level = values["log-level"] ?? "info";
+const logFd = openSync(join(dir, "server.log"), "a");
+const app = await buildApp({
+  storage,
+  runtime,
+  specs: defaultSpecs({ kind: "process" }, new Date()),
+  encryptionKey: randomBytes(32),
+  verifier: null,
+  // The load comes from one key: a limit far above what one core can serve keeps the limiter on the hot path
+  // without ever answering 429.
+  rateLimit: { perSecond: 10_000_000, burst: 10_000_000 },
+  logger:
+    level === "silent"
+      ? false
+      : {
+          level,
+          redact: {
+            paths: ['req.headers["x-session-api-key"]', "req.headers.authorization"],
+            censor: "[redacted]",
+          },
+          stream: { write: (line: string) => writeSync(logFd, line) },
+        },
+});
+const { key } = await app.keys.issue(USER);
+
+const conversations = Number(values.conversations ?? "0");
+if (conversations > 0) {
+  // The bulk-load pattern of test/contract/storage-sqlite-perf.test.ts: one transaction, the adapter's own
+  // insert (its SQL runs synchronously when called).
+  const t0 = Date.UTC(2025, 0, 1);
+  const hex = (): string => randomUUID().replaceAll("-", "");
+  const record = (i: number, ownerId: string): ConversationRecord => {
+    const createdAt = new Date(t0 + Math.floor(i / 2) * 1000);
+    return {
+      id: hex(),
+      ownerId,
+      sandboxId: hex(),
+      selectedRepository: "octo/repo",
+      selectedBranch: "main",
+      gitProvider: "github",
+      title: `Conversation number ${i}`,
+      trigger: "gui",
+      prNumber: [],
+      llmModel: "anthropic/claude-sonnet",
+      metrics: { accumulated_cost: i / 100 },
+      parentConversationId: i % 10 === 9 ? hex() : null,
+      subConversationIds: [],
+      createdAt,
+      updatedAt: createdAt,
+    };
+  };
+  const started = performance.now();
+  let pending: Promise<void>[] = [];
+  const db = sqliteDatabaseOf(storage);
+  for (let from = 0; from < conversations; from += 10_000) {
+    db.transaction(() => {
+      for (let i = from; i < Math.min(conversations, from + 10_000); i++)
+        pending.push(storage.conversations.insert(record(i, USER)));
+    })();
+    await Promise.all(pending);
+    pending = [];
+  }
+  process.stderr.write(
+    `service: loaded ${conversations} conversations in ${Math.round(performance.now() - started)} ms\n`,
+  );
+}
+
+const ports = await app.listen("127.0.0.1", 0, 0);
+process.stdout.write(`${JSON.stringify({ ...ports, key, userId: USER, pid: process.pid, dir })}\n`);
+
+let stopping = false;
+const stop = async (): Promise<void> => {
+  if (stopping) return;
+  stopping = true;
+  await runtime.killAll();
+  await app.close();
+  rmSync(dir, { recursive: true, force: true });
+  process.exit(0);
+};
+process.on("SIGTERM", () => void stop());
+process.on("SIGINT", () => void stop());
