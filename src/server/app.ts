@@ -3,7 +3,7 @@ import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import fastifySwagger from "@fastify/swagger";
 import fastifySwaggerUi from "@fastify/swagger-ui";
 import * as grpc from "@grpc/grpc-js";
-import Fastify, { type FastifyInstance, type FastifyServerOptions } from "fastify";
+import Fastify, { type FastifyInstance, type FastifyServerOptions, LogController } from "fastify";
 import type { Caller } from "../core/context.ts";
 import { PageTokens } from "../core/page-token.ts";
 import { RateLimiter } from "../core/rate-limiter.ts";
@@ -42,6 +42,8 @@ import { instrumentStorage, Metrics } from "./metrics.ts";
 
 export const VERSION = "0.1.0";
 const BODY_LIMIT = 1024 * 1024;
+/** Probe and scrape paths: counted in metrics, not logged on every call. */
+const QUIET_PATHS = new Set(["/alive", "/health", "/ready", "/metrics"]);
 
 export interface AppDeps {
   storage: Storage;
@@ -132,6 +134,9 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     logger: deps.logger ?? false,
     bodyLimit: BODY_LIMIT,
     requestIdHeader: "x-request-id",
+    // One log line per request (from the onResponse hook below) instead of Fastify's two: request logging was
+    // ~20% of the CPU of a REST call in the benchmarks.
+    logController: new LogController({ disableRequestLogging: true }),
     return503OnClosing: true,
     forceCloseConnections: "idle",
   });
@@ -159,6 +164,18 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     };
     metrics.httpRequests.inc(labels);
     metrics.httpDuration.observe(labels, reply.elapsedTime / 1000);
+    if (!QUIET_PATHS.has(labels.route)) {
+      req.log.info(
+        {
+          method: req.method,
+          url: req.url,
+          route: labels.route,
+          statusCode: reply.statusCode,
+          ms: reply.elapsedTime,
+        },
+        "request completed",
+      );
+    }
   });
   metrics.statusGauge("sandboxes", "Recorded sandboxes by status (all users)", async () => {
     const counts: Record<string, number> = { STARTING: 0, RUNNING: 0, PAUSED: 0, ERROR: 0, MISSING: 0 };
