@@ -13,7 +13,7 @@
 //   BENCH_SERVICE_LOG_LEVEL=L   log level of the service under test (default info, as in production)
 //   BENCH_SERVICE_NODE_FLAGS=…  extra Node flags for the service under test (default none, as `npm start`)
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
@@ -36,6 +36,30 @@ import type { Fixture } from "./servers/fixture.ts";
 
 const ALL = ["rest-get", "rest-post", "grpc", "connect", "reference", "sandboxes", "conversations"] as const;
 type BenchName = (typeof ALL)[number];
+
+/**
+ * Every server under test (ours and the baselines) runs compiled to JavaScript, as `npm start` runs the service:
+ * `npm run build` first, then dist/bench/servers/<name>.js.
+ */
+const compiled = (name: string): string => join(ROOT, "dist", "bench", "servers", `${name}.js`);
+const build = spawnSync(
+  process.execPath,
+  [join(ROOT, "node_modules", "typescript", "bin", "tsc"), "-p", "tsconfig.build.json"],
+  {
+    cwd: ROOT,
+    stdio: "inherit",
+  },
+);
+if (build.status !== 0) {
+  console.error("bench: npm run build failed");
+  process.exit(1);
+}
+/** The Node flags `npm start` runs the server with (package.json). */
+const START_NODE_FLAGS = (
+  (
+    JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { scripts: { start: string } }
+  ).scripts.start.match(/^node ((?:--\S+ )*)/)?.[1] ?? ""
+).trim();
 
 const { values } = parseArgs({
   options: {
@@ -135,15 +159,21 @@ interface ServiceInfo {
 
 /** The service logs like production (info: one line per request and per response) unless told otherwise. */
 const SERVICE_LOG_LEVEL = process.env.BENCH_SERVICE_LOG_LEVEL ?? "info";
-/** Extra Node flags for the service under test (e.g. "--max-semi-space-size=8"), to try runtime settings. */
-const SERVICE_NODE_FLAGS = (process.env.BENCH_SERVICE_NODE_FLAGS ?? "").split(" ").filter((f) => f !== "");
+/**
+ * Node flags of the service under test: those of `npm start` (from package.json) unless BENCH_SERVICE_NODE_FLAGS
+ * says otherwise, so memory and throughput are measured as users run the service.
+ */
+const SERVICE_NODE_FLAGS = (process.env.BENCH_SERVICE_NODE_FLAGS ?? START_NODE_FLAGS)
+  .split(" ")
+  .filter((f) => f !== "");
 const startService = (name: string, args: string[] = []): Promise<ServerChild<ServiceInfo>> =>
   start<ServiceInfo>({
     name,
     command: process.execPath,
     args: [
       ...SERVICE_NODE_FLAGS,
-      join(ROOT, "bench", "servers", "service.ts"),
+      // The compiled service, as `npm start` runs the server.
+      compiled("service"),
       "--log-level",
       SERVICE_LOG_LEVEL,
       ...args,
@@ -332,7 +362,7 @@ async function throughputBenchmarks(): Promise<void> {
       bareFastify = await start<{ port: number }>({
         name: "bare-fastify",
         command: process.execPath,
-        args: [join(ROOT, "bench", "servers", "bare-fastify.ts"), fixturePath],
+        args: [compiled("bare-fastify"), fixturePath],
         logPath: join(work, "bare-fastify.log"),
       });
       const bare = `http://127.0.0.1:${bareFastify.info.port}`;
@@ -371,7 +401,7 @@ async function throughputBenchmarks(): Promise<void> {
       bareGrpc = await start<{ grpcPort: number }>({
         name: "bare-grpc",
         command: process.execPath,
-        args: [join(ROOT, "bench", "servers", "bare-grpc.ts"), fixturePath],
+        args: [compiled("bare-grpc"), fixturePath],
         logPath: join(work, "bare-grpc.log"),
       });
       const grpcLoad = (port: number) => (durationS: number) =>
@@ -398,7 +428,7 @@ async function throughputBenchmarks(): Promise<void> {
       bareConnect = await start<{ port: number }>({
         name: "bare-connect",
         command: process.execPath,
-        args: [join(ROOT, "bench", "servers", "bare-connect.ts"), fixturePath],
+        args: [compiled("bare-connect"), fixturePath],
         logPath: join(work, "bare-connect.log"),
       });
       const connectConfig = (port: number) => ({

@@ -8,7 +8,10 @@ import { fileURLToPath } from "node:url";
 export const BUILTIN_AGENT_COMMAND = "@builtin/sandbox-agent";
 
 /** Absolute path of the built-in agent's entry point (run it with `process.execPath`). */
-export const BUILTIN_AGENT_MAIN = fileURLToPath(new URL("./main.ts", import.meta.url));
+export const BUILTIN_AGENT_MAIN = fileURLToPath(
+  // The same extension as this module: main.ts when run from source, main.js when compiled (npm start).
+  new URL(import.meta.url.endsWith(".ts") ? "./main.ts" : "./main.js", import.meta.url),
+);
 
 /** True when a spec command asks for the built-in agent. */
 export function isBuiltinAgentCommand(command: readonly string[]): boolean {

@@ -34,8 +34,8 @@ interface Running {
   stop(): Promise<{ code: number | null; out: string }>;
 }
 
-async function startServer(extra: Record<string, string> = {}): Promise<Running> {
-  const proc = spawn(process.execPath, [cli, "serve"], {
+async function startServer(extra: Record<string, string> = {}, entry: string = cli): Promise<Running> {
+  const proc = spawn(process.execPath, [entry, "serve"], {
     env: baseEnv(extra),
     stdio: ["ignore", "pipe", "pipe"],
   });
@@ -135,6 +135,35 @@ describe("the server as users run it", () => {
     const s2 = await startServer();
     expect((await get(s2.url, aliceKey)).status).toBe(401);
     await s2.stop();
+  });
+
+  it("the compiled server (what npm start runs: npm run build, then dist/) serves and starts sandboxes", async () => {
+    const build = spawnSync(
+      process.execPath,
+      [join(root, "node_modules", "typescript", "bin", "tsc"), "-p", "tsconfig.build.json"],
+      {
+        cwd: root,
+        encoding: "utf8",
+      },
+    );
+    expect(build.status, build.stdout + build.stderr).toBe(0);
+    const s = await startServer({}, join(root, "dist", "src", "cli", "main.js"));
+    const headers = { "x-session-api-key": firstKey };
+    expect((await fetch(`${s.url}/api/settings`, { headers })).status).toBe(200);
+    const started = (await (
+      await fetch(`${s.url}/api/v1/sandboxes`, { method: "POST", headers })
+    ).json()) as { id: string };
+    let status = "";
+    for (let i = 0; i < 200 && status !== "RUNNING"; i++) {
+      const list = (await (
+        await fetch(`${s.url}/api/v1/sandboxes?id=${started.id}`, { headers })
+      ).json()) as { status: string }[];
+      status = list[0]?.status ?? "";
+      if (status !== "RUNNING") await new Promise((r) => setTimeout(r, 25));
+    }
+    expect(status).toBe("RUNNING"); // the compiled built-in agent (main.js) started
+    await fetch(`${s.url}/api/v1/sandboxes/${started.id}`, { method: "DELETE", headers });
+    expect((await s.stop()).code).toBe(0);
   });
 
   it("CLI usage errors exit 2 with help; bad configuration exits 1 with a clear message", () => {
