@@ -19,6 +19,13 @@ const checks: [string, string, string[]][] = [
   ["proto format", bin("buf"), ["format", "-d", "--exit-code"]],
   ["generated code up to date", process.execPath, [join(import.meta.dirname, "check-generated.ts")]],
 ];
+// buf breaking (FILE rules) against the previous commit, when there is one: a wire change must be deliberate.
+const previous = spawnSync("git", ["rev-parse", "--verify", "--quiet", "HEAD~1"], {
+  cwd: join(import.meta.dirname, ".."),
+});
+if (previous.status === 0)
+  checks.push(["proto breaking vs HEAD~1", bin("buf"), ["breaking", "--against", ".git#ref=HEAD~1"]]);
+else process.stdout.write("\n== proto breaking: skipped (no previous commit to compare with)\n");
 let failedChecks = 0;
 for (const [label, cmd, args] of checks) if (!run(label, cmd, args)) failedChecks++;
 
