@@ -4,6 +4,7 @@ import fastifySwagger from "@fastify/swagger";
 import fastifySwaggerUi from "@fastify/swagger-ui";
 import * as grpc from "@grpc/grpc-js";
 import Fastify, { type FastifyInstance, type FastifyServerOptions, LogController } from "fastify";
+import { Counter } from "prom-client";
 import type { Caller } from "../core/context.ts";
 import { PageTokens } from "../core/page-token.ts";
 import { RateLimiter } from "../core/rate-limiter.ts";
@@ -108,8 +109,8 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   });
   let log: (msg: string, data?: Record<string, unknown>) => void = () => {};
   const conversations = new AppConversationService({
-    conversations: deps.storage.conversations,
-    startTasks: deps.storage.startTasks,
+    conversations: storage.conversations,
+    startTasks: storage.startTasks,
     sandboxes,
     settings,
     secrets,
@@ -117,6 +118,18 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     tokens: pageTokens,
     ...deps.conversations,
     log: (msg, data) => log(msg, data),
+  });
+  const taskTransitions = new Counter({
+    name: "start_task_transitions_total",
+    help: "Start-task state changes by the state entered (READY and ERROR are outcomes)",
+    labelNames: ["status"] as const,
+    registers: [metrics.registry],
+  });
+  conversations.onTaskChange((status) => taskTransitions.inc({ status }));
+  metrics.statusGauge("start_tasks_in_progress", "Unfinished start tasks by status (all users)", async () => {
+    const counts: Record<string, number> = {};
+    for (const t of await storage.startTasks.listUnfinished()) counts[t.status] = (counts[t.status] ?? 0) + 1;
+    return counts;
   });
   const bindings: ServiceBinding[] = [
     bind(SettingsServiceDesc, settings),

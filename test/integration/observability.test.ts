@@ -112,6 +112,28 @@ describe("metrics, readiness, request ids", () => {
     expect(text).toContain("process_resident_memory_bytes");
   });
 
+  it("/metrics counts start-task state changes and unfinished tasks by status", async () => {
+    const r = await call(t.url, key, "POST", "/api/v1/app-conversations", {});
+    const id = (r.body as { id: string }).id;
+    for (let i = 0; i < 400; i++) {
+      const task = (
+        (await call(t.url, key, "GET", `/api/v1/app-conversations/start-tasks?ids=${id}`)).body as {
+          status: string;
+        }[]
+      )[0];
+      if (task?.status === "READY" || task?.status === "ERROR") break;
+      await new Promise((res) => setTimeout(res, 25));
+    }
+    const text = await (await fetch(`${t.url}/metrics`)).text();
+    for (const status of ["WAITING_FOR_SANDBOX", "PREPARING_REPOSITORY", "STARTING_CONVERSATION", "READY"]) {
+      expect(text).toMatch(new RegExp(`start_task_transitions_total\\{status="${status}"\\} 1`));
+    }
+    expect(text).toContain("# TYPE start_tasks_in_progress gauge");
+    expect(text).toMatch(
+      /storage_operation_duration_seconds_count\{operation="startTasks.update",outcome="ok"\} \d+/,
+    );
+  });
+
   it("/ready checks storage and runtime, separately from /alive; 503 when storage is gone", async () => {
     const ready = await call(t.url, undefined, "GET", "/ready");
     expect(ready).toMatchObject({ status: 200, body: { status: "ready", storage: "ok", runtime: "ok" } });

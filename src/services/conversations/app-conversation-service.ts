@@ -124,12 +124,20 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
         setupScriptSeconds: 600,
         ...options.timeouts,
       },
-      onChange: (task) => this.#events.emit(`task:${task.id}`, task),
+      onChange: (task) => {
+        this.#events.emit(`task:${task.id}`, task);
+        this.#events.emit("task-status", task.status);
+      },
       log,
     };
   }
 
   /** Persists a start task (WORKING) and returns it; the start runs in the background. */
+  /** Calls `listener` with the state a start task enters, on every change (metrics). */
+  onTaskChange(listener: (status: string) => void): void {
+    this.#events.on("task-status", listener);
+  }
+
   async startAppConversation(
     req: StartAppConversationRequest,
     ctx: HandlerContext,
@@ -270,6 +278,7 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
       const updatedAt = this.#clock.now();
       if (await this.#o.startTasks.update(t.id, { status: "ERROR", detail: INTERRUPTED_DETAIL, updatedAt })) {
         this.#events.emit(`task:${t.id}`, { ...t, status: "ERROR", detail: INTERRUPTED_DETAIL, updatedAt });
+        this.#events.emit("task-status", "ERROR");
         n++;
       }
     }
