@@ -5,16 +5,16 @@
 //   --conversations N   bulk-load N conversations of the benchmark user before listening (search benchmark)
 //   --log-level L       Fastify/pino level as in production (default info), written synchronously to a file in
 //                       the temporary folder like the production logger writes to stdout; "silent" turns it off
-import { randomBytes, randomUUID } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import { mkdtempSync, openSync, rmSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import type { ConversationRecord } from "../../src/ports/conversation-repository.ts";
 import { createProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { buildApp } from "../../src/server/app.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
 import { createSqliteStorage, sqliteDatabaseOf } from "../../src/storage/sqlite/sqlite-storage.ts";
+import { syntheticConversation } from "../../test/helpers/conversation-fixtures.ts";
 
 const { values } = parseArgs({
   options: {
@@ -56,28 +56,8 @@ const conversations = Number(values.conversations ?? "0");
 if (conversations > 0) {
   // The bulk-load pattern of test/contract/storage-sqlite-perf.test.ts: one transaction, the adapter's own
   // insert (its SQL runs synchronously when called).
-  const t0 = Date.UTC(2025, 0, 1);
-  const hex = (): string => randomUUID().replaceAll("-", "");
-  const record = (i: number, ownerId: string): ConversationRecord => {
-    const createdAt = new Date(t0 + Math.floor(i / 2) * 1000);
-    return {
-      id: hex(),
-      ownerId,
-      sandboxId: hex(),
-      selectedRepository: "octo/repo",
-      selectedBranch: "main",
-      gitProvider: "github",
-      title: `Conversation number ${i}`,
-      trigger: "gui",
-      prNumber: [],
-      llmModel: "anthropic/claude-sonnet",
-      metrics: { accumulated_cost: i / 100 },
-      parentConversationId: i % 10 === 9 ? hex() : null,
-      subConversationIds: [],
-      createdAt,
-      updatedAt: createdAt,
-    };
-  };
+  const record = syntheticConversation;
+
   const started = performance.now();
   let pending: Promise<void>[] = [];
   const db = sqliteDatabaseOf(storage);

@@ -751,16 +751,7 @@ export function object<const F extends Record<string, Field<unknown>>>(
   return {
     parse(input, loc, issues) {
       if (!isPlainObject(input)) {
-        report(
-          issues,
-          violation(
-            loc,
-            "model_attributes_type",
-            "Input should be a valid dictionary or object to extract fields from",
-            input,
-          ),
-        );
-        return INVALID;
+        return notADictionary(loc, issues, input);
       }
       if (tooDeep(loc, issues)) return INVALID;
       const out: Record<string, unknown> = {};
@@ -924,16 +915,7 @@ export function taggedUnion<const M extends Record<string, Schema<unknown>>>(
   return {
     parse(input, loc, issues) {
       if (!isPlainObject(input)) {
-        report(
-          issues,
-          violation(
-            loc,
-            "model_attributes_type",
-            "Input should be a valid dictionary or object to extract fields from",
-            input,
-          ),
-        );
-        return INVALID;
+        return notADictionary(loc, issues, input);
       }
       const tag = input[field];
       const member = typeof tag === "string" && Object.hasOwn(members, tag) ? members[tag] : undefined;
@@ -973,6 +955,20 @@ export function taggedUnion<const M extends Record<string, Schema<unknown>>>(
       discriminator: { propertyName: field },
     }),
   };
+}
+
+/** pydantic's report for a model given something that is not an object. */
+function notADictionary(loc: Loc, issues: FieldViolation[], input: unknown): Invalid {
+  report(
+    issues,
+    violation(
+      loc,
+      "model_attributes_type",
+      "Input should be a valid dictionary or object to extract fields from",
+      input,
+    ),
+  );
+  return INVALID;
 }
 
 /** Adds or overrides JSON Schema keywords (title, description, examples, format...) without changing parsing. */

@@ -1,43 +1,21 @@
 // Performance sanity (not a benchmark): with 100,000 conversations of one user, a newest-first search page is an
 // index range scan and stays fast however deep the page.
-import { randomUUID } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { ConversationFilter, ConversationRecord } from "../../src/ports/conversation-repository.ts";
+import { newHexId } from "../../src/core/ids.ts";
+import type { ConversationFilter } from "../../src/ports/conversation-repository.ts";
 import type { Cursor, PageQuery } from "../../src/ports/page.ts";
 import type { Storage } from "../../src/ports/storage.ts";
 import { buildConversationQuery } from "../../src/storage/sqlite/sqlite-conversation-repository.ts";
 import { buildStartTaskQuery } from "../../src/storage/sqlite/sqlite-start-task-repository.ts";
 import { createSqliteStorage, sqliteDatabaseOf } from "../../src/storage/sqlite/sqlite-storage.ts";
+import { SYNTHETIC_T0, syntheticConversation } from "../helpers/conversation-fixtures.ts";
 
 const ROWS = 100_000;
 const OWNER = "perf-owner";
-const T0 = Date.UTC(2025, 0, 1);
-const hex = (): string => randomUUID().replaceAll("-", "");
-
-function record(i: number, ownerId: string): ConversationRecord {
-  const createdAt = new Date(T0 + Math.floor(i / 2) * 1000); // pairs share createdAt: ties broken by id
-  return {
-    id: hex(),
-    ownerId,
-    sandboxId: hex(),
-    selectedRepository: "octo/repo",
-    selectedBranch: "main",
-    gitProvider: "github",
-    title: `Conversation number ${i}`,
-    trigger: "gui",
-    prNumber: [],
-    llmModel: "anthropic/claude-sonnet",
-    metrics: { accumulated_cost: i / 100 },
-    // One in ten is a sub-conversation, excluded by the default search.
-    parentConversationId: i % 10 === 9 ? hex() : null,
-    subConversationIds: [],
-    createdAt,
-    updatedAt: createdAt,
-  };
-}
+const record = syntheticConversation;
 
 describe("sqlite conversation search at 100,000 rows of one user", () => {
   const dir = mkdtempSync(join(tmpdir(), "storage-sqlite-perf-"));
@@ -67,7 +45,7 @@ describe("sqlite conversation search at 100,000 rows of one user", () => {
 
   it("plans every search shape as an index range scan without a sort step", () => {
     const db = sqliteDatabaseOf(storage);
-    const after: Cursor = { createdAt: new Date(T0 + 20_000_000), id: "8".repeat(32) };
+    const after: Cursor = { createdAt: new Date(SYNTHETIC_T0 + 20_000_000), id: "8".repeat(32) };
     const pages: PageQuery[] = [
       { limit: 100, after: null },
       { limit: 100, after },
@@ -76,9 +54,13 @@ describe("sqlite conversation search at 100,000 rows of one user", () => {
       {},
       { includeSubConversations: true },
       { titleContains: "number 4" },
-      { createdAtGte: new Date(T0), createdAtLt: new Date(T0 + 10_000_000) },
-      { updatedAtGte: new Date(T0), updatedAtLt: new Date(T0 + 10_000_000), includeSubConversations: true },
-      { titleContains: "x", createdAtGte: new Date(T0), updatedAtLt: new Date(T0 + 1) },
+      { createdAtGte: new Date(SYNTHETIC_T0), createdAtLt: new Date(SYNTHETIC_T0 + 10_000_000) },
+      {
+        updatedAtGte: new Date(SYNTHETIC_T0),
+        updatedAtLt: new Date(SYNTHETIC_T0 + 10_000_000),
+        includeSubConversations: true,
+      },
+      { titleContains: "x", createdAtGte: new Date(SYNTHETIC_T0), updatedAtLt: new Date(SYNTHETIC_T0 + 1) },
     ];
     for (const filter of filters) {
       for (const page of [...pages, null]) {
@@ -96,7 +78,7 @@ describe("sqlite conversation search at 100,000 rows of one user", () => {
       }
     }
     for (const ascending of [false, true]) {
-      for (const filter of [{}, { conversationIdEq: hex(), createdAtGte: new Date(T0) }]) {
+      for (const filter of [{}, { conversationIdEq: newHexId(), createdAtGte: new Date(SYNTHETIC_T0) }]) {
         const query = buildStartTaskQuery(OWNER, filter, { limit: 100, after }, ascending);
         const plan = db
           .prepare<Record<string, string | number>, { detail: string }>(`EXPLAIN QUERY PLAN ${query.sql}`)
