@@ -79,3 +79,18 @@ export function toRestError(
   if (err.code === Code.AlreadyExists) return { status, body: { message } };
   return { status, body: { error: message } };
 }
+
+/**
+ * Errors Fastify raises before a handler runs (body over 1 MiB, a bad Content-Length, ...): 413 for an oversized
+ * body, else the framework's own 4xx status with its message, always as JSON. null for anything else.
+ */
+export function frameworkError(err: unknown): RestError | null {
+  if ((err as { code?: unknown }).code === "FST_ERR_CTP_BODY_TOO_LARGE") {
+    return { status: 413, body: { detail: "Request body too large (limit 1 MiB)" } };
+  }
+  const status = (err as { statusCode?: unknown }).statusCode;
+  if (typeof status === "number" && status >= 400 && status < 500) {
+    return { status, body: { detail: (err as Error).message } };
+  }
+  return null;
+}

@@ -7,7 +7,7 @@ import { ValidationError } from "../core/errors.ts";
 import type { Admit, Authenticate } from "../rpc/auth-interceptor.ts";
 import { lazyHandlerContext } from "../rpc/handler-context.ts";
 import type { ServiceBinding } from "../rpc/service-registry.ts";
-import { toRestError, validationBody } from "./rest-errors.ts";
+import { frameworkError, type RestError, toRestError, validationBody } from "./rest-errors.ts";
 import type { RestRoute } from "./rest-route.ts";
 
 /** Reference headers on every API answer. */
@@ -153,15 +153,8 @@ export function restGateway(options: RestGatewayOptions) {
   };
 }
 
-function restError(err: unknown, r: RestRoute) {
-  const fastifyCode = (err as { code?: unknown }).code;
-  if (fastifyCode === "FST_ERR_CTP_BODY_TOO_LARGE") {
-    return { status: 413, body: { detail: "Request body too large (limit 1 MiB)" }, headers: {} };
-  }
-  if (typeof fastifyCode === "string" && fastifyCode.startsWith("FST_ERR_CTP")) {
-    return { status: 400, body: { detail: (err as Error).message }, headers: {} };
-  }
-  return toRestError(err, r.dialect, r.location ?? "body");
+function restError(err: unknown, r: RestRoute): RestError {
+  return frameworkError(err) ?? toRestError(err, r.dialect, r.location ?? "body");
 }
 
 /** Streams a server-streaming RPC as one JSON array: "[" then each state as it happens, then "]". */

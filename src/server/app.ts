@@ -21,6 +21,7 @@ import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
 import type { Storage } from "../ports/storage.ts";
 import { legacyRoutes } from "../rest/legacy-routes.ts";
 import { buildOpenApi } from "../rest/openapi.ts";
+import { frameworkError } from "../rest/rest-errors.ts";
 import { NO_CACHE, restGateway } from "../rest/rest-gateway.ts";
 import type { RestRoute } from "../rest/rest-route.ts";
 import { v1ConversationRoutes } from "../rest/v1-conversation-routes.ts";
@@ -154,12 +155,8 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     forceCloseConnections: "idle",
   });
   http.setErrorHandler((err, req, reply) => {
-    const code = (err as { code?: unknown }).code;
-    const status = (err as { statusCode?: number }).statusCode;
-    if (code === "FST_ERR_CTP_BODY_TOO_LARGE")
-      return reply.code(413).send({ detail: "Request body too large (limit 1 MiB)" });
-    if (status !== undefined && status >= 400 && status < 500)
-      return reply.code(status).send({ detail: (err as Error).message });
+    const client = frameworkError(err);
+    if (client !== null) return reply.code(client.status).send(client.body);
     req.log.error({ err }, "request failed");
     return reply.code(500).send({ detail: "Internal Server Error" });
   });
