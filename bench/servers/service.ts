@@ -3,15 +3,17 @@
 // line on stdout once it listens; SIGTERM removes its sandboxes, stops it and deletes the folder.
 //
 //   --conversations N   bulk-load N conversations of the benchmark user before listening (search benchmark)
-//   --log-level L       Fastify/pino level as in production (default info), written synchronously to a file in
-//                       the temporary folder like the production logger writes to stdout; "silent" turns it off
+//   --log-level L       Fastify/pino level as in production (default info), written to a file in the temporary
+//                       folder through the production log destination (src/server/log-destination.ts), as the
+//                       server writes to stdout; "silent" turns it off
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, openSync, rmSync, writeSync } from "node:fs";
+import { mkdtempSync, openSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { createProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { buildApp } from "../../src/server/app.ts";
+import { LogDestination } from "../../src/server/log-destination.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
 import { createSqliteStorage, sqliteDatabaseOf } from "../../src/storage/sqlite/sqlite-storage.ts";
 import { syntheticConversation } from "../../test/helpers/conversation-fixtures.ts";
@@ -47,7 +49,7 @@ const app = await buildApp({
             paths: ['req.headers["x-session-api-key"]', "req.headers.authorization"],
             censor: "[redacted]",
           },
-          stream: { write: (line: string) => writeSync(logFd, line) },
+          stream: new LogDestination(logFd),
         },
 });
 const { key } = await app.keys.issue(USER);

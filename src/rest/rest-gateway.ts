@@ -1,7 +1,6 @@
-import { createContextValues } from "@connectrpc/connect";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Caller } from "../core/context.ts";
-import { callerKey } from "../core/context.ts";
+import { callerValues } from "../core/context.ts";
 import type { FieldViolation } from "../core/errors.ts";
 import { ValidationError } from "../core/errors.ts";
 import type { Admit, Authenticate } from "../rpc/auth-interceptor.ts";
@@ -66,15 +65,36 @@ export function restGateway(options: RestGatewayOptions) {
       done(null, parseJsonBody(body as string)),
     );
 
-    const authenticate = async (req: FastifyRequest, reply: FastifyReply): Promise<void> => {
+    const unauthorized = (reply: FastifyReply): void => {
+      void reply.code(401).headers(NO_CACHE).send({ detail: "Unauthorized" });
+    };
+    // Callback-style hook: a cached key is admitted without a promise turn; an unknown key answers 401 from the
+    // hook (done is then not called, which ends the request there).
+    const authenticate = (req: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void): void => {
+      const admitted = (caller: Caller | null): void => {
+        if (caller === null) {
+          unauthorized(reply);
+          return;
+        }
+        try {
+          options.admit(caller);
+        } catch (err) {
+          done(err as Error);
+          return;
+        }
+        req.caller = caller;
+        done();
+      };
       const header = req.headers["x-session-api-key"];
-      const caller = await options.authenticate(typeof header === "string" ? header : undefined);
-      if (caller === null) {
-        await reply.code(401).headers(NO_CACHE).send({ detail: "Unauthorized" });
-        return reply;
+      let caller: Caller | null | Promise<Caller | null>;
+      try {
+        caller = options.authenticate(typeof header === "string" ? header : undefined);
+      } catch (err) {
+        done(err as Error);
+        return;
       }
-      options.admit(caller);
-      req.caller = caller;
+      if (caller instanceof Promise) caller.then(admitted, done);
+      else admitted(caller);
     };
 
     for (const r of options.routes) {
@@ -104,32 +124,18 @@ export function restGateway(options: RestGatewayOptions) {
             query: req.query as Record<string, string | string[] | undefined>,
             params: req.params as Record<string, string>,
           });
-          let abort: AbortController | undefined;
-          // The response's "close" (not the request's: that fires as soon as a body has been read) tells that the
-          // client went away before the answer was complete. Made when a service first uses the signal (streams
-          // always do); most unary methods never look at it.
-          const watchClose = (): AbortController => {
-            if (abort !== undefined) return abort;
-            const controller = new AbortController();
-            abort = controller;
-            if (reply.raw.destroyed && !reply.raw.writableFinished) controller.abort();
-            else
-              reply.raw.once("close", () => {
-                if (!reply.raw.writableFinished) controller.abort();
-              });
-            return controller;
-          };
           const ctx = lazyHandlerContext({
             service: r.service,
             method,
             protocolName: "rest",
             requestMethod: req.method,
             url: req.url,
-            signal: () => watchClose().signal,
-            values: createContextValues().set(callerKey, req.caller),
+            // Made when a service first uses the signal (streams always do); most unary methods never look at it.
+            signal: () => closeController(reply).signal,
+            values: callerValues(req.caller as Caller),
           });
           if (r.stream === true) {
-            const abort = watchClose();
+            const abort = closeController(reply);
             reply.hijack();
             await writeJsonArray(reply, impl(input, ctx) as AsyncIterable<never>, r.shape, abort);
             return reply;
@@ -151,6 +157,26 @@ export function restGateway(options: RestGatewayOptions) {
       });
     }
   };
+}
+
+const closeControllers = new WeakMap<FastifyReply, AbortController>();
+
+/**
+ * The request's cancellation: aborted when the client goes away before the answer is complete. The response's
+ * "close" tells (not the request's: that fires as soon as a body has been read). Made on first use, once.
+ */
+function closeController(reply: FastifyReply): AbortController {
+  let controller = closeControllers.get(reply);
+  if (controller !== undefined) return controller;
+  const made = new AbortController();
+  controller = made;
+  closeControllers.set(reply, made);
+  if (reply.raw.destroyed && !reply.raw.writableFinished) made.abort();
+  else
+    reply.raw.once("close", () => {
+      if (!reply.raw.writableFinished) made.abort();
+    });
+  return made;
 }
 
 function restError(err: unknown, r: RestRoute): RestError {

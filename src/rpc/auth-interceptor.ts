@@ -2,8 +2,8 @@ import type { Interceptor } from "@connectrpc/connect";
 import { type Caller, callerKey } from "../core/context.ts";
 import { unauthenticated } from "../core/errors.ts";
 
-/** Resolves the caller of a session key (null: unknown or revoked). */
-export type Authenticate = (key: string | undefined) => Promise<Caller | null>;
+/** Resolves the caller of a session key (null: unknown or revoked); synchronously when no storage call is needed. */
+export type Authenticate = (key: string | undefined) => Caller | null | Promise<Caller | null>;
 /** Throws RESOURCE_EXHAUSTED when the caller is over its rate limit. */
 export type Admit = (caller: Caller) => void;
 

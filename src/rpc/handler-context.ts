@@ -24,34 +24,55 @@ export interface LazyHandlerContextInit {
  * `timeoutMs()` is undefined, as it was with createHandlerContext given no timeout.
  */
 export function lazyHandlerContext(init: LazyHandlerContextInit): HandlerContext {
-  let signal = typeof init.signal === "function" ? undefined : init.signal;
-  const makeSignal = typeof init.signal === "function" ? init.signal : undefined;
-  let requestHeader: Headers | undefined;
-  let responseHeader: Headers | undefined;
-  let responseTrailer: Headers | undefined;
-  return {
-    service: init.service,
-    method: init.method,
-    protocolName: init.protocolName,
-    requestMethod: init.requestMethod,
-    url: init.url,
-    values: init.values,
-    timeoutMs: () => undefined,
-    get signal(): AbortSignal {
-      signal ??= (makeSignal as () => AbortSignal)();
-      return signal;
-    },
-    get requestHeader(): Headers {
-      requestHeader ??= init.requestHeader?.() ?? new Headers();
-      return requestHeader;
-    },
-    get responseHeader(): Headers {
-      responseHeader ??= new Headers();
-      return responseHeader;
-    },
-    get responseTrailer(): Headers {
-      responseTrailer ??= new Headers();
-      return responseTrailer;
-    },
-  };
+  return new LazyHandlerContext(init);
+}
+
+/** One object per call (fields and prototype getters, no per-call closures). */
+class LazyHandlerContext implements HandlerContext {
+  readonly service: DescService;
+  readonly method: DescMethod;
+  readonly protocolName: string;
+  readonly requestMethod: string;
+  readonly url: string;
+  readonly values: ContextValues;
+  #signal: AbortSignal | (() => AbortSignal);
+  #makeRequestHeader: (() => Headers) | undefined;
+  #requestHeader: Headers | undefined;
+  #responseHeader: Headers | undefined;
+  #responseTrailer: Headers | undefined;
+
+  constructor(init: LazyHandlerContextInit) {
+    this.service = init.service;
+    this.method = init.method;
+    this.protocolName = init.protocolName;
+    this.requestMethod = init.requestMethod;
+    this.url = init.url;
+    this.values = init.values;
+    this.#signal = init.signal;
+    this.#makeRequestHeader = init.requestHeader;
+  }
+
+  timeoutMs(): number | undefined {
+    return undefined;
+  }
+
+  get signal(): AbortSignal {
+    if (typeof this.#signal === "function") this.#signal = this.#signal();
+    return this.#signal;
+  }
+
+  get requestHeader(): Headers {
+    this.#requestHeader ??= this.#makeRequestHeader?.() ?? new Headers();
+    return this.#requestHeader;
+  }
+
+  get responseHeader(): Headers {
+    this.#responseHeader ??= new Headers();
+    return this.#responseHeader;
+  }
+
+  get responseTrailer(): Headers {
+    this.#responseTrailer ??= new Headers();
+    return this.#responseTrailer;
+  }
 }

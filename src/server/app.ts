@@ -163,29 +163,26 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   log = (msg, data) => http.log.warn(data ?? {}, msg);
   http.setNotFoundHandler((_req, reply) => reply.code(404).headers(NO_CACHE).send({ detail: "Not Found" }));
   // Request ids: taken from x-request-id when given, generated otherwise; in every log line and echoed back.
-  http.addHook("onRequest", async (req, reply) => {
+  http.addHook("onRequest", (req, reply, done) => {
     reply.header("x-request-id", req.id);
+    done();
   });
-  http.addHook("onResponse", async (req, reply) => {
-    const labels = {
-      method: req.method,
-      route: req.routeOptions.url ?? "unmatched",
-      status: String(reply.statusCode),
-    };
-    metrics.httpRequests.inc(labels);
-    metrics.httpDuration.observe(labels, reply.elapsedTime / 1000);
-    if (!QUIET_PATHS.has(labels.route)) {
+  http.addHook("onResponse", (req, reply, done) => {
+    const route = req.routeOptions.url ?? "unmatched";
+    metrics.http(req.method, route, reply.statusCode, reply.elapsedTime / 1000);
+    if (!QUIET_PATHS.has(route)) {
       req.log.info(
         {
           method: req.method,
           url: req.url,
-          route: labels.route,
+          route,
           statusCode: reply.statusCode,
           ms: reply.elapsedTime,
         },
         "request completed",
       );
     }
+    done();
   });
   metrics.statusGauge("sandboxes", "Recorded sandboxes by status (all users)", async () => {
     const counts: Record<string, number> = { STARTING: 0, RUNNING: 0, PAUSED: 0, ERROR: 0, MISSING: 0 };

@@ -5,13 +5,16 @@ import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
 import { buildApp } from "./app.ts";
 import type { Config } from "./config.ts";
 import { loadOrCreateKeyFile } from "./key-file.ts";
+import { LogDestination } from "./log-destination.ts";
 import { openStorage } from "./open-storage.ts";
 import { defaultSpecs, loadSpecsFile } from "./sandbox-specs.ts";
 
 /** Runs the server until SIGTERM/SIGINT, then stops gracefully. */
 export async function serve(config: Readonly<Config>): Promise<void> {
+  const destination = new LogDestination();
   const logger: FastifyServerOptions["logger"] = {
     level: config.logLevel,
+    stream: destination,
     redact: {
       paths: ['req.headers["x-session-api-key"]', "req.headers.authorization"],
       censor: "[redacted]",
@@ -77,6 +80,7 @@ export async function serve(config: Readonly<Config>): Promise<void> {
   });
   await app.close();
   log.info("stopped");
+  destination.flush();
 }
 
 /** The configured sandbox runtime; imported on demand, so a process-runtime server never loads dockerode. */

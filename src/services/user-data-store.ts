@@ -14,7 +14,7 @@ export class UserDataStore {
     this.#repo = repo;
   }
 
-  async read(userId: string): Promise<Versioned<UserData> | null> {
+  read(userId: string): Promise<Versioned<UserData> | null> {
     return this.#repo.get(userId);
   }
 

@@ -193,5 +193,37 @@ describe("sqlite adapter", () => {
       expect(await storage.userData.get("u")).toStrictEqual({ version: 2, value: doc(2) });
       await storage.close();
     });
+
+    it("sees another connection's commit from the next event-loop turn on, even one that keeps the version", async () => {
+      const path = join(dir, "other-writer.db");
+      const storage = createSqliteStorage({ path });
+      await storage.userData.compareAndSet("u", 0, doc(1));
+      expect(await storage.userData.get("u")).toStrictEqual({ version: 1, value: doc(1) });
+      const other = new Database(path);
+      try {
+        other.prepare("UPDATE user_data SET value = ? WHERE user_id = 'u'").run(JSON.stringify(doc(7)));
+        await new Promise((resolve) => setImmediate(resolve));
+        expect(await storage.userData.get("u")).toStrictEqual({ version: 1, value: doc(7) });
+        other.prepare("DELETE FROM user_data WHERE user_id = 'u'").run();
+        await new Promise((resolve) => setImmediate(resolve));
+        expect(await storage.userData.get("u")).toBeNull();
+      } finally {
+        other.close();
+      }
+      await storage.close();
+    });
+
+    it("keeps nothing read inside a transaction that rolls back", async () => {
+      const storage = createSqliteStorage({ path: join(dir, "rolled-back.db") });
+      await storage.userData.compareAndSet("u", 0, doc(1));
+      expect(await storage.userData.get("u")).toStrictEqual({ version: 1, value: doc(1) });
+      const db = sqliteDatabaseOf(storage);
+      db.exec("BEGIN");
+      expect(await storage.userData.compareAndSet("u", 1, doc(2))).toBe(true);
+      expect(await storage.userData.get("u")).toStrictEqual({ version: 2, value: doc(2) });
+      db.exec("ROLLBACK");
+      expect(await storage.userData.get("u")).toStrictEqual({ version: 1, value: doc(1) });
+      await storage.close();
+    });
   });
 });

@@ -56,13 +56,21 @@ export class ApiKeyService {
     return { record, key: secret };
   }
 
-  /** The caller owning this key, or null for a missing, unknown or revoked key. */
-  async authenticate(key: string | undefined): Promise<Caller | null> {
+  /**
+   * The caller owning this key, or null for a missing, unknown or revoked key. Answered synchronously when the
+   * storage need not be asked (a malformed key, a cached authentication): the transports then go on without a
+   * promise turn, which matters on every request.
+   */
+  authenticate(key: string | undefined): Caller | null | Promise<Caller | null> {
     if (key === undefined || key.length === 0 || key.length > 512) return null;
     const hash = sha256(key);
     const now = Date.now();
     const hit = this.#cache.get(hash);
     if (hit !== undefined && hit.until > now) return hit.caller;
+    return this.#lookUp(hash, now);
+  }
+
+  async #lookUp(hash: string, now: number): Promise<Caller | null> {
     const record = await this.#repo.findByHash(hash);
     if (record === null || record.revokedAt !== null) return null;
     if (!timingSafeEqual(Buffer.from(record.hash, "hex"), Buffer.from(hash, "hex"))) return null;

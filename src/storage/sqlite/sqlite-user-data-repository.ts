@@ -51,26 +51,50 @@ export interface SqliteUserDataRepository extends UserDataRepository {
  *
  * Inside a transaction of the caller's own (bulk loads through `sqliteDatabaseOf`) writes run at once, in it.
  *
- * Reads answer a deeply frozen document: the parsed JSON of the latest version read is kept per user and reused
- * while a cheap version probe shows the row unchanged (versions only grow, so another process's write is seen),
- * which takes JSON parsing off the settings read path. Callers never mutate what they read (UserDataStore copies
- * before changing), and the freeze makes that a rule.
+ * Reads answer a deeply frozen document: the parsed JSON of the latest version read is kept per user, which takes
+ * SQLite and JSON parsing off the settings read path. Callers never mutate what they read (UserDataStore copies
+ * before changing), and the freeze makes that a rule. The cache is exact:
+ * - this connection's commits drop the entries of the users they wrote, as they commit;
+ * - commits of other connections (the CLI, a second server on the same file) are seen through SQLite's
+ *   `PRAGMA data_version`, which changes whenever another connection has committed: it is read by the first read
+ *   of each event-loop turn (until the next check phase) and any change drops the whole cache. A read thus answers
+ *   the state as of a moment during the turn it runs in, after its request arrived. One probe costs two `fcntl`
+ *   lock calls and a statement; once per turn instead of once per read, it is shared by every request of the turn.
  */
 export function createSqliteUserDataRepository(db: Database.Database): SqliteUserDataRepository {
   const select = db.prepare<[string], UserDataRow>("SELECT version, value FROM user_data WHERE user_id = ?");
-  const selectVersion = db.prepare<[string], { version: number }>(
-    "SELECT version FROM user_data WHERE user_id = ?",
-  );
+  const dataVersion = db.prepare<[], number>("PRAGMA data_version").pluck();
   const insert = db.prepare<{ userId: string; value: string }>(
     "INSERT INTO user_data (user_id, version, value) VALUES (@userId, 1, @value) ON CONFLICT (user_id) DO NOTHING",
   );
   const update = db.prepare<{ userId: string; expected: number; value: string }>(
     "UPDATE user_data SET value = @value, version = version + 1 WHERE user_id = @userId AND version = @expected",
   );
-  const write = (userId: string, expected: number, value: string): boolean =>
-    (expected === 0 ? insert.run({ userId, value }) : update.run({ userId, expected, value })).changes === 1;
-
   const parsed = new Map<string, Versioned<UserData>>();
+  const write = (userId: string, expected: number, value: string): boolean => {
+    // Dropped even when the write fails or its transaction rolls back: the next read then asks SQLite.
+    parsed.delete(userId);
+    return (
+      (expected === 0 ? insert.run({ userId, value }) : update.run({ userId, expected, value })).changes === 1
+    );
+  };
+
+  /** data_version as last read; `probed` stays true until the check phase of the turn that read it. */
+  let seenDataVersion = dataVersion.get();
+  let probed = false;
+  const endOfTurn = (): void => {
+    probed = false;
+  };
+  const dropIfChangedElsewhere = (): void => {
+    if (probed) return;
+    probed = true;
+    setImmediate(endOfTurn);
+    const current = dataVersion.get();
+    if (current !== seenDataVersion) {
+      seenDataVersion = current;
+      parsed.clear();
+    }
+  };
   /** Queued, not yet committed writes, in order. */
   let queue: QueuedWrite[] = [];
   /** The state each user's queued writes lead to (what a read-for-update sees). */
@@ -105,12 +129,14 @@ export function createSqliteUserDataRepository(db: Database.Database): SqliteUse
   };
 
   const readDurable = (userId: string): Versioned<UserData> | null => {
+    dropIfChangedElsewhere();
     const cached = parsed.get(userId);
-    if (cached !== undefined && selectVersion.get(userId)?.version === cached.version) return cached;
+    if (cached !== undefined) return cached;
     const row = select.get(userId);
-    parsed.delete(userId);
     if (row === undefined) return null;
     const doc = deepFreeze({ version: row.version, value: JSON.parse(row.value) as UserData });
+    // Inside a caller's transaction the row may be uncommitted (and rolled back later): answered, not kept.
+    if (db.inTransaction) return doc;
     if (parsed.size >= CACHED_USERS) {
       const oldest = parsed.keys().next();
       if (oldest.done !== true) parsed.delete(oldest.value);
