@@ -12,7 +12,9 @@
  * - Outputs are fresh plain objects whose keys are defined with `Object.defineProperty`, so keys such as
  *   `__proto__` or `constructor` are ordinary own data properties and never touch a prototype.
  */
+
 import { type FieldViolation, ValidationError } from "./errors.ts";
+import { cloneJson } from "./json-clone.ts";
 
 export type Loc = (string | number)[];
 
@@ -166,7 +168,10 @@ export function isPlainObject(v: unknown): v is Record<string, unknown> {
 
 /** Defines an own enumerable data property without ever invoking a setter such as `__proto__`. */
 export function setOwn(target: Record<string, unknown>, key: string, value: unknown): void {
-  Object.defineProperty(target, key, { value, enumerable: true, writable: true, configurable: true });
+  // Only `__proto__` has a setter on Object.prototype; every other key is a plain (much faster) assignment.
+  if (key === "__proto__")
+    Object.defineProperty(target, key, { value, enumerable: true, writable: true, configurable: true });
+  else target[key] = value;
 }
 
 /** Own property read that ignores anything inherited (`constructor`, `toString`, ...). */
@@ -196,9 +201,8 @@ function num(n: number): string {
   return String(n);
 }
 
-function clone<T>(v: T): T {
-  return v === null || typeof v !== "object" ? v : structuredClone(v);
-}
+/** Defaults are JSON values: each use gets its own copy. */
+const clone = cloneJson;
 
 // ---------------------------------------------------------------------------------------------------------------
 // Primitive schemas

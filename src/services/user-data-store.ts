@@ -1,4 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
+import { cloneJson } from "../core/json-clone.ts";
 import type { UserData, UserDataRepository, Versioned } from "../ports/user-data-repository.ts";
 
 const EMPTY: UserData = { settings: null, providerTokens: {}, customSecrets: {} };
@@ -25,7 +26,7 @@ export class UserDataStore {
   async mutate<R>(userId: string, mutate: (data: UserData) => R | Promise<R>): Promise<R> {
     for (let attempt = 0; attempt < 50; attempt++) {
       const current = await this.#repo.get(userId, { forUpdate: true });
-      const draft = structuredClone(current?.value ?? EMPTY);
+      const draft = cloneJson(current?.value ?? EMPTY);
       const result = await mutate(draft);
       if (await this.#repo.compareAndSet(userId, current?.version ?? 0, draft)) return result;
       await new Promise((r) => setTimeout(r, Math.random() * Math.min(50, 2 ** attempt)));
