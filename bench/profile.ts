@@ -1,5 +1,5 @@
 // Profiles the service under one benchmark's load: `node bench/profile.ts <rest-get|rest-post|grpc|connect> [s]
-// [--baseline] [service args...]`. Runs bench/servers/service.ts with `node --cpu-prof`, drives it from a separate
+// [--baseline] [--dist] [service args...]`. Runs bench/servers/service.ts with `node --cpu-prof`, drives it from a separate
 // load process, stops it, and prints the functions with the most self time and the project's functions with the
 // most total time. With --baseline the same load then drives that benchmark's bare baseline (bench/servers/bare-*.ts,
 // answering the service's own JSON) under the profiler too, so the two profiles can be compared side by side. The
@@ -14,7 +14,11 @@ const which = process.argv[2] ?? "rest-get";
 const seconds = Number(process.argv[3] ?? "8");
 const rest = process.argv.slice(4);
 const withBaseline = rest.includes("--baseline");
-const extra = rest.filter((a) => a !== "--baseline");
+/** --dist: profile the compiled servers (dist/, built by `npm run build`), as the benchmarks run them. */
+const compiled = rest.includes("--dist");
+const extra = rest.filter((a) => a !== "--baseline" && a !== "--dist");
+const serverScript = (name: string): string =>
+  compiled ? join(ROOT, "dist", "bench", "servers", `${name}.js`) : join(ROOT, "bench", "servers", `${name}.ts`);
 const dir = mkdtempSync(join(tmpdir(), "aws-bench-prof-"));
 
 interface ProfileNode {
@@ -67,7 +71,7 @@ const service = await startServer<{ port: number; grpcPort: number; key: string 
   args: [
     "--cpu-prof",
     `--cpu-prof-dir=${join(dir, "service")}`,
-    join(ROOT, "bench", "servers", "service.ts"),
+    serverScript("service"),
     ...extra,
   ],
   logPath: join(dir, "service.log"),
@@ -101,7 +105,7 @@ if (withBaseline) {
     args: [
       "--cpu-prof",
       `--cpu-prof-dir=${join(dir, "baseline")}`,
-      join(ROOT, "bench", "servers", `${bareName}.ts`),
+      serverScript(bareName),
       fixturePath,
     ],
     logPath: join(dir, "baseline.log"),

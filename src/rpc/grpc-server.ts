@@ -7,9 +7,9 @@ import {
   isMessage,
   toBinary,
 } from "@bufbuild/protobuf";
-import { Code, ConnectError, createContextValues } from "@connectrpc/connect";
+import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
-import { callerKey } from "../core/context.ts";
+import { type Caller, callerValues } from "../core/context.ts";
 import type { Admit, Authenticate } from "./auth-interceptor.ts";
 import { encodeErrorDetails } from "./error-details.ts";
 import { lazyHandlerContext } from "./handler-context.ts";
@@ -80,26 +80,48 @@ export function grpcServiceDefinition(desc: DescService): grpc.ServiceDefinition
 
 type Call = grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>;
 
-async function contextFor(call: Call, method: DescMethod, options: GrpcServerOptions, signal: AbortSignal) {
+/**
+ * The handler context of an authenticated call: synchronously when the key is cached (no promise turn on the hot
+ * path), as a promise when storage must be asked. Throws / rejects UNAUTHENTICATED or RESOURCE_EXHAUSTED.
+ */
+function contextFor(
+  call: Call,
+  method: DescMethod,
+  options: GrpcServerOptions,
+  signal: AbortSignal | (() => AbortSignal),
+): HandlerContext | Promise<HandlerContext> {
   const key = call.metadata.get("x-session-api-key")[0];
-  const caller = await options.authenticate(typeof key === "string" ? key : undefined);
-  if (caller === null) throw new ConnectError("Unauthorized", Code.Unauthenticated);
-  options.admit(caller);
-  return lazyHandlerContext({
-    service: method.parent,
-    method,
-    protocolName: "grpc",
-    requestMethod: "POST",
-    url: `/${method.parent.typeName}/${method.name}`,
-    signal,
-    values: createContextValues().set(callerKey, caller),
-    requestHeader: () => {
-      const header = new Headers();
-      for (const [k, v] of Object.entries(call.metadata.getMap()))
-        if (typeof v === "string") header.set(k, v);
-      return header;
-    },
-  });
+  const caller = options.authenticate(typeof key === "string" ? key : undefined);
+  const make = (c: Caller | null): HandlerContext => {
+    if (c === null) throw new ConnectError("Unauthorized", Code.Unauthenticated);
+    options.admit(c);
+    return lazyHandlerContext({
+      service: method.parent,
+      method,
+      protocolName: "grpc",
+      requestMethod: "POST",
+      url: `/${method.parent.typeName}/${method.name}`,
+      signal,
+      values: callerValues(c),
+      requestHeader: () => {
+        const header = new Headers();
+        for (const [k, v] of Object.entries(call.metadata.getMap()))
+          if (typeof v === "string") header.set(k, v);
+        return header;
+      },
+    });
+  };
+  return caller instanceof Promise ? caller.then(make) : make(caller);
+}
+
+/** An AbortSignal that fires when the client cancels the call; made only when a service asks for it. */
+function cancelSignal(call: Call): () => AbortSignal {
+  return () => {
+    const abort = new AbortController();
+    if (call.cancelled) abort.abort();
+    else call.once("cancelled", () => abort.abort());
+    return abort.signal;
+  };
 }
 
 function toServiceError(err: unknown, method: string, options: GrpcServerOptions): grpc.ServiceError {
@@ -124,21 +146,25 @@ function unaryHandler(
   const name = `${method.parent.typeName}/${method.name}`;
   return (call: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>): void => {
     const started = performance.now();
-    const abort = new AbortController();
-    call.on("cancelled", () => abort.abort());
-    contextFor(call, method, options, abort.signal)
-      .then((ctx) => fn(call.request, ctx))
-      .then(
-        (res) => {
-          options.onCall?.(name, 0, performance.now() - started);
-          callback(null, create(method.output, res as never));
-        },
-        (err: unknown) => {
-          const e = toServiceError(err, name, options);
-          options.onCall?.(name, Number(e.code) as Code, performance.now() - started);
-          callback(e);
-        },
-      );
+    const done = (res: unknown): void => {
+      options.onCall?.(name, 0, performance.now() - started);
+      callback(null, create(method.output, res as never));
+    };
+    const failed = (err: unknown): void => {
+      const e = toServiceError(err, name, options);
+      options.onCall?.(name, Number(e.code) as Code, performance.now() - started);
+      callback(e);
+    };
+    let result: unknown;
+    try {
+      const ctx = contextFor(call, method, options, cancelSignal(call));
+      result = ctx instanceof Promise ? ctx.then((c) => fn(call.request, c)) : fn(call.request, ctx);
+    } catch (err) {
+      failed(err);
+      return;
+    }
+    if (result instanceof Promise) result.then(done, failed);
+    else done(result);
   };
 }
 

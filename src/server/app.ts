@@ -293,9 +293,14 @@ export async function buildApp(deps: AppDeps): Promise<App> {
 
 /** Connect / gRPC-Web calls counted and timed by method and code. */
 function rpcMetrics(metrics: Metrics): Interceptor {
+  const names = new WeakMap<object, string>();
   return (next) => async (req) => {
     const started = performance.now();
-    const method = `${req.service.typeName}/${req.method.name}`;
+    let method = names.get(req.method);
+    if (method === undefined) {
+      method = `${req.service.typeName}/${req.method.name}`;
+      names.set(req.method, method);
+    }
     try {
       const res = await next(req);
       metrics.rpc("connect", method, "OK", (performance.now() - started) / 1000);

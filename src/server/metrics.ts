@@ -140,6 +140,8 @@ export class Metrics {
     labelNames: ["operation", "outcome"],
     buckets: BUCKETS,
   });
+  /** RPC series by protocol, then method, then code: found without building a key. */
+  readonly #rpcSeries = new Map<string, Map<string, Map<string, Series>>>();
   /** HTTP series by route, then method, then status code: found without building a key. */
   readonly #httpSeries = new Map<string, Map<string, Map<number, Series>>>();
 
@@ -181,7 +183,22 @@ export class Metrics {
   }
 
   rpc(protocol: string, method: string, code: string, seconds: number): void {
-    this.#rpc.series(protocol, method, code).observe(seconds);
+    let byMethod = this.#rpcSeries.get(protocol);
+    if (byMethod === undefined) {
+      byMethod = new Map();
+      this.#rpcSeries.set(protocol, byMethod);
+    }
+    let byCode = byMethod.get(method);
+    if (byCode === undefined) {
+      byCode = new Map();
+      byMethod.set(method, byCode);
+    }
+    let series = byCode.get(code);
+    if (series === undefined) {
+      series = this.#rpc.series(protocol, method, code);
+      byCode.set(code, series);
+    }
+    series.observe(seconds);
   }
 }
 

@@ -21,12 +21,15 @@ const sha256 = (s: string): string => oneShotHash("sha256", s, "hex");
  * Issues, authenticates and revokes API keys. Keys are 256-bit random strings; only their SHA-256 is stored
  * (a fast hash is right for high-entropy keys), and the stored hash is compared in constant time.
  *
- * Positive authentications are cached for `cacheTtlMs` to keep storage off the hot path; revoking through
- * this instance drops the cache at once, other server processes see a revocation within the TTL.
+ * Positive authentications are cached for `cacheTtlMs` to keep storage and hashing off the hot path (the cache is
+ * keyed by the presented key, which lives in this process's memory only, as every request's headers do; storage
+ * only ever sees the hash); revoking through this instance drops the cache at once, other server processes see a
+ * revocation within the TTL.
  */
 export class ApiKeyService {
   readonly #repo: ApiKeyRepository;
   readonly #ttl: number;
+  /** Presented key → its caller, until the entry's time runs out. */
   readonly #cache = new Map<string, { caller: Caller; until: number }>();
 
   constructor(repo: ApiKeyRepository, options: { cacheTtlMs?: number } = {}) {
@@ -63,20 +66,20 @@ export class ApiKeyService {
    */
   authenticate(key: string | undefined): Caller | null | Promise<Caller | null> {
     if (key === undefined || key.length === 0 || key.length > 512) return null;
-    const hash = sha256(key);
     const now = Date.now();
-    const hit = this.#cache.get(hash);
+    const hit = this.#cache.get(key);
     if (hit !== undefined && hit.until > now) return hit.caller;
-    return this.#lookUp(hash, now);
+    return this.#lookUp(key, now);
   }
 
-  async #lookUp(hash: string, now: number): Promise<Caller | null> {
+  async #lookUp(key: string, now: number): Promise<Caller | null> {
+    const hash = sha256(key);
     const record = await this.#repo.findByHash(hash);
     if (record === null || record.revokedAt !== null) return null;
     if (!timingSafeEqual(Buffer.from(record.hash, "hex"), Buffer.from(hash, "hex"))) return null;
     const caller: Caller = { userId: record.userId, keyId: record.id };
     if (this.#cache.size > 10_000) this.#cache.clear();
-    this.#cache.set(hash, { caller, until: now + this.#ttl });
+    this.#cache.set(key, { caller, until: now + this.#ttl });
     return caller;
   }
 
