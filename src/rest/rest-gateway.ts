@@ -3,7 +3,7 @@ import type { Caller } from "../core/context.ts";
 import { callerValues } from "../core/context.ts";
 import type { FieldViolation } from "../core/errors.ts";
 import { ValidationError } from "../core/errors.ts";
-import type { Admit, Authenticate } from "../rpc/auth-interceptor.ts";
+import type { Admit, Authenticate } from "../rpc/auth-gate.ts";
 import { lazyHandlerContext } from "../rpc/handler-context.ts";
 import type { ServiceBinding } from "../rpc/service-registry.ts";
 import { frameworkError, type RestError, toRestError, validationBody } from "./rest-errors.ts";

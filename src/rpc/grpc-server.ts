@@ -10,7 +10,7 @@ import {
 import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import { type Caller, callerValues } from "../core/context.ts";
-import type { Admit, Authenticate } from "./auth-interceptor.ts";
+import type { Admit, Authenticate } from "./auth-gate.ts";
 import { encodeErrorDetails } from "./error-details.ts";
 import { lazyHandlerContext } from "./handler-context.ts";
 import type { ServiceBinding } from "./service-registry.ts";

@@ -39,6 +39,8 @@ export interface TestAppOptions {
   keepSandboxes?: boolean;
   /** Conversation start timeouts and shutdown grace. */
   conversations?: AppDeps["conversations"];
+  /** The server's logger (Fastify/pino options); none by default. */
+  logger?: AppDeps["logger"];
 }
 
 /** A real server on free loopback ports over a SQLite file in a temporary folder. */
@@ -56,6 +58,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     verifier: options.verifier ?? null,
     rateLimit: options.rateLimit ?? { perSecond: 0, burst: 1 },
     ...(options.conversations ? { conversations: options.conversations } : {}),
+    ...(options.logger ? { logger: options.logger } : {}),
   });
   const ports = await app.listen("127.0.0.1", 0, 0);
   const keys = new Map<string, string>();

@@ -154,3 +154,52 @@ describe("metrics, readiness, request ids", () => {
     expect(generated.headers.get("x-request-id")).toBeTruthy();
   });
 });
+
+describe("Connect calls on the HTTP port", () => {
+  it("get request ids, one access-log line each and the HTTP and RPC metrics, as REST requests do", async () => {
+    const lines: Record<string, unknown>[] = [];
+    const logged = await startTestApp({
+      logger: { level: "info", stream: { write: (line: string) => lines.push(JSON.parse(line)) } },
+    });
+    try {
+      const k = await logged.keyFor("connect-obs");
+      const path = "/workspace.v1.SettingsService/GetSettings";
+      const post = (headers: Record<string, string>) =>
+        fetch(`${logged.url}${path}`, {
+          method: "POST",
+          headers: { "content-type": "application/json", ...headers },
+          body: "{}",
+        });
+      const given = await post({ "x-session-api-key": k, "x-request-id": "conn-1" });
+      expect(given.status).toBe(404); // no settings stored yet: NotFound
+      expect(await given.json()).toMatchObject({ code: "not_found" });
+      expect(given.headers.get("x-request-id")).toBe("conn-1");
+      const a = await post({ "x-session-api-key": "wrong" });
+      const b = await post({ "x-session-api-key": "wrong" });
+      expect(a.status).toBe(401);
+      expect(a.headers.get("x-request-id")).toMatch(/^req-/);
+      expect(a.headers.get("x-request-id")).not.toBe(b.headers.get("x-request-id"));
+
+      const text = await (await fetch(`${logged.url}/metrics`)).text();
+      expect(text).toContain(`http_requests_total{method="POST",route="${path}",status="404"} 1`);
+      expect(text).toContain(`http_requests_total{method="POST",route="${path}",status="401"} 2`);
+      expect(text).toContain(
+        'rpc_requests_total{protocol="connect",method="workspace.v1.SettingsService/GetSettings",code="NotFound"} 1',
+      );
+      expect(text).toContain(
+        'rpc_requests_total{protocol="connect",method="workspace.v1.SettingsService/GetSettings",code="Unauthenticated"} 2',
+      );
+      const line = lines.find((l) => l.reqId === "conn-1");
+      expect(line).toMatchObject({ msg: "request completed", route: path, statusCode: 404, method: "POST" });
+      // An unknown path is not an RPC: Fastify answers it, in the REST error shape.
+      const unknown = await fetch(`${logged.url}/workspace.v1.SettingsService/NoSuchMethod`, {
+        method: "POST",
+        body: "{}",
+      });
+      expect(unknown.status).toBe(404);
+      expect(await unknown.json()).toStrictEqual({ detail: "Not Found" });
+    } finally {
+      await logged.close();
+    }
+  });
+});
