@@ -1,8 +1,6 @@
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import { Code, ConnectError, type HandlerContext, type Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
-import fastifySwagger from "@fastify/swagger";
-import fastifySwaggerUi from "@fastify/swagger-ui";
 import * as grpc from "@grpc/grpc-js";
 import Fastify, { type FastifyInstance, type FastifyServerOptions, LogController } from "fastify";
 import { Counter } from "prom-client";
@@ -41,6 +39,7 @@ import { type SandboxSpec, SandboxSpecService } from "../services/sandboxes/sand
 import { SecretsService } from "../services/secrets/secrets-service.ts";
 import { SettingsService } from "../services/settings/settings-service.ts";
 import { UserDataStore } from "../services/user-data-store.ts";
+import { registerDocs } from "./docs.ts";
 import { instrumentStorage, Metrics } from "./metrics.ts";
 
 export const VERSION = "0.1.0";
@@ -237,11 +236,8 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   }));
 
   // OpenAPI 3.1 from the route table (request models + proto responses), and Swagger UI at /docs (assets are
-  // served from the npm package: no CDN).
-  const openapi = buildOpenApi(routes, { title: "Agent Workspace Service", version: VERSION });
-  http.get("/openapi.json", async () => openapi);
-  await http.register(fastifySwagger, { mode: "static", specification: { document: openapi as never } });
-  await http.register(fastifySwaggerUi, { routePrefix: "/docs" });
+  // served from the npm package: no CDN); both made on first use.
+  registerDocs(http, () => buildOpenApi(routes, { title: "Agent Workspace Service", version: VERSION }));
 
   await http.register(restGateway({ routes, bindings, authenticate, admit }));
   const connect = connectNodeAdapter({

@@ -25,26 +25,32 @@ interface ReflectionResponse {
   errorResponse?: { errorCode: number; errorMessage: string };
 }
 
-/** A gRPC reflection client (grpc.reflection.v1), as grpcurl uses. */
-function reflect(address: string, request: Record<string, string>): Promise<ReflectionResponse> {
+/** A gRPC reflection client (grpc.reflection.v1, or v1alpha), as grpcurl uses. */
+function reflectionClient(address: string, version: "v1" | "v1alpha" = "v1") {
   const protoPath = join(
     dirname(createRequire(import.meta.url).resolve("@grpc/reflection/package.json")),
-    "build/proto/grpc/reflection/v1/reflection.proto",
+    `build/proto/grpc/reflection/${version}/reflection.proto`,
   );
   const def = protoLoader.loadSync(protoPath, { keepCase: false, longs: String, defaults: false });
   const pkg = grpc.loadPackageDefinition(def) as unknown as {
     grpc: {
-      reflection: {
-        v1: {
+      reflection: Record<
+        "v1" | "v1alpha",
+        {
           ServerReflection: new (
             a: string,
             c: grpc.ChannelCredentials,
           ) => grpc.Client & { ServerReflectionInfo(): grpc.ClientDuplexStream<unknown, ReflectionResponse> };
-        };
-      };
+        }
+      >;
     };
   };
-  const client = new pkg.grpc.reflection.v1.ServerReflection(address, grpc.credentials.createInsecure());
+  return new pkg.grpc.reflection[version].ServerReflection(address, grpc.credentials.createInsecure());
+}
+
+/** One reflection request on a new stream: its first answer. */
+function reflect(address: string, request: Record<string, string>): Promise<ReflectionResponse> {
+  const client = reflectionClient(address);
   return new Promise((resolve, reject) => {
     const stream = client.ServerReflectionInfo();
     stream.on("data", (m: ReflectionResponse) => {
@@ -84,6 +90,35 @@ describe("gRPC reflection", () => {
       "UnsetProviderTokens",
     ]);
     expect(files.map((f) => f.name)).toContain("workspace/v1/mcp.proto");
+  });
+
+  it("answers v1alpha too, and every request of a stream sent before the first answer, in order", async () => {
+    const fresh = await startTestApp(); // reflection not loaded yet: the first requests wait for it
+    try {
+      for (const version of ["v1alpha", "v1"] as const) {
+        const client = reflectionClient(fresh.grpcAddress, version);
+        const answers = await new Promise<ReflectionResponse[]>((resolve, reject) => {
+          const got: ReflectionResponse[] = [];
+          const stream = client.ServerReflectionInfo();
+          stream.on("data", (m: ReflectionResponse) => got.push(m));
+          stream.on("end", () => resolve(got));
+          stream.on("error", reject);
+          stream.write({ listServices: "*" });
+          stream.write({ fileByFilename: "workspace/v1/settings.proto" });
+          stream.write({ fileContainingSymbol: "no.such.Symbol" });
+          stream.end();
+        });
+        client.close();
+        expect(answers).toHaveLength(3);
+        expect(answers[0]?.listServicesResponse?.service.map((s) => s.name)).toContain(
+          "workspace.v1.SettingsService",
+        );
+        expect(answers[1]?.fileDescriptorResponse?.fileDescriptorProto.length).toBeGreaterThan(0);
+        expect(answers[2]?.errorResponse?.errorCode).toBe(5); // NOT_FOUND
+      }
+    } finally {
+      await fresh.close();
+    }
   });
 });
 

@@ -138,9 +138,17 @@ describe("OpenAPI document", () => {
     expect(checked.size).toBeGreaterThan(20);
   });
 
-  it("serves interactive docs at /docs", async () => {
-    const r = await fetch(`${t.url}/docs/`, { redirect: "follow" });
+  it("serves interactive docs at /docs, with their assets and the same document, from the npm package", async () => {
+    const r = await fetch(`${t.url}/docs`, { redirect: "follow" });
     expect(r.status).toBe(200);
+    expect(r.headers.get("content-type")).toContain("text/html");
     expect(await r.text()).toContain("swagger-ui");
+    const js = await fetch(`${t.url}/docs/static/swagger-ui-bundle.js`);
+    expect(js.status).toBe(200);
+    expect(js.headers.get("content-type")).toContain("javascript");
+    expect((await js.arrayBuffer()).byteLength).toBeGreaterThan(100_000);
+    const json = await fetch(`${t.url}/docs/json`);
+    expect(await json.json()).toStrictEqual(doc);
+    expect((await fetch(`${t.url}/docs/static/no-such-file.js`)).status).toBe(404);
   });
 });
