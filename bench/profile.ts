@@ -18,7 +18,9 @@ const withBaseline = rest.includes("--baseline");
 const compiled = rest.includes("--dist");
 const extra = rest.filter((a) => a !== "--baseline" && a !== "--dist");
 const serverScript = (name: string): string =>
-  compiled ? join(ROOT, "dist", "bench", "servers", `${name}.js`) : join(ROOT, "bench", "servers", `${name}.ts`);
+  compiled
+    ? join(ROOT, "dist", "bench", "servers", `${name}.js`)
+    : join(ROOT, "bench", "servers", `${name}.ts`);
 const dir = mkdtempSync(join(tmpdir(), "aws-bench-prof-"));
 
 interface ProfileNode {
@@ -68,12 +70,7 @@ function load(key: string, httpPort: number, grpcPort: number): Promise<LoadResu
 const service = await startServer<{ port: number; grpcPort: number; key: string }>({
   name: "service",
   command: process.execPath,
-  args: [
-    "--cpu-prof",
-    `--cpu-prof-dir=${join(dir, "service")}`,
-    serverScript("service"),
-    ...extra,
-  ],
+  args: ["--cpu-prof", `--cpu-prof-dir=${join(dir, "service")}`, serverScript("service"), ...extra],
   logPath: join(dir, "service.log"),
 });
 const { port, grpcPort, key } = service.info;
@@ -102,12 +99,7 @@ if (withBaseline) {
   const bare = await startServer<{ port?: number; grpcPort?: number }>({
     name: bareName,
     command: process.execPath,
-    args: [
-      "--cpu-prof",
-      `--cpu-prof-dir=${join(dir, "baseline")}`,
-      serverScript(bareName),
-      fixturePath,
-    ],
+    args: ["--cpu-prof", `--cpu-prof-dir=${join(dir, "baseline")}`, serverScript(bareName), fixturePath],
     logPath: join(dir, "baseline.log"),
   });
   const result = await load(key, bare.info.port ?? 0, bare.info.grpcPort ?? 0);

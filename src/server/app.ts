@@ -1,4 +1,5 @@
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import { createRequire } from "node:module";
 import { Code, ConnectError, type HandlerContext, type Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import * as grpc from "@grpc/grpc-js";
@@ -161,6 +162,9 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       }),
     logger: deps.logger ?? false,
     bodyLimit: BODY_LIMIT,
+    // No route here declares a JSON schema (the gateway validates with its own models), so Fastify's Ajv and
+    // fast-json-stringify compilers are loaded only if one ever does, not at every start.
+    schemaController: { compilersFactory: lazyFastifyCompilers() },
     requestIdHeader: "x-request-id",
     genReqId: nextRequestId,
     // One log line per request (from the onResponse hook below) instead of Fastify's two: request logging was
@@ -330,6 +334,24 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       await deps.storage.close();
     },
   };
+}
+
+/** Fastify's default schema compilers, required on first use from where Fastify resolves them. */
+export function lazyFastifyCompilers() {
+  type Factory = (...args: unknown[]) => unknown;
+  const fromFastify = createRequire(createRequire(import.meta.url).resolve("fastify"));
+  let validator: Factory | undefined;
+  let serializer: Factory | undefined;
+  return {
+    buildValidator: (...args: unknown[]) => {
+      validator ??= (fromFastify("@fastify/ajv-compiler") as () => Factory)();
+      return validator(...args);
+    },
+    buildSerializer: (...args: unknown[]) => {
+      serializer ??= (fromFastify("@fastify/fast-json-stringify-compiler") as () => Factory)();
+      return serializer(...args);
+    },
+  } as never;
 }
 
 /** The path of a request URL (without its query). */
