@@ -258,14 +258,22 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     const header = req.headers["x-request-id"];
     const reqId = typeof header === "string" && header.length > 0 ? header : nextRequestId();
     res.setHeader("x-request-id", reqId);
-    res.once("finish", () => {
+    // "close" rather than "finish": a call whose client went away before the answer was complete is logged and
+    // counted too (marked aborted in the log).
+    res.once("close", () => {
       const ms = performance.now() - started;
       const route = pathOf(req.url);
       metrics.http(req.method ?? "", route, res.statusCode, ms / 1000);
-      http.log.info(
-        { reqId, method: req.method, url: req.url, route, statusCode: res.statusCode, ms },
-        "request completed",
-      );
+      if (res.writableFinished)
+        http.log.info(
+          { reqId, method: req.method, url: req.url, route, statusCode: res.statusCode, ms },
+          "request completed",
+        );
+      else
+        http.log.info(
+          { reqId, method: req.method, url: req.url, route, statusCode: res.statusCode, ms, aborted: true },
+          "request aborted by the client",
+        );
     });
     if (closing) {
       // As Fastify answers while closing (return503OnClosing), in Connect's error shape.
