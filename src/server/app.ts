@@ -256,8 +256,14 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   rpc = (req, res) => {
     const started = performance.now();
     const header = req.headers["x-request-id"];
-    const reqId = typeof header === "string" && header.length > 0 ? header : nextRequestId();
-    res.setHeader("x-request-id", reqId);
+    let reqId = typeof header === "string" && header.length > 0 ? header : nextRequestId();
+    try {
+      res.setHeader("x-request-id", reqId);
+    } catch {
+      // A value Node accepts in a request but not in a response header: answer with an id of our own.
+      reqId = nextRequestId();
+      res.setHeader("x-request-id", reqId);
+    }
     // "close" rather than "finish": a call whose client went away before the answer was complete is logged and
     // counted too (marked aborted in the log).
     res.once("close", () => {
