@@ -41,6 +41,7 @@ type Value = { value: number; labels: Record<string, string | number>; metricNam
  */
 export class LabelledHistogram {
   readonly #series = new Map<string, Series>();
+  readonly #nested = new Map<string, Map<string, Map<string | number, Series>>>();
   readonly #labelNames: readonly string[];
   readonly #bounds: readonly number[];
 
@@ -76,6 +77,29 @@ export class LabelledHistogram {
           all().map((s) => ({ value: s.count, labels: { ...s.labels } })),
         ),
       );
+  }
+
+  /**
+   * The series of three label values (a histogram with three labels), found through nested maps: no key string
+   * is built per call, which matters on the per-request paths. A number is labelled as its decimal string.
+   */
+  series3(a: string, b: string, c: string | number): Series {
+    let byB = this.#nested.get(a);
+    if (byB === undefined) {
+      byB = new Map();
+      this.#nested.set(a, byB);
+    }
+    let byC = byB.get(b);
+    if (byC === undefined) {
+      byC = new Map();
+      byB.set(b, byC);
+    }
+    let s = byC.get(c);
+    if (s === undefined) {
+      s = this.series(a, b, String(c));
+      byC.set(c, s);
+    }
+    return s;
   }
 
   /** The series of these label values (in labelNames order), made on first use. */
@@ -140,10 +164,6 @@ export class Metrics {
     labelNames: ["operation", "outcome"],
     buckets: BUCKETS,
   });
-  /** RPC series by protocol, then method, then code: found without building a key. */
-  readonly #rpcSeries = new Map<string, Map<string, Map<string, Series>>>();
-  /** HTTP series by route, then method, then status code: found without building a key. */
-  readonly #httpSeries = new Map<string, Map<string, Map<number, Series>>>();
 
   constructor() {
     collectDefaultMetrics({ register: this.registry });
@@ -164,41 +184,11 @@ export class Metrics {
 
   /** One answered HTTP request. */
   http(method: string, route: string, status: number, seconds: number): void {
-    let byMethod = this.#httpSeries.get(route);
-    if (byMethod === undefined) {
-      byMethod = new Map();
-      this.#httpSeries.set(route, byMethod);
-    }
-    let byStatus = byMethod.get(method);
-    if (byStatus === undefined) {
-      byStatus = new Map();
-      byMethod.set(method, byStatus);
-    }
-    let series = byStatus.get(status);
-    if (series === undefined) {
-      series = this.#http.series(method, route, String(status));
-      byStatus.set(status, series);
-    }
-    series.observe(seconds);
+    this.#http.series3(method, route, status).observe(seconds);
   }
 
   rpc(protocol: string, method: string, code: string, seconds: number): void {
-    let byMethod = this.#rpcSeries.get(protocol);
-    if (byMethod === undefined) {
-      byMethod = new Map();
-      this.#rpcSeries.set(protocol, byMethod);
-    }
-    let byCode = byMethod.get(method);
-    if (byCode === undefined) {
-      byCode = new Map();
-      byMethod.set(method, byCode);
-    }
-    let series = byCode.get(code);
-    if (series === undefined) {
-      series = this.#rpc.series(protocol, method, code);
-      byCode.set(code, series);
-    }
-    series.observe(seconds);
+    this.#rpc.series3(protocol, method, code).observe(seconds);
   }
 }
 

@@ -50,6 +50,14 @@ describe("LabelledHistogram", () => {
       buckets: BUCKETS,
     });
     expect(histogram.series("1", "2")).toBe(histogram.series("1", "2"));
+    const three = new LabelledHistogram(new Registry(), {
+      name: "y_seconds",
+      help: "y",
+      labelNames: ["a", "b", "c"],
+      buckets: BUCKETS,
+    });
+    expect(three.series3("GET", "/x", 200)).toBe(three.series("GET", "/x", "200"));
+    expect(three.series3("GET", "/x", 200)).toBe(three.series3("GET", "/x", "200"));
     expect(histogram.series("1", "2")).not.toBe(histogram.series("12", ""));
     expect(() => histogram.series("1")).toThrow(/expected 2 label values/);
   });
