@@ -8,21 +8,41 @@ export type Authenticate = (key: string | undefined) => Caller | null | Promise<
 export type Admit = (caller: Caller) => void;
 
 /**
+ * The admitted caller of a session key: UNAUTHENTICATED for a missing, unknown or revoked key, RESOURCE_EXHAUSTED
+ * over the rate limit. Synchronous when the key is cached, so the transports add no promise turn then.
+ */
+export function admittedCaller(
+  authenticate: Authenticate,
+  admit: Admit,
+  key: string | undefined,
+): Caller | Promise<Caller> {
+  const admitted = (caller: Caller | null): Caller => {
+    if (caller === null) throw unauthenticated();
+    admit(caller);
+    return caller;
+  };
+  const caller = authenticate(key);
+  return caller instanceof Promise ? caller.then(admitted) : admitted(caller);
+}
+
+/**
  * Connect / gRPC-Web auth as connect's request gate: header x-session-api-key → caller in the context values,
- * before the request body is read (a rejected call is never parsed), synchronously for a cached key.
+ * before the request body is read (a rejected call is never parsed).
  */
 export function createAuthGate(
   authenticate: Authenticate,
   admit: Admit,
 ): (ctx: HandlerContext) => void | Promise<void> {
-  const admitted = (ctx: HandlerContext, caller: Caller | null): void => {
-    if (caller === null) throw unauthenticated();
-    admit(caller);
-    ctx.values.set(callerKey, caller);
-  };
   return (ctx) => {
-    const caller = authenticate(ctx.requestHeader.get("x-session-api-key") ?? undefined);
-    if (caller instanceof Promise) return caller.then((c) => admitted(ctx, c));
-    admitted(ctx, caller);
+    const caller = admittedCaller(
+      authenticate,
+      admit,
+      ctx.requestHeader.get("x-session-api-key") ?? undefined,
+    );
+    if (caller instanceof Promise)
+      return caller.then((c) => {
+        ctx.values.set(callerKey, c);
+      });
+    ctx.values.set(callerKey, caller);
   };
 }

@@ -10,7 +10,7 @@ import {
 import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import { type Caller, callerValues } from "../core/context.ts";
-import type { Admit, Authenticate } from "./auth-gate.ts";
+import { type Admit, type Authenticate, admittedCaller } from "./auth-gate.ts";
 import { encodeErrorDetails } from "./error-details.ts";
 import { lazyHandlerContext } from "./handler-context.ts";
 import type { ServiceBinding } from "./service-registry.ts";
@@ -91,11 +91,13 @@ function contextFor(
   signal: AbortSignal | (() => AbortSignal),
 ): HandlerContext | Promise<HandlerContext> {
   const key = call.metadata.get("x-session-api-key")[0];
-  const caller = options.authenticate(typeof key === "string" ? key : undefined);
-  const make = (c: Caller | null): HandlerContext => {
-    if (c === null) throw new ConnectError("Unauthorized", Code.Unauthenticated);
-    options.admit(c);
-    return lazyHandlerContext({
+  const caller = admittedCaller(
+    options.authenticate,
+    options.admit,
+    typeof key === "string" ? key : undefined,
+  );
+  const make = (c: Caller): HandlerContext =>
+    lazyHandlerContext({
       service: method.parent,
       method,
       protocolName: "grpc",
@@ -110,7 +112,6 @@ function contextFor(
         return header;
       },
     });
-  };
   return caller instanceof Promise ? caller.then(make) : make(caller);
 }
 
