@@ -352,13 +352,17 @@ async function throughputBenchmarks(): Promise<void> {
     const fixturePath = join(work, "fixture.json");
     writeFileSync(fixturePath, JSON.stringify(fixture));
 
-    const restPeaks: number[] = [];
-    const oursRest =
-      (config: Omit<HttpLoadConfig, "durationS" | "connections">) => async (durationS: number) => {
+    /** An HTTP load on the service that also records the service's RSS peak during it into `peaks`. */
+    const loadOurs =
+      (peaks: number[]) =>
+      (config: Omit<HttpLoadConfig, "durationS" | "connections">) =>
+      async (durationS: number) => {
         const { result, peakMiB } = await withRss(service.pid, () => httpLoad(config)(durationS));
-        restPeaks.push(peakMiB);
+        peaks.push(peakMiB);
         return result;
       };
+    const restPeaks: number[] = [];
+    const oursRest = loadOurs(restPeaks);
     const getConfig = { url: `${base}/api/settings`, method: "GET" as const, headers: auth };
     const postConfig = {
       url: `${base}/api/settings`,
@@ -465,13 +469,7 @@ async function throughputBenchmarks(): Promise<void> {
         body: "{}",
       });
       const connectPeaks: number[] = [];
-      const oursConnect = async (durationS: number) => {
-        const { result, peakMiB } = await withRss(service.pid, () =>
-          httpLoad(connectConfig(s.port))(durationS),
-        );
-        connectPeaks.push(peakMiB);
-        return result;
-      };
+      const oursConnect = loadOurs(connectPeaks)(connectConfig(s.port));
       const alt = await alternate(
         "connect",
         { pid: service.pid, load: oursConnect },
