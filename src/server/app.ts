@@ -153,11 +153,12 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   // before Fastify sees them: Fastify's request and reply objects, hooks and per-request logger cost ~15% of a
   // Connect call in the benchmarks and add nothing a call needs. They get the same request id, access-log line
   // and HTTP metrics as the REST routes below; everything else goes to Fastify.
-  let rpc: ((req: IncomingMessage, res: ServerResponse) => void) | null = null;
+  let rpc: ((req: IncomingMessage, res: ServerResponse, path: string) => void) | null = null;
   const http = Fastify({
     serverFactory: (fastify) =>
       createServer((req, res) => {
-        if (rpc !== null && rpcPaths.has(pathOf(req.url))) rpc(req, res);
+        const path = pathOf(req.url);
+        if (rpc !== null && rpcPaths.has(path)) rpc(req, res, path);
         else fastify(req, res);
       }),
     logger: deps.logger ?? false,
@@ -253,7 +254,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     },
   });
   let closing = false;
-  rpc = (req, res) => {
+  rpc = (req, res, route) => {
     const started = performance.now();
     const header = req.headers["x-request-id"];
     let reqId = typeof header === "string" && header.length > 0 ? header : nextRequestId();
@@ -268,7 +269,6 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     // counted too (marked aborted in the log).
     res.once("close", () => {
       const ms = performance.now() - started;
-      const route = pathOf(req.url);
       metrics.http(req.method ?? "", route, res.statusCode, ms / 1000);
       if (res.writableFinished)
         http.log.info(

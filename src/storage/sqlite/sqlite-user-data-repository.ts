@@ -19,6 +19,11 @@ function deepFreeze<T>(value: T): T {
   return value;
 }
 
+/** A stored document (JSON text) as readers get it: parsed once, frozen. */
+function frozenDoc(version: number, json: string): Versioned<UserData> {
+  return deepFreeze({ version, value: JSON.parse(json) as UserData });
+}
+
 interface QueuedWrite {
   userId: string;
   expected: number;
@@ -134,7 +139,7 @@ export function createSqliteUserDataRepository(db: Database.Database): SqliteUse
     if (cached !== undefined) return cached;
     const row = select.get(userId);
     if (row === undefined) return null;
-    const doc = deepFreeze({ version: row.version, value: JSON.parse(row.value) as UserData });
+    const doc = frozenDoc(row.version, row.value);
     // Inside a caller's transaction the row may be uncommitted (and rolled back later): answered, not kept.
     if (db.inTransaction) return doc;
     if (parsed.size >= CACHED_USERS) {
@@ -150,7 +155,7 @@ export function createSqliteUserDataRepository(db: Database.Database): SqliteUse
       attempt((): Versioned<UserData> | null => {
         const queued = options?.forUpdate === true ? queuedState.get(userId) : undefined;
         if (queued === undefined) return readDurable(userId);
-        queued.doc ??= deepFreeze({ version: queued.version, value: JSON.parse(queued.value) as UserData });
+        queued.doc ??= frozenDoc(queued.version, queued.value);
         return queued.doc;
       }),
     compareAndSet: (userId, expectedVersion, next) => {
