@@ -1,10 +1,6 @@
 import type { ApiKeyRecord } from "../../ports/api-key-repository.ts";
-import type {
-  ConversationRecord,
-  StartTaskRecord,
-  StartTaskStatus,
-} from "../../ports/conversation-repository.ts";
-import type { SandboxRecord, SandboxStatus } from "../../ports/sandbox-repository.ts";
+import type { ConversationRecord, StartTaskRecord } from "../../ports/conversation-repository.ts";
+import type { SandboxRecord } from "../../ports/sandbox-repository.ts";
 import type { UserData, Versioned } from "../../ports/user-data-repository.ts";
 
 /**
@@ -18,61 +14,20 @@ export interface UserDataDoc {
   value: string;
 }
 
+/**
+ * A repository record as a MongoDB document: the same fields, the record's `id` as `_id`. (Readers still default
+ * fields that older documents may lack.)
+ */
+type DocOf<R extends { id: string }> = Omit<R, "id"> & { _id: string };
+
 /** `api_keys` document (`_id` is the public key id). */
-export interface ApiKeyDoc {
-  _id: string;
-  userId: string;
-  hash: string;
-  label: string | null;
-  createdAt: Date;
-  revokedAt: Date | null;
-}
-
+export type ApiKeyDoc = DocOf<ApiKeyRecord>;
 /** `sandboxes` document. */
-export interface SandboxDoc {
-  _id: string;
-  ownerId: string;
-  specId: string;
-  runtime: string;
-  handle: Record<string, unknown>;
-  sessionApiKey: string;
-  status: SandboxStatus;
-  createdAt: Date;
-  updatedAt: Date;
-}
-
+export type SandboxDoc = DocOf<SandboxRecord>;
 /** `conversations` document. */
-export interface ConversationDoc {
-  _id: string;
-  ownerId: string;
-  sandboxId: string;
-  selectedRepository: string | null;
-  selectedBranch: string | null;
-  gitProvider: string | null;
-  title: string | null;
-  trigger: string | null;
-  prNumber: number[];
-  llmModel: string | null;
-  metrics: Record<string, unknown> | null;
-  parentConversationId: string | null;
-  subConversationIds: string[];
-  createdAt: Date;
-  updatedAt: Date;
-}
-
+export type ConversationDoc = DocOf<ConversationRecord>;
 /** `start_tasks` document. */
-export interface StartTaskDoc {
-  _id: string;
-  ownerId: string;
-  status: StartTaskStatus;
-  detail: string | null;
-  appConversationId: string | null;
-  sandboxId: string | null;
-  agentServerUrl: string | null;
-  request: Record<string, unknown>;
-  createdAt: Date;
-  updatedAt: Date;
-}
+export type StartTaskDoc = DocOf<StartTaskRecord>;
 
 export function toUserDataValue(value: UserData): string {
   return JSON.stringify(value);
