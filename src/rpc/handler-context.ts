@@ -12,6 +12,8 @@ export interface LazyHandlerContextInit {
   signal: AbortSignal | (() => AbortSignal);
   /** The request headers, made on first use (most methods never read them). */
   requestHeader?: () => Headers;
+  /** The call's deadline (Date.now() milliseconds) when the client set a timeout. */
+  deadline?: number;
 }
 
 /**
@@ -20,15 +22,15 @@ export interface LazyHandlerContextInit {
  * connect's createHandlerContext makes, per call, a deadline AbortController linked to the request signal through
  * event listeners and three Headers objects, ~6 µs that showed up in the REST and gRPC profiles although these
  * transports set no deadline and never read what a service writes into response headers or trailers. Here the
- * headers and, where the transport allows, the signal are made only when a service uses them. No deadline:
- * `timeoutMs()` is undefined, as it was with createHandlerContext given no timeout.
+ * headers and, where the transport allows, the signal are made only when a service uses them. `timeoutMs()` is
+ * the time left to the deadline a transport passes (Connect-Timeout-Ms), else undefined, as createHandlerContext's.
  */
 export function lazyHandlerContext(init: LazyHandlerContextInit): HandlerContext {
   return new LazyHandlerContext(init);
 }
 
 /** One object per call (fields and prototype getters, no per-call closures). */
-class LazyHandlerContext implements HandlerContext {
+export class LazyHandlerContext implements HandlerContext {
   readonly service: DescService;
   readonly method: DescMethod;
   readonly protocolName: string;
@@ -36,6 +38,7 @@ class LazyHandlerContext implements HandlerContext {
   readonly url: string;
   readonly values: ContextValues;
   #signal: AbortSignal | (() => AbortSignal);
+  readonly #deadline: number | undefined;
   #makeRequestHeader: (() => Headers) | undefined;
   #requestHeader: Headers | undefined;
   #responseHeader: Headers | undefined;
@@ -50,10 +53,11 @@ class LazyHandlerContext implements HandlerContext {
     this.values = init.values;
     this.#signal = init.signal;
     this.#makeRequestHeader = init.requestHeader;
+    this.#deadline = init.deadline;
   }
 
   timeoutMs(): number | undefined {
-    return undefined;
+    return this.#deadline === undefined ? undefined : this.#deadline - Date.now();
   }
 
   get signal(): AbortSignal {
@@ -73,6 +77,16 @@ class LazyHandlerContext implements HandlerContext {
 
   get responseTrailer(): Headers {
     this.#responseTrailer ??= new Headers();
+    return this.#responseTrailer;
+  }
+
+  /** The response headers if a service asked for them (a transport then writes them), else undefined. */
+  get setResponseHeader(): Headers | undefined {
+    return this.#responseHeader;
+  }
+
+  /** The response trailers if a service asked for them, else undefined. */
+  get setResponseTrailer(): Headers | undefined {
     return this.#responseTrailer;
   }
 }

@@ -27,6 +27,7 @@ import type { RestRoute } from "../rest/rest-route.ts";
 import { v1ConversationRoutes } from "../rest/v1-conversation-routes.ts";
 import { v1SandboxRoutes } from "../rest/v1-sandbox-routes.ts";
 import { createAuthGate } from "../rpc/auth-gate.ts";
+import { createConnectUnaryHandler } from "../rpc/connect-unary.ts";
 import { createGrpcServer } from "../rpc/grpc-server.ts";
 import { addReflection } from "../rpc/reflection.ts";
 import { bind, type ServiceBinding } from "../rpc/service-registry.ts";
@@ -253,6 +254,20 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       for (const b of bindings) router.service(b.desc, b.impl as never);
     },
   });
+  const onRpcError = (err: unknown, method: string) => http.log.error({ err, method }, "rpc failed");
+  /** Finished calls counted and timed by protocol, method and code. */
+  const countCall = (protocol: string) => (method: string, code: Code | 0, ms: number) =>
+    metrics.rpc(protocol, method, code === 0 ? "OK" : (Code[code] ?? String(code)), ms / 1000);
+  // Connect unary calls (POST, JSON or proto) are served without connect-node's universal-request glue; GET,
+  // streaming, gRPC-Web and unknown content types go to its adapter (see connect-unary.ts).
+  const connectUnary = createConnectUnaryHandler({
+    bindings,
+    authenticate,
+    admit,
+    readMaxBytes: BODY_LIMIT,
+    onCall: countCall("connect"),
+    onError: onRpcError,
+  });
   let closing = false;
   rpc = (req, res, route) => {
     const started = performance.now();
@@ -288,7 +303,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
         .end(JSON.stringify({ code: "unavailable", message: "the server is shutting down" }));
       return;
     }
-    connect(req, res);
+    if (!connectUnary(req, res, route)) connect(req, res);
   };
   http.addHook("preClose", (done) => {
     closing = true;
@@ -299,9 +314,8 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     bindings,
     authenticate,
     admit,
-    onError: (err, method) => http.log.error({ err, method }, "rpc failed"),
-    onCall: (method, code, ms) =>
-      metrics.rpc("grpc", method, code === 0 ? "OK" : (Code[code] ?? String(code)), ms / 1000),
+    onError: onRpcError,
+    onCall: countCall("grpc"),
   });
   addReflection(grpcServer, bindings);
 

@@ -1,3 +1,4 @@
+import { gzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
 
@@ -236,6 +237,62 @@ describe("malformed input never causes a 5xx and never changes stored data", () 
       body: "language=en",
     });
     expect(wrongType.status).toBe(422);
+    expect(JSON.stringify(await t.storage.userData.get("sweep"))).toBe(baseline);
+  });
+
+  it("Connect: malformed JSON and binary bodies, wrong types, oversized and bad gzip bodies on every unary RPC", async () => {
+    const unary = t.app.bindings.flatMap((b) =>
+      b.desc.methods.filter((m) => m.methodKind === "unary").map((m) => `/${b.desc.typeName}/${m.name}`),
+    );
+    expect(unary.length).toBeGreaterThan(10);
+    let rejected = 0;
+    const bodies: [string, string | Uint8Array, Record<string, string>?][] = [
+      ["application/json", "{"],
+      ["application/json", "[1]"],
+      ["application/json", '"x"'],
+      ["application/json", "\u0000\u00ff"],
+      ["application/json", "x".repeat(2 * 1024 * 1024)],
+      ["application/proto", new Uint8Array([0xff, 0xff, 0xff, 0xff])],
+      ["application/proto", new Uint8Array([0x0a, 0xff, 0x01])],
+      ["application/json", "not gzip", { "content-encoding": "gzip" }],
+      ["application/json", gzipSync(" ".repeat(4 * 1024 * 1024)), { "content-encoding": "gzip" }],
+    ];
+    for (const path of unary)
+      for (const [contentType, body, extra] of bodies) {
+        const r = await fetch(`${t.url}${path}`, {
+          method: "POST",
+          headers: { "x-session-api-key": key, "content-type": contentType, ...extra },
+          body,
+        });
+        const text = await r.text();
+        const what = `${path} ${contentType} ${String(body).slice(0, 40)} → ${r.status} ${text.slice(0, 200)}`;
+        expect(r.status, what).toBeGreaterThanOrEqual(400);
+        expect(r.status, what).toBeLessThan(500);
+        rejected++;
+        expect(r.headers.get("content-type"), what).toBe("application/json");
+        expect(JSON.parse(text), what).toMatchObject({
+          code: expect.any(String),
+          message: expect.any(String),
+        });
+        expect(text, what).not.toMatch(/at .*\.ts:\d+|node_modules/);
+      }
+    expect(rejected).toBe(unary.length * bodies.length);
+    // Wrong types for the fields the messages do have (unknown fields are ignored, as connect does).
+    for (const [path, body] of [
+      ["/workspace.v1.SettingsService/StoreSettings", { settings: { language: 5, maxIterations: "many" } }],
+      ["/workspace.v1.SecretsService/CreateSecret", { name: 7, value: [] }],
+      ["/workspace.v1.SandboxService/SearchSandboxes", { limit: "many" }],
+    ] as const) {
+      const r = await fetch(`${t.url}${path}`, {
+        method: "POST",
+        headers: { "x-session-api-key": key, "content-type": "application/json" },
+        body: JSON.stringify(body),
+      });
+      expect([r.status, ((await r.json()) as { code: string }).code], path).toEqual([
+        400,
+        "invalid_argument",
+      ]);
+    }
     expect(JSON.stringify(await t.storage.userData.get("sweep"))).toBe(baseline);
   });
 });
