@@ -153,7 +153,7 @@ function report(name: string, result: LoadResult, profileDir: string): void {
     console.log(`${pct(t)} ${us(t)}  ${l}`);
   console.log("total time of project functions (src/):");
   for (const [l, t] of [...totalByLabel]
-    .filter(([l]) => l.includes(" src/"))
+    .filter(([l]) => / (dist\/)?src\//.test(l))
     .sort((a, b) => b[1] - a[1])
     .slice(0, 25))
     console.log(`${pct(t)} ${us(t)}  ${l}`);

@@ -2,7 +2,7 @@ import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it, vi } from "vitest";
 import type { RuntimeHandle, RuntimeSpec } from "../../src/ports/sandbox-runtime.ts";
 import { createProcessRuntime, type ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { BUILTIN_AGENT_COMMAND } from "../../src/sandbox-agent/builtin-agent.ts";
@@ -106,12 +106,20 @@ describe("process runtime specifics", () => {
       .filter((p) => p.pgrp === pid && p.pid !== pid)
       .map((p) => p.pid);
     expect(jobs.length).toBeGreaterThan(0);
+    // Signals are delivered asynchronously: on a loaded machine a state can lag the kill() call briefly.
+    const settled = (check: () => void) => vi.waitFor(check, { timeout: 2000, interval: 10 });
     await runtime.pause(handle);
-    for (const pid of jobs) expect(readProcStat(pid)?.state).toBe("T");
+    await settled(() => {
+      for (const pid of jobs) expect(readProcStat(pid)?.state).toBe("T");
+    });
     await runtime.resume(handle);
-    for (const pid of jobs) expect(readProcStat(pid)?.state).not.toBe("T");
+    await settled(() => {
+      for (const pid of jobs) expect(readProcStat(pid)?.state).not.toBe("T");
+    });
     await runtime.remove(handle);
-    for (const pid of jobs) expect(["Z", undefined]).toContain(readProcStat(pid)?.state);
+    await settled(() => {
+      for (const pid of jobs) expect(["Z", undefined]).toContain(readProcStat(pid)?.state);
+    });
   });
 
   it("kills what a crashed sandbox left running in its group", async () => {

@@ -1,3 +1,4 @@
+import { resolve } from "node:path";
 import Database from "better-sqlite3";
 import { StorageUnavailableError } from "../../core/errors.ts";
 import type { Storage } from "../../ports/storage.ts";
@@ -8,11 +9,14 @@ import { createSqliteSandboxRepository } from "./sqlite-sandbox-repository.ts";
 import { migrateSqliteSchema } from "./sqlite-schema.ts";
 import { createSqliteStartTaskRepository } from "./sqlite-start-task-repository.ts";
 import { createSqliteUserDataRepository } from "./sqlite-user-data-repository.ts";
+import { type WalFileOps, WalSync } from "./sqlite-wal-sync.ts";
 
 /** Options of {@link createSqliteStorage}. */
 export interface SqliteStorageOptions {
   /** Database file (created when missing), or ":memory:" for a private in-memory database. */
   path: string;
+  /** File operations of the WAL sync (tests); node:fs by default. */
+  walFileOps?: WalFileOps;
 }
 
 /** How long a statement waits for another connection's write lock before failing with SQLITE_BUSY. */
@@ -24,8 +28,9 @@ const databases = new WeakMap<Storage, Database.Database>();
  * Opens (creating or migrating as needed) the embedded SQLite storage.
  *
  * The connection runs in WAL mode with `synchronous = FULL`, so a write is durable once its promise resolves, and
- * waits up to 5 s for a competing writer. User-data writes of one event-loop turn share one commit (group commit,
- * see createSqliteUserDataRepository). Statements are prepared once. All work is synchronous inside each
+ * waits up to 5 s for a competing writer. User-data writes of one event-loop turn share one commit (group commit),
+ * made durable by a WAL fdatasync on the thread pool rather than inside the COMMIT on the event loop (see
+ * createSqliteUserDataRepository and WalSync). Statements are prepared once. All work is synchronous inside each
  * call; operations are exposed as promises to satisfy the storage ports.
  *
  * @throws StorageUnavailableError when the file cannot be opened (missing directory, permissions, locked).
@@ -49,7 +54,11 @@ export function createSqliteStorage(options: SqliteStorageOptions): Storage {
   }
 
   const ping = db.prepare("SELECT 1");
-  const userData = createSqliteUserDataRepository(db);
+  // Only a file database in WAL mode has a WAL to sync (SQLite falls back to a rollback journal where WAL cannot
+  // work, e.g. some network file systems): otherwise every commit stays FULL, synced inline.
+  const wal = !db.memory && db.pragma("journal_mode", { simple: true }) === "wal";
+  const walSync = wal ? new WalSync(`${resolve(db.name)}-wal`, options.walFileOps) : null;
+  const userData = createSqliteUserDataRepository(db, walSync);
   const storage: Storage = {
     kind: "sqlite",
     userData,
@@ -65,6 +74,7 @@ export function createSqliteStorage(options: SqliteStorageOptions): Storage {
       attempt(() => {
         if (!db.open) return;
         userData.flush();
+        walSync?.close();
         try {
           // Keeps planner statistics fresh for long-lived files; cheap when nothing changed.
           db.pragma("optimize");

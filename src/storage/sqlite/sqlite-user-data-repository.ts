@@ -1,6 +1,7 @@
 import type Database from "better-sqlite3";
 import type { UserData, UserDataRepository, Versioned } from "../../ports/user-data-repository.ts";
 import { attempt, toSqliteStorageError } from "./sqlite-errors.ts";
+import type { WalSync } from "./sqlite-wal-sync.ts";
 
 interface UserDataRow {
   version: number;
@@ -43,13 +44,20 @@ export interface SqliteUserDataRepository extends UserDataRepository {
 /**
  * User data on SQLite: one row per user, the document as JSON text, compare-and-set on `version`.
  *
- * Group commit: with `synchronous = FULL` every commit costs a WAL fsync (~0.3 ms here), which capped durable
+ * Group commit: with `synchronous = FULL` every commit costs a WAL fsync (~0.2 ms here), which capped durable
  * writes at ~2,500/s when each compare-and-set committed on its own. Writes are therefore queued and the writes
  * of one event-loop turn are committed together in one transaction from a `setImmediate` callback; each promise
- * resolves only after that commit (durable) and rejects when it fails (nothing of the batch is kept). The write
+ * resolves only after that commit is durable and rejects when it fails (nothing of the batch is kept). The write
  * lock is held only during that synchronous commit, never across turns.
  *
- * Reads answer durable state only, except `get(…, {forUpdate: true})` (the read of a read-modify-write), which
+ * Durable off the event loop: given a WalSync (WAL mode on a file), a batch commits under `synchronous = NORMAL`
+ * (no fsync in the COMMIT) and its promises are settled once WalSync has fdatasynced the WAL on libuv's thread
+ * pool, which makes it exactly as durable as a FULL commit; batches committed during one sync share the next.
+ * The event loop serves requests while the disk syncs. A committed batch is visible to reads at once, before its
+ * sync completes (its writers are not answered yet): after a power loss or OS crash in that window, a read may
+ * have shown a write that was never acknowledged and is gone. Without a WalSync, batches commit under FULL.
+ *
+ * Reads answer committed state only, except `get(…, {forUpdate: true})` (the read of a read-modify-write), which
  * also sees the queued writes, so that concurrent read-modify-writes of one user chain within one batch instead of
  * conflicting: a chained write is stored only if the write it was based on was, otherwise it reports a conflict
  * and the caller re-reads and retries, as with any compare-and-set conflict.
@@ -66,7 +74,10 @@ export interface SqliteUserDataRepository extends UserDataRepository {
  *   the state as of a moment during the turn it runs in, after its request arrived. One probe costs two `fcntl`
  *   lock calls and a statement; once per turn instead of once per read, it is shared by every request of the turn.
  */
-export function createSqliteUserDataRepository(db: Database.Database): SqliteUserDataRepository {
+export function createSqliteUserDataRepository(
+  db: Database.Database,
+  walSync: WalSync | null = null,
+): SqliteUserDataRepository {
   const select = db.prepare<[string], UserDataRow>("SELECT version, value FROM user_data WHERE user_id = ?");
   const dataVersion = db.prepare<[], number>("PRAGMA data_version").pluck();
   const insert = db.prepare<{ userId: string; value: string }>(
@@ -75,6 +86,9 @@ export function createSqliteUserDataRepository(db: Database.Database): SqliteUse
   const update = db.prepare<{ userId: string; expected: number; value: string }>(
     "UPDATE user_data SET value = @value, version = version + 1 WHERE user_id = @userId AND version = @expected",
   );
+  // The connection's other writes stay FULL (synced in their COMMIT); only the batches switch, around their commit.
+  const syncNormal = db.prepare("PRAGMA synchronous = NORMAL");
+  const syncFull = db.prepare("PRAGMA synchronous = FULL");
   const parsed = new Map<string, Versioned<UserData>>();
   const write = (userId: string, expected: number, value: string): boolean => {
     // Dropped even when the write fails or its transaction rolls back: the next read then asks SQLite.
@@ -122,15 +136,28 @@ export function createSqliteUserDataRepository(db: Database.Database): SqliteUse
     queuedState.clear();
     let results: boolean[];
     try {
-      results = commitBatch(batch);
+      if (walSync === null) results = commitBatch(batch);
+      else {
+        syncNormal.run();
+        try {
+          results = commitBatch(batch);
+        } finally {
+          syncFull.run();
+        }
+      }
     } catch (error: unknown) {
       const mapped = toSqliteStorageError(error);
       for (const w of batch) w.reject(mapped);
       return;
     }
-    batch.forEach((w, i) => {
-      w.resolve(results[i] === true);
-    });
+    const settle = (error: Error | null): void => {
+      batch.forEach((w, i) => {
+        if (error !== null) w.reject(error);
+        else w.resolve(results[i] === true);
+      });
+    };
+    if (walSync === null) settle(null);
+    else walSync.whenDurable(settle);
   };
 
   const readDurable = (userId: string): Versioned<UserData> | null => {

@@ -1,0 +1,183 @@
+// WalSync (group fdatasync of the SQLite WAL on the thread pool) with file operations the test controls, and the
+// SQLite storage's user-data writes over a real file: settled only after the WAL sync, failed when it fails.
+
+import * as fs from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import Database from "better-sqlite3";
+import { afterAll, describe, expect, it } from "vitest";
+import { StorageUnavailableError } from "../../src/core/errors.ts";
+import type { UserData } from "../../src/ports/user-data-repository.ts";
+import { createSqliteStorage, sqliteDatabaseOf } from "../../src/storage/sqlite/sqlite-storage.ts";
+import { type WalFileOps, WalSync } from "../../src/storage/sqlite/sqlite-wal-sync.ts";
+
+type Cb = (err: NodeJS.ErrnoException | null) => void;
+const errno = (code: string): NodeJS.ErrnoException => Object.assign(new Error(code), { code });
+
+/** File operations whose fdatasync calls wait until the test completes them. */
+function controlledOps(files: Record<string, object>) {
+  const syncs: { fd: number; done: Cb }[] = [];
+  const opened: string[] = [];
+  const closed: number[] = [];
+  let nextFd = 10;
+  const ops: WalFileOps = {
+    open: (path, _flags, cb) => {
+      const file = files[path];
+      if (file === undefined) return cb(errno("ENOENT"), -1);
+      opened.push(path);
+      cb(null, nextFd++);
+    },
+    fdatasync: (fd, cb) => {
+      syncs.push({ fd, done: cb });
+    },
+    close: (fd, cb) => {
+      closed.push(fd);
+      cb(null);
+    },
+  };
+  return { ops, syncs, opened, closed };
+}
+
+/** Records each call's outcome: "pending", "ok" or the error's class name. */
+function track(sync: WalSync) {
+  const state = { value: "pending" };
+  sync.whenDurable((err) => {
+    state.value = err === null ? "ok" : err.constructor.name;
+  });
+  return state;
+}
+
+describe("WalSync", () => {
+  it("commits made while a sync runs share the next one: one fdatasync per group", () => {
+    const { ops, syncs } = controlledOps({ "/db-wal": {} });
+    const sync = new WalSync("/db-wal", ops);
+    const a = track(sync);
+    expect(syncs).toHaveLength(1);
+    const b = track(sync);
+    const c = track(sync);
+    expect(syncs).toHaveLength(1); // b and c wait: the running sync may have begun before their commits
+    syncs[0]?.done(null);
+    expect([a.value, b.value, c.value]).toEqual(["ok", "pending", "pending"]);
+    expect(syncs).toHaveLength(2);
+    syncs[1]?.done(null);
+    expect([b.value, c.value]).toEqual(["ok", "ok"]);
+    const d = track(sync);
+    expect(syncs).toHaveLength(3); // idle again: a new commit starts a sync at once
+    syncs[2]?.done(null);
+    expect(d.value).toBe("ok");
+  });
+
+  it("a failed sync fails the commits it covered as StorageUnavailableError, and only those", () => {
+    const { ops, syncs } = controlledOps({ "/db-wal": {} });
+    const sync = new WalSync("/db-wal", ops);
+    const a = track(sync);
+    const b = track(sync);
+    syncs[0]?.done(errno("EIO"));
+    expect([a.value, b.value]).toEqual([StorageUnavailableError.name, "pending"]);
+    syncs[1]?.done(null);
+    expect(b.value).toBe("ok");
+  });
+
+  it("opens the WAL once, and needs no sync when there is none", () => {
+    const { ops, syncs, opened } = controlledOps({ "/db-wal": {} });
+    const sync = new WalSync("/db-wal", ops);
+    track(sync);
+    syncs[0]?.done(null);
+    const b = track(sync);
+    expect(opened).toEqual(["/db-wal"]);
+    expect(syncs[1]?.fd).toBe(syncs[0]?.fd);
+    syncs[1]?.done(null);
+    expect(b.value).toBe("ok");
+
+    const none = new WalSync("/missing-wal", ops);
+    expect(track(none).value).toBe("ok");
+    expect(track(new WalSync(null, ops)).value).toBe("ok");
+  });
+
+  it("close waits for the running sync before closing the file; later commits are answered at once", () => {
+    const { ops, syncs, closed } = controlledOps({ "/db-wal": {} });
+    const sync = new WalSync("/db-wal", ops);
+    const a = track(sync);
+    const b = track(sync);
+    sync.close();
+    expect(closed).toEqual([]);
+    syncs[0]?.done(null);
+    // b committed before close: closing the connection checkpointed and synced it into the database file.
+    expect([a.value, b.value]).toEqual(["ok", "ok"]);
+    expect(closed).toEqual([syncs[0]?.fd]);
+    expect(track(sync).value).toBe("ok");
+    expect(syncs).toHaveLength(1);
+  });
+});
+
+const dir = mkdtempSync(join(tmpdir(), "wal-sync-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const doc = (language: string): UserData => ({
+  settings: { language } as UserData["settings"],
+  providerTokens: {},
+  customSecrets: {},
+});
+
+describe("SQLite user-data writes over a real file", () => {
+  it("commit under NORMAL and settle after an fdatasync of the WAL file; other connections see them", async () => {
+    const path = join(dir, "real.db");
+    const synced: string[] = [];
+    const storage = createSqliteStorage({
+      path,
+      walFileOps: {
+        open: (p, flags, cb) => {
+          synced.push(`open ${p}`);
+          fs.open(p, flags, cb);
+        },
+        fdatasync: (fd, cb) => {
+          synced.push("fdatasync");
+          fs.fdatasync(fd, cb);
+        },
+        close: fs.close,
+      },
+    });
+    const writes = await Promise.all(
+      ["a", "b", "c"].map((user) => storage.userData.compareAndSet(user, 0, doc(user))),
+    );
+    expect(writes).toEqual([true, true, true]);
+    expect(synced).toEqual([`open ${path}-wal`, "fdatasync"]); // one batch, one sync
+    // The connection's own writes outside the batches stay FULL.
+    expect(sqliteDatabaseOf(storage).pragma("synchronous", { simple: true })).toBe(2);
+    const other = new Database(path, { readonly: true });
+    expect(other.prepare("SELECT count(*) AS n FROM user_data").get()).toEqual({ n: 3 });
+    other.close();
+    await storage.close();
+  });
+
+  it("a failed WAL sync fails the batch's writes with StorageUnavailableError", async () => {
+    const storage = createSqliteStorage({
+      path: join(dir, "failing.db"),
+      walFileOps: { ...fs, fdatasync: (_fd, cb) => cb(errno("EIO")) } as WalFileOps,
+    });
+    const write = storage.userData.compareAndSet("u", 0, doc("x"));
+    const error = await write.then(
+      () => null,
+      (e: unknown) => e,
+    );
+    expect(Object.getPrototypeOf(error)).toBe(StorageUnavailableError.prototype);
+    await storage.close();
+  });
+
+  it("in memory there is no WAL to sync", async () => {
+    let calls = 0;
+    const storage = createSqliteStorage({
+      path: ":memory:",
+      walFileOps: {
+        ...fs,
+        open: (...args: Parameters<WalFileOps["open"]>) => {
+          calls++;
+          fs.open(...args);
+        },
+      } as WalFileOps,
+    });
+    expect(await storage.userData.compareAndSet("u", 0, doc("x"))).toBe(true);
+    expect(calls).toBe(0);
+    await storage.close();
+  });
+});
