@@ -41,7 +41,8 @@ export interface UserDataRepository {
    * The user's document, or null when nothing was ever stored. With `forUpdate` (the read of a
    * read-modify-write) an adapter that commits writes in groups may also answer with writes still waiting for
    * their commit: the compare-and-set that follows is acknowledged only once durable, and reports a conflict if a
-   * write it built on was not stored. Without it, only durable state is ever reported.
+   * write it built on was not stored. Without it, only committed state is reported (an adapter that syncs
+   * commits off the request path may report one whose sync is still running; its writer is not answered yet).
    */
   get(userId: string, options?: { forUpdate?: boolean }): Promise<Versioned<UserData> | null>;
   /**
