@@ -43,6 +43,8 @@ export interface UserDataRepository {
    * their commit: the compare-and-set that follows is acknowledged only once durable, and reports a conflict if a
    * write it built on was not stored. Without it, only committed state is reported (an adapter that syncs
    * commits off the request path may report one whose sync is still running; its writer is not answered yet).
+   * A plain read may answer a shared, frozen object; a read for update answers the caller's own copy, which it
+   * may change and pass to compareAndSet.
    */
   get(userId: string, options?: { forUpdate?: boolean }): Promise<Versioned<UserData> | null>;
   /**

@@ -25,8 +25,9 @@ export class UserDataStore {
    */
   async mutate<R>(userId: string, mutate: (data: UserData) => R | Promise<R>): Promise<R> {
     for (let attempt = 0; attempt < 50; attempt++) {
+      // The read for update is our own copy: the mutation edits it in place.
       const current = await this.#repo.get(userId, { forUpdate: true });
-      const draft = cloneJson(current?.value ?? EMPTY);
+      const draft = current?.value ?? cloneJson(EMPTY);
       const result = await mutate(draft);
       if (await this.#repo.compareAndSet(userId, current?.version ?? 0, draft)) return result;
       await new Promise((r) => setTimeout(r, Math.random() * Math.min(50, 2 ** attempt)));

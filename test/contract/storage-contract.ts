@@ -180,6 +180,24 @@ export function describeStorageContract(name: string, make: () => Promise<Storag
         expect(await storage.userData.get(user)).toStrictEqual({ version: 3, value: userData(3) });
       });
 
+      it("answers a read for update with the caller's own copy: changing it changes nothing stored or read", async () => {
+        const user = newOwner();
+        await storage.userData.compareAndSet(user, 0, userData(1));
+        const plain = await storage.userData.get(user);
+        const mine = await storage.userData.get(user, { forUpdate: true });
+        if (mine === null || mine.value.settings === null) throw new Error("document expected");
+        mine.value.settings.language = "changed";
+        mine.value.customSecrets.NEW = { secret: "s", description: "" };
+        expect(plain).toStrictEqual({ version: 1, value: userData(1) });
+        expect(await storage.userData.get(user)).toStrictEqual({ version: 1, value: userData(1) });
+        expect(await storage.userData.get(user, { forUpdate: true })).toStrictEqual({
+          version: 1,
+          value: userData(1),
+        });
+        expect(await storage.userData.compareAndSet(user, 1, mine.value)).toBe(true);
+        expect((await storage.userData.get(user))?.value.settings?.language).toBe("changed");
+      });
+
       it("does not create a document from a non-zero expected version", async () => {
         const user = newOwner();
         expect(await storage.userData.compareAndSet(user, 1, userData(1))).toBe(false);

@@ -130,7 +130,7 @@ describe("sqlite adapter", () => {
       await storage.close();
     });
 
-    it("answers plain reads from durable state only, reads for update from the queued writes", async () => {
+    it("answers plain reads from committed state only, reads for update from the queued writes", async () => {
       const storage = createSqliteStorage({ path: join(dir, "queued-reads.db") });
       const write = storage.userData.compareAndSet("u", 0, doc(1));
       expect(await storage.userData.get("u")).toBeNull();

@@ -1,4 +1,5 @@
 import type Database from "better-sqlite3";
+import { cloneJson } from "../../core/json-clone.ts";
 import type { UserData, UserDataRepository, Versioned } from "../../ports/user-data-repository.ts";
 import { attempt, toSqliteStorageError } from "./sqlite-errors.ts";
 import type { WalSync } from "./sqlite-wal-sync.ts";
@@ -64,9 +65,11 @@ export interface SqliteUserDataRepository extends UserDataRepository {
  *
  * Inside a transaction of the caller's own (bulk loads through `sqliteDatabaseOf`) writes run at once, in it.
  *
- * Reads answer a deeply frozen document: the parsed JSON of the latest version read is kept per user, which takes
- * SQLite and JSON parsing off the settings read path. Callers never mutate what they read (UserDataStore copies
- * before changing), and the freeze makes that a rule. The cache is exact:
+ * Plain reads answer a deeply frozen document: the parsed JSON of the latest version read is kept per user, which
+ * takes SQLite and JSON parsing off the settings read path; the freeze makes "never change what you read" a rule.
+ * A read for update answers the caller's own copy instead (UserDataStore edits it in place): parsed from the queued
+ * JSON when the user has queued writes (one parse, no freeze and no second copy), else a copy of the cached
+ * document. The cache is exact:
  * - this connection's commits drop the entries of the users they wrote, as they commit;
  * - commits of other connections (the CLI, a second server on the same file) are seen through SQLite's
  *   `PRAGMA data_version`, which changes whenever another connection has committed: it is read by the first read
@@ -117,7 +120,7 @@ export function createSqliteUserDataRepository(
   /** Queued, not yet committed writes, in order. */
   let queue: QueuedWrite[] = [];
   /** The state each user's queued writes lead to (what a read-for-update sees). */
-  const queuedState = new Map<string, { version: number; value: string; doc?: Versioned<UserData> }>();
+  const queuedState = new Map<string, { version: number; value: string }>();
 
   const commitBatch = db.transaction((batch: QueuedWrite[]): boolean[] => {
     const failedUsers = new Set<string>();
@@ -160,8 +163,8 @@ export function createSqliteUserDataRepository(
     else walSync.whenDurable(settle);
   };
 
-  const readDurable = (userId: string): Versioned<UserData> | null => {
-    dropIfChangedElsewhere();
+  const readDurable = (userId: string, probe = true): Versioned<UserData> | null => {
+    if (probe) dropIfChangedElsewhere();
     const cached = parsed.get(userId);
     if (cached !== undefined) return cached;
     const row = select.get(userId);
@@ -180,10 +183,15 @@ export function createSqliteUserDataRepository(
   return {
     get: (userId, options) =>
       attempt((): Versioned<UserData> | null => {
-        const queued = options?.forUpdate === true ? queuedState.get(userId) : undefined;
-        if (queued === undefined) return readDurable(userId);
-        queued.doc ??= frozenDoc(queued.version, queued.value);
-        return queued.doc;
+        if (options?.forUpdate !== true) return readDurable(userId);
+        // The caller's own copy: parsed from the queued JSON, or copied from the shared frozen document.
+        const queued = queuedState.get(userId);
+        if (queued !== undefined)
+          return { version: queued.version, value: JSON.parse(queued.value) as UserData };
+        // No data_version probe: if another connection wrote meanwhile, the compare-and-set that follows fails (and
+        // drops the cached entry), and the caller's retry reads the row again.
+        const durable = readDurable(userId, false);
+        return durable === null ? null : { version: durable.version, value: cloneJson(durable.value) };
       }),
     compareAndSet: (userId, expectedVersion, next) => {
       // Serialized now: the caller may change `next` once this returns.
