@@ -175,10 +175,6 @@ export function setOwn(target: Record<string, unknown>, key: string, value: unkn
 }
 
 /** Own property read that ignores anything inherited (`constructor`, `toString`, ...). */
-function getOwn(obj: Record<string, unknown>, key: string): { value: unknown } | undefined {
-  return Object.hasOwn(obj, key) ? { value: obj[key] } : undefined;
-}
-
 /** Python truthiness of a JSON value (`v or default` in validators). */
 export function pyFalsy(v: unknown): boolean {
   if (v === null || v === undefined || v === false || v === 0 || v === "") return true;
@@ -762,9 +758,8 @@ export function object<const F extends Record<string, Field<unknown>>>(
       let ok = true;
       for (const [key, f] of entries) {
         if (issues.length >= MAX_ISSUES) return INVALID;
-        const present = getOwn(input, key);
-        if (present !== undefined) {
-          const v = f.schema.parse(present.value, [...loc, key], issues);
+        if (Object.hasOwn(input, key)) {
+          const v = f.schema.parse(input[key], [...loc, key], issues);
           if (v === INVALID) ok = false;
           else setOwn(out, key, v);
         } else if (f.required === true) {
@@ -1002,11 +997,45 @@ function withMeta(
 // Entry point
 
 /**
- * Path (relative to the input) of the first container nested deeper than maxDepth, or undefined. Iterative, so a
- * hostile input cannot overflow the stack here; shared references are bounded by a visit budget.
+ * Path (relative to the input) of the first container nested deeper than maxDepth, or undefined. The check recurses
+ * at most maxDepth deep and the path search is iterative, so a hostile input cannot overflow the stack here; shared
+ * references are bounded by a visit budget.
  */
 function findTooDeep(input: unknown, maxDepth: number): Loc | undefined {
   if (typeof input !== "object" || input === null) return undefined;
+  containerBudget = MAX_CONTAINERS;
+  // The common case (nothing too deep) without allocating; the path is worked out only for an input that fails.
+  // (A maxDepth too large to recurse into safely goes straight to the iterative search.)
+  return maxDepth <= MAX_RECURSIVE_DEPTH && withinDepth(input, 1, maxDepth)
+    ? undefined
+    : pathTooDeep(input, maxDepth);
+}
+
+const MAX_RECURSIVE_DEPTH = 1000;
+
+/** Containers withinDepth may still visit in the current check (single-threaded, reset by findTooDeep). */
+let containerBudget = 0;
+
+/** Whether no container in `value` is nested deeper than maxDepth (recursion is bounded by maxDepth). */
+function withinDepth(value: object, depth: number, maxDepth: number): boolean {
+  if (depth > maxDepth || --containerBudget < 0) return false;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const child: unknown = value[i];
+      if (typeof child === "object" && child !== null && !withinDepth(child, depth + 1, maxDepth))
+        return false;
+    }
+    return true;
+  }
+  for (const key of Object.keys(value)) {
+    const child: unknown = (value as Record<string, unknown>)[key];
+    if (typeof child === "object" && child !== null && !withinDepth(child, depth + 1, maxDepth)) return false;
+  }
+  return true;
+}
+
+/** findTooDeep's answer for an input known to fail: the path of the first offending container, iteratively. */
+function pathTooDeep(input: object, maxDepth: number): Loc | undefined {
   interface Node {
     value: object;
     depth: number;
