@@ -1,11 +1,11 @@
 // A/B comparison of two builds of the service under one REST load: `node bench/ab.ts <dirA> <dirB> [get|post]
 // [rounds] [seconds]`, where each dir holds a compiled `dist/` (e.g. `git worktree add /tmp/a <commit> && (cd
 // /tmp/a && npm ci && npm run build)`, or a copy of dist/ inside the checkout so node_modules resolve). Starts A
-// and B one after the other for every round (a fresh server each time, 1 s warm-up), with npm start's Node flags,
+// and B one after the other for every round (a fresh server each time, 1 s warm-up), with npm start's Node flags and environment,
 // and prints the req/s of each and the median of the per-round B/A ratios: on a shared machine whose speed moves,
 // only ratios of runs close in time say anything.
 import { join, resolve } from "node:path";
-import { runLoad, startServer } from "./lib/bench-util.ts";
+import { runLoad, startCommand, startServer } from "./lib/bench-util.ts";
 
 const [dirA, dirB, which = "post", roundsArg = "6", secondsArg = "4"] = process.argv.slice(2);
 if (dirA === undefined || dirB === undefined || (which !== "get" && which !== "post")) {
@@ -19,15 +19,14 @@ const body = JSON.stringify({
   mcp_config: { sse_servers: [{ url: "https://mcp.example.com/sse" }], stdio_servers: [], shttp_servers: [] },
 });
 
+const start = startCommand();
+
 async function measure(dir: string): Promise<number> {
   const service = await startServer<{ port: number; key: string }>({
     name: dir,
     command: process.execPath,
-    args: [
-      "--max-semi-space-size=4",
-      "--no-allocation-site-pretenuring",
-      join(resolve(dir), "dist/bench/servers/service.js"),
-    ],
+    args: [...start.flags, join(resolve(dir), "dist/bench/servers/service.js")],
+    env: start.env,
     logPath: "/dev/null",
   });
   try {

@@ -11,9 +11,9 @@
 //   --rounds N       rounds per side (at least 3)
 //   BENCH_INSTALL_REFERENCE=1   apt-get install the reference Python stack when it is missing
 //   BENCH_SERVICE_LOG_LEVEL=L   log level of the service under test (default info, as in production)
-//   BENCH_SERVICE_NODE_FLAGS=…  extra Node flags for the service under test (default none, as `npm start`)
+//   BENCH_SERVICE_NODE_FLAGS=…  Node flags of the service under test instead of `npm start`'s
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
@@ -30,6 +30,7 @@ import {
   rssMiB,
   runLoad,
   type ServerChild,
+  startCommand,
   startServer,
 } from "./lib/bench-util.ts";
 import type { Fixture } from "./servers/fixture.ts";
@@ -63,13 +64,6 @@ if (build.status !== 0) {
   console.error("bench: npm run build failed");
   process.exit(1);
 }
-/** The Node flags `npm start` runs the server with (package.json). */
-const START_NODE_FLAGS = (
-  (
-    JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { scripts: { start: string } }
-  ).scripts.start.match(/^node ((?:--\S+ )*)/)?.[1] ?? ""
-).trim();
-
 const { values } = parseArgs({
   options: {
     quick: { type: "boolean", default: false },
@@ -169,12 +163,12 @@ interface ServiceInfo {
 /** The service logs like production (info: one line per request and per response) unless told otherwise. */
 const SERVICE_LOG_LEVEL = process.env.BENCH_SERVICE_LOG_LEVEL ?? "info";
 /**
- * Node flags of the service under test: those of `npm start` (from package.json) unless BENCH_SERVICE_NODE_FLAGS
- * says otherwise, so memory and throughput are measured as users run the service.
+ * Node flags and environment of the service under test: those of `npm start` (from package.json; the flags unless
+ * BENCH_SERVICE_NODE_FLAGS says otherwise), so memory and throughput are measured as users run the service.
  */
-const SERVICE_NODE_FLAGS = (process.env.BENCH_SERVICE_NODE_FLAGS ?? START_NODE_FLAGS)
-  .split(" ")
-  .filter((f) => f !== "");
+const START = startCommand();
+const SERVICE_NODE_FLAGS =
+  process.env.BENCH_SERVICE_NODE_FLAGS?.split(" ").filter((f) => f !== "") ?? START.flags;
 const startService = (name: string, args: string[] = []): Promise<ServerChild<ServiceInfo>> =>
   start<ServiceInfo>({
     name,
@@ -187,6 +181,7 @@ const startService = (name: string, args: string[] = []): Promise<ServerChild<Se
       SERVICE_LOG_LEVEL,
       ...args,
     ],
+    env: START.env,
     logPath: join(work, `${name}.log`),
   });
 

@@ -7,6 +7,24 @@ import { join } from "node:path";
 
 export const ROOT = join(import.meta.dirname, "..", "..");
 
+/**
+ * How `npm start` runs the server (package.json): the environment assignments before `node` and the Node flags,
+ * so that the benchmarks run the service as users do.
+ */
+export function startCommand(): { env: Record<string, string>; flags: string[] } {
+  const script = (
+    JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { scripts: { start: string } }
+  ).scripts.start;
+  const m = /^((?:[A-Z_][A-Z0-9_]*=\S* )*)node ((?:--\S+ )*)/.exec(script);
+  if (m === null) throw new Error(`cannot read the start script: ${script}`);
+  const env: Record<string, string> = {};
+  for (const assignment of (m[1] ?? "").trim().split(" ").filter(Boolean)) {
+    const eq = assignment.indexOf("=");
+    env[assignment.slice(0, eq)] = assignment.slice(eq + 1);
+  }
+  return { env, flags: (m[2] ?? "").trim().split(" ").filter(Boolean) };
+}
+
 /** What one load round measured (printed as one JSON line by the load generators). */
 export interface LoadResult {
   /** Successful requests (2xx / gRPC OK) per second over the measured duration. */

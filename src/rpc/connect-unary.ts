@@ -300,21 +300,21 @@ class UnaryCall {
     const res = this.res;
     if (res.headersSent || res.destroyed) return;
     const ctx = this.#ctx;
-    const setHeader = ctx?.setResponseHeader;
-    const setTrailer = ctx?.setResponseTrailer;
+    const usedHeader = ctx?.usedResponseHeader;
+    const usedTrailer = ctx?.usedResponseTrailer;
     const compression = this.#compression.response;
     const compress = compression !== null && body.byteLength >= this.limits.compressMinBytes;
     const errorMetadata = error !== undefined && !error.isWireError && !isEmpty(error.metadata);
-    if (setHeader === undefined && setTrailer === undefined && !compress && !errorMetadata) {
+    if (usedHeader === undefined && usedTrailer === undefined && !compress && !errorMetadata) {
       // The usual case: nothing but the message.
       res.writeHead(status, { "content-type": contentType, "content-length": body.byteLength }).end(body);
       return;
     }
-    const header = new Headers(setHeader);
+    const header = new Headers(usedHeader);
     header.set("content-type", contentType);
     if (errorMetadata) mergeNonProtocolHeaders(header, error.metadata);
     const finish = (bytes: Uint8Array): void => {
-      const all = trailerMux(header, setTrailer ?? new Headers());
+      const all = trailerMux(header, usedTrailer ?? new Headers());
       all.set("content-length", String(bytes.byteLength));
       if (!res.headersSent && !res.destroyed) res.writeHead(status, nodeHeaders(all)).end(bytes);
     };

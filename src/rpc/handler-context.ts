@@ -81,12 +81,12 @@ export class LazyHandlerContext implements HandlerContext {
   }
 
   /** The response headers if a service asked for them (a transport then writes them), else undefined. */
-  get setResponseHeader(): Headers | undefined {
+  get usedResponseHeader(): Headers | undefined {
     return this.#responseHeader;
   }
 
   /** The response trailers if a service asked for them, else undefined. */
-  get setResponseTrailer(): Headers | undefined {
+  get usedResponseTrailer(): Headers | undefined {
     return this.#responseTrailer;
   }
 }

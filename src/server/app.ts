@@ -150,10 +150,11 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   const authenticate = (key: string | undefined) => keys.authenticate(key);
   const admit = (caller: Caller) => limiter.admit(caller.keyId);
 
-  // Connect and gRPC-Web calls (POST/GET /<package.Service>/<Method>) are dispatched to connect-node's adapter
-  // before Fastify sees them: Fastify's request and reply objects, hooks and per-request logger cost ~15% of a
-  // Connect call in the benchmarks and add nothing a call needs. They get the same request id, access-log line
-  // and HTTP metrics as the REST routes below; everything else goes to Fastify.
+  // Connect and gRPC-Web calls (POST/GET /<package.Service>/<Method>) are dispatched to the RPC handlers (the
+  // Connect unary path, else connect-node's adapter) before Fastify sees them: Fastify's request and reply
+  // objects, hooks and per-request logger cost ~15% of a Connect call in the benchmarks and add nothing a call
+  // needs. They get the same request id, access-log line and HTTP metrics as the REST routes below; everything
+  // else goes to Fastify.
   let rpc: ((req: IncomingMessage, res: ServerResponse, path: string) => void) | null = null;
   const http = Fastify({
     serverFactory: (fastify) =>

@@ -83,6 +83,22 @@ const statusOf = (e: unknown): number | undefined =>
     ? e.statusCode
     : undefined;
 
+/**
+ * Unpauses a container; one that is gone (404) or not paused (409) is fine. The engine may also answer 500 "…is
+ * not paused" (its record said paused while the container's cgroup was already thawed, seen under load): the
+ * wanted state holds then too.
+ */
+export async function unpause(container: { unpause(): Promise<unknown> }): Promise<void> {
+  try {
+    await container.unpause();
+  } catch (e: unknown) {
+    const status = statusOf(e);
+    if (status === 404 || status === 409) return;
+    if (status === 500 && e instanceof Error && /is not paused/i.test(e.message)) return;
+    throw e;
+  }
+}
+
 /** Runs `fn`, treating the given engine statuses (e.g. 404 not found, 304 not modified) as success. */
 async function tolerate(statuses: number[], fn: () => Promise<unknown>): Promise<void> {
   try {
@@ -202,7 +218,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
   ): Promise<void> => {
     const container = docker.getContainer(containerId);
     // A paused container cannot act on SIGTERM: unpause first so that the stop is graceful.
-    if (paused) await tolerate([404, 409], () => container.unpause());
+    if (paused) await unpause(container);
     await tolerate([304, 404], () => container.stop({ t: stopTimeoutSeconds }));
     await tolerate([404], () => container.remove({ force: true, v: true }));
     if (volume) await removeVolume(volume);
@@ -350,8 +366,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
     async resume(handle: RuntimeHandle): Promise<RuntimeHandle> {
       const [data, info] = await requireManaged(handle);
       const container = docker.getContainer(data.containerId);
-      if (info.State.Paused || info.State.Status === "paused")
-        await tolerate([409], () => container.unpause());
+      if (info.State.Paused || info.State.Status === "paused") await unpause(container);
       else if (info.State.Status === "exited" || info.State.Status === "created") {
         await tolerate([304], () => container.start());
       }

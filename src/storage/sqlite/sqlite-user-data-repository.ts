@@ -163,8 +163,8 @@ export function createSqliteUserDataRepository(
     else walSync.whenDurable(settle);
   };
 
-  const readDurable = (userId: string, probe = true): Versioned<UserData> | null => {
-    if (probe) dropIfChangedElsewhere();
+  const readDurable = (userId: string): Versioned<UserData> | null => {
+    dropIfChangedElsewhere();
     const cached = parsed.get(userId);
     if (cached !== undefined) return cached;
     const row = select.get(userId);
@@ -188,9 +188,7 @@ export function createSqliteUserDataRepository(
         const queued = queuedState.get(userId);
         if (queued !== undefined)
           return { version: queued.version, value: JSON.parse(queued.value) as UserData };
-        // No data_version probe: if another connection wrote meanwhile, the compare-and-set that follows fails (and
-        // drops the cached entry), and the caller's retry reads the row again.
-        const durable = readDurable(userId, false);
+        const durable = readDurable(userId);
         return durable === null ? null : { version: durable.version, value: cloneJson(durable.value) };
       }),
     compareAndSet: (userId, expectedVersion, next) => {
