@@ -4,7 +4,7 @@ import { callerValues } from "../core/context.ts";
 import type { FieldViolation } from "../core/errors.ts";
 import { ValidationError } from "../core/errors.ts";
 import type { Admit, Authenticate } from "../rpc/auth-gate.ts";
-import { lazyHandlerContext } from "../rpc/handler-context.ts";
+import { abortOnClientGone, lazyHandlerContext } from "../rpc/handler-context.ts";
 import type { ServiceBinding } from "../rpc/service-registry.ts";
 import { frameworkError, type RestError, toRestError, validationBody } from "./rest-errors.ts";
 import type { RestRoute } from "./rest-route.ts";
@@ -162,21 +162,16 @@ export function restGateway(options: RestGatewayOptions) {
 const closeControllers = new WeakMap<FastifyReply, AbortController>();
 
 /**
- * The request's cancellation: aborted when the client goes away before the answer is complete. The response's
- * "close" tells (not the request's: that fires as soon as a body has been read). Made on first use, once.
+ * The request's cancellation: aborted when the client goes away before the answer is complete. Made on first use,
+ * once per reply.
  */
 function closeController(reply: FastifyReply): AbortController {
   let controller = closeControllers.get(reply);
-  if (controller !== undefined) return controller;
-  const made = new AbortController();
-  controller = made;
-  closeControllers.set(reply, made);
-  if (reply.raw.destroyed && !reply.raw.writableFinished) made.abort();
-  else
-    reply.raw.once("close", () => {
-      if (!reply.raw.writableFinished) made.abort();
-    });
-  return made;
+  if (controller === undefined) {
+    controller = abortOnClientGone(reply.raw);
+    closeControllers.set(reply, controller);
+  }
+  return controller;
 }
 
 function restError(err: unknown, r: RestRoute): RestError {

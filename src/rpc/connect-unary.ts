@@ -20,7 +20,7 @@ import {
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import { callerValues } from "../core/context.ts";
 import { type Admit, type Authenticate, admittedCaller } from "./auth-gate.ts";
-import { LazyHandlerContext } from "./handler-context.ts";
+import { abortOnClientGone, LazyHandlerContext } from "./handler-context.ts";
 import type { ServiceBinding } from "./service-registry.ts";
 
 export interface ConnectUnaryOptions {
@@ -377,13 +377,10 @@ function nodeHeaders(header: Headers): Record<string, string | string[]> {
  * asks), with connect's reasons.
  */
 function callSignal(res: ServerResponse, deadline: number | undefined): AbortSignal {
-  const abort = new AbortController();
-  const gone = () => {
-    if (!res.writableFinished && !abort.signal.aborted)
-      abort.abort(new ConnectError("the client closed the connection", Code.Canceled));
-  };
-  if (res.closed) gone();
-  else res.once("close", gone);
+  const abort = abortOnClientGone(
+    res,
+    () => new ConnectError("the client closed the connection", Code.Canceled),
+  );
   if (deadline !== undefined && !abort.signal.aborted) {
     const timer = setTimeout(
       () => abort.abort(new ConnectError("the operation timed out", Code.DeadlineExceeded)),

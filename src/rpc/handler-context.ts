@@ -1,3 +1,4 @@
+import type { ServerResponse } from "node:http";
 import type { DescMethod, DescService } from "@bufbuild/protobuf";
 import type { ContextValues, HandlerContext } from "@connectrpc/connect";
 
@@ -89,4 +90,18 @@ export class LazyHandlerContext implements HandlerContext {
   get usedResponseTrailer(): Headers | undefined {
     return this.#responseTrailer;
   }
+}
+
+/**
+ * An AbortController aborted (with `reason()`, if given) when the client goes away before the answer is complete:
+ * the response's "close" tells (not the request's, which fires as soon as a body has been read).
+ */
+export function abortOnClientGone(res: ServerResponse, reason?: () => unknown): AbortController {
+  const controller = new AbortController();
+  const gone = (): void => {
+    if (!res.writableFinished && !controller.signal.aborted) controller.abort(reason?.());
+  };
+  if (res.destroyed) gone();
+  else res.once("close", gone);
+  return controller;
 }

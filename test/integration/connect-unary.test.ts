@@ -11,7 +11,7 @@ import { brotliCompressSync, gzipSync } from "node:zlib";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { connectNodeAdapter, createConnectTransport } from "@connectrpc/connect-node";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import type { Caller } from "../../src/core/context.ts";
 import { requireCaller } from "../../src/core/context.ts";
 import { resourceExhausted } from "../../src/core/errors.ts";
@@ -61,6 +61,16 @@ const binding = bind(SettingsService, {
       case "async":
         await sleep(2);
         break;
+      case "await-signal":
+        // Waits for the call's signal (deadline or client gone) and fails with its reason.
+        waiting.push(Date.now());
+        await new Promise((_, reject) => {
+          ctx.signal.addEventListener("abort", () => {
+            aborts.push(ctx.signal.reason);
+            reject(ctx.signal.reason);
+          });
+        });
+        break;
       case "big":
         return { settings: { ...settings, language: "x".repeat(3000) } };
     }
@@ -82,6 +92,8 @@ const binding = bind(SettingsService, {
 });
 
 const calls: { method: string; code: number }[] = [];
+const aborts: unknown[] = [];
+const waiting: number[] = [];
 let fast: Server;
 let reference: Server;
 beforeAll(async () => {
@@ -316,6 +328,18 @@ describe("Connect unary fast path answers exactly what connect-node's adapter an
       expect((await same(GET_SETTINGS, json("good", { "connect-timeout-ms": bad }), "{}")).status).toBe(400);
   });
 
+  it("a service waiting on its signal is stopped at the Connect-Timeout-Ms deadline", async () => {
+    const timedOut = await same(
+      GET_SETTINGS,
+      json("good", { "x-mode": "await-signal", "connect-timeout-ms": "30" }),
+      "{}",
+    );
+    expect([timedOut.status, JSON.parse(timedOut.body.toString())]).toEqual([
+      504,
+      { code: "deadline_exceeded", message: "the operation timed out" },
+    ]);
+  });
+
   it("leaves the rest to the adapter: GET, streaming and unknown content types", async () => {
     const before = calls.length;
     await same(
@@ -401,5 +425,25 @@ describe("Connect unary fast path", () => {
       code: "resource_exhausted",
       message: `message size is larger than configured readMaxBytes ${READ_MAX}`,
     });
+  });
+
+  it("aborts a service's signal with CANCELED when the client goes away before the answer", async () => {
+    const { port } = fast.address() as AddressInfo;
+    const before = aborts.length;
+    const req = request({
+      host: "127.0.0.1",
+      port,
+      path: GET_SETTINGS,
+      method: "POST",
+      headers: json("good", { "x-mode": "await-signal" }),
+      agent: false,
+    });
+    req.on("error", () => {});
+    const started = waiting.length;
+    req.end("{}");
+    await vi.waitFor(() => expect(waiting.length).toBe(started + 1)); // the service is waiting on its signal
+    req.destroy();
+    await vi.waitFor(() => expect(aborts.length).toBe(before + 1));
+    expect(aborts.at(-1)).toMatchObject({ code: Code.Canceled });
   });
 });
