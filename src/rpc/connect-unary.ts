@@ -350,7 +350,7 @@ function isEmpty(headers: Headers): boolean {
 function lengthHint(value: string | undefined): number | undefined {
   if (value === undefined) return undefined;
   const n = Number.parseInt(value, 10);
-  return Number.isInteger(n) && n >= 0 ? n : undefined;
+  return Number.isSafeInteger(n) && n >= 0 ? n : undefined;
 }
 
 /** The request headers as a fetch Headers object (for services that read ctx.requestHeader). */
