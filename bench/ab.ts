@@ -2,10 +2,11 @@
 // [rounds] [seconds]`, where each dir holds a compiled `dist/` (e.g. `git worktree add /tmp/a <commit> && (cd
 // /tmp/a && npm ci && npm run build)`, or a copy of dist/ inside the checkout so node_modules resolve). Starts A
 // and B one after the other for every round (a fresh server each time, 1 s warm-up), with npm start's Node flags and environment,
-// and prints the req/s of each and the median of the per-round B/A ratios: on a shared machine whose speed moves,
-// only ratios of runs close in time say anything.
+// and prints the req/s and server CPU time per request of each and the medians of the per-round B/A ratios: on a
+// shared machine whose speed moves, only ratios of runs close in time say anything, and CPU per request moves less
+// than req/s when other tenants take the cores.
 import { join, resolve } from "node:path";
-import { runLoad, startCommand, startServer } from "./lib/bench-util.ts";
+import { cpuSeconds, runLoad, startCommand, startServer } from "./lib/bench-util.ts";
 
 const [dirA, dirB, which = "post", roundsArg = "6", secondsArg = "4"] = process.argv.slice(2);
 if (dirA === undefined || dirB === undefined || (which !== "get" && which !== "post")) {
@@ -21,7 +22,13 @@ const body = JSON.stringify({
 
 const start = startCommand();
 
-async function measure(dir: string): Promise<number> {
+/** One build's run: req/s and the server's CPU time (user + system, all threads) per answered request. */
+interface Run {
+  rps: number;
+  cpuUs: number;
+}
+
+async function measure(dir: string): Promise<Run> {
   const service = await startServer<{ port: number; key: string }>({
     name: dir,
     command: process.execPath,
@@ -43,7 +50,10 @@ async function measure(dir: string): Promise<number> {
         durationS,
       });
     await load(1);
-    return (await load(Number(secondsArg))).rps;
+    const before = cpuSeconds(service.pid);
+    const r = await load(Number(secondsArg));
+    const cpuUs = ((cpuSeconds(service.pid) - before) * 1e6) / Math.max(1, r.ok + r.failed);
+    return { rps: r.rps, cpuUs };
   } finally {
     await service.stop();
   }
@@ -51,17 +61,22 @@ async function measure(dir: string): Promise<number> {
 
 const median = (xs: number[]): number =>
   [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)] ?? Number.NaN;
-const a: number[] = [];
-const b: number[] = [];
+const a: Run[] = [];
+const b: Run[] = [];
 for (let round = 1; round <= Number(roundsArg); round++) {
-  a.push(await measure(dirA));
-  b.push(await measure(dirB));
-  const [ra, rb] = [a.at(-1) ?? 0, b.at(-1) ?? 0];
+  const ra = await measure(dirA);
+  const rb = await measure(dirB);
+  a.push(ra);
+  b.push(rb);
   console.log(
-    `round ${round}: A ${Math.round(ra)} req/s · B ${Math.round(rb)} req/s · B/A ${(rb / ra).toFixed(3)}`,
+    `round ${round}: A ${Math.round(ra.rps)} req/s ${ra.cpuUs.toFixed(0)} µs CPU/req · ` +
+      `B ${Math.round(rb.rps)} req/s ${rb.cpuUs.toFixed(0)} µs CPU/req · ` +
+      `B/A ${(rb.rps / ra.rps).toFixed(3)} req/s, ${(rb.cpuUs / ra.cpuUs).toFixed(3)} CPU`,
   );
 }
-const ratios = b.map((x, i) => x / (a[i] ?? Number.NaN));
+const ratio = (f: (r: Run) => number): number => median(b.map((x, i) => f(x) / f(a[i] ?? x)));
 console.log(
-  `median: A ${Math.round(median(a))} req/s · B ${Math.round(median(b))} req/s · B/A ${median(ratios).toFixed(3)}`,
+  `median: A ${Math.round(median(a.map((r) => r.rps)))} req/s ${median(a.map((r) => r.cpuUs)).toFixed(0)} µs CPU/req · ` +
+    `B ${Math.round(median(b.map((r) => r.rps)))} req/s ${median(b.map((r) => r.cpuUs)).toFixed(0)} µs CPU/req · ` +
+    `B/A ${ratio((r) => r.rps).toFixed(3)} req/s, ${ratio((r) => r.cpuUs).toFixed(3)} CPU`,
 );

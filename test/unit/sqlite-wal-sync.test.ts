@@ -6,7 +6,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it, vi } from "vitest";
 import { StorageUnavailableError } from "../../src/core/errors.ts";
 import type { UserData } from "../../src/ports/user-data-repository.ts";
 import { createSqliteStorage, sqliteDatabaseOf } from "../../src/storage/sqlite/sqlite-storage.ts";
@@ -95,6 +95,32 @@ describe("WalSync", () => {
     expect(track(new WalSync(null, ops)).value).toBe("ok");
   });
 
+  it("whenSyncEnds runs after the ending sync's commits were answered; a commit made then starts the next sync", () => {
+    const { ops, syncs } = controlledOps({ "/db-wal": {} });
+    const sync = new WalSync("/db-wal", ops);
+    expect(sync.syncing).toBe(false);
+    expect(() => sync.whenSyncEnds(() => {})).toThrow(/no sync is running/);
+    const events: string[] = [];
+    sync.whenDurable((err) => events.push(`a ${String(err)}`));
+    expect(sync.syncing).toBe(true);
+    let held: { value: string } | undefined;
+    sync.whenSyncEnds(() => {
+      events.push("ended");
+      held = track(sync); // the held-back commit
+      expect(sync.syncing).toBe(true);
+    });
+    const waiting = track(sync); // committed during the sync, not held: covered by the next sync too
+    expect(events).toEqual([]);
+    syncs[0]?.done(null);
+    expect(events).toEqual(["a null", "ended"]);
+    expect(syncs).toHaveLength(2); // one next sync for both
+    expect([held?.value, waiting.value]).toEqual(["pending", "pending"]);
+    syncs[1]?.done(null);
+    expect([held?.value, waiting.value]).toEqual(["ok", "ok"]);
+    expect(sync.syncing).toBe(false);
+    expect(syncs).toHaveLength(2);
+  });
+
   it("close waits for the running sync before closing the file; later commits are answered at once", () => {
     const { ops, syncs, closed } = controlledOps({ "/db-wal": {} });
     const sync = new WalSync("/db-wal", ops);
@@ -146,6 +172,41 @@ describe("SQLite user-data writes over a real file", () => {
     expect(sqliteDatabaseOf(storage).pragma("synchronous", { simple: true })).toBe(2);
     const other = new Database(path, { readonly: true });
     expect(other.prepare("SELECT count(*) AS n FROM user_data").get()).toEqual({ n: 3 });
+    other.close();
+    await storage.close();
+  });
+
+  it("writes queued while the WAL syncs are committed together in one transaction when that sync ends", async () => {
+    const path = join(dir, "held.db");
+    const pending: Cb[] = [];
+    let gate = false;
+    const storage = createSqliteStorage({
+      path,
+      walFileOps: {
+        ...fs,
+        fdatasync: (fd: number, cb: Cb) => (gate ? pending.push(cb) : fs.fdatasync(fd, cb)),
+      } as WalFileOps,
+    });
+    const other = new Database(path, { readonly: true });
+    const count = () => (other.prepare("SELECT count(*) AS n FROM user_data").get() as { n: number }).n;
+    gate = true;
+    const first = storage.userData.compareAndSet("a", 0, doc("a"));
+    await vi.waitFor(() => expect(pending).toHaveLength(1)); // a's batch committed and its sync runs
+    expect(count()).toBe(1);
+    const held = ["b", "c", "d"].map((u) => storage.userData.compareAndSet(u, 0, doc(u)));
+    // Later turns: still held (a commit now would only be covered by the next sync).
+    await new Promise((r) => setImmediate(r));
+    await new Promise((r) => setTimeout(r, 5));
+    expect(count()).toBe(1);
+    // A read for update sees the held writes (so that chained read-modify-writes do not conflict).
+    expect((await storage.userData.get("b", { forUpdate: true }))?.version).toBe(1);
+    (pending.shift() as Cb)(null);
+    expect(await first).toBe(true);
+    expect(count()).toBe(4); // committed as the sync ended, all three in one transaction
+    expect(pending).toHaveLength(1);
+    gate = false;
+    (pending.shift() as Cb)(null);
+    expect(await Promise.all(held)).toEqual([true, true, true]);
     other.close();
     await storage.close();
   });

@@ -47,16 +47,18 @@ export interface SqliteUserDataRepository extends UserDataRepository {
  *
  * Group commit: with `synchronous = FULL` every commit costs a WAL fsync (~0.2 ms here), which capped durable
  * writes at ~2,500/s when each compare-and-set committed on its own. Writes are therefore queued and the writes
- * of one event-loop turn are committed together in one transaction from a `setImmediate` callback; each promise
+ * of one event-loop turn (or of one WAL sync, below) are committed together in one transaction; each promise
  * resolves only after that commit is durable and rejects when it fails (nothing of the batch is kept). The write
  * lock is held only during that synchronous commit, never across turns.
  *
  * Durable off the event loop: given a WalSync (WAL mode on a file), a batch commits under `synchronous = NORMAL`
  * (no fsync in the COMMIT) and its promises are settled once WalSync has fdatasynced the WAL on libuv's thread
- * pool, which makes it exactly as durable as a FULL commit; batches committed during one sync share the next.
- * The event loop serves requests while the disk syncs. A committed batch is visible to reads at once, before its
- * sync completes (its writers are not answered yet): after a power loss or OS crash in that window, a read may
- * have shown a write that was never acknowledged and is gone. Without a WalSync, batches commit under FULL.
+ * pool, which makes it exactly as durable as a FULL commit. The event loop serves requests while the disk syncs.
+ * Writes queued while a sync runs would only be covered by the next sync, so they are held and committed together
+ * when it ends (one transaction per sync rather than one per event-loop turn; no writer is answered later than if
+ * each turn had committed). A committed batch is visible to reads at once, before its sync completes (its writers
+ * are not answered yet): after a power loss or OS crash in that window, a read may have shown a write that was
+ * never acknowledged and is gone. Without a WalSync, batches commit under FULL.
  *
  * Reads answer committed state only, except `get(…, {forUpdate: true})` (the read of a read-modify-write), which
  * also sees the queued writes, so that concurrent read-modify-writes of one user chain within one batch instead of
@@ -201,7 +203,12 @@ export function createSqliteUserDataRepository(
       const conflict = queued !== undefined && queued.version !== expectedVersion;
       if (!conflict) queuedState.set(userId, { version: expectedVersion + 1, value });
       return new Promise<boolean>((resolve, reject) => {
-        if (queue.length === 0) setImmediate(flush);
+        if (queue.length === 0) {
+          // While the WAL syncs, a commit now would wait for the next sync anyway: the batch is held until this
+          // one ends and committed then, so the writes of the whole sync share one transaction.
+          if (walSync?.syncing === true) walSync.whenSyncEnds(flush);
+          else setImmediate(flush);
+        }
         queue.push({ userId, expected: expectedVersion, value, conflict, resolve, reject });
       });
     },

@@ -34,6 +34,8 @@ export class WalSync {
   #closed = false;
   /** Commits waiting for the next sync (made after the running one began). */
   #waiting: Durable[] = [];
+  /** Called when the running sync ends (see whenSyncEnds). */
+  #atEnd: (() => void)[] = [];
 
   /** `path`: the WAL file (`<database>-wal`), or null for a database without one (in-memory): nothing to sync. */
   constructor(path: string | null, ops: WalFileOps = fs) {
@@ -52,6 +54,22 @@ export class WalSync {
     if (!this.#running) this.#start();
   }
 
+  /** Whether an fdatasync is running now: a commit made now is covered only by the next one. */
+  get syncing(): boolean {
+    return this.#running;
+  }
+
+  /**
+   * Calls `fn` when the running sync ends, right after the commits it covered were called back, and before the
+   * next sync starts: a commit made in `fn` is covered by that next sync, which it starts. A writer whose commit
+   * would only wait for the next sync anyway can hold it back until then and commit everything held in one
+   * transaction. Only while {@link syncing}; `fn` must not throw.
+   */
+  whenSyncEnds(fn: () => void): void {
+    if (!this.#running) throw new Error("whenSyncEnds: no sync is running");
+    this.#atEnd.push(fn);
+  }
+
   /** Closes the WAL file once no sync is running; later calls of whenDurable are answered at once. */
   close(): void {
     this.#closed = true;
@@ -66,11 +84,15 @@ export class WalSync {
       this.#running = false;
       const error = err === null ? null : new StorageUnavailableError(err);
       for (const done of group) done(error);
-      if (this.#waiting.length > 0) {
+      const atEnd = this.#atEnd;
+      this.#atEnd = [];
+      for (const fn of atEnd) fn();
+      // A commit made in an atEnd callback may have started the next sync already.
+      if (!this.#running && this.#waiting.length > 0) {
         if (this.#closed) for (const done of this.#waiting.splice(0)) done(null);
         else this.#start();
       }
-      if (this.#closed) this.#closeFd();
+      if (this.#closed && !this.#running) this.#closeFd();
     });
   }
 
