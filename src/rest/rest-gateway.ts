@@ -61,9 +61,13 @@ export function restGateway(options: RestGatewayOptions) {
   const impls = new Map(options.bindings.map((b) => [b.desc.typeName, b]));
   return async (app: FastifyInstance): Promise<void> => {
     app.removeAllContentTypeParsers();
-    app.addContentTypeParser("*", { parseAs: "string" }, (_req, body, done) =>
-      done(null, parseJsonBody(body as string)),
-    );
+    const parse = (_req: FastifyRequest, body: string | Buffer, done: (err: null, body: unknown) => void) =>
+      done(null, parseJsonBody(body as string));
+    // Every body is read as JSON whatever its content type, as FastAPI does. application/json is registered by
+    // name too: Fastify caches the parser it finds by name per content-type header, but looks for the catch-all
+    // again (parsing the header into a new object) on every request.
+    app.addContentTypeParser("application/json", { parseAs: "string" }, parse);
+    app.addContentTypeParser("*", { parseAs: "string" }, parse);
 
     const unauthorized = (reply: FastifyReply): void => {
       void reply.code(401).headers(NO_CACHE).send({ detail: "Unauthorized" });

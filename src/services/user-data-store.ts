@@ -28,7 +28,8 @@ export class UserDataStore {
       // The read for update is our own copy: the mutation edits it in place.
       const current = await this.#repo.get(userId, { forUpdate: true });
       const draft = current?.value ?? cloneJson(EMPTY);
-      const result = await mutate(draft);
+      const returned = mutate(draft);
+      const result = returned instanceof Promise ? await returned : returned;
       if (await this.#repo.compareAndSet(userId, current?.version ?? 0, draft)) return result;
       await new Promise((r) => setTimeout(r, Math.random() * Math.min(50, 2 ** attempt)));
     }
