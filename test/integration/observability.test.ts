@@ -190,6 +190,38 @@ describe("metrics, readiness, request ids", () => {
   });
 });
 
+describe("REST access log", () => {
+  it("writes one line per request with the request id, as a request child logger would", async () => {
+    const lines: Record<string, unknown>[] = [];
+    const logged = await startTestApp({
+      logger: { level: "info", stream: { write: (line: string) => lines.push(JSON.parse(line)) } },
+    });
+    try {
+      const k = await logged.keyFor("rest-obs");
+      const res = await fetch(`${logged.url}/api/settings`, {
+        method: "POST",
+        headers: { "x-session-api-key": k, "content-type": "application/json", "x-request-id": "rest-1" },
+        body: JSON.stringify({ language: "fr" }),
+      });
+      expect(res.status).toBe(200);
+      const mine = lines.filter((l) => l.reqId === "rest-1");
+      expect(mine).toHaveLength(1);
+      expect(mine[0]).toMatchObject({
+        level: 30,
+        msg: "request completed",
+        method: "POST",
+        url: "/api/settings",
+        route: "/api/settings",
+        statusCode: 200,
+      });
+      expect(Object.keys(mine[0] ?? {}).slice(0, 5)).toEqual(["level", "time", "pid", "hostname", "reqId"]);
+      expect(typeof mine[0]?.ms).toBe("number");
+    } finally {
+      await logged.close();
+    }
+  });
+});
+
 describe("Connect calls on the HTTP port", () => {
   it("get request ids, one access-log line each and the HTTP and RPC metrics, as REST requests do", async () => {
     const lines: Record<string, unknown>[] = [];
