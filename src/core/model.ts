@@ -174,7 +174,15 @@ export function setOwn(target: Record<string, unknown>, key: string, value: unkn
   else target[key] = value;
 }
 
-/** Own property read that ignores anything inherited (`constructor`, `toString`, ...). */
+/** `[...loc, key]`, without the spread's iteration (half the time; it runs for every field present in a body). */
+function childLoc(loc: Loc, key: string | number): Loc {
+  const n = loc.length;
+  const out = new Array<string | number>(n + 1);
+  for (let i = 0; i < n; i++) out[i] = loc[i] as string | number;
+  out[n] = key;
+  return out;
+}
+
 /** Python truthiness of a JSON value (`v or default` in validators). */
 export function pyFalsy(v: unknown): boolean {
   if (v === null || v === undefined || v === false || v === 0 || v === "") return true;
@@ -627,7 +635,7 @@ export function list<T>(item: Schema<T>, opts: ListOptions = {}): Schema<T[]> {
       let ok = true;
       for (let i = 0; i < input.length; i++) {
         if (issues.length >= MAX_ISSUES) return INVALID;
-        const v = item.parse(input[i], [...loc, i], issues);
+        const v = item.parse(input[i], childLoc(loc, i), issues);
         if (v === INVALID) ok = false;
         else out.push(v);
       }
@@ -675,7 +683,7 @@ export function dict<T>(value: Schema<T>, opts: DictOptions = {}): Schema<Record
         if (issues.length >= MAX_ISSUES) return INVALID;
         let k: string | Invalid = key;
         if (opts.key !== undefined) k = opts.key.parse(key, [...loc, key, "[key]"], issues);
-        const v = value.parse(input[key], [...loc, key], issues);
+        const v = value.parse(input[key], childLoc(loc, key), issues);
         if (k === INVALID || v === INVALID) ok = false;
         else setOwn(out, k, v);
       }
@@ -759,7 +767,7 @@ export function object<const F extends Record<string, Field<unknown>>>(
       for (const [key, f] of entries) {
         if (issues.length >= MAX_ISSUES) return INVALID;
         if (Object.hasOwn(input, key)) {
-          const v = f.schema.parse(input[key], [...loc, key], issues);
+          const v = f.schema.parse(input[key], childLoc(loc, key), issues);
           if (v === INVALID) ok = false;
           else setOwn(out, key, v);
         } else if (f.required === true) {
@@ -886,7 +894,7 @@ export function union<const M extends readonly UnionMember<unknown>[]>(
       const collected: FieldViolation[] = [];
       for (const m of members) {
         const local: FieldViolation[] = [];
-        const v = m.schema.parse(input, [...loc, m.tag], local);
+        const v = m.schema.parse(input, childLoc(loc, m.tag), local);
         if (v !== INVALID) return v as Out;
         collected.push(...local);
       }
@@ -919,7 +927,7 @@ export function taggedUnion<const M extends Record<string, Schema<unknown>>>(
       const tag = input[field];
       const member = typeof tag === "string" && Object.hasOwn(members, tag) ? members[tag] : undefined;
       if (member !== undefined) {
-        const v = member.parse(input, [...loc, tag as string], issues);
+        const v = member.parse(input, childLoc(loc, tag as string), issues);
         return v === INVALID ? INVALID : ({ kind: tag, value: v } as Out);
       }
       if (tag === undefined) {
