@@ -7,7 +7,7 @@
 import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { type LoadResult, ROOT, runLoad, startServer } from "./lib/bench-util.ts";
+import { type LoadResult, ROOT, runLoad, startCommand, startServer } from "./lib/bench-util.ts";
 import type { Fixture } from "./servers/fixture.ts";
 
 const which = process.argv[2] ?? "rest-get";
@@ -67,10 +67,19 @@ function load(key: string, httpPort: number, grpcPort: number): Promise<LoadResu
   throw new Error(`unknown load ${which}`);
 }
 
+// With npm start's Node flags and environment (memory settings), as the benchmarks run the service.
+const start = startCommand();
 const service = await startServer<{ port: number; grpcPort: number; key: string }>({
   name: "service",
   command: process.execPath,
-  args: ["--cpu-prof", `--cpu-prof-dir=${join(dir, "service")}`, serverScript("service"), ...extra],
+  args: [
+    ...start.flags,
+    "--cpu-prof",
+    `--cpu-prof-dir=${join(dir, "service")}`,
+    serverScript("service"),
+    ...extra,
+  ],
+  env: start.env,
   logPath: join(dir, "service.log"),
 });
 const { port, grpcPort, key } = service.info;
