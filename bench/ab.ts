@@ -1,7 +1,7 @@
 // A/B comparison of two builds of the service under one REST load: `node bench/ab.ts <dirA> <dirB> [get|post]
 // [rounds] [seconds]`, where each dir holds a compiled `dist/` (e.g. `git worktree add /tmp/a <commit> && (cd
 // /tmp/a && npm ci && npm run build)`, or a copy of dist/ inside the checkout so node_modules resolve). Starts A
-// and B one after the other for every round (a fresh server each time, 1 s warm-up), with npm start's Node flags and environment,
+// and B one after the other for every round (a fresh server each time, 1 s warm-up), with npm start's Node flags and environment (plus AB_FLAGS_A / AB_FLAGS_B),
 // and prints the req/s and server CPU time per request of each and the medians of the per-round B/A ratios: on a
 // shared machine whose speed moves, only ratios of runs close in time say anything, and CPU per request moves less
 // than req/s when other tenants take the cores.
@@ -28,11 +28,14 @@ interface Run {
   cpuUs: number;
 }
 
-async function measure(dir: string): Promise<Run> {
+/** Extra Node flags for one side (`AB_FLAGS_A`, `AB_FLAGS_B`, space-separated), e.g. to compare V8 settings. */
+const extraFlags = (name: string): string[] => (process.env[name] ?? "").split(" ").filter(Boolean);
+
+async function measure(dir: string, flags: string[]): Promise<Run> {
   const service = await startServer<{ port: number; key: string }>({
     name: dir,
     command: process.execPath,
-    args: [...start.flags, join(resolve(dir), "dist/bench/servers/service.js")],
+    args: [...start.flags, ...flags, join(resolve(dir), "dist/bench/servers/service.js")],
     env: start.env,
     logPath: "/dev/null",
   });
@@ -64,8 +67,8 @@ const median = (xs: number[]): number =>
 const a: Run[] = [];
 const b: Run[] = [];
 for (let round = 1; round <= Number(roundsArg); round++) {
-  const ra = await measure(dirA);
-  const rb = await measure(dirB);
+  const ra = await measure(dirA, extraFlags("AB_FLAGS_A"));
+  const rb = await measure(dirB, extraFlags("AB_FLAGS_B"));
   a.push(ra);
   b.push(rb);
   console.log(

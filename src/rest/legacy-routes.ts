@@ -1,4 +1,5 @@
 import { create, fromJson, type JsonObject, toJson } from "@bufbuild/protobuf";
+import type { ContextValues } from "@connectrpc/connect";
 import { invalid } from "../core/errors.ts";
 import {
   bool,
@@ -21,8 +22,9 @@ import {
   SettingsService,
   StoreSettingsRequestSchema,
 } from "../gen/workspace/v1/settings_pb.js";
-import { mcpConfigSchema } from "../services/settings/mcp-model.ts";
+import { type McpConfigInput, mcpConfigSchema } from "../services/settings/mcp-model.ts";
 import { PROVIDERS, SECRET_FIELDS, SETTINGS_FIELDS } from "../services/settings/settings-fields.ts";
+import { validatedSettingsBody } from "../services/settings/settings-service.ts";
 import type { JsonSchema, SchemaBuilder } from "./openapi.ts";
 import { type RestRoute, route } from "./rest-route.ts";
 
@@ -115,8 +117,12 @@ function body<T>(schema: Schema<T>, value: unknown): T {
   return validate(schema, value, ["body"]);
 }
 
-/** Settings body → StoreSettingsRequest: present fields go into `settings`, nulls into `reset_fields`. */
-function bindStoreSettings(value: Record<string, unknown>) {
+/**
+ * Settings body → StoreSettingsRequest: present fields go into `settings`, nulls into `reset_fields`. The body
+ * as validated goes to the service too (see ValidatedSettingsBody), so that it is not converted and validated
+ * again there.
+ */
+function bindStoreSettings(value: Record<string, unknown>, values: ContextValues) {
   const settings: JsonObject = {};
   const reset: string[] = [];
   for (const [k, v] of Object.entries(value)) {
@@ -126,10 +132,15 @@ function bindStoreSettings(value: Record<string, unknown>) {
       settings[k] = v as JsonObject;
     }
   }
-  return create(StoreSettingsRequestSchema, {
+  const request = create(StoreSettingsRequestSchema, {
     settings: fromJson(SettingsSchema, settings, { ignoreUnknownFields: false }),
     resetFields: reset,
   });
+  values.set(validatedSettingsBody, {
+    settings,
+    mcp: settings.mcp_config === undefined ? undefined : (settings.mcp_config as unknown as McpConfigInput),
+  });
+  return request;
 }
 
 /** GetSettingsResponse → the reference's flat GET /api/settings body. */
@@ -261,7 +272,8 @@ export const legacyRoutes: RestRoute[] = [
     bodyRequired: true,
     summary: "Store settings in full or in part (merge)",
     docs: { body: settingsBodySchema },
-    bind: ({ body: b }) => bindStoreSettings(body(settingsBodySchema, b) as Record<string, unknown>),
+    bind: ({ body: b, values }) =>
+      bindStoreSettings(body(settingsBodySchema, b) as Record<string, unknown>, values),
     shape: message,
   }),
   route({

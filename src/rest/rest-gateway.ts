@@ -123,10 +123,12 @@ export function restGateway(options: RestGatewayOptions) {
               { type: "missing", loc: ["body"], msg: "Field required", input: null },
             ]);
           }
+          const values = callerValues(req.caller as Caller);
           const input = r.bind({
             body,
             query: req.query as Record<string, string | string[] | undefined>,
             params: req.params as Record<string, string>,
+            values,
           });
           const ctx = lazyHandlerContext({
             service: r.service,
@@ -136,7 +138,7 @@ export function restGateway(options: RestGatewayOptions) {
             url: req.url,
             // Made when a service first uses the signal (streams always do); most unary methods never look at it.
             signal: () => closeController(reply).signal,
-            values: callerValues(req.caller as Caller),
+            values,
           });
           if (r.stream === true) {
             const abort = closeController(reply);

@@ -1,4 +1,5 @@
 import type { DescService } from "@bufbuild/protobuf";
+import type { ContextValues } from "@connectrpc/connect";
 import type { RouteDocs } from "./openapi.ts";
 import type { Dialect } from "./rest-errors.ts";
 
@@ -8,6 +9,11 @@ export interface RestInput {
   body: unknown;
   query: Record<string, string | string[] | undefined>;
   params: Record<string, string>;
+  /**
+   * The context values the service method will see (`ctx.values`, the caller already set): a binder may hand the
+   * service what it already knows about the request under a key the service defines.
+   */
+  values: ContextValues;
 }
 
 /**

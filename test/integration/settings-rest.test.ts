@@ -1,8 +1,11 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
+import { fromJson } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { SettingsSchema, SettingsService } from "../../src/gen/workspace/v1/settings_pb.js";
 import { HttpGitProviderVerifier } from "../../src/integrations/http-git-provider-verifier.ts";
 import { type FakeProvider, startFakeProvider } from "../helpers/fake-git-provider.ts";
+import { connectClient } from "../helpers/rpc-clients.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
 
 let t: TestApp;
@@ -474,5 +477,79 @@ describe("isolation and at-rest encryption", () => {
     });
     for (const content of files) expect(content).not.toMatch(/PLAINTEXT-(LLM-KEY|SEARCH-KEY|CUSTOM-SECRET)/);
     expect(files.join("")).not.toContain(key);
+  });
+});
+
+describe("POST /api/settings and Connect StoreSettings", () => {
+  // The REST binder hands the service the body as its model validated it, instead of the service converting the
+  // request message back to JSON and validating the MCP config again: both ways must store the same settings.
+  it("store the same settings for the same body", async () => {
+    const settings = {
+      language: "de",
+      agent: "CodeActAgent",
+      max_iterations: 42,
+      security_analyzer: "llm",
+      confirmation_mode: true,
+      llm_model: "anthropic/claude-sonnet-4-5-20250929",
+      llm_api_key: "sk-test",
+      llm_base_url: "https://llm.example.com/v1",
+      remote_runtime_resource_factor: 2,
+      enable_default_condenser: false,
+      enable_sound_notifications: true,
+      enable_proactive_conversation_starters: false,
+      user_consents_to_analytics: true,
+      sandbox_base_container_image: "python:3.12",
+      max_budget_per_task: 12.5,
+      condenser_max_size: 120,
+      email: "a@example.com",
+      git_user_name: "A",
+      git_user_email: "a@example.com",
+      v1_enabled: true,
+      search_api_key: "search-secret",
+      mcp_config: {
+        sse_servers: [
+          { url: " https://sse.example.com/sse ", api_key: "sse-key" },
+          { url: "wss://w.example.com" },
+        ],
+        stdio_servers: [{ name: "fs", command: "npx", args: ["-y", "@mcp/fs"], env: { TOKEN: "t" } }],
+        shttp_servers: [
+          { url: "http://h.example.com/mcp", api_key: "k", timeout: 30 },
+          { url: "https://h2.example.com" },
+        ],
+      },
+      secrets_store: { custom_secrets: { OPENAI: { secret: "s1", description: "d" } } },
+    };
+    const restKey = await t.keyFor("same-rest");
+    expect((await api(restKey, "POST", "/api/settings", settings)).status).toBe(200);
+    const rpcKey = await t.keyFor("same-rpc");
+    const client = connectClient(SettingsService, t.url, rpcKey);
+    await client.storeSettings({ settings: fromJson(SettingsSchema, settings), resetFields: [] });
+    const [viaRest, viaRpc] = await Promise.all([
+      api(restKey, "GET", "/api/settings"),
+      api(rpcKey, "GET", "/api/settings"),
+    ]);
+    expect(viaRest.status).toBe(200);
+    expect(viaRest.body).toEqual(viaRpc.body);
+    const docs = await Promise.all(["same-rest", "same-rpc"].map((u) => t.storage.userData.get(u)));
+    const s = t.app.services.settings;
+    expect(s.openMcp("same-rest", docs[0]?.value.settings?.mcp_config)).toEqual(
+      s.openMcp("same-rpc", docs[1]?.value.settings?.mcp_config),
+    );
+    expect(Object.keys(docs[0]?.value.settings ?? {}).sort()).toEqual(
+      Object.keys(docs[1]?.value.settings ?? {}).sort(),
+    );
+  });
+
+  it('keep an SHTTP server\'s "timeout": null over REST, as the reference does (its default is 60)', async () => {
+    const key = await t.keyFor("timeout-null");
+    const mcp = {
+      shttp_servers: [{ url: "https://a.example.com", timeout: null }, { url: "https://b.example.com" }],
+    };
+    expect((await api(key, "POST", "/api/settings", { mcp_config: mcp })).status).toBe(200);
+    const g = await api(key, "GET", "/api/settings");
+    expect((g.body as { mcp_config: { shttp_servers: unknown } }).mcp_config.shttp_servers).toEqual([
+      { url: "https://a.example.com", api_key: null, timeout: null },
+      { url: "https://b.example.com", api_key: null, timeout: 60 },
+    ]);
   });
 });

@@ -1,5 +1,11 @@
 import { create, fromJson, type JsonObject, type JsonValue, toJson } from "@bufbuild/protobuf";
-import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import {
+  Code,
+  ConnectError,
+  createContextKey,
+  type HandlerContext,
+  type ServiceImpl,
+} from "@connectrpc/connect";
 import { requireCaller } from "../../core/context.ts";
 import { type FieldViolation, notFound, ValidationError } from "../../core/errors.ts";
 import { parseModel } from "../../core/model.ts";
@@ -37,6 +43,22 @@ type StoredMcp = {
 };
 
 const isSecretField = (f: string): boolean => (SECRET_FIELDS as readonly string[]).includes(f);
+
+/**
+ * A StoreSettings request as a transport already validated it with the REST model (the reference's `Settings`,
+ * whose MCP part is `mcpConfigSchema` too): `settings`, the present non-null fields as JSON (what `settings` of
+ * the message converts to), and `mcp`, the validated MCP config when `mcp_config` is among them. Set by the REST
+ * binder of POST /api/settings; the service then neither converts the message back to JSON nor validates the MCP
+ * config a second time, and keeps what the JSON says where the message cannot (`"timeout": null` of an SHTTP
+ * server stays null, as in the reference, where an unset optional field would read as its default of 60).
+ */
+export interface ValidatedSettingsBody {
+  settings: JsonObject;
+  mcp: McpConfigInput | undefined;
+}
+export const validatedSettingsBody = createContextKey<ValidatedSettingsBody | undefined>(undefined, {
+  description: "StoreSettings request validated by the REST model",
+});
 
 /**
  * The legacy settings API: merge-on-store settings, write-only secrets sealed at rest, masked MCP keys, and git
@@ -81,9 +103,10 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
    */
   async storeSettings(req: StoreSettingsRequest, ctx: HandlerContext): Promise<StoreSettingsResponse> {
     const { userId } = requireCaller(ctx);
-    const incoming = (
-      req.settings ? toJson(SettingsSchema, req.settings, { useProtoFieldName: true }) : {}
-    ) as JsonObject;
+    const validated = ctx.values.get(validatedSettingsBody);
+    const incoming =
+      validated?.settings ??
+      ((req.settings ? toJson(SettingsSchema, req.settings, { useProtoFieldName: true }) : {}) as JsonObject);
     const issues: FieldViolation[] = [];
     req.resetFields.forEach((f, i) => {
       if (!RESETTABLE_FIELDS.has(f) && !isSecretField(f) && f !== "secrets_store") {
@@ -106,9 +129,11 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
       });
     }
     const mcp =
-      incoming.mcp_config === undefined
-        ? undefined
-        : parseModel(mcpConfigSchema, incoming.mcp_config, ["mcp_config"], issues);
+      validated !== undefined
+        ? validated.mcp
+        : incoming.mcp_config === undefined
+          ? undefined
+          : parseModel(mcpConfigSchema, incoming.mcp_config, ["mcp_config"], issues);
     const tokens = validateProviderKeys(
       (incoming.secrets_store as JsonObject | undefined)?.provider_tokens,
       ["secrets_store", "provider_tokens"],
