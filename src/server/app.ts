@@ -41,6 +41,7 @@ import { type SandboxSpec, SandboxSpecService } from "../services/sandboxes/sand
 import { SecretsService } from "../services/secrets/secrets-service.ts";
 import { SettingsService } from "../services/settings/settings-service.ts";
 import { UserDataStore } from "../services/user-data-store.ts";
+import { createAccessLog } from "./access-log.ts";
 import { registerDocs } from "./docs.ts";
 import { instrumentStorage, Metrics } from "./metrics.ts";
 import { LazyRequestLogger } from "./request-logger.ts";
@@ -186,6 +187,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     return reply.code(500).send({ detail: "Internal Server Error" });
   });
   log = (msg, data) => http.log.warn(data ?? {}, msg);
+  const access = createAccessLog(http.log);
   http.setNotFoundHandler((_req, reply) => reply.code(404).headers(NO_CACHE).send({ detail: "Not Found" }));
   // Request ids: taken from x-request-id when given, generated otherwise; in every log line and echoed back.
   http.addHook("onRequest", (req, reply, done) => {
@@ -197,7 +199,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     metrics.http(req.method, route, reply.statusCode, reply.elapsedTime / 1000);
     if (!QUIET_PATHS.has(route)) {
       // Through the server's logger with the request id first: the same line req.log would write.
-      http.log.info(
+      access(
         {
           reqId: req.id,
           method: req.method,
@@ -291,16 +293,16 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     res.once("close", () => {
       const ms = performance.now() - started;
       metrics.http(req.method ?? "", route, res.statusCode, ms / 1000);
-      if (res.writableFinished)
-        http.log.info(
-          { reqId, method: req.method, url: req.url, route, statusCode: res.statusCode, ms },
-          "request completed",
-        );
-      else
-        http.log.info(
-          { reqId, method: req.method, url: req.url, route, statusCode: res.statusCode, ms, aborted: true },
-          "request aborted by the client",
-        );
+      const entry = {
+        reqId,
+        method: req.method ?? "",
+        url: req.url ?? "",
+        route,
+        statusCode: res.statusCode,
+        ms,
+      };
+      if (res.writableFinished) access(entry, "request completed");
+      else access({ ...entry, aborted: true }, "request aborted by the client");
     });
     if (closing) {
       // As Fastify answers while closing (return503OnClosing), in Connect's error shape.
