@@ -197,35 +197,49 @@ export class Metrics {
  * (`operation` = "<repository>.<method>"). Behaviour is unchanged: results and errors pass through.
  */
 export function instrumentStorage(storage: Storage, metrics: Metrics): Storage {
+  /** `method` timed into its two series (its promise's outcome; a synchronous throw becomes a rejection). */
+  const timed = (operation: string, method: (...a: unknown[]) => unknown) => {
+    const ok = metrics.storageDuration.series(operation, "ok");
+    const failed = metrics.storageDuration.series(operation, "error");
+    return (...args: unknown[]): Promise<unknown> => {
+      const started = performance.now();
+      let result: unknown;
+      try {
+        result = method(...args);
+      } catch (err) {
+        failed.observe((performance.now() - started) / 1000);
+        return Promise.reject(err);
+      }
+      return Promise.resolve(result).then(
+        (value) => {
+          ok.observe((performance.now() - started) / 1000);
+          return value;
+        },
+        (err: unknown) => {
+          failed.observe((performance.now() - started) / 1000);
+          throw err;
+        },
+      );
+    };
+  };
+  // A plain object with every method of the repository (own or inherited) wrapped once, up front: a Proxy would
+  // run its trap on every method lookup of every request.
   const wrap = <T extends object>(name: string, repo: T): T => {
-    // One timed function per method, made on first use, with its two series bound.
-    const timed = new Map<string, unknown>();
-    return new Proxy(repo, {
-      get(target, prop, receiver) {
-        const value = Reflect.get(target, prop, receiver) as unknown;
-        if (typeof value !== "function" || typeof prop !== "string") return value;
-        let fn = timed.get(prop);
-        if (fn === undefined) {
-          const operation = `${name}.${prop}`;
-          const ok = metrics.storageDuration.series(operation, "ok");
-          const failed = metrics.storageDuration.series(operation, "error");
-          const method = value as (...a: unknown[]) => unknown;
-          fn = async (...args: unknown[]) => {
-            const started = performance.now();
-            try {
-              const result = await method.apply(target, args);
-              ok.observe((performance.now() - started) / 1000);
-              return result;
-            } catch (err) {
-              failed.observe((performance.now() - started) / 1000);
-              throw err;
-            }
-          };
-          timed.set(prop, fn);
-        }
-        return fn;
-      },
-    });
+    const out: Record<string, unknown> = {};
+    for (let o: object | null = repo; o !== null && o !== Object.prototype; o = Object.getPrototypeOf(o)) {
+      for (const key of Object.getOwnPropertyNames(o)) {
+        if (key === "constructor" || Object.hasOwn(out, key)) continue;
+        const value = (repo as Record<string, unknown>)[key];
+        if (typeof value === "function")
+          out[key] = timed(`${name}.${key}`, (value as (...a: unknown[]) => unknown).bind(repo));
+        else
+          Object.defineProperty(out, key, {
+            get: () => (repo as Record<string, unknown>)[key],
+            enumerable: true,
+          });
+      }
+    }
+    return out as T;
   };
   return {
     kind: storage.kind,

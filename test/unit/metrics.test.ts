@@ -1,6 +1,7 @@
 import { Counter, Histogram, Registry } from "prom-client";
 import { describe, expect, it } from "vitest";
-import { LabelledHistogram, Metrics } from "../../src/server/metrics.ts";
+import type { Storage } from "../../src/ports/storage.ts";
+import { instrumentStorage, LabelledHistogram, Metrics } from "../../src/server/metrics.ts";
 
 const BUCKETS = [0.001, 0.01, 0.1, 1];
 const OBSERVATIONS: [string, string, number][] = [
@@ -83,5 +84,66 @@ describe("Metrics", () => {
     );
     expect(text).toContain("# TYPE http_request_duration_seconds histogram");
     expect(text).toContain("# TYPE rpc_requests_total counter");
+  });
+});
+
+describe("instrumentStorage", () => {
+  it("times every repository method, own or inherited, and passes results and errors through unchanged", async () => {
+    class Base {
+      async inherited(x: number) {
+        return x * 2;
+      }
+    }
+    class Repo extends Base {
+      calls = 0;
+      async ok(a: number, b: number) {
+        this.calls++;
+        return a + b;
+      }
+      async rejects() {
+        throw new Error("rejected");
+      }
+      throws(): Promise<never> {
+        throw new Error("thrown");
+      }
+    }
+    const repo = new Repo();
+    const plain = { get: async (id: string) => ({ id }) };
+    const metrics = new Metrics();
+    const storage = instrumentStorage(
+      {
+        kind: "sqlite",
+        userData: plain,
+        apiKeys: repo,
+        sandboxes: plain,
+        conversations: plain,
+        startTasks: plain,
+        ping: async () => {},
+        close: async () => {},
+      } as unknown as Storage,
+      metrics,
+    );
+    const r = storage.apiKeys as unknown as Repo;
+    expect(await r.ok(2, 3)).toBe(5);
+    expect(repo.calls).toBe(1); // called on the repository itself
+    expect(r.calls).toBe(1); // other properties read through
+    expect(await r.inherited(4)).toBe(8);
+    await expect(r.rejects()).rejects.toThrow("rejected");
+    await expect(r.throws()).rejects.toThrow("thrown"); // a synchronous throw becomes a rejection
+    expect(await (storage.userData as unknown as typeof plain).get("u")).toEqual({ id: "u" });
+    const text = await metrics.registry.metrics();
+    expect(text).toContain('storage_operation_duration_seconds_count{operation="apiKeys.ok",outcome="ok"} 1');
+    expect(text).toContain(
+      'storage_operation_duration_seconds_count{operation="apiKeys.inherited",outcome="ok"} 1',
+    );
+    expect(text).toContain(
+      'storage_operation_duration_seconds_count{operation="apiKeys.rejects",outcome="error"} 1',
+    );
+    expect(text).toContain(
+      'storage_operation_duration_seconds_count{operation="apiKeys.throws",outcome="error"} 1',
+    );
+    expect(text).toContain(
+      'storage_operation_duration_seconds_count{operation="userData.get",outcome="ok"} 1',
+    );
   });
 });

@@ -42,7 +42,9 @@ type StoredMcp = {
   shttp_servers: { url: string; api_key: string | null; timeout: number | null }[];
 };
 
-const isSecretField = (f: string): boolean => (SECRET_FIELDS as readonly string[]).includes(f);
+const SECRET_FIELD_SET: ReadonlySet<string> = new Set(SECRET_FIELDS);
+const SETTINGS_FIELD_SET: ReadonlySet<string> = new Set(SETTINGS_FIELDS);
+const isSecretField = (f: string): boolean => SECRET_FIELD_SET.has(f);
 
 /**
  * A StoreSettings request as a transport already validated it with the REST model (the reference's `Settings`,
@@ -108,7 +110,8 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
       validated?.settings ??
       ((req.settings ? toJson(SettingsSchema, req.settings, { useProtoFieldName: true }) : {}) as JsonObject);
     const issues: FieldViolation[] = [];
-    req.resetFields.forEach((f, i) => {
+    for (let i = 0; i < req.resetFields.length; i++) {
+      const f = req.resetFields[i] as string;
       if (!RESETTABLE_FIELDS.has(f) && !isSecretField(f) && f !== "secrets_store") {
         issues.push({
           loc: ["reset_fields", i],
@@ -117,7 +120,7 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
           input: f,
         });
       }
-    });
+    }
     const condenser = incoming.condenser_max_size;
     if (typeof condenser === "number" && condenser < 20) {
       issues.push({
@@ -156,7 +159,7 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
           const store = value as JsonObject;
           if (tokens !== undefined) this.#mergeProviderTokens(userId, data, tokens, false);
           this.#upsertCustomSecrets(userId, data, store.custom_secrets as JsonObject | undefined);
-        } else if (SETTINGS_FIELDS.includes(field as (typeof SETTINGS_FIELDS)[number])) {
+        } else if (SETTINGS_FIELD_SET.has(field)) {
           s[field] = value;
         }
       }
