@@ -26,7 +26,7 @@ import { type McpConfigInput, mcpConfigSchema } from "../services/settings/mcp-m
 import { PROVIDERS, SECRET_FIELDS, SETTINGS_FIELDS } from "../services/settings/settings-fields.ts";
 import { validatedSettingsBody } from "../services/settings/settings-service.ts";
 import type { JsonSchema, SchemaBuilder } from "./openapi.ts";
-import { type RestRoute, route } from "./rest-route.ts";
+import { JsonText, type RestRoute, route } from "./rest-route.ts";
 
 const INT32 = { ge: -2147483648, le: 2147483647 };
 const optStr = { schema: nullable(str()) };
@@ -196,15 +196,15 @@ export function shapeSettings(res: GetSettingsResponse): Record<string, unknown>
   return out;
 }
 
-const shaped = new WeakMap<GetSettingsResponse, Record<string, unknown>>();
+const shaped = new WeakMap<GetSettingsResponse, JsonText>();
 /**
- * shapeSettings once per response object: the settings service answers the same (immutable) response object
- * while the stored settings are unchanged, and the shaped body is only serialized, never changed.
+ * The GET /api/settings body, shaped and serialized once per response object: the settings service answers the
+ * same (immutable) response object while the stored settings are unchanged.
  */
-function shapeSettingsOnce(res: GetSettingsResponse): Record<string, unknown> {
+function shapeSettingsOnce(res: GetSettingsResponse): JsonText {
   let body = shaped.get(res);
   if (body === undefined) {
-    body = shapeSettings(res);
+    body = new JsonText(JSON.stringify(shapeSettings(res)));
     shaped.set(res, body);
   }
   return body;

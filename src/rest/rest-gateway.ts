@@ -7,7 +7,7 @@ import type { Admit, Authenticate } from "../rpc/auth-gate.ts";
 import { abortOnClientGone, lazyHandlerContext } from "../rpc/handler-context.ts";
 import type { ServiceBinding } from "../rpc/service-registry.ts";
 import { frameworkError, type RestError, toRestError, validationBody } from "./rest-errors.ts";
-import type { RestRoute } from "./rest-route.ts";
+import { JsonText, type RestRoute } from "./rest-route.ts";
 
 /** Reference headers on every API answer. */
 export const NO_CACHE = {
@@ -28,6 +28,9 @@ declare module "fastify" {
     caller?: Caller;
   }
 }
+
+/** The content type Fastify sends a serialized JSON body with. */
+const JSON_CONTENT_TYPE = "application/json; charset=utf-8";
 
 const INVALID_JSON = Symbol("invalid-json");
 interface InvalidJson {
@@ -147,10 +150,11 @@ export function restGateway(options: RestGatewayOptions) {
             return reply;
           }
           const out = await impl(input, ctx);
-          return reply
-            .code(r.successStatus ?? 200)
-            .headers(NO_CACHE)
-            .send(r.shape(out as never));
+          const shaped = r.shape(out as never);
+          reply.code(r.successStatus ?? 200).headers(NO_CACHE);
+          if (shaped instanceof JsonText)
+            return reply.header("content-type", JSON_CONTENT_TYPE).send(shaped.json);
+          return reply.send(shaped);
         },
         errorHandler: (err, req, reply) => {
           const e = restError(err, r);

@@ -553,3 +553,26 @@ describe("POST /api/settings and Connect StoreSettings", () => {
     ]);
   });
 });
+
+describe("GET /api/settings body", () => {
+  it("is JSON with Fastify's content type and length, the same bytes while unchanged, new after a store", async () => {
+    const key = await t.keyFor("bytes");
+    expect((await api(key, "POST", "/api/settings", { language: "it" })).status).toBe(200);
+    const get = () =>
+      fetch(`${t.url}/api/settings`, { headers: { "x-session-api-key": key } }).then(async (r) => ({
+        type: r.headers.get("content-type"),
+        length: r.headers.get("content-length"),
+        cache: r.headers.get("cache-control"),
+        text: await r.text(),
+      }));
+    const a = await get();
+    const b = await get();
+    expect(a.type).toBe("application/json; charset=utf-8");
+    expect(a.cache).toBe("no-cache, no-store, must-revalidate, max-age=0");
+    expect(Number(a.length)).toBe(Buffer.byteLength(a.text));
+    expect(JSON.parse(a.text)).toMatchObject({ language: "it" });
+    expect(b).toEqual(a);
+    expect((await api(key, "POST", "/api/settings", { language: "nl" })).status).toBe(200);
+    expect(JSON.parse((await get()).text)).toMatchObject({ language: "nl" });
+  });
+});
