@@ -85,11 +85,12 @@ export function createSqliteUserDataRepository(
 ): SqliteUserDataRepository {
   const select = db.prepare<[string], UserDataRow>("SELECT version, value FROM user_data WHERE user_id = ?");
   const dataVersion = db.prepare<[], number>("PRAGMA data_version").pluck();
-  const insert = db.prepare<{ userId: string; value: string }>(
-    "INSERT INTO user_data (user_id, version, value) VALUES (@userId, 1, @value) ON CONFLICT (user_id) DO NOTHING",
+  // Positional parameters: binding named ones from an object costs a property lookup per parameter (~1 µs a write).
+  const insert = db.prepare<[userId: string, value: string]>(
+    "INSERT INTO user_data (user_id, version, value) VALUES (?, 1, ?) ON CONFLICT (user_id) DO NOTHING",
   );
-  const update = db.prepare<{ userId: string; expected: number; value: string }>(
-    "UPDATE user_data SET value = @value, version = version + 1 WHERE user_id = @userId AND version = @expected",
+  const update = db.prepare<[value: string, userId: string, expected: number]>(
+    "UPDATE user_data SET value = ?, version = version + 1 WHERE user_id = ? AND version = ?",
   );
   // The connection's other writes stay FULL (synced in their COMMIT); only the batches switch, around their commit.
   const syncNormal = db.prepare("PRAGMA synchronous = NORMAL");
@@ -99,7 +100,7 @@ export function createSqliteUserDataRepository(
     // Dropped even when the write fails or its transaction rolls back: the next read then asks SQLite.
     parsed.delete(userId);
     return (
-      (expected === 0 ? insert.run({ userId, value }) : update.run({ userId, expected, value })).changes === 1
+      (expected === 0 ? insert.run(userId, value) : update.run(value, userId, expected)).changes === 1
     );
   };
 
