@@ -1,5 +1,4 @@
 import type Database from "better-sqlite3";
-import { cloneJson } from "../../core/json-clone.ts";
 import type { UserData, UserDataRepository, Versioned } from "../../ports/user-data-repository.ts";
 import { attempt, toSqliteStorageError } from "./sqlite-errors.ts";
 import type { WalSync } from "./sqlite-wal-sync.ts";
@@ -24,6 +23,13 @@ function deepFreeze<T>(value: T): T {
 /** A stored document (JSON text) as readers get it: parsed once, frozen. */
 function frozenDoc(version: number, json: string): Versioned<UserData> {
   return deepFreeze({ version, value: JSON.parse(json) as UserData });
+}
+
+/** A user's latest committed document as cached: its JSON, and the frozen parse plain reads share. */
+interface CachedDoc {
+  version: number;
+  json: string;
+  doc: Versioned<UserData> | undefined;
 }
 
 interface QueuedWrite {
@@ -67,12 +73,13 @@ export interface SqliteUserDataRepository extends UserDataRepository {
  *
  * Inside a transaction of the caller's own (bulk loads through `sqliteDatabaseOf`) writes run at once, in it.
  *
- * Plain reads answer a deeply frozen document: the parsed JSON of the latest version read is kept per user, which
- * takes SQLite and JSON parsing off the settings read path; the freeze makes "never change what you read" a rule.
- * A read for update answers the caller's own copy instead (UserDataStore edits it in place): parsed from the queued
- * JSON when the user has queued writes (one parse, no freeze and no second copy), else a copy of the cached
- * document. The cache is exact:
- * - this connection's commits drop the entries of the users they wrote, as they commit;
+ * Plain reads answer a deeply frozen document: the latest committed version of each recently used user is kept
+ * (its JSON, parsed and frozen on first plain read), which takes SQLite and JSON parsing off the settings read
+ * path; the freeze makes "never change what you read" a rule. A read for update answers the caller's own copy
+ * instead (UserDataStore edits it in place), parsed from the queued JSON when the user has queued writes, else from
+ * the committed JSON (one parse, no freeze). The cache is exact:
+ * - this connection's writes drop the entries of the users they write, and a batch that commits puts back what it
+ *   stored (the next read needs neither SQLite nor, for update, a copy of a frozen document);
  * - commits of other connections (the CLI, a second server on the same file) are seen through SQLite's
  *   `PRAGMA data_version`, which changes whenever another connection has committed: it is read by the first read
  *   of each event-loop turn (until the next check phase) and any change drops the whole cache. A read thus answers
@@ -95,13 +102,22 @@ export function createSqliteUserDataRepository(
   // The connection's other writes stay FULL (synced in their COMMIT); only the batches switch, around their commit.
   const syncNormal = db.prepare("PRAGMA synchronous = NORMAL");
   const syncFull = db.prepare("PRAGMA synchronous = FULL");
-  const parsed = new Map<string, Versioned<UserData>>();
+  /** The latest committed version of recently read or written users: its JSON, parsed and frozen on first read. */
+  const cache = new Map<string, CachedDoc>();
+  const remember = (userId: string, version: number, json: string): CachedDoc => {
+    if (cache.size >= CACHED_USERS && !cache.has(userId)) {
+      const oldest = cache.keys().next();
+      if (oldest.done !== true) cache.delete(oldest.value);
+    }
+    const entry: CachedDoc = { version, json, doc: undefined };
+    cache.set(userId, entry);
+    return entry;
+  };
   const write = (userId: string, expected: number, value: string): boolean => {
-    // Dropped even when the write fails or its transaction rolls back: the next read then asks SQLite.
-    parsed.delete(userId);
-    return (
-      (expected === 0 ? insert.run(userId, value) : update.run(value, userId, expected)).changes === 1
-    );
+    // Dropped even when the write fails or its transaction rolls back: the next read then asks SQLite (a batch that
+    // commits puts what it stored back, see flush).
+    cache.delete(userId);
+    return (expected === 0 ? insert.run(userId, value) : update.run(value, userId, expected)).changes === 1;
   };
 
   /** data_version as last read; `probed` stays true until the check phase of the turn that read it. */
@@ -117,13 +133,13 @@ export function createSqliteUserDataRepository(
     const current = dataVersion.get();
     if (current !== seenDataVersion) {
       seenDataVersion = current;
-      parsed.clear();
+      cache.clear();
     }
   };
   /** Queued, not yet committed writes, in order. */
   let queue: QueuedWrite[] = [];
   /** The state each user's queued writes lead to (what a read-for-update sees). */
-  const queuedState = new Map<string, { version: number; value: string }>();
+  const queuedState = new Map<string, { version: number; json: string }>();
 
   const commitBatch = db.transaction((batch: QueuedWrite[]): boolean[] => {
     const failedUsers = new Set<string>();
@@ -156,6 +172,10 @@ export function createSqliteUserDataRepository(
       for (const w of batch) w.reject(mapped);
       return;
     }
+    // Committed: what each user's last stored write holds is the user's committed state, already known here.
+    batch.forEach((w, i) => {
+      if (results[i] === true) remember(w.userId, w.expected + 1, w.value);
+    });
     const settle = (error: Error | null): void => {
       batch.forEach((w, i) => {
         if (error !== null) w.reject(error);
@@ -166,33 +186,30 @@ export function createSqliteUserDataRepository(
     else walSync.whenDurable(settle);
   };
 
-  const readDurable = (userId: string): Versioned<UserData> | null => {
+  /** The committed state of a user, from the cache or from SQLite. */
+  const durable = (userId: string): CachedDoc | null => {
     dropIfChangedElsewhere();
-    const cached = parsed.get(userId);
+    const cached = cache.get(userId);
     if (cached !== undefined) return cached;
     const row = select.get(userId);
     if (row === undefined) return null;
-    const doc = frozenDoc(row.version, row.value);
     // Inside a caller's transaction the row may be uncommitted (and rolled back later): answered, not kept.
-    if (db.inTransaction) return doc;
-    if (parsed.size >= CACHED_USERS) {
-      const oldest = parsed.keys().next();
-      if (oldest.done !== true) parsed.delete(oldest.value);
-    }
-    parsed.set(userId, doc);
-    return doc;
+    if (db.inTransaction) return { version: row.version, json: row.value, doc: undefined };
+    return remember(userId, row.version, row.value);
   };
 
   return {
     get: (userId, options) =>
       attempt((): Versioned<UserData> | null => {
-        if (options?.forUpdate !== true) return readDurable(userId);
-        // The caller's own copy: parsed from the queued JSON, or copied from the shared frozen document.
-        const queued = queuedState.get(userId);
-        if (queued !== undefined)
-          return { version: queued.version, value: JSON.parse(queued.value) as UserData };
-        const durable = readDurable(userId);
-        return durable === null ? null : { version: durable.version, value: cloneJson(durable.value) };
+        if (options?.forUpdate !== true) {
+          const entry = durable(userId);
+          if (entry === null) return null;
+          entry.doc ??= frozenDoc(entry.version, entry.json);
+          return entry.doc;
+        }
+        // The caller's own copy: parsed from the queued JSON, else from the committed JSON.
+        const state = queuedState.get(userId) ?? durable(userId);
+        return state === null ? null : { version: state.version, value: JSON.parse(state.json) as UserData };
       }),
     compareAndSet: (userId, expectedVersion, next) => {
       // Serialized now: the caller may change `next` once this returns.
@@ -202,7 +219,7 @@ export function createSqliteUserDataRepository(
       // A conflict with a queued write is reported with the batch too: a caller retrying at once then reads the
       // committed state instead of spinning on the same conflict.
       const conflict = queued !== undefined && queued.version !== expectedVersion;
-      if (!conflict) queuedState.set(userId, { version: expectedVersion + 1, value });
+      if (!conflict) queuedState.set(userId, { version: expectedVersion + 1, json: value });
       return new Promise<boolean>((resolve, reject) => {
         if (queue.length === 0) {
           // While the WAL syncs, a commit now would wait for the next sync anyway: the batch is held until this
