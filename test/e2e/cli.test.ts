@@ -69,7 +69,7 @@ describe("CLI against a running server", () => {
       "settings",
       "set",
       "max_iterations=ten",
-      "enable_default_condenser=null",
+      "enable_default_condenser=maybe",
     ]);
     expect(r.code).toBe(1);
     expect(r.stderr).toContain("HTTP 422");

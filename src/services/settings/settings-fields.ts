@@ -31,7 +31,7 @@ export const SETTINGS_FIELDS = [
 
 export type SettingsField = (typeof SETTINGS_FIELDS)[number];
 
-/** Secret fields: write-only, sealed at rest, absent or null keeps the stored value, "" clears it. */
+/** Secret fields: write-only, sealed at rest, absent or null keeps the stored value, "" clears it (search_api_key: keeps it). */
 export const SECRET_FIELDS = ["llm_api_key", "search_api_key", "sandbox_api_key"] as const;
 
 /** Boolean fields that are never null: their defaults. */
@@ -42,12 +42,9 @@ export const BOOLEAN_DEFAULTS: Readonly<Record<string, boolean>> = {
   enable_solvability_analysis: true,
 };
 
-/** Fields that `StoreSettings` can reset (JSON null in REST): every plain field. */
+/** Fields that `StoreSettings` can reset (JSON null in REST): every plain field, booleans back to their defaults. */
 export const RESETTABLE_FIELDS: ReadonlySet<string> = new Set(
-  SETTINGS_FIELDS.filter(
-    (f) =>
-      f !== "secrets_store" && !(SECRET_FIELDS as readonly string[]).includes(f) && !(f in BOOLEAN_DEFAULTS),
-  ),
+  SETTINGS_FIELDS.filter((f) => f !== "secrets_store" && !(SECRET_FIELDS as readonly string[]).includes(f)),
 );
 
 /** The value MCP api keys and stdio env values are shown as; posting it back keeps the stored value. */

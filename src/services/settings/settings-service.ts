@@ -100,7 +100,7 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
 
   /**
    * Merges the request into the stored settings: present fields replace, `reset_fields` reset to defaults,
-   * secrets "" clears / other strings replace, masked MCP values keep what is stored, provider tokens and custom
+   * secrets "" clears (search_api_key: keeps) / other strings replace, masked MCP values keep what is stored, provider tokens and custom
    * secrets in `secrets_store` merge. INVALID_ARGUMENT lists every problem.
    */
   async storeSettings(req: StoreSettingsRequest, ctx: HandlerContext): Promise<StoreSettingsResponse> {
@@ -150,6 +150,9 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
       for (const [field, value] of Object.entries(incoming)) {
         if (isSecretField(field)) {
           if (typeof value !== "string") continue;
+          // The UI sends search_api_key "" with every App and LLM save (it reads back the null it is answered):
+          // "" keeps the stored search key. The other secrets are cleared by "" (no UI form sends them empty).
+          if (value.trim() === "" && field === "search_api_key") continue;
           if (value.trim() === "") delete s[field];
           else s[field] = this.#box.seal(value, `${userId}:${field}`);
         } else if (field === "mcp_config") {
@@ -331,20 +334,22 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
       if (value === MASK) return previous ?? null;
       return this.#box.seal(value, ctx);
     };
-    const byUrl = <T extends { url: string }>(list: T[] | undefined, url: string): T | undefined =>
-      list?.find((e) => e.url === url);
+    // The stored entry a masked value refers to: the one with the same URL (sse, shttp) or name (stdio), else the
+    // one at the same list position (the UI's edit form posts the mask back after changing the URL or name).
+    const previousOf = <T>(list: T[] | undefined, i: number, same: (e: T) => boolean): T | undefined =>
+      list?.find(same) ?? list?.[i];
     return {
-      sse_servers: next.sse_servers.map((e) => ({
+      sse_servers: next.sse_servers.map((e, i) => ({
         url: e.url,
-        api_key: keep(e.api_key, byUrl(stored?.sse_servers, e.url)?.api_key),
+        api_key: keep(e.api_key, previousOf(stored?.sse_servers, i, (p) => p.url === e.url)?.api_key),
       })),
-      shttp_servers: next.shttp_servers.map((e) => ({
+      shttp_servers: next.shttp_servers.map((e, i) => ({
         url: e.url,
-        api_key: keep(e.api_key, byUrl(stored?.shttp_servers, e.url)?.api_key),
+        api_key: keep(e.api_key, previousOf(stored?.shttp_servers, i, (p) => p.url === e.url)?.api_key),
         timeout: e.timeout,
       })),
-      stdio_servers: next.stdio_servers.map((e) => {
-        const previous = stored?.stdio_servers.find((p) => p.name === e.name)?.env ?? {};
+      stdio_servers: next.stdio_servers.map((e, i) => {
+        const previous = previousOf(stored?.stdio_servers, i, (p) => p.name === e.name)?.env ?? {};
         const env: Record<string, string> = {};
         for (const [k, v] of Object.entries(e.env)) {
           const value = keep(v, previous[k]);
