@@ -6,6 +6,7 @@ import { ValidationError } from "../core/errors.ts";
 import type { Admit, Authenticate } from "../rpc/auth-gate.ts";
 import { abortOnClientGone, lazyHandlerContext } from "../rpc/handler-context.ts";
 import type { ServiceBinding } from "../rpc/service-registry.ts";
+import { headerKeyOf, type KeyOf, nodeHeaders } from "../transport/browser-session.ts";
 import { frameworkError, type RestError, toRestError, validationBody } from "./rest-errors.ts";
 import { JsonText, type RestRoute } from "./rest-route.ts";
 
@@ -21,6 +22,8 @@ export interface RestGatewayOptions {
   bindings: readonly ServiceBinding[];
   authenticate: Authenticate;
   admit: Admit;
+  /** The request's session key: the header, or a browser session's (default: the header only). */
+  keyOf?: KeyOf;
 }
 
 declare module "fastify" {
@@ -62,6 +65,7 @@ function parseJsonBody(text: string): unknown {
  */
 export function restGateway(options: RestGatewayOptions) {
   const impls = new Map(options.bindings.map((b) => [b.desc.typeName, b]));
+  const keyOf = options.keyOf ?? headerKeyOf;
   return async (app: FastifyInstance): Promise<void> => {
     app.removeAllContentTypeParsers();
     const parse = (_req: FastifyRequest, body: string | Buffer, done: (err: null, body: unknown) => void) =>
@@ -92,10 +96,9 @@ export function restGateway(options: RestGatewayOptions) {
         req.caller = caller;
         done();
       };
-      const header = req.headers["x-session-api-key"];
       let caller: Caller | null | Promise<Caller | null>;
       try {
-        caller = options.authenticate(typeof header === "string" ? header : undefined);
+        caller = options.authenticate(keyOf(req.method, nodeHeaders(req.headers)));
       } catch (err) {
         done(err as Error);
         return;

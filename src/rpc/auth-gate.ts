@@ -1,6 +1,7 @@
 import type { HandlerContext } from "@connectrpc/connect";
 import { type Caller, callerKey } from "../core/context.ts";
 import { unauthenticated } from "../core/errors.ts";
+import { headerKeyOf, type KeyOf } from "../transport/browser-session.ts";
 
 /** Resolves the caller of a session key (null: unknown or revoked); synchronously when no storage call is needed. */
 export type Authenticate = (key: string | undefined) => Caller | null | Promise<Caller | null>;
@@ -26,18 +27,20 @@ export function admittedCaller(
 }
 
 /**
- * Connect / gRPC-Web auth as connect's request gate: header x-session-api-key → caller in the context values,
+ * Connect / gRPC-Web auth as connect's request gate: header x-session-api-key (or a browser session) → caller in
+ * the context values,
  * before the request body is read (a rejected call is never parsed).
  */
 export function createAuthGate(
   authenticate: Authenticate,
   admit: Admit,
+  keyOf: KeyOf = headerKeyOf,
 ): (ctx: HandlerContext) => void | Promise<void> {
   return (ctx) => {
     const caller = admittedCaller(
       authenticate,
       admit,
-      ctx.requestHeader.get("x-session-api-key") ?? undefined,
+      keyOf(ctx.requestMethod, (name) => ctx.requestHeader.get(name) ?? undefined),
     );
     if (caller instanceof Promise)
       return caller.then((c) => {

@@ -19,6 +19,7 @@ import {
 } from "@connectrpc/connect/protocol-connect";
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import { callerValues } from "../core/context.ts";
+import { headerKeyOf, nodeHeaders as headerLookup, type KeyOf } from "../transport/browser-session.ts";
 import { type Admit, type Authenticate, admittedCaller } from "./auth-gate.ts";
 import { abortOnClientGone, LazyHandlerContext } from "./handler-context.ts";
 import type { ServiceBinding } from "./service-registry.ts";
@@ -27,6 +28,8 @@ export interface ConnectUnaryOptions {
   bindings: readonly ServiceBinding[];
   authenticate: Authenticate;
   admit: Admit;
+  /** The request's session key: the header, or a browser session's (default: the header only). */
+  keyOf?: KeyOf;
   /** The largest request body read, as connect-node's readMaxBytes. */
   readMaxBytes: number;
   /** Called for every finished call (metrics), as for the other transports. */
@@ -142,11 +145,10 @@ class UnaryCall {
     let caller: ReturnType<typeof admittedCaller>;
     try {
       // The caller is admitted before the body is read, as connect's request gate: a rejected call is never parsed.
-      const key = headers["x-session-api-key"];
       caller = admittedCaller(
         this.options.authenticate,
         this.options.admit,
-        typeof key === "string" ? key : undefined,
+        (this.options.keyOf ?? headerKeyOf)(this.req.method ?? "POST", headerLookup(headers)),
       );
     } catch (err) {
       this.fail(err);

@@ -21,9 +21,11 @@ import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
 import type { Storage } from "../ports/storage.ts";
 import { legacyRoutes } from "../rest/legacy-routes.ts";
 import { buildOpenApi } from "../rest/openapi.ts";
+import { type OptionsRoutesOptions, optionsRoutes } from "../rest/options-routes.ts";
 import { frameworkError } from "../rest/rest-errors.ts";
 import { NO_CACHE, restGateway } from "../rest/rest-gateway.ts";
 import type { RestRoute } from "../rest/rest-route.ts";
+import { SIGN_IN_PATH, sessionRoutes } from "../rest/session-routes.ts";
 import { v1ConversationRoutes } from "../rest/v1-conversation-routes.ts";
 import { v1SandboxRoutes } from "../rest/v1-sandbox-routes.ts";
 import { createAuthGate } from "../rpc/auth-gate.ts";
@@ -35,15 +37,17 @@ import {
   AppConversationService,
   type AppConversationServiceOptions,
 } from "../services/conversations/app-conversation-service.ts";
-import { ApiKeyService } from "../services/keys/api-key-service.ts";
+import { ApiKeyService, DEFAULT_USER } from "../services/keys/api-key-service.ts";
 import { SandboxService } from "../services/sandboxes/sandbox-service.ts";
 import { type SandboxSpec, SandboxSpecService } from "../services/sandboxes/sandbox-spec-service.ts";
 import { SecretsService } from "../services/secrets/secrets-service.ts";
 import { SettingsService } from "../services/settings/settings-service.ts";
 import { UserDataStore } from "../services/user-data-store.ts";
+import { BrowserSessions, type KeyOf, nodeHeaders } from "../transport/browser-session.ts";
 import { createAccessLog } from "./access-log.ts";
 import { registerDocs } from "./docs.ts";
 import { instrumentStorage, Metrics } from "./metrics.ts";
+import { registerUi } from "./ui-static.ts";
 
 export const VERSION = "0.1.0";
 const BODY_LIMIT = 1024 * 1024;
@@ -64,6 +68,17 @@ export interface AppDeps {
   agent?: AgentClient;
   /** Timeouts of conversation starts and live status. */
   conversations?: Pick<AppConversationServiceOptions, "timeouts" | "liveStatusTimeoutMs" | "shutdownGraceMs">;
+  /** Browser-facing options: web UI folder, CORS, sign-in cookie, single-user mode, /api/options lists. */
+  web?: WebDeps;
+}
+
+export interface WebDeps {
+  uiDir?: string | undefined;
+  corsOrigins?: readonly string[];
+  trustProxy?: boolean;
+  singleUser?: boolean;
+  sessionMaxAgeSeconds?: number;
+  options?: OptionsRoutesOptions;
 }
 
 export interface App {
@@ -148,7 +163,20 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     bindings.flatMap((b) => b.desc.methods.map((m) => `/${b.desc.typeName}/${m.name}`)),
   );
 
-  const authenticate = (key: string | undefined) => keys.authenticate(key);
+  const web = deps.web ?? {};
+  const sessions = new BrowserSessions({
+    box: new SecretBox(box.derive("browser-sessions")),
+    allowedOrigins: web.corsOrigins ?? [],
+    trustProxy: web.trustProxy ?? false,
+    maxAgeSeconds: web.sessionMaxAgeSeconds ?? 24 * 3600,
+    singleUser: web.singleUser ?? false,
+  });
+  const keyOf: KeyOf = (method, header) => sessions.keyOf(method, header);
+  const singleUser: Caller = { userId: DEFAULT_USER, keyId: "single-user" };
+  const authenticate =
+    web.singleUser === true
+      ? (key: string | undefined) => (key === undefined ? singleUser : keys.authenticate(key))
+      : (key: string | undefined) => keys.authenticate(key);
   const admit = (caller: Caller) => limiter.admit(caller.keyId);
 
   // Connect and gRPC-Web calls (POST/GET /<package.Service>/<Method>) are dispatched to the RPC handlers (the
@@ -185,7 +213,20 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   });
   log = (msg, data) => http.log.warn(data ?? {}, msg);
   const access = createAccessLog(http.log);
-  http.setNotFoundHandler((_req, reply) => reply.code(404).headers(NO_CACHE).send({ detail: "Not Found" }));
+  let spa: Awaited<ReturnType<typeof registerUi>> | undefined;
+  http.setNotFoundHandler(
+    (req, reply) => spa?.(req, reply) ?? reply.code(404).headers(NO_CACHE).send({ detail: "Not Found" }),
+  );
+  if ((web.corsOrigins ?? []).length > 0) {
+    const { default: cors } = await import("@fastify/cors");
+    await http.register(cors, {
+      origin: [...(web.corsOrigins ?? [])],
+      credentials: true,
+      methods: ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"],
+      exposedHeaders: ["x-request-id"],
+      maxAge: 600,
+    });
+  }
   // Request ids: taken from x-request-id when given, generated otherwise; in every log line and echoed back.
   http.addHook("onRequest", (req, reply, done) => {
     reply.header("x-request-id", req.id);
@@ -250,10 +291,25 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   // served from the npm package: no CDN); both made on first use.
   registerDocs(http, () => buildOpenApi(routes, { title: "Agent Workspace Service", version: VERSION }));
 
-  await http.register(restGateway({ routes, bindings, authenticate, admit }));
+  await http.register(restGateway({ routes, bindings, authenticate, admit, keyOf }));
+  await http.register(sessionRoutes({ sessions, authenticate, admit }));
+  await http.register(optionsRoutes(web.options));
+  if (web.uiDir !== undefined) {
+    spa = await registerUi(http, {
+      root: web.uiDir,
+      signInPath: SIGN_IN_PATH,
+      signedIn: async (req) => {
+        try {
+          return (await authenticate(keyOf("GET", nodeHeaders(req.headers)))) !== null;
+        } catch {
+          return false;
+        }
+      },
+    });
+  }
   const connect = connectNodeAdapter({
     interceptors: [rpcMetrics(metrics)],
-    requestGate: countRejections(metrics, createAuthGate(authenticate, admit)),
+    requestGate: countRejections(metrics, createAuthGate(authenticate, admit, keyOf)),
     readMaxBytes: BODY_LIMIT,
     routes: (router) => {
       for (const b of bindings) router.service(b.desc, b.impl as never);
@@ -269,6 +325,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     bindings,
     authenticate,
     admit,
+    keyOf,
     readMaxBytes: BODY_LIMIT,
     onCall: countCall("connect"),
     onError: onRpcError,

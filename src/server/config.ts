@@ -1,4 +1,5 @@
 import { isAbsolute, resolve } from "node:path";
+import { loadWebConfig, WEB_ENV_DOC, type WebConfig } from "./web-config.ts";
 
 /** Storage backend: SQLite file under DATA_DIR (default) or MongoDB when MONGODB_URI is set. */
 export type StorageConfig =
@@ -36,6 +37,8 @@ export interface Config {
   readonly maxRunningSandboxes: number;
   readonly sandboxSpecsFile: string | undefined;
   readonly logLevel: string;
+  /** Web UI, CORS, browser sign-in, single-user mode, /api/options lists (web-config.ts). */
+  readonly web: WebConfig;
 }
 
 export class ConfigError extends Error {
@@ -69,6 +72,7 @@ export const ENV_DOC: readonly [string, string][] = [
   ["SANDBOX_MEMORY_MB", "memory limit of a sandbox container"],
   ["SANDBOX_CPUS", "CPU limit of a sandbox container (e.g. 1.5)"],
   ["LOG_LEVEL", "fatal, error, warn, info (default), debug, trace, silent"],
+  ...WEB_ENV_DOC,
 ];
 
 type Env = Record<string, string | undefined>;
@@ -128,8 +132,9 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
   if (sessionApiKey !== undefined && sessionApiKey.length < 8)
     throw new ConfigError("SESSION_API_KEY must be at least 8 characters");
   const keyFile = env.ENCRYPTION_KEY_FILE || "secret.key";
+  const host = env.HOST || "127.0.0.1";
   const config: Config = {
-    host: env.HOST || "127.0.0.1",
+    host,
     port: port(env, "PORT", 3000),
     grpcPort: port(env, "GRPC_PORT", 3001),
     dataDir,
@@ -159,6 +164,7 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     maxRunningSandboxes: int(env, "MAX_RUNNING_SANDBOXES", 5, 1, 1000),
     sandboxSpecsFile: env.SANDBOX_SPECS_FILE || undefined,
     logLevel: level,
+    web: loadWebConfig(env, host, cwd, (msg) => new ConfigError(msg)),
   };
   return Object.freeze(config);
 }

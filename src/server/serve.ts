@@ -46,6 +46,7 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     runtime,
     specs,
     maxRunningSandboxes: config.maxRunningSandboxes,
+    web: config.web,
   });
   const log = app.http.log;
   runtimeLog = (msg, data) => log.info({ runtime: runtime.kind, ...data }, msg);
@@ -54,6 +55,8 @@ export async function serve(config: Readonly<Config>): Promise<void> {
   const interrupted = await app.services.conversations.recoverInterrupted();
   if (interrupted > 0)
     log.warn({ startTasks: interrupted }, "marked conversation starts interrupted by the restart as ERROR");
+  if (config.web.singleUser)
+    log.warn({ host: config.host }, "AUTH_MODE=single-user: requests without a key act as user default");
   if (keyCreated) log.info({ file: config.encryptionKeyFile }, "created encryption key file (mode 0600)");
   const issued = await app.keys.bootstrap(config.sessionApiKey);
   const ports = await app.listen(config.host, config.port, config.grpcPort);

@@ -41,6 +41,8 @@ export interface TestAppOptions {
   conversations?: AppDeps["conversations"];
   /** The server's logger (Fastify/pino options); none by default. */
   logger?: AppDeps["logger"];
+  /** Browser-facing options (UI folder, CORS, sign-in, single-user mode, options lists). */
+  web?: AppDeps["web"];
 }
 
 /** A real server on free loopback ports over a SQLite file in a temporary folder. */
@@ -59,6 +61,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     rateLimit: options.rateLimit ?? { perSecond: 0, burst: 1 },
     ...(options.conversations ? { conversations: options.conversations } : {}),
     ...(options.logger ? { logger: options.logger } : {}),
+    ...(options.web ? { web: options.web } : {}),
   });
   const ports = await app.listen("127.0.0.1", 0, 0);
   const keys = new Map<string, string>();

@@ -11,7 +11,8 @@ afterAll(async () => {
   await t.close();
 });
 
-const api = (key: string, method: string, path: string, body?: unknown) => call(t.url, key, method, path, body);
+const api = (key: string, method: string, path: string, body?: unknown) =>
+  call(t.url, key, method, path, body);
 type Json = Record<string, unknown>;
 
 /** The stored MCP config with its secrets opened. */
