@@ -1,4 +1,6 @@
-import type { FastifyInstance } from "fastify";
+import type { FastifyInstance, FastifyRequest } from "fastify";
+import type { Caller } from "../core/context.ts";
+import { toRestError } from "./rest-errors.ts";
 import { NO_CACHE } from "./rest-gateway.ts";
 
 /** Model names offered by /api/options/models unless configured ("provider/model", as the UI groups them). */
@@ -23,10 +25,15 @@ export const DEFAULT_MODELS: readonly string[] = [
 export const DEFAULT_AGENTS: readonly string[] = ["CodeActAgent"];
 export const DEFAULT_SECURITY_ANALYZERS: readonly string[] = ["invariant", "llm"];
 
-export interface OptionsRoutesOptions {
+export interface OptionsLists {
   models?: readonly string[] | undefined;
   agents?: readonly string[] | undefined;
   securityAnalyzers?: readonly string[] | undefined;
+}
+
+export interface OptionsRoutesOptions extends OptionsLists {
+  /** The admitted caller of a request (header key, session cookie or single-user mode); null: not signed in. */
+  caller: (req: FastifyRequest) => Promise<Caller | null>;
 }
 
 /**
@@ -51,10 +58,10 @@ export function serverConfig() {
 }
 
 /**
- * GET /api/options/config, /models, /agents, /security-analyzers: public (no session key), as they hold nothing
- * of any user and the UI asks for the config before it knows whether it is signed in. Lists are sorted.
+ * GET /api/options/config, /models, /agents, /security-analyzers, behind the session key as every /api path of
+ * the reference (401 JSON without one; a browser signs in first). Lists are sorted.
  */
-export function optionsRoutes(options: OptionsRoutesOptions = {}) {
+export function optionsRoutes(options: OptionsRoutesOptions) {
   const sorted = (list: readonly string[] | undefined, fallback: readonly string[]) =>
     [...(list ?? fallback)].sort();
   const models = sorted(options.models, DEFAULT_MODELS);
@@ -62,6 +69,19 @@ export function optionsRoutes(options: OptionsRoutesOptions = {}) {
   const analyzers = sorted(options.securityAnalyzers, DEFAULT_SECURITY_ANALYZERS);
   const config = serverConfig();
   return async (app: FastifyInstance): Promise<void> => {
+    app.addHook("onRequest", async (req, reply) => {
+      let caller: Caller | null;
+      try {
+        caller = await options.caller(req);
+      } catch (err) {
+        const e = toRestError(err, "v1");
+        return reply
+          .code(e.status)
+          .headers({ ...NO_CACHE, ...e.headers })
+          .send(e.body);
+      }
+      if (caller === null) return reply.code(401).headers(NO_CACHE).send({ detail: "Unauthorized" });
+    });
     app.get("/api/options/config", async (_req, reply) => reply.headers(NO_CACHE).send(config));
     app.get("/api/options/models", async (_req, reply) => reply.headers(NO_CACHE).send(models));
     app.get("/api/options/agents", async (_req, reply) => reply.headers(NO_CACHE).send(agents));

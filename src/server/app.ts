@@ -3,7 +3,12 @@ import { createRequire } from "node:module";
 import { Code, ConnectError, type HandlerContext, type Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import * as grpc from "@grpc/grpc-js";
-import Fastify, { type FastifyInstance, type FastifyServerOptions, LogController } from "fastify";
+import Fastify, {
+  type FastifyInstance,
+  type FastifyRequest,
+  type FastifyServerOptions,
+  LogController,
+} from "fastify";
 import { Counter } from "prom-client";
 import type { Caller } from "../core/context.ts";
 import { PageTokens } from "../core/page-token.ts";
@@ -21,7 +26,7 @@ import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
 import type { Storage } from "../ports/storage.ts";
 import { legacyRoutes } from "../rest/legacy-routes.ts";
 import { buildOpenApi } from "../rest/openapi.ts";
-import { type OptionsRoutesOptions, optionsRoutes } from "../rest/options-routes.ts";
+import { type OptionsLists, optionsRoutes } from "../rest/options-routes.ts";
 import { frameworkError } from "../rest/rest-errors.ts";
 import { NO_CACHE, restGateway } from "../rest/rest-gateway.ts";
 import type { RestRoute } from "../rest/rest-route.ts";
@@ -78,7 +83,7 @@ export interface WebDeps {
   trustProxy?: boolean;
   singleUser?: boolean;
   sessionMaxAgeSeconds?: number;
-  options?: OptionsRoutesOptions;
+  options?: OptionsLists;
 }
 
 export interface App {
@@ -293,7 +298,13 @@ export async function buildApp(deps: AppDeps): Promise<App> {
 
   await http.register(restGateway({ routes, bindings, authenticate, admit, keyOf }));
   await http.register(sessionRoutes({ sessions, authenticate, admit }));
-  await http.register(optionsRoutes(web.options));
+  /** The admitted caller of a request outside the gateway (throws as the gateway's auth step would). */
+  const requestCaller = async (req: FastifyRequest): Promise<Caller | null> => {
+    const caller = await authenticate(keyOf(req.method, nodeHeaders(req.headers)));
+    if (caller !== null) admit(caller);
+    return caller;
+  };
+  await http.register(optionsRoutes({ ...web.options, caller: requestCaller }));
   if (web.uiDir !== undefined) {
     spa = await registerUi(http, {
       root: web.uiDir,

@@ -278,7 +278,9 @@ describe("CORS", () => {
     expect(pre.headers.get("access-control-allow-credentials")).toBe("true");
     expect(pre.headers.get("access-control-allow-methods")).toContain("POST");
     expect(pre.headers.get("access-control-allow-headers")?.toLowerCase()).toContain("x-session-api-key");
-    const get = await fetch(`${t.url}/api/options/config`, { headers: { origin: UI_ORIGIN } });
+    const get = await fetch(`${t.url}/api/options/config`, {
+      headers: { origin: UI_ORIGIN, "x-session-api-key": aliceKey },
+    });
     expect(get.headers.get("access-control-allow-origin")).toBe(UI_ORIGIN);
     expect(get.headers.get("vary")?.toLowerCase()).toContain("origin");
     const unauth = await fetch(`${t.url}/api/settings`, { headers: { origin: UI_ORIGIN } });

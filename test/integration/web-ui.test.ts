@@ -115,8 +115,16 @@ describe("UI_DIR", () => {
 });
 
 describe("/api/options", () => {
-  it("config: the open-source GetConfigResponse, without a key", async () => {
-    const r = await call(t.url, undefined, "GET", "/api/options/config");
+  it("config: the open-source GetConfigResponse, behind the session key like every /api path", async () => {
+    for (const path of ["config", "models", "agents", "security-analyzers"]) {
+      const anon = await call(t.url, undefined, "GET", `/api/options/${path}`);
+      expect(anon.status).toBe(401);
+      expect(anon.body).toEqual({ detail: "Unauthorized" });
+    }
+    const b = new Browser(t.url);
+    await b.signIn(key);
+    expect((await b.request("GET", "/api/options/config")).status).toBe(200);
+    const r = await call(t.url, key, "GET", "/api/options/config");
     expect(r.status).toBe(200);
     expect(r.body).toEqual({
       APP_MODE: "oss",
@@ -135,14 +143,15 @@ describe("/api/options", () => {
   });
 
   it("models, agents and security analyzers: configured lists sorted, built-in lists otherwise", async () => {
-    expect((await call(t.url, undefined, "GET", "/api/options/models")).body).toEqual([
+    expect((await call(t.url, key, "GET", "/api/options/models")).body).toEqual([
       "alpha/model-a",
       "zeta/model-b",
     ]);
-    expect((await call(t.url, undefined, "GET", "/api/options/agents")).body).toEqual(["CodeActAgent"]);
-    expect((await call(t.url, undefined, "GET", "/api/options/security-analyzers")).body).toEqual(["llm"]);
-    const plain = await startTestApp();
+    expect((await call(t.url, key, "GET", "/api/options/agents")).body).toEqual(["CodeActAgent"]);
+    expect((await call(t.url, key, "GET", "/api/options/security-analyzers")).body).toEqual(["llm"]);
+    const plain = await startTestApp({ web: { singleUser: true } });
     try {
+      // Single-user mode: no key needed.
       const models = (await call(plain.url, undefined, "GET", "/api/options/models")).body as string[];
       expect(models).toEqual([...DEFAULT_MODELS].sort());
       expect(models.every((m) => /^[a-z0-9-]+\/[\w.-]+$/.test(m))).toBe(true);
