@@ -22,6 +22,7 @@ export interface SessionRoutesOptions {
 
 /** The sign-in page's path. */
 export const SIGN_IN_PATH = "/sign-in";
+export const SIGN_IN_API_PATH = "/api/auth/sign-in";
 
 const signInBody = object(
   { key: { schema: str({ minLength: 1, maxLength: 512 }), required: true } },
@@ -42,7 +43,7 @@ export function sessionRoutes(options: SessionRoutesOptions) {
     // writes them here, so its parsing hook is off and it applies to these routes alone.
     await app.register(fastifyCookie, { hook: false });
     const page = signInPage();
-    app.get(SIGN_IN_PATH, async (_req, reply) =>
+    const showPage = async (_req: FastifyRequest, reply: FastifyReply) =>
       reply
         .headers({
           ...NO_CACHE,
@@ -51,8 +52,10 @@ export function sessionRoutes(options: SessionRoutesOptions) {
           "x-frame-options": "DENY",
           "referrer-policy": "same-origin",
         })
-        .send(page.html),
-    );
+        .send(page.html);
+    app.get(SIGN_IN_PATH, showPage);
+    // Also under /api: reachable through a proxy that forwards only /api (the frontend's dev server).
+    app.get(SIGN_IN_API_PATH, showPage);
 
     app.post("/api/auth/session", async (req, reply) => {
       const header = nodeHeaders(req.headers);

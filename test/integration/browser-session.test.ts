@@ -48,6 +48,8 @@ describe("sign-in page", () => {
   it("is plain HTML with its script allowed by hash and nothing loaded from elsewhere", async () => {
     const r = await call(t.url, undefined, "GET", "/sign-in");
     expect(r.status).toBe(200);
+    // The same page under /api (for proxies that forward only /api).
+    expect((await call(t.url, undefined, "GET", "/api/auth/sign-in")).text).toBe(r.text);
     expect(r.headers.get("content-type")).toBe("text/html; charset=utf-8");
     const csp = r.headers.get("content-security-policy") ?? "";
     expect(csp).toContain("default-src 'none'");
