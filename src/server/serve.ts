@@ -17,7 +17,7 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     level: config.logLevel,
     stream: destination,
     redact: {
-      paths: ['req.headers["x-session-api-key"]', "req.headers.authorization"],
+      paths: ['req.headers["x-session-api-key"]', "req.headers.authorization", "req.headers.cookie"],
       censor: "[redacted]",
     },
   };
