@@ -1,5 +1,4 @@
 import { create, fromJson, type JsonObject, toJson } from "@bufbuild/protobuf";
-import type { ContextValues } from "@connectrpc/connect";
 import { invalid } from "../core/errors.ts";
 import {
   bool,
@@ -22,11 +21,10 @@ import {
   SettingsService,
   StoreSettingsRequestSchema,
 } from "../gen/workspace/v1/settings_pb.js";
-import { type McpConfigInput, mcpConfigSchema } from "../services/settings/mcp-model.ts";
+import { mcpConfigSchema } from "../services/settings/mcp-model.ts";
 import { PROVIDERS, SECRET_FIELDS, SETTINGS_FIELDS } from "../services/settings/settings-fields.ts";
-import { validatedSettingsBody } from "../services/settings/settings-service.ts";
 import type { JsonSchema, SchemaBuilder } from "./openapi.ts";
-import { JsonText, type RestRoute, route } from "./rest-route.ts";
+import { type RestRoute, route } from "./rest-route.ts";
 
 const INT32 = { ge: -2147483648, le: 2147483647 };
 const optStr = { schema: nullable(str()) };
@@ -118,29 +116,37 @@ function body<T>(schema: Schema<T>, value: unknown): T {
 }
 
 /**
- * Settings body → StoreSettingsRequest: present fields go into `settings`, nulls into `reset_fields`. The body
- * as validated goes to the service too (see ValidatedSettingsBody), so that it is not converted and validated
- * again there.
+ * Settings body (as the REST model validated it, the reference's defaults filled in) → StoreSettingsRequest:
+ * present fields go into `settings`, nulls into `reset_fields`. The service sees nothing else of the request.
  */
-function bindStoreSettings(value: Record<string, unknown>, values: ContextValues) {
+function bindStoreSettings(value: Record<string, unknown>) {
   const settings: JsonObject = {};
   const reset: string[] = [];
   for (const [k, v] of Object.entries(value)) {
     if (v === null) {
       if (!(SECRET_FIELDS as readonly string[]).includes(k) && k !== "secrets_store") reset.push(k);
     } else if (v !== undefined) {
-      settings[k] = v as JsonObject;
+      settings[k] = k === "mcp_config" ? mcpMessageJson(v) : (v as JsonObject);
     }
   }
-  const request = create(StoreSettingsRequestSchema, {
+  return create(StoreSettingsRequestSchema, {
     settings: fromJson(SettingsSchema, settings, { ignoreUnknownFields: false }),
     resetFields: reset,
   });
-  values.set(validatedSettingsBody, {
-    settings,
-    mcp: settings.mcp_config === undefined ? undefined : (settings.mcp_config as unknown as McpConfigInput),
-  });
-  return request;
+}
+
+/**
+ * A validated MCP config as the message's JSON: an SHTTP server's `"timeout": null` (no timeout, kept as the
+ * reference keeps it) is the message's 0; an absent one the model already filled with the default of 60.
+ */
+function mcpMessageJson(mcp: unknown): JsonObject {
+  const m = mcp as JsonObject;
+  return {
+    ...m,
+    shttp_servers: ((m.shttp_servers ?? []) as JsonObject[]).map((e) =>
+      e.timeout === null ? { ...e, timeout: 0 } : e,
+    ),
+  };
 }
 
 /** GetSettingsResponse → the reference's flat GET /api/settings body. */
@@ -181,7 +187,7 @@ export function shapeSettings(res: GetSettingsResponse): Record<string, unknown>
               shttp_servers: ((m.shttp_servers ?? []) as JsonObject[]).map((e) => ({
                 url: e.url,
                 api_key: e.api_key ?? null,
-                timeout: e.timeout ?? null,
+                timeout: e.timeout === undefined || e.timeout === 0 ? null : e.timeout,
               })),
             };
     } else {
@@ -194,20 +200,6 @@ export function shapeSettings(res: GetSettingsResponse): Record<string, unknown>
   out.llm_api_key_set = res.llmApiKeySet;
   out.search_api_key_set = res.searchApiKeySet;
   return out;
-}
-
-const shaped = new WeakMap<GetSettingsResponse, JsonText>();
-/**
- * The GET /api/settings body, shaped and serialized once per response object: the settings service answers the
- * same (immutable) response object while the stored settings are unchanged.
- */
-function shapeSettingsOnce(res: GetSettingsResponse): JsonText {
-  let body = shaped.get(res);
-  if (body === undefined) {
-    body = new JsonText(JSON.stringify(shapeSettings(res)));
-    shaped.set(res, body);
-  }
-  return body;
 }
 
 const message = (res: { message: string }) => ({ message: res.message });
@@ -261,7 +253,7 @@ export const legacyRoutes: RestRoute[] = [
     summary: "Read the caller's settings (404 until first stored)",
     docs: { response: settingsResponseSchema },
     bind: () => ({}),
-    shape: shapeSettingsOnce,
+    shape: shapeSettings,
   }),
   route({
     method: "POST",
@@ -272,8 +264,7 @@ export const legacyRoutes: RestRoute[] = [
     bodyRequired: true,
     summary: "Store settings in full or in part (merge)",
     docs: { body: settingsBodySchema },
-    bind: ({ body: b, values }) =>
-      bindStoreSettings(body(settingsBodySchema, b) as Record<string, unknown>, values),
+    bind: ({ body: b }) => bindStoreSettings(body(settingsBodySchema, b) as Record<string, unknown>),
     shape: message,
   }),
   route({
@@ -304,8 +295,7 @@ export const legacyRoutes: RestRoute[] = [
         ),
         ...(v.mcp_config
           ? {
-              mcpConfig: fromJson(SettingsSchema, { mcp_config: v.mcp_config as unknown as JsonObject })
-                .mcpConfig,
+              mcpConfig: fromJson(SettingsSchema, { mcp_config: mcpMessageJson(v.mcp_config) }).mcpConfig,
             }
           : {}),
       });

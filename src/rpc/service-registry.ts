@@ -1,5 +1,6 @@
 import type { DescService } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
+import { wellFormedRequests } from "../core/well-formed-request.ts";
 
 /** A service descriptor with its implementation: what every transport registers. */
 export interface ServiceBinding {
@@ -8,7 +9,10 @@ export interface ServiceBinding {
   impl: ServiceImpl<any>;
 }
 
-/** Pairs a descriptor with its implementation, type-checked. */
+/**
+ * Pairs a descriptor with its implementation, type-checked. Every transport calls the implementation through
+ * here, so the rules every request obeys whatever its protocol (well-formed Unicode strings) are applied here.
+ */
 export function bind<S extends DescService>(desc: S, impl: ServiceImpl<S>): ServiceBinding {
-  return { desc, impl };
+  return { desc, impl: wellFormedRequests(desc, impl) };
 }

@@ -1,6 +1,7 @@
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { requireCaller } from "../../core/context.ts";
 import { alreadyExists, invalid, notFound } from "../../core/errors.ts";
+import { setOwn } from "../../core/model.ts";
 import type { SecretBox } from "../../core/secret-box.ts";
 import type {
   CreateSecretRequest,
@@ -34,10 +35,12 @@ export class SecretsService implements ServiceImpl<typeof SecretsServiceDesc> {
     const secrets = (await this.#store.read(userId))?.value.customSecrets ?? {};
     return {
       $typeName: "workspace.v1.ListSecretsResponse",
+      // Names and descriptions stored before strings had to be well-formed are shown with U+FFFD in place of a
+      // lone surrogate; that name also finds the secret again (see storedName).
       customSecrets: Object.entries(secrets).map(([name, s]) => ({
         $typeName: "workspace.v1.CustomSecret",
-        name,
-        description: s.description,
+        name: name.toWellFormed(),
+        description: s.description.toWellFormed(),
       })),
     };
   }
@@ -56,10 +59,11 @@ export class SecretsService implements ServiceImpl<typeof SecretsServiceDesc> {
     await this.#store.mutate(userId, (data) => {
       if (Object.hasOwn(data.customSecrets, req.name))
         throw alreadyExists(`Secret ${req.name} already exists`);
-      data.customSecrets[req.name] = {
+      // Any name is an ordinary key, `__proto__` included.
+      setOwn(data.customSecrets, req.name, {
         secret: this.#box.seal(req.value, `${userId}:custom_secret`),
         description: req.description ?? "",
-      };
+      });
     });
     return { $typeName: "workspace.v1.CreateSecretResponse", message: "Secret created successfully" };
   }
@@ -69,18 +73,19 @@ export class SecretsService implements ServiceImpl<typeof SecretsServiceDesc> {
     const { userId } = requireCaller(ctx);
     checkName(req.name, "name");
     await this.#store.mutate(userId, (data) => {
-      const existing = data.customSecrets[req.secretId];
-      if (!Object.hasOwn(data.customSecrets, req.secretId) || existing === undefined) {
+      const id = storedName(data.customSecrets, req.secretId);
+      const existing = id === undefined ? undefined : data.customSecrets[id];
+      if (id === undefined || existing === undefined) {
         throw notFound(`Secret with ID ${req.secretId} not found`);
       }
-      if (req.name !== req.secretId && Object.hasOwn(data.customSecrets, req.name)) {
+      if (req.name !== id && Object.hasOwn(data.customSecrets, req.name)) {
         throw alreadyExists(`Secret ${req.name} already exists`);
       }
       const next: Record<string, StoredCustomSecret> = {};
       for (const [name, s] of Object.entries(data.customSecrets)) {
-        if (name === req.secretId)
-          next[req.name] = { secret: existing.secret, description: req.description ?? "" };
-        else next[name] = s;
+        if (name === id)
+          setOwn(next, req.name, { secret: existing.secret, description: req.description ?? "" });
+        else setOwn(next, name, s);
       }
       data.customSecrets = next;
     });
@@ -91,9 +96,9 @@ export class SecretsService implements ServiceImpl<typeof SecretsServiceDesc> {
   async deleteSecret(req: DeleteSecretRequest, ctx: HandlerContext): Promise<DeleteSecretResponse> {
     const { userId } = requireCaller(ctx);
     await this.#store.mutate(userId, (data) => {
-      if (!Object.hasOwn(data.customSecrets, req.secretId))
-        throw notFound(`Secret with ID ${req.secretId} not found`);
-      delete data.customSecrets[req.secretId];
+      const id = storedName(data.customSecrets, req.secretId);
+      if (id === undefined) throw notFound(`Secret with ID ${req.secretId} not found`);
+      delete data.customSecrets[id];
     });
     return { $typeName: "workspace.v1.DeleteSecretResponse", message: "Secret deleted successfully" };
   }
@@ -105,6 +110,16 @@ export class SecretsService implements ServiceImpl<typeof SecretsServiceDesc> {
       Object.entries(secrets).map(([name, s]) => [name, this.#box.open(s.secret, `${userId}:custom_secret`)]),
     );
   }
+}
+
+/**
+ * The stored key a secret id names: the id itself, or else a stored name that is not well-formed Unicode (stored
+ * before that was refused) and that the id spells as listed, with U+FFFD in place of its lone surrogates. Such a
+ * secret can thus be renamed or deleted through the API.
+ */
+function storedName(secrets: Record<string, StoredCustomSecret>, id: string): string | undefined {
+  if (Object.hasOwn(secrets, id)) return id;
+  return Object.keys(secrets).find((name) => !name.isWellFormed() && name.toWellFormed() === id);
 }
 
 function checkName(name: string, field: string): void {

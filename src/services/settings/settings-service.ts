@@ -1,14 +1,8 @@
 import { create, fromJson, type JsonObject, type JsonValue, toJson } from "@bufbuild/protobuf";
-import {
-  Code,
-  ConnectError,
-  createContextKey,
-  type HandlerContext,
-  type ServiceImpl,
-} from "@connectrpc/connect";
+import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { requireCaller } from "../../core/context.ts";
 import { type FieldViolation, notFound, ValidationError } from "../../core/errors.ts";
-import { parseModel } from "../../core/model.ts";
+import { parseModel, setOwn, toWellFormedJson } from "../../core/model.ts";
 import type { SecretBox } from "../../core/secret-box.ts";
 import {
   type AddGitProvidersRequest,
@@ -46,21 +40,8 @@ const SECRET_FIELD_SET: ReadonlySet<string> = new Set(SECRET_FIELDS);
 const SETTINGS_FIELD_SET: ReadonlySet<string> = new Set(SETTINGS_FIELDS);
 const isSecretField = (f: string): boolean => SECRET_FIELD_SET.has(f);
 
-/**
- * A StoreSettings request as a transport already validated it with the REST model (the reference's `Settings`,
- * whose MCP part is `mcpConfigSchema` too): `settings`, the present non-null fields as JSON (what `settings` of
- * the message converts to), and `mcp`, the validated MCP config when `mcp_config` is among them. Set by the REST
- * binder of POST /api/settings; the service then neither converts the message back to JSON nor validates the MCP
- * config a second time, and keeps what the JSON says where the message cannot (`"timeout": null` of an SHTTP
- * server stays null, as in the reference, where an unset optional field would read as its default of 60).
- */
-export interface ValidatedSettingsBody {
-  settings: JsonObject;
-  mcp: McpConfigInput | undefined;
-}
-export const validatedSettingsBody = createContextKey<ValidatedSettingsBody | undefined>(undefined, {
-  description: "StoreSettings request validated by the REST model",
-});
+/** GetSettings answers kept, for this many users (the most recently read). */
+const CACHED_VIEWS = 1000;
 
 /**
  * The legacy settings API: merge-on-store settings, write-only secrets sealed at rest, masked MCP keys, and git
@@ -70,8 +51,8 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
   readonly #store: UserDataStore;
   readonly #box: SecretBox;
   readonly #verifier: GitProviderVerifier | null;
-  /** GetSettings answers by stored document object (see getSettings). */
-  readonly #views = new WeakMap<UserData, GetSettingsResponse>();
+  /** The GetSettings answer of each recently read user, with the stored version it was built from. */
+  readonly #views = new Map<string, { version: number; response: GetSettingsResponse }>();
 
   constructor(deps: { store: UserDataStore; box: SecretBox; verifier: GitProviderVerifier | null }) {
     this.#store = deps.store;
@@ -81,20 +62,23 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
 
   /**
    * NOT_FOUND "Settings not found" until the caller first stores settings. The answer is a function of the stored
-   * document alone, so it is kept per document object: a storage that hands out one frozen object per stored
-   * version (SQLite) gets each version's answer built once; a fresh object per read simply never hits.
+   * document alone, so it is kept per user with the document's version (which every store changes): built once per
+   * stored version on every storage. Strings stored before they had to be well-formed are shown with U+FFFD.
    */
   async getSettings(_req: GetSettingsRequest, ctx: HandlerContext): Promise<GetSettingsResponse> {
     const { userId } = requireCaller(ctx);
     const doc = await this.#store.read(userId);
     const stored = doc?.value.settings;
     if (doc === null || stored === null || stored === undefined) throw notFound("Settings not found");
-    const data = doc.value;
-    let response = this.#views.get(data);
-    if (response === undefined) {
-      response = settingsView(data, stored);
-      this.#views.set(data, response);
+    const cached = this.#views.get(userId);
+    if (cached !== undefined && cached.version === doc.version) return cached.response;
+    const response = settingsView(doc.value, stored);
+    if (cached !== undefined) this.#views.delete(userId);
+    else if (this.#views.size >= CACHED_VIEWS) {
+      const oldest = this.#views.keys().next();
+      if (oldest.done !== true) this.#views.delete(oldest.value);
     }
+    this.#views.set(userId, { version: doc.version, response });
     return response;
   }
 
@@ -105,10 +89,9 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
    */
   async storeSettings(req: StoreSettingsRequest, ctx: HandlerContext): Promise<StoreSettingsResponse> {
     const { userId } = requireCaller(ctx);
-    const validated = ctx.values.get(validatedSettingsBody);
-    const incoming =
-      validated?.settings ??
-      ((req.settings ? toJson(SettingsSchema, req.settings, { useProtoFieldName: true }) : {}) as JsonObject);
+    const incoming = (
+      req.settings ? toJson(SettingsSchema, req.settings, { useProtoFieldName: true }) : {}
+    ) as JsonObject;
     const issues: FieldViolation[] = [];
     for (let i = 0; i < req.resetFields.length; i++) {
       const f = req.resetFields[i] as string;
@@ -132,11 +115,9 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
       });
     }
     const mcp =
-      validated !== undefined
-        ? validated.mcp
-        : incoming.mcp_config === undefined
-          ? undefined
-          : parseModel(mcpConfigSchema, incoming.mcp_config, ["mcp_config"], issues);
+      incoming.mcp_config === undefined
+        ? undefined
+        : parseModel(mcpConfigSchema, zeroTimeoutsNull(incoming.mcp_config), ["mcp_config"], issues);
     const tokens = validateProviderKeys(
       (incoming.secrets_store as JsonObject | undefined)?.provider_tokens,
       ["secrets_store", "provider_tokens"],
@@ -198,7 +179,9 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
         ).mcp_config
       : undefined;
     const mcp =
-      mcpJson === undefined ? undefined : parseModel(mcpConfigSchema, mcpJson, ["mcp_config"], issues);
+      mcpJson === undefined
+        ? undefined
+        : parseModel(mcpConfigSchema, zeroTimeoutsNull(mcpJson), ["mcp_config"], issues);
     if (issues.length > 0) throw new ValidationError(issues);
 
     if (this.#verifier !== null && tokens !== undefined) await this.#verifyAll(userId, tokens);
@@ -316,13 +299,13 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
     if (secrets === undefined) return;
     for (const [name, raw] of Object.entries(secrets)) {
       const v = (raw ?? {}) as JsonObject;
-      const existing = data.customSecrets[name];
+      const existing = Object.hasOwn(data.customSecrets, name) ? data.customSecrets[name] : undefined;
       const secret =
         typeof v.secret === "string" ? this.#box.seal(v.secret, `${userId}:custom_secret`) : existing?.secret;
-      data.customSecrets[name] = {
+      setOwn(data.customSecrets, name, {
         secret: secret ?? this.#box.seal("", `${userId}:custom_secret`),
         description: typeof v.description === "string" ? v.description : (existing?.description ?? ""),
-      };
+      });
     }
   }
 
@@ -352,8 +335,8 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
         const previous = previousOf(stored?.stdio_servers, i, (p) => p.name === e.name)?.env ?? {};
         const env: Record<string, string> = {};
         for (const [k, v] of Object.entries(e.env)) {
-          const value = keep(v, previous[k]);
-          if (value !== null) env[k] = value;
+          const value = keep(v, Object.hasOwn(previous, k) ? previous[k] : undefined);
+          if (value !== null) setOwn(env, k, value);
         }
         return { name: e.name, command: e.command, args: e.args, env };
       }),
@@ -430,6 +413,24 @@ function validateProviderKeys(
   return out;
 }
 
+/**
+ * An MCP config of a request message as JSON for the MCP model: an SHTTP server's `timeout` of 0 (the message's
+ * "no timeout", REST's JSON null) becomes null; unset stays absent (the model's default of 60).
+ */
+function zeroTimeoutsNull(mcp: JsonValue): JsonValue {
+  if (typeof mcp !== "object" || mcp === null || Array.isArray(mcp)) return mcp;
+  const servers = mcp.shttp_servers;
+  if (!Array.isArray(servers)) return mcp;
+  return {
+    ...mcp,
+    shttp_servers: servers.map((e) =>
+      typeof e === "object" && e !== null && !Array.isArray(e) && e.timeout === 0
+        ? { ...e, timeout: null }
+        : e,
+    ),
+  };
+}
+
 function secretsStoreView(data: UserData): JsonObject {
   const providerTokens: JsonObject = {};
   for (const [p, t] of Object.entries(data.providerTokens)) {
@@ -440,7 +441,7 @@ function secretsStoreView(data: UserData): JsonObject {
   }
   const customSecrets: JsonObject = {};
   for (const [name, s] of Object.entries(data.customSecrets))
-    customSecrets[name] = { description: s.description };
+    setOwn(customSecrets, name, { description: s.description });
   return { provider_tokens: providerTokens, custom_secrets: customSecrets };
 }
 
@@ -457,7 +458,7 @@ function maskMcp(m: StoredMcp): JsonObject {
     shttp_servers: m.shttp_servers.map((e) => ({
       url: e.url,
       ...mask(e.api_key),
-      ...(e.timeout === null ? {} : { timeout: e.timeout }),
+      timeout: e.timeout ?? 0,
     })),
   };
 }
@@ -479,10 +480,11 @@ function settingsView(data: UserData, stored: Record<string, unknown>): GetSetti
   }
   const tokensSet: Record<string, { host?: string }> = {};
   for (const [provider, t] of Object.entries(data.providerTokens)) {
-    if (t.token !== null || t.userId !== null) tokensSet[provider] = t.host === null ? {} : { host: t.host };
+    if (t.token !== null || t.userId !== null)
+      tokensSet[provider] = t.host === null ? {} : { host: t.host.toWellFormed() };
   }
   return create(GetSettingsResponseSchema, {
-    settings: fromJson(SettingsSchema, out),
+    settings: fromJson(SettingsSchema, toWellFormedJson(out)),
     llmApiKeySet: typeof stored.llm_api_key === "string",
     searchApiKeySet: typeof stored.search_api_key === "string",
     providerTokensSet: tokensSet,

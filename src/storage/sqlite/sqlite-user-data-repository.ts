@@ -8,30 +8,6 @@ interface UserDataRow {
   value: string;
 }
 
-/** Parsed documents kept per user (the most recently read users). */
-const CACHED_USERS = 1000;
-
-/** Freezes a parsed JSON document all the way down, so one parsed copy can be handed to every reader. */
-function deepFreeze<T>(value: T): T {
-  if (typeof value === "object" && value !== null && !Object.isFrozen(value)) {
-    Object.freeze(value);
-    for (const v of Object.values(value)) deepFreeze(v);
-  }
-  return value;
-}
-
-/** A stored document (JSON text) as readers get it: parsed once, frozen. */
-function frozenDoc(version: number, json: string): Versioned<UserData> {
-  return deepFreeze({ version, value: JSON.parse(json) as UserData });
-}
-
-/** A user's latest committed document as cached: its JSON, and the frozen parse plain reads share. */
-interface CachedDoc {
-  version: number;
-  json: string;
-  doc: Versioned<UserData> | undefined;
-}
-
 interface QueuedWrite {
   userId: string;
   expected: number;
@@ -73,25 +49,15 @@ export interface SqliteUserDataRepository extends UserDataRepository {
  *
  * Inside a transaction of the caller's own (bulk loads through `sqliteDatabaseOf`) writes run at once, in it.
  *
- * Plain reads answer a deeply frozen document: the latest committed version of each recently used user is kept
- * (its JSON, parsed and frozen on first plain read), which takes SQLite and JSON parsing off the settings read
- * path; the freeze makes "never change what you read" a rule. A read for update answers the caller's own copy
- * instead (UserDataStore edits it in place), parsed from the queued JSON when the user has queued writes, else from
- * the committed JSON (one parse, no freeze). The cache is exact:
- * - this connection's writes drop the entries of the users they write, and a batch that commits puts back what it
- *   stored (the next read needs neither SQLite nor, for update, a copy of a frozen document);
- * - commits of other connections (the CLI, a second server on the same file) are seen through SQLite's
- *   `PRAGMA data_version`, which changes whenever another connection has committed: it is read by the first read
- *   of each event-loop turn (until the next check phase) and any change drops the whole cache. A read thus answers
- *   the state as of a moment during the turn it runs in, after its request arrived. One probe costs two `fcntl`
- *   lock calls and a statement; once per turn instead of once per read, it is shared by every request of the turn.
+ * Reads are not cached: every read asks SQLite (one statement by primary key) and parses the stored JSON, so each
+ * reader gets its own copy and sees commits of other connections (the CLI, a second server on the same file) at
+ * once. What is worth keeping of a read is kept above the port (the settings service's answer per user version).
  */
 export function createSqliteUserDataRepository(
   db: Database.Database,
   walSync: WalSync | null = null,
 ): SqliteUserDataRepository {
   const select = db.prepare<[string], UserDataRow>("SELECT version, value FROM user_data WHERE user_id = ?");
-  const dataVersion = db.prepare<[], number>("PRAGMA data_version").pluck();
   // Positional parameters: binding named ones from an object costs a property lookup per parameter (~1 µs a write).
   const insert = db.prepare<[userId: string, value: string]>(
     "INSERT INTO user_data (user_id, version, value) VALUES (?, 1, ?) ON CONFLICT (user_id) DO NOTHING",
@@ -102,44 +68,13 @@ export function createSqliteUserDataRepository(
   // The connection's other writes stay FULL (synced in their COMMIT); only the batches switch, around their commit.
   const syncNormal = db.prepare("PRAGMA synchronous = NORMAL");
   const syncFull = db.prepare("PRAGMA synchronous = FULL");
-  /** The latest committed version of recently read or written users: its JSON, parsed and frozen on first read. */
-  const cache = new Map<string, CachedDoc>();
-  const remember = (userId: string, version: number, json: string): CachedDoc => {
-    if (cache.size >= CACHED_USERS && !cache.has(userId)) {
-      const oldest = cache.keys().next();
-      if (oldest.done !== true) cache.delete(oldest.value);
-    }
-    const entry: CachedDoc = { version, json, doc: undefined };
-    cache.set(userId, entry);
-    return entry;
-  };
-  const write = (userId: string, expected: number, value: string): boolean => {
-    // Dropped even when the write fails or its transaction rolls back: the next read then asks SQLite (a batch that
-    // commits puts what it stored back, see flush).
-    cache.delete(userId);
-    return (expected === 0 ? insert.run(userId, value) : update.run(value, userId, expected)).changes === 1;
-  };
+  const write = (userId: string, expected: number, value: string): boolean =>
+    (expected === 0 ? insert.run(userId, value) : update.run(value, userId, expected)).changes === 1;
 
-  /** data_version as last read; `probed` stays true until the check phase of the turn that read it. */
-  let seenDataVersion = dataVersion.get();
-  let probed = false;
-  const endOfTurn = (): void => {
-    probed = false;
-  };
-  const dropIfChangedElsewhere = (): void => {
-    if (probed) return;
-    probed = true;
-    setImmediate(endOfTurn);
-    const current = dataVersion.get();
-    if (current !== seenDataVersion) {
-      seenDataVersion = current;
-      cache.clear();
-    }
-  };
   /** Queued, not yet committed writes, in order. */
   let queue: QueuedWrite[] = [];
   /** The state each user's queued writes lead to (what a read-for-update sees). */
-  const queuedState = new Map<string, { version: number; json: string }>();
+  const queuedState = new Map<string, UserDataRow>();
 
   const commitBatch = db.transaction((batch: QueuedWrite[]): boolean[] => {
     const failedUsers = new Set<string>();
@@ -172,10 +107,6 @@ export function createSqliteUserDataRepository(
       for (const w of batch) w.reject(mapped);
       return;
     }
-    // Committed: what each user's last stored write holds is the user's committed state, already known here.
-    batch.forEach((w, i) => {
-      if (results[i] === true) remember(w.userId, w.expected + 1, w.value);
-    });
     const settle = (error: Error | null): void => {
       batch.forEach((w, i) => {
         if (error !== null) w.reject(error);
@@ -186,30 +117,15 @@ export function createSqliteUserDataRepository(
     else walSync.whenDurable(settle);
   };
 
-  /** The committed state of a user, from the cache or from SQLite. */
-  const durable = (userId: string): CachedDoc | null => {
-    dropIfChangedElsewhere();
-    const cached = cache.get(userId);
-    if (cached !== undefined) return cached;
-    const row = select.get(userId);
-    if (row === undefined) return null;
-    // Inside a caller's transaction the row may be uncommitted (and rolled back later): answered, not kept.
-    if (db.inTransaction) return { version: row.version, json: row.value, doc: undefined };
-    return remember(userId, row.version, row.value);
-  };
+  /** The committed state of a user. */
+  const durable = (userId: string): UserDataRow | null => select.get(userId) ?? null;
 
   return {
     get: (userId, options) =>
       attempt((): Versioned<UserData> | null => {
-        if (options?.forUpdate !== true) {
-          const entry = durable(userId);
-          if (entry === null) return null;
-          entry.doc ??= frozenDoc(entry.version, entry.json);
-          return entry.doc;
-        }
-        // The caller's own copy: parsed from the queued JSON, else from the committed JSON.
-        const state = queuedState.get(userId) ?? durable(userId);
-        return state === null ? null : { version: state.version, value: JSON.parse(state.json) as UserData };
+        // A read for update also sees the writes queued for the user (see above).
+        const state = (options?.forUpdate === true ? queuedState.get(userId) : undefined) ?? durable(userId);
+        return state === null ? null : { version: state.version, value: JSON.parse(state.value) as UserData };
       }),
     compareAndSet: (userId, expectedVersion, next) => {
       // Serialized now: the caller may change `next` once this returns.
@@ -219,7 +135,7 @@ export function createSqliteUserDataRepository(
       // A conflict with a queued write is reported with the batch too: a caller retrying at once then reads the
       // committed state instead of spinning on the same conflict.
       const conflict = queued !== undefined && queued.version !== expectedVersion;
-      if (!conflict) queuedState.set(userId, { version: expectedVersion + 1, json: value });
+      if (!conflict) queuedState.set(userId, { version: expectedVersion + 1, value });
       return new Promise<boolean>((resolve, reject) => {
         if (queue.length === 0) {
           // While the WAL syncs, a commit now would wait for the next sync anyway: the batch is held until this

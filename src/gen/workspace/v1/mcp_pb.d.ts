@@ -94,7 +94,7 @@ export declare type McpShttpServer = Message<"workspace.v1.McpShttpServer"> & {
   apiKey?: string | undefined;
 
   /**
-   * Seconds, 1..3600; 60 when unset.
+   * Seconds, 1..3600; 60 when unset; 0 means no timeout (JSON null in REST).
    *
    * @generated from field: optional int32 timeout = 3;
    */
