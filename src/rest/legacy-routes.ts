@@ -17,6 +17,7 @@ import { SecretsService } from "../gen/workspace/v1/secrets_pb.js";
 import {
   AddGitProvidersRequestSchema,
   type GetSettingsResponse,
+  type Settings,
   SettingsSchema,
   SettingsService,
   StoreSettingsRequestSchema,
@@ -151,47 +152,49 @@ function mcpMessageJson(mcp: unknown): JsonObject {
 
 /** GetSettingsResponse → the reference's flat GET /api/settings body. */
 export function shapeSettings(res: GetSettingsResponse): Record<string, unknown> {
-  const s = (
-    res.settings ? toJson(SettingsSchema, res.settings, { useProtoFieldName: true }) : {}
-  ) as JsonObject;
+  // Read from the message directly (its fields are the REST fields; see SCALAR_FIELDS): converting it with
+  // protobuf-es toJson first cost more than the rest of the request.
+  const s = res.settings;
   const out: Record<string, unknown> = {};
   for (const f of SETTINGS_FIELDS) {
     if (f === "secrets_store") {
-      const store = (s.secrets_store ?? {}) as JsonObject;
-      const tokens = (store.provider_tokens ?? {}) as Record<string, JsonObject>;
-      const secrets = (store.custom_secrets ?? {}) as Record<string, JsonObject>;
+      const store = s?.secretsStore;
       out[f] = {
         provider_tokens: Object.fromEntries(
-          Object.entries(tokens).map(([p, t]) => [p, { host: t.host ?? null, user_id: t.user_id ?? null }]),
+          Object.entries(store?.providerTokens ?? {}).map(([p, t]) => [
+            p,
+            { host: t.host ?? null, user_id: t.userId ?? null },
+          ]),
         ),
         custom_secrets: Object.fromEntries(
-          Object.entries(secrets).map(([n, v]) => [n, { description: v.description ?? "" }]),
+          Object.entries(store?.customSecrets ?? {}).map(([n, v]) => [
+            n,
+            { description: v.description ?? "" },
+          ]),
         ),
       };
     } else if (f === "mcp_config") {
-      const m = s.mcp_config as JsonObject | undefined;
+      const m = s?.mcpConfig;
       out[f] =
         m === undefined
           ? null
           : {
-              sse_servers: ((m.sse_servers ?? []) as JsonObject[]).map((e) => ({
-                url: e.url,
-                api_key: e.api_key ?? null,
-              })),
-              stdio_servers: ((m.stdio_servers ?? []) as JsonObject[]).map((e) => ({
+              sse_servers: m.sseServers.map((e) => ({ url: e.url, api_key: e.apiKey ?? null })),
+              stdio_servers: m.stdioServers.map((e) => ({
                 name: e.name,
                 command: e.command,
-                args: e.args ?? [],
-                env: e.env ?? {},
+                args: e.args,
+                env: e.env,
               })),
-              shttp_servers: ((m.shttp_servers ?? []) as JsonObject[]).map((e) => ({
+              shttp_servers: m.shttpServers.map((e) => ({
                 url: e.url,
-                api_key: e.api_key ?? null,
+                api_key: e.apiKey ?? null,
                 timeout: e.timeout === undefined || e.timeout === 0 ? null : e.timeout,
               })),
             };
     } else {
-      out[f] = s[f] ?? null;
+      const local = SCALAR_FIELDS.get(f);
+      out[f] = (s === undefined || local === undefined ? undefined : s[local]) ?? null;
     }
   }
   out.provider_tokens_set = Object.fromEntries(
@@ -201,6 +204,13 @@ export function shapeSettings(res: GetSettingsResponse): Record<string, unknown>
   out.search_api_key_set = res.searchApiKeySet;
   return out;
 }
+
+/** REST name → message property of the Settings fields holding one string, number or boolean. */
+const SCALAR_FIELDS: ReadonlyMap<string, keyof Settings> = new Map(
+  SettingsSchema.fields
+    .filter((f) => f.fieldKind === "scalar")
+    .map((f) => [f.name, f.localName as keyof Settings]),
+);
 
 const message = (res: { message: string }) => ({ message: res.message });
 
