@@ -345,7 +345,7 @@ describe("REST and Connect store the same document for the same request", () => 
     const [rest, rpc] = [await opened("diff-rest"), await opened("diff-rpc")];
     expect(rest).toEqual(rpc);
     expect(rest.settings.mcp_config?.stdio_servers[0]?.env).toEqual({ A: "1", B: "2" });
-    expect((rest?.settings?.mcp_config as { shttp_servers: unknown }).shttp_servers).toEqual([
+    expect(rest.settings.mcp_config?.shttp_servers).toEqual([
       { url: "https://none.example", api_key: null, timeout: null },
       { url: "https://default.example", api_key: null, timeout: 60 },
       { url: "https://thirty.example", api_key: null, timeout: 30 },
