@@ -1,15 +1,17 @@
-import { create, fromJson, type JsonObject, type JsonValue, toJson } from "@bufbuild/protobuf";
+import { create, fromJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { requireCaller } from "../../core/context.ts";
 import { type FieldViolation, notFound, ValidationError } from "../../core/errors.ts";
 import { parseModel, setOwn, toWellFormedJson } from "../../core/model.ts";
 import type { SecretBox } from "../../core/secret-box.ts";
+import type { McpConfig } from "../../gen/workspace/v1/mcp_pb.js";
 import {
   type AddGitProvidersRequest,
   type AddGitProvidersResponse,
   type GetSettingsRequest,
   type GetSettingsResponse,
   GetSettingsResponseSchema,
+  type Settings,
   SettingsSchema,
   type SettingsService as SettingsServiceDesc,
   type StoreSettingsRequest,
@@ -89,9 +91,7 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
    */
   async storeSettings(req: StoreSettingsRequest, ctx: HandlerContext): Promise<StoreSettingsResponse> {
     const { userId } = requireCaller(ctx);
-    const incoming = (
-      req.settings ? toJson(SettingsSchema, req.settings, { useProtoFieldName: true }) : {}
-    ) as JsonObject;
+    const incoming = req.settings ? settingsJson(req.settings) : {};
     const issues: FieldViolation[] = [];
     for (let i = 0; i < req.resetFields.length; i++) {
       const f = req.resetFields[i] as string;
@@ -117,7 +117,7 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
     const mcp =
       incoming.mcp_config === undefined
         ? undefined
-        : parseModel(mcpConfigSchema, zeroTimeoutsNull(incoming.mcp_config), ["mcp_config"], issues);
+        : parseModel(mcpConfigSchema, incoming.mcp_config, ["mcp_config"], issues);
     const tokens = validateProviderKeys(
       (incoming.secrets_store as JsonObject | undefined)?.provider_tokens,
       ["secrets_store", "provider_tokens"],
@@ -171,17 +171,9 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
       ["provider_tokens"],
       issues,
     );
-    const mcpJson = req.mcpConfig
-      ? (
-          toJson(SettingsSchema, create(SettingsSchema, { mcpConfig: req.mcpConfig }), {
-            useProtoFieldName: true,
-          }) as JsonObject
-        ).mcp_config
-      : undefined;
+    const mcpJson = req.mcpConfig ? mcpConfigJson(req.mcpConfig) : undefined;
     const mcp =
-      mcpJson === undefined
-        ? undefined
-        : parseModel(mcpConfigSchema, zeroTimeoutsNull(mcpJson), ["mcp_config"], issues);
+      mcpJson === undefined ? undefined : parseModel(mcpConfigSchema, mcpJson, ["mcp_config"], issues);
     if (issues.length > 0) throw new ValidationError(issues);
 
     if (this.#verifier !== null && tokens !== undefined) await this.#verifyAll(userId, tokens);
@@ -413,21 +405,67 @@ function validateProviderKeys(
   return out;
 }
 
+/** Settings fields holding one string, number or boolean: proto (= REST) name and message property. */
+const SCALAR_FIELDS = SettingsSchema.fields
+  .filter((f) => f.fieldKind === "scalar")
+  .map((f) => [f.name, f.localName as keyof Settings] as const);
+
 /**
- * An MCP config of a request message as JSON for the MCP model: an SHTTP server's `timeout` of 0 (the message's
- * "no timeout", REST's JSON null) becomes null; unset stays absent (the model's default of 60).
+ * The set fields of a Settings message as JSON with the REST (proto) field names, as protobuf-es toJson with
+ * `useProtoFieldName` writes them (which cost more than the rest of a store): unset fields and empty maps absent,
+ * non-finite numbers as their JSON strings.
  */
-function zeroTimeoutsNull(mcp: JsonValue): JsonValue {
-  if (typeof mcp !== "object" || mcp === null || Array.isArray(mcp)) return mcp;
-  const servers = mcp.shttp_servers;
-  if (!Array.isArray(servers)) return mcp;
+function settingsJson(s: Settings): JsonObject {
+  const out: JsonObject = {};
+  for (const [name, local] of SCALAR_FIELDS) {
+    const v = s[local] as string | number | boolean | undefined;
+    if (v !== undefined) out[name] = typeof v === "number" && !Number.isFinite(v) ? String(v) : v;
+  }
+  if (s.mcpConfig !== undefined) out.mcp_config = mcpConfigJson(s.mcpConfig);
+  const store = s.secretsStore;
+  if (store !== undefined) {
+    const json: JsonObject = {};
+    const tokens = Object.entries(store.providerTokens);
+    if (tokens.length > 0) {
+      const t: JsonObject = {};
+      for (const [p, v] of tokens) setOwn(t, p, present({ token: v.token, host: v.host, user_id: v.userId }));
+      json.provider_tokens = t;
+    }
+    const secrets = Object.entries(store.customSecrets);
+    if (secrets.length > 0) {
+      const c: JsonObject = {};
+      for (const [n, v] of secrets) setOwn(c, n, present({ secret: v.secret, description: v.description }));
+      json.custom_secrets = c;
+    }
+    out.secrets_store = json;
+  }
+  return out;
+}
+
+function present(o: Record<string, string | number | undefined>): JsonObject {
+  const out: JsonObject = {};
+  for (const [k, v] of Object.entries(o)) if (v !== undefined) out[k] = v;
+  return out;
+}
+
+/**
+ * An McpConfig message as the MCP model's JSON. An SHTTP server's `timeout` of 0 (the message's "no timeout", REST's
+ * JSON null) becomes null; unset stays absent (the model's default of 60).
+ */
+function mcpConfigJson(m: McpConfig): JsonObject {
   return {
-    ...mcp,
-    shttp_servers: servers.map((e) =>
-      typeof e === "object" && e !== null && !Array.isArray(e) && e.timeout === 0
-        ? { ...e, timeout: null }
-        : e,
-    ),
+    sse_servers: m.sseServers.map((e) => present({ url: e.url, api_key: e.apiKey })),
+    stdio_servers: m.stdioServers.map((e) => ({
+      name: e.name,
+      command: e.command,
+      args: e.args,
+      env: { ...e.env },
+    })),
+    shttp_servers: m.shttpServers.map((e) => {
+      const json = present({ url: e.url, api_key: e.apiKey });
+      if (e.timeout !== undefined) json.timeout = e.timeout === 0 ? null : e.timeout;
+      return json;
+    }),
   };
 }
 
