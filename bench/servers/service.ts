@@ -15,7 +15,6 @@ import { createProcessRuntime } from "../../src/sandbox/process/process-runtime.
 import { buildApp } from "../../src/server/app.ts";
 import { LogDestination } from "../../src/server/log-destination.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
-import { releaseStartupMemory } from "../../src/server/startup-memory.ts";
 import { createSqliteStorage, sqliteDatabaseOf } from "../../src/storage/sqlite/sqlite-storage.ts";
 import { syntheticConversation } from "../../test/helpers/conversation-fixtures.ts";
 
@@ -78,8 +77,6 @@ if (conversations > 0) {
 }
 
 const ports = await app.listen("127.0.0.1", 0, 0);
-// As serve() does once it listens (src/server/serve.ts).
-releaseStartupMemory();
 process.stdout.write(`${JSON.stringify({ ...ports, key, userId: USER, pid: process.pid, dir })}\n`);
 
 let stopping = false;

@@ -8,7 +8,6 @@ import { loadOrCreateKeyFile } from "./key-file.ts";
 import { LogDestination } from "./log-destination.ts";
 import { openStorage } from "./open-storage.ts";
 import { defaultSpecs, loadSpecsFile } from "./sandbox-specs.ts";
-import { releaseStartupMemory } from "./startup-memory.ts";
 
 /** Runs the server until SIGTERM/SIGINT, then stops gracefully. */
 export async function serve(config: Readonly<Config>): Promise<void> {
@@ -67,15 +66,6 @@ export async function serve(config: Readonly<Config>): Promise<void> {
       storage: storage.kind,
     },
     "agent workspace service listening",
-  );
-  const released = releaseStartupMemory();
-  log.info(
-    {
-      rssMiB: Math.round((released.rssAfter / 2 ** 20) * 10) / 10,
-      releasedMiB: Math.round(((released.rssBefore - released.rssAfter) / 2 ** 20) * 10) / 10,
-      ms: Math.round(released.ms),
-    },
-    "released start-up memory",
   );
   if (issued !== null) {
     // Printed once, to stdout and outside the structured log, so it never lands in log files by accident.

@@ -1,0 +1,176 @@
+import { Counter } from "prom-client";
+import type { Caller } from "../core/context.ts";
+import { PageTokens } from "../core/page-token.ts";
+import { RateLimiter } from "../core/rate-limiter.ts";
+import { SecretBox } from "../core/secret-box.ts";
+import { AppConversationService as AppConversationServiceDesc } from "../gen/workspace/v1/app_conversation_pb.js";
+import { SandboxService as SandboxServiceDesc } from "../gen/workspace/v1/sandbox_pb.js";
+import { SandboxSpecService as SandboxSpecServiceDesc } from "../gen/workspace/v1/sandbox_spec_pb.js";
+import { SecretsService as SecretsServiceDesc } from "../gen/workspace/v1/secrets_pb.js";
+import { SettingsService as SettingsServiceDesc } from "../gen/workspace/v1/settings_pb.js";
+import { HttpAgentClient } from "../integrations/http-agent-client.ts";
+import type { AgentClient } from "../ports/agent-client.ts";
+import type { GitProviderVerifier } from "../ports/git-provider-verifier.ts";
+import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
+import type { Storage } from "../ports/storage.ts";
+import {
+  AppConversationService,
+  type AppConversationServiceOptions,
+} from "../services/conversations/app-conversation-service.ts";
+import { ApiKeyService, DEFAULT_USER } from "../services/keys/api-key-service.ts";
+import { SandboxService } from "../services/sandboxes/sandbox-service.ts";
+import { type SandboxSpec, SandboxSpecService } from "../services/sandboxes/sandbox-spec-service.ts";
+import { SecretsService } from "../services/secrets/secrets-service.ts";
+import { SettingsService } from "../services/settings/settings-service.ts";
+import { UserDataStore } from "../services/user-data-store.ts";
+import { type Admission, type Admit, type Authenticate, createAdmission } from "../transport/admission.ts";
+import { BrowserSessions, type KeyOf } from "../transport/browser-session.ts";
+import type { TransportLimits } from "../transport/limits.ts";
+import { bind, type ServiceBinding } from "../transport/service-binding.ts";
+import { StreamLimits } from "../transport/streams.ts";
+import { instrumentStorage, Metrics } from "./metrics.ts";
+
+export interface ContainerDeps {
+  storage: Storage;
+  encryptionKey: Buffer;
+  /** null disables git token verification. */
+  verifier: GitProviderVerifier | null;
+  rateLimit: { perSecond: number; burst: number };
+  runtime: SandboxRuntime;
+  specs: readonly SandboxSpec[];
+  maxRunningSandboxes: number;
+  limits: TransportLimits;
+  /** Client of the sandboxes' agent servers (default: HTTP). */
+  agent?: AgentClient;
+  /** Timeouts of conversation starts and live status. */
+  conversations?: Pick<AppConversationServiceOptions, "timeouts" | "liveStatusTimeoutMs" | "shutdownGraceMs">;
+  /** Service warnings (e.g. a conversation start that failed). */
+  log: (msg: string, data?: Record<string, unknown>) => void;
+  /** Browser sign-in: allowed origins, proxy trust, session lifetime, single-user mode. */
+  web: {
+    corsOrigins?: readonly string[];
+    trustProxy?: boolean;
+    singleUser?: boolean;
+    sessionMaxAgeSeconds?: number;
+  };
+}
+
+/** The services of one server, wired together, with what every transport needs to serve them. */
+export interface Container {
+  storage: Storage;
+  metrics: Metrics;
+  keys: ApiKeyService;
+  services: {
+    settings: SettingsService;
+    secrets: SecretsService;
+    sandboxes: SandboxService;
+    specs: SandboxSpecService;
+    conversations: AppConversationService;
+  };
+  /** Every service with its descriptor, streaming methods under the stream caps. */
+  bindings: readonly ServiceBinding[];
+  /** Authentication and admission (rate limit) of a session key, for every transport. */
+  admission: Admission;
+  /** Its two steps, for routes outside the transports (sign-in, options). */
+  authenticate: Authenticate;
+  admit: Admit;
+  /** Browser sessions, and the session key of an HTTP request (header or session cookie). */
+  sessions: BrowserSessions;
+  keyOf: KeyOf;
+  streams: StreamLimits;
+}
+
+/** Builds the services on the given storage and runtime: no transports, no globals, no environment reads. */
+export function createContainer(deps: ContainerDeps): Container {
+  const metrics = new Metrics();
+  const storage = instrumentStorage(deps.storage, metrics);
+  const box = new SecretBox(deps.encryptionKey);
+  const pageTokens = new PageTokens(box.derive("page-tokens"));
+  const keys = new ApiKeyService(storage.apiKeys, { cacheTtlMs: deps.limits.keyRecheckMs });
+  const limiter = new RateLimiter(deps.rateLimit.perSecond, deps.rateLimit.burst);
+  const store = new UserDataStore(storage.userData);
+
+  const settings = new SettingsService({ store, box, verifier: deps.verifier });
+  const secrets = new SecretsService({ store, box });
+  const specs = new SandboxSpecService(deps.specs, pageTokens);
+  const sandboxes = new SandboxService({
+    repo: storage.sandboxes,
+    runtime: deps.runtime,
+    specs,
+    box,
+    tokens: pageTokens,
+    maxRunning: deps.maxRunningSandboxes,
+  });
+  const conversations = new AppConversationService({
+    conversations: storage.conversations,
+    startTasks: storage.startTasks,
+    sandboxes,
+    settings,
+    secrets,
+    agent: deps.agent ?? new HttpAgentClient(),
+    tokens: pageTokens,
+    ...deps.conversations,
+    log: deps.log,
+  });
+
+  const taskTransitions = new Counter({
+    name: "start_task_transitions_total",
+    help: "Start-task state changes by the state entered (READY and ERROR are outcomes)",
+    labelNames: ["status"] as const,
+    registers: [metrics.registry],
+  });
+  conversations.onTaskChange((status) => taskTransitions.inc({ status }));
+  metrics.statusGauge("start_tasks_in_progress", "Unfinished start tasks by status (all users)", async () => {
+    const counts: Record<string, number> = {};
+    for (const t of await storage.startTasks.listUnfinished()) counts[t.status] = (counts[t.status] ?? 0) + 1;
+    return counts;
+  });
+  metrics.statusGauge("sandboxes", "Recorded sandboxes by status (all users)", async () => {
+    const counts: Record<string, number> = { STARTING: 0, RUNNING: 0, PAUSED: 0, ERROR: 0, MISSING: 0 };
+    for (const s of await storage.sandboxes.listAll()) counts[s.status] = (counts[s.status] ?? 0) + 1;
+    return counts;
+  });
+
+  const web = deps.web;
+  const sessions = new BrowserSessions({
+    box: new SecretBox(box.derive("browser-sessions")),
+    allowedOrigins: web.corsOrigins ?? [],
+    trustProxy: web.trustProxy ?? false,
+    maxAgeSeconds: web.sessionMaxAgeSeconds ?? 24 * 3600,
+    singleUser: web.singleUser ?? false,
+  });
+  const singleUser: Caller = { userId: DEFAULT_USER, keyId: "single-user" };
+  const authenticate: Authenticate =
+    web.singleUser === true
+      ? (key) => (key === undefined ? singleUser : keys.authenticate(key))
+      : (key) => keys.authenticate(key);
+  const admit: Admit = (caller) => limiter.admit(caller.keyId);
+  const streams = new StreamLimits({
+    perKey: deps.limits.maxStreamsPerKey,
+    total: deps.limits.maxStreams,
+    recheckMs: deps.limits.keyRecheckMs,
+    authenticate,
+  });
+  metrics.gauge("open_streams", "Open server-streaming calls (all protocols)", () => streams.open);
+  const bindings = [
+    bind(SettingsServiceDesc, settings),
+    bind(SecretsServiceDesc, secrets),
+    bind(SandboxSpecServiceDesc, specs),
+    bind(SandboxServiceDesc, sandboxes),
+    bind(AppConversationServiceDesc, conversations),
+  ].map((b) => streams.guard(b));
+
+  return {
+    storage,
+    metrics,
+    keys,
+    services: { settings, secrets, sandboxes, specs, conversations },
+    bindings,
+    admission: createAdmission(authenticate, admit),
+    authenticate,
+    admit,
+    sessions,
+    keyOf: (method, header) => sessions.keyOf(method, header),
+    streams,
+  };
+}
