@@ -1,5 +1,6 @@
 import { type FieldViolation, ValidationError } from "../core/errors.ts";
 import { type Dialect, type RestError, restDialectError } from "../transport/errors.ts";
+import { DEFAULT_LIMITS } from "../transport/limits.ts";
 
 export type { Dialect, RestError };
 
@@ -42,7 +43,10 @@ export function toRestError(
  * Errors Fastify raises before a handler runs (body over 1 MiB, a bad Content-Length, ...): 413 for an oversized
  * body, else the framework's own 4xx status with its message, always as JSON. null for anything else.
  */
-export function frameworkError(err: unknown, maxBodyBytes: number): RestError | null {
+export function frameworkError(
+  err: unknown,
+  maxBodyBytes: number = DEFAULT_LIMITS.maxMessageBytes,
+): RestError | null {
   if ((err as { code?: unknown }).code === "FST_ERR_CTP_BODY_TOO_LARGE") {
     return { status: 413, body: { detail: `Request body too large (limit ${sizeText(maxBodyBytes)})` } };
   }

@@ -48,6 +48,16 @@ export function connectPlugin(options: ConnectPluginOptions) {
       for (const m of b.desc.methods) methods.set(`/${b.desc.typeName}/${m.name}`, m);
     app.addHook("onRequest", (req, reply, done) => {
       const method = methods.get(req.routeOptions.url ?? "");
+      // connect-node stops reading a body it refuses (over the size limit, a rejected key): an answer sent before
+      // the whole body was read closes the connection, so that it is neither held for the rest nor reused.
+      if (!req.raw.complete) {
+        const res = reply.raw;
+        const keepAlive = res.shouldKeepAlive;
+        res.shouldKeepAlive = false;
+        req.raw.once("end", () => {
+          res.shouldKeepAlive = keepAlive;
+        });
+      }
       const problem = method === undefined ? null : protocolProblem(req, method);
       if (problem === null) {
         if (method !== undefined && isConnectUnaryBinary(req, method))

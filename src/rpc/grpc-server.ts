@@ -196,7 +196,8 @@ function streamHandler(
         if (abort.signal.aborted) return;
         const e = toServiceError(err, name, options);
         options.onCall?.(name, codeName(Number(e.code) as Code), (performance.now() - started) / 1000);
-        call.destroy(e);
+        // The stream's error handler ends the call with this status (destroy() would drop it).
+        call.emit("error", e);
       }
     })();
   };

@@ -129,7 +129,12 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       if (closed) return;
       closed = true;
       await container.services.conversations.shutdown();
-      await Promise.all([server.close(), grpcListener?.close(SHUTDOWN_GRACE_MS)]);
+      // Connections that become idle while in-flight calls finish are closed too (Node closes the idle ones once,
+      // when closing starts).
+      const idle = setInterval(() => server.server.closeIdleConnections(), 100);
+      await Promise.all([server.close(), grpcListener?.close(SHUTDOWN_GRACE_MS)]).finally(() =>
+        clearInterval(idle),
+      );
       await deps.runtime.close();
       await deps.storage.close();
     },

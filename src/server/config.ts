@@ -1,4 +1,5 @@
 import { isAbsolute, resolve } from "node:path";
+import { DEFAULT_LIMITS, type TransportLimits } from "../transport/limits.ts";
 import { loadWebConfig, WEB_ENV_DOC, type WebConfig } from "./web-config.ts";
 
 /** Storage backend: SQLite file under DATA_DIR (default) or MongoDB when MONGODB_URI is set. */
@@ -39,6 +40,8 @@ export interface Config {
   readonly logLevel: string;
   /** Web UI, CORS, browser sign-in, single-user mode, /api/options lists (web-config.ts). */
   readonly web: WebConfig;
+  /** Message size, stream, connection and timeout limits, the same on every protocol. */
+  readonly limits: TransportLimits;
 }
 
 export class ConfigError extends Error {
@@ -73,6 +76,15 @@ export const ENV_DOC: readonly [string, string][] = [
   ["SANDBOX_CPUS", "CPU limit of a sandbox container (e.g. 1.5)"],
   ["LOG_LEVEL", "fatal, error, warn, info (default), debug, trace, silent"],
   ...WEB_ENV_DOC,
+  [
+    "MAX_MESSAGE_BYTES",
+    "largest request body or message on REST, Connect, gRPC-Web and gRPC (default 1048576)",
+  ],
+  ["MAX_STREAMS_PER_KEY", "open streaming calls per API key, all protocols (default 16)"],
+  ["MAX_STREAMS", "open streaming calls on the server (default 1000)"],
+  ["MAX_CONNECTIONS", "open connections per listener, HTTP and gRPC each (default 10000)"],
+  ["REQUEST_TIMEOUT_MS", "time for a whole HTTP request, headers and body, to arrive (default 30000)"],
+  ["HEADERS_TIMEOUT_MS", "time for an HTTP request's headers to arrive (default 10000)"],
 ];
 
 type Env = Record<string, string | undefined>;
@@ -165,6 +177,15 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     sandboxSpecsFile: env.SANDBOX_SPECS_FILE || undefined,
     logLevel: level,
     web: loadWebConfig(env, host, cwd, (msg) => new ConfigError(msg)),
+    limits: Object.freeze({
+      maxMessageBytes: int(env, "MAX_MESSAGE_BYTES", DEFAULT_LIMITS.maxMessageBytes, 1024, 64 * 1024 * 1024),
+      maxStreamsPerKey: int(env, "MAX_STREAMS_PER_KEY", DEFAULT_LIMITS.maxStreamsPerKey, 1, 100_000),
+      maxStreams: int(env, "MAX_STREAMS", DEFAULT_LIMITS.maxStreams, 1, 1_000_000),
+      maxConnections: int(env, "MAX_CONNECTIONS", DEFAULT_LIMITS.maxConnections, 1, 1_000_000),
+      requestTimeoutMs: int(env, "REQUEST_TIMEOUT_MS", DEFAULT_LIMITS.requestTimeoutMs, 100, 3_600_000),
+      headersTimeoutMs: int(env, "HEADERS_TIMEOUT_MS", DEFAULT_LIMITS.headersTimeoutMs, 100, 3_600_000),
+      keyRecheckMs: DEFAULT_LIMITS.keyRecheckMs,
+    }),
   };
   return Object.freeze(config);
 }

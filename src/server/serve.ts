@@ -46,6 +46,7 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     specs,
     maxRunningSandboxes: config.maxRunningSandboxes,
     web: config.web,
+    limits: config.limits,
   });
   const log = app.http.log;
   runtimeLog = (msg, data) => log.info({ runtime: runtime.kind, ...data }, msg);
