@@ -209,7 +209,7 @@ function sendConnectError(
   return reply
     .code(status)
     .headers({ ...headers, "content-type": "application/json" })
-    .send(JSON.stringify({ code, message }));
+    .send(Buffer.from(JSON.stringify({ code, message })));
 }
 
 /**

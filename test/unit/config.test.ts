@@ -26,6 +26,42 @@ describe("loadConfig", () => {
     expect(Object.isFrozen(c)).toBe(true);
   });
 
+  it("transport limits: defaults, overrides from the environment, and clear errors", () => {
+    expect(loadConfig({}, "/srv").limits).toEqual({
+      maxMessageBytes: 1048576,
+      maxStreamsPerKey: 16,
+      maxStreams: 1000,
+      maxConnections: 10000,
+      requestTimeoutMs: 30000,
+      headersTimeoutMs: 10000,
+      keyRecheckMs: 5000,
+    });
+    const c = loadConfig(
+      {
+        MAX_MESSAGE_BYTES: "2048",
+        MAX_STREAMS_PER_KEY: "2",
+        MAX_STREAMS: "5",
+        MAX_CONNECTIONS: "7",
+        REQUEST_TIMEOUT_MS: "1500",
+        HEADERS_TIMEOUT_MS: "700",
+      },
+      "/srv",
+    );
+    expect(c.limits).toMatchObject({
+      maxMessageBytes: 2048,
+      maxStreamsPerKey: 2,
+      maxStreams: 5,
+      maxConnections: 7,
+      requestTimeoutMs: 1500,
+      headersTimeoutMs: 700,
+    });
+    expect(Object.isFrozen(c.limits)).toBe(true);
+    expect(() => loadConfig({ MAX_MESSAGE_BYTES: "1MiB" }, "/srv")).toThrow(
+      /MAX_MESSAGE_BYTES must be an integer/,
+    );
+    expect(() => loadConfig({ MAX_STREAMS_PER_KEY: "0" }, "/srv")).toThrow(ConfigError);
+  });
+
   it("MONGODB_URI selects MongoDB; docker runtime options are parsed", () => {
     const c = loadConfig(
       {
