@@ -12,6 +12,7 @@ import { SecretsService } from "../../src/gen/workspace/v1/secrets_pb.js";
 import { toRestError } from "../../src/rest/rest-errors.ts";
 import { connectPlugin } from "../../src/rpc/connect-plugin.ts";
 import { createGrpcServer, type GrpcListener, listenGrpc } from "../../src/rpc/grpc-server.ts";
+import { headerKeyOf } from "../../src/transport/browser-session.ts";
 import { bind } from "../../src/transport/service-binding.ts";
 import { grpcClient } from "../helpers/rpc-clients.ts";
 import { startTestApp, type TestApp } from "../helpers/test-app.ts";
@@ -135,6 +136,7 @@ describe("internal errors are masked the same way on every protocol", () => {
       connectPlugin({
         bindings: [binding],
         admission,
+        keyOf: headerKeyOf,
         maxMessageBytes: 1024,
         onCall: () => {},
         onError: (err) => logged.push(err),
