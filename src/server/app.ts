@@ -68,6 +68,13 @@ export interface AppDeps {
   runtime: SandboxRuntime;
   specs: readonly SandboxSpec[];
   maxRunningSandboxes?: number;
+  /** Sandboxes a user may have (default 20). */
+  maxSandboxesPerUser?: number;
+  /**
+   * Period of the background sweep: sandboxes reconciled with the runtime (crash leftovers removed), stuck start
+   * tasks saved or ended (default 30 s; 0: no timer, tests call {@link App.sweep}).
+   */
+  sweepIntervalMs?: number;
   logger?: FastifyServerOptions["logger"];
   /** Client of the sandboxes' agent servers (default: HTTP). */
   agent?: AgentClient;
@@ -101,6 +108,8 @@ export interface App {
   keys: ApiKeyService;
   bindings: readonly ServiceBinding[];
   routes: readonly RestRoute[];
+  /** One run of the background sweep (see AppDeps.sweepIntervalMs); never rejects. */
+  sweep(): Promise<void>;
   /** Listens on both ports (0: any free port) and returns the bound ports. */
   listen(host: string, port: number, grpcPort: number): Promise<{ port: number; grpcPort: number }>;
   /**
@@ -130,6 +139,8 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     box,
     tokens: pageTokens,
     maxRunning: deps.maxRunningSandboxes ?? 5,
+    maxPerUser: deps.maxSandboxesPerUser ?? 20,
+    log: (msg, data) => log(msg, data),
   });
   let log: (msg: string, data?: Record<string, unknown>) => void = () => {};
   const conversations = new AppConversationService({
@@ -265,7 +276,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   const started = Date.now();
   http.get("/alive", async () => ({ status: "ok" }));
   http.get("/health", async () => "OK");
-  // Readiness, separate from liveness: storage answers and the runtime can start sandboxes.
+  // Readiness, separate from liveness: storage accepts a write and the runtime can start sandboxes.
   http.get("/ready", async (_req, reply) => {
     const check = async (fn: () => Promise<void>) =>
       fn().then(
@@ -273,7 +284,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
         (err: unknown) => `unavailable: ${err instanceof Error ? err.message : String(err)}`,
       );
     const [storageState, runtimeState] = await Promise.all([
-      check(() => storage.ping()),
+      check(() => storage.checkWritable()),
       check(() => deps.runtime.ping()),
     ]);
     const ready = storageState === "ok" && runtimeState === "ok";
@@ -392,8 +403,27 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   });
   addReflection(grpcServer, bindings);
 
+  const sweep = async (): Promise<void> => {
+    try {
+      await sandboxes.reconcileAll();
+      await conversations.sweepStartTasks();
+    } catch (err) {
+      log("sweep failed; the next one retries", { error: String(err) });
+    }
+  };
+  let sweeping: Promise<void> | null = null;
+  const sweepTimer =
+    (deps.sweepIntervalMs ?? 30_000) > 0
+      ? setInterval(() => {
+          sweeping ??= sweep().finally(() => {
+            sweeping = null;
+          });
+        }, deps.sweepIntervalMs ?? 30_000).unref()
+      : null;
+
   let closed = false;
   return {
+    sweep,
     http,
     grpc: grpcServer,
     keys,
@@ -417,6 +447,8 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     async close() {
       if (closed) return;
       closed = true;
+      if (sweepTimer !== null) clearInterval(sweepTimer);
+      await sweeping;
       await conversations.shutdown();
       await Promise.all([
         http.close(),
