@@ -23,7 +23,7 @@ interface LockDoc {
 }
 
 /** How long a lock outlives a holder that died without releasing it. */
-const LOCK_LEASE_MS = 30_000;
+const LOCK_LEASE_MS = 10_000;
 /** How long a create or claim waits for the owner's lock before answering "storage unavailable". */
 const LOCK_WAIT_MS = 15_000;
 const OLDEST_FIRST = { createdAt: 1, _id: 1 } as const;
