@@ -129,7 +129,9 @@ export function createMongoSandboxRepository(db: Db): SandboxRepository {
     claim: (id, ownerId, maxRunning, updatedAt) =>
       guarded(() =>
         withOwnerLock(ownerId, async () => {
-          for (;;) {
+          for (let attempt = 0; ; attempt++) {
+            if (attempt === 20)
+              throw new StorageUnavailableError(new Error(`the status of sandbox ${id} kept changing`));
             const doc = await coll.findOne({ _id: id, ownerId });
             if (doc === null) return null;
             const record = fromSandboxDoc(doc);
