@@ -343,3 +343,60 @@ describe("per-user cap, crash leftovers, storage faults", () => {
     expect(["ERROR", "MISSING"]).toContain((await t.storage.sandboxes.get(id))?.status);
   }, 60_000);
 });
+
+describe("the running limit across two servers on one SQLite file", () => {
+  it("10 parallel creates spread over both leave 3 running in the runtime, each other one paused once", async () => {
+    const { mkdtempSync, rmSync } = await import("node:fs");
+    const { tmpdir } = await import("node:os");
+    const dir = mkdtempSync(join(tmpdir(), "aws-two-servers-"));
+    const pauses = new Map<string, number>();
+    const runtimes: ProcessRuntime[] = [];
+    const counted = (): ProcessRuntime => {
+      const runtime = createProcessRuntime({ workspaceRoot: join(dir, "sandboxes") });
+      runtimes.push(runtime);
+      return {
+        ...runtime,
+        pause: async (handle) => {
+          const id = basename(String(handle.data.workspace));
+          pauses.set(id, (pauses.get(id) ?? 0) + 1);
+          return runtime.pause(handle);
+        },
+      };
+    };
+    const key = randomBytes(32);
+    const common = { dir, encryptionKey: key, maxRunningSandboxes: 3, sweepIntervalMs: 0 };
+    const a = await startTestApp({ ...common, runtime: counted() });
+    const b = await startTestApp({ ...common, runtime: counted() });
+    try {
+      const keyA = await a.keyFor("shared-user");
+      const keyB = (await b.app.keys.issue("shared-user")).key;
+      const created = await Promise.all(
+        Array.from({ length: 10 }, (_, i) =>
+          i % 2 === 0
+            ? call(a.url, keyA, "POST", "/api/v1/sandboxes")
+            : call(b.url, keyB, "POST", "/api/v1/sandboxes"),
+        ),
+      );
+      for (const r of created) expect(r.status, r.text).toBe(200);
+      const ids = created.map((r) => (r.body as Sandbox).id);
+      await vi.waitFor(
+        async () => {
+          const records = await Promise.all(ids.map((id) => a.storage.sandboxes.get(id)));
+          expect(records.filter((r) => r?.status === "RUNNING")).toHaveLength(3);
+          expect(records.filter((r) => r?.status === "PAUSED")).toHaveLength(7);
+        },
+        { timeout: 60_000, interval: 200 },
+      );
+      const records = (await Promise.all(ids.map((id) => a.storage.sandboxes.get(id)))) as SandboxRecord[];
+      const handles = records.map(handleOf);
+      expect(handles.every((h) => h !== null)).toBe(true);
+      expect((handles as RuntimeHandle[]).filter(processRuns)).toHaveLength(3);
+      for (const r of records) expect(pauses.get(r.id) ?? 0, r.id).toBe(r.status === "PAUSED" ? 1 : 0);
+    } finally {
+      for (const r of runtimes) await r.killAll();
+      await a.close();
+      await b.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 120_000);
+});
