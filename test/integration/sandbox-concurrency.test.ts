@@ -400,3 +400,70 @@ describe("the running limit across two servers on one SQLite file", () => {
     }
   }, 120_000);
 });
+
+describe("an eviction that comes before the evicted sandbox's handle is saved", () => {
+  it("the starting call pauses its own process: once, and it does not run", async () => {
+    const { mkdtempSync, rmSync } = await import("node:fs");
+    const { tmpdir } = await import("node:os");
+    const dir = mkdtempSync(join(tmpdir(), "aws-early-evict-"));
+    const runtime = createProcessRuntime({ workspaceRoot: join(dir, "sandboxes") });
+    const pauses = new Map<string, number>();
+    let slowStarts = 1;
+    const released = Promise.withResolvers<void>();
+    const t = await startTestApp({
+      dir,
+      maxRunningSandboxes: 1,
+      sweepIntervalMs: 0,
+      runtime: {
+        ...runtime,
+        // The first start is held after spawning, before its handle goes back to the service.
+        start: async (request) => {
+          const handle = await runtime.start(request);
+          if (slowStarts-- > 0) await released.promise;
+          return handle;
+        },
+        pause: async (handle) => {
+          const id = basename(String(handle.data.workspace));
+          pauses.set(id, (pauses.get(id) ?? 0) + 1);
+          return runtime.pause(handle);
+        },
+      },
+    });
+    try {
+      const key = await t.keyFor("early");
+      const first = call(t.url, key, "POST", "/api/v1/sandboxes");
+      let firstId = "";
+      await vi.waitFor(async () => {
+        const all = await t.storage.sandboxes.listAll("early");
+        expect(all).toHaveLength(1);
+        firstId = all[0]?.id ?? "";
+      });
+      const second = await call(t.url, key, "POST", "/api/v1/sandboxes");
+      expect(second.status).toBe(200);
+      const secondId = (second.body as Sandbox).id;
+      // The second start evicted the first, whose handle was not saved yet: nobody could pause it then.
+      expect((await t.storage.sandboxes.get(firstId))?.status).toBe("PAUSED");
+      expect(pauses.get(firstId) ?? 0).toBe(0);
+      released.resolve();
+      expect((await first).status).toBe(200);
+      const record = await t.storage.sandboxes.get(firstId);
+      expect(record?.status).toBe("PAUSED");
+      const handle = handleOf(record);
+      expect(handle).not.toBeNull();
+      expect(pauses.get(firstId)).toBe(1);
+      await vi.waitFor(() => expect(processRuns(handle as RuntimeHandle)).toBe(false));
+      await vi.waitFor(
+        async () => expect((await t.storage.sandboxes.get(secondId))?.status).toBe("RUNNING"),
+        {
+          timeout: 20_000,
+        },
+      );
+      expect(pauses.get(secondId) ?? 0).toBe(0);
+    } finally {
+      released.resolve();
+      await runtime.killAll();
+      await t.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+});
