@@ -417,7 +417,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     }
     if (r.status === "STARTING" && o.status === "STARTING") {
       // Its health wait was lost (a restart, a failed write): wait again, in the background.
-      return (await this.#awaitHealthy(r, o.handle)).status;
+      return (await this.#awaitHealthy(r, o.handle, 0)).status;
     }
     if (o.status !== r.status) await this.#transition(r, [r.status], o.status);
     return o.status;
@@ -450,7 +450,12 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     return this.#awaitHealthy(record, handle);
   }
 
-  async #awaitHealthy(record: SandboxRecord, handle: RuntimeHandle): Promise<LiveSandbox> {
+  /** Waits (in the background) for health, then RUNNING or ERROR; answers after at most `inlineMs`. */
+  async #awaitHealthy(
+    record: SandboxRecord,
+    handle: RuntimeHandle,
+    inlineMs = this.#o.inlineWaitMs,
+  ): Promise<LiveSandbox> {
     const running = this.#starting.get(record.id);
     const done =
       running ??
@@ -477,7 +482,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     if (running === undefined) this.#starting.set(record.id, done);
     const inline = await Promise.race([
       done.then(() => true),
-      new Promise<boolean>((r) => setTimeout(() => r(false), this.#o.inlineWaitMs).unref()),
+      new Promise<boolean>((r) => setTimeout(() => r(false), inlineMs).unref()),
     ]);
     if (!inline) return { record, status: "STARTING", handle };
     return this.#observe({ ...record });
