@@ -93,8 +93,14 @@ describe("the running limit under 15 parallel creates (process runtime, REST)", 
       async () => {
         const r = await call(t.url, key, "GET", `/api/v1/sandboxes?${ids.map((i) => `id=${i}`).join("&")}`);
         statuses = (r.body as Sandbox[]).map((s) => s.status);
-        expect(statuses.filter((s) => s === "RUNNING")).toHaveLength(5);
-        expect(statuses.filter((s) => s === "PAUSED")).toHaveLength(10);
+        expect(
+          statuses.filter((s) => s === "RUNNING"),
+          JSON.stringify(statuses),
+        ).toHaveLength(5);
+        expect(
+          statuses.filter((s) => s === "PAUSED"),
+          JSON.stringify(statuses),
+        ).toHaveLength(10);
       },
       { timeout: 60_000, interval: 200 },
     );

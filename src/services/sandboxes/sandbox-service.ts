@@ -410,16 +410,25 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       }
       return o.status;
     }
-    if (r.status === "PAUSED" && (o.runtime === "RUNNING" || o.runtime === "STARTING")) {
-      this.#o.log?.("paused sandbox found running: pausing it", { sandboxId: r.id });
+    const alive = o.runtime === "RUNNING" || o.runtime === "STARTING";
+    if ((r.status === "PAUSED" || r.status === "ERROR") && alive) {
+      // Holds no slot, so it must not run: paused (a crash between an eviction and its pause, a start that never
+      // became healthy); resuming it claims a slot again.
+      this.#o.log?.("sandbox without a running slot found running: pausing it", {
+        sandboxId: r.id,
+        status: r.status,
+      });
       await this.#o.runtime.pause(o.handle);
-      return "PAUSED";
+      return o.status;
     }
-    if (r.status === "STARTING" && o.status === "STARTING") {
+    if (r.status === "STARTING" && o.runtime === "STARTING") {
       // Its health wait was lost (a restart, a failed write): wait again, in the background.
       return (await this.#awaitHealthy(r, o.handle, 0)).status;
     }
-    if (o.status !== r.status) await this.#transition(r, [r.status], o.status);
+    const ended = definiteEnd(r.status, o.runtime);
+    if (ended !== null) await this.#transition(r, [r.status], ended);
+    else if (r.status === "STARTING" && o.runtime === "RUNNING")
+      await this.#transition(r, ["STARTING"], "RUNNING");
     return o.status;
   }
 
@@ -568,8 +577,8 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     );
     await Promise.all(
       holders.map(async (r) => {
-        const o = await this.#observe(r);
-        if (!ACTIVE_STATUSES.includes(o.status)) await this.#transition(r, [r.status], o.status);
+        const ended = definiteEnd(r.status, (await this.#observe(r)).runtime);
+        if (ended !== null) await this.#transition(r, [r.status], ended);
       }),
     );
   }
@@ -590,6 +599,26 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
           });
       }),
     );
+  }
+}
+
+/**
+ * The status to persist for a record whose runtime object is known to have stopped running (paused behind our
+ * back, crashed, gone), else null. An agent that only fails a health probe (a loaded machine) is not an end: it
+ * keeps its slot and its process, and is only reported ERROR while it does not answer.
+ */
+function definiteEnd(recorded: SandboxStatus, runtime: SandboxStatus | null): SandboxStatus | null {
+  if (runtime === null || runtime === recorded) return null;
+  switch (recorded) {
+    case "STARTING":
+    case "RUNNING":
+      return runtime === "PAUSED" || runtime === "ERROR" || runtime === "MISSING" ? runtime : null;
+    case "PAUSED":
+      return runtime === "ERROR" || runtime === "MISSING" ? runtime : null;
+    case "ERROR":
+      return runtime === "MISSING" ? runtime : null;
+    default:
+      return null;
   }
 }
 
