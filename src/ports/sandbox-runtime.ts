@@ -46,6 +46,12 @@ export interface SandboxRuntime {
   resume(handle: RuntimeHandle): Promise<RuntimeHandle>;
   /** Terminates and removes the sandbox and its workspace; idempotent. */
   remove(handle: RuntimeHandle): Promise<void>;
+  /**
+   * Terminates and removes whatever this runtime runs for `sandboxId`, found by the id it carries (a container
+   * label, the workspace folder of a process) rather than by a handle: for records whose handle was never saved.
+   * Resolves with how many runtime objects (processes, containers) it stopped; idempotent.
+   */
+  removeBySandboxId(sandboxId: string): Promise<number>;
   /** Resolves when the runtime can start sandboxes (readiness: workspace writable, engine reachable). */
   ping(): Promise<void>;
   /** Releases runtime resources held by the server (not the sandboxes). */

@@ -13,5 +13,7 @@ export interface Storage {
   readonly startTasks: StartTaskRepository;
   /** Resolves when storage answers (readiness). Rejects otherwise. */
   ping(): Promise<void>;
+  /** Resolves when storage accepts a write: rewrites one tiny heartbeat record of this server (readiness). */
+  checkWritable(): Promise<void>;
   close(): Promise<void>;
 }

@@ -31,6 +31,13 @@ export interface AppDeps {
   runtime: SandboxRuntime;
   specs: readonly SandboxSpec[];
   maxRunningSandboxes?: number;
+  /** Sandboxes a user may have (default 20). */
+  maxSandboxesPerUser?: number;
+  /**
+   * Period of the background sweep: sandboxes reconciled with the runtime (crash leftovers removed), stuck start
+   * tasks saved or ended (default 30 s; 0: no timer, tests call {@link App.sweep}).
+   */
+  sweepIntervalMs?: number;
   logger?: FastifyServerOptions["logger"];
   /** Client of the sandboxes' agent servers (default: HTTP). */
   agent?: AgentClient;
@@ -60,6 +67,8 @@ export interface App {
   keys: ApiKeyService;
   bindings: readonly ServiceBinding[];
   routes: readonly RestRoute[];
+  /** One run of the background sweep (see AppDeps.sweepIntervalMs); never rejects. */
+  sweep(): Promise<void>;
   /** Listens on both ports (0: any free port) and returns the bound ports. */
   listen(host: string, port: number, grpcPort: number): Promise<{ port: number; grpcPort: number }>;
   /**
@@ -81,6 +90,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     runtime: deps.runtime,
     specs: deps.specs,
     maxRunningSandboxes: deps.maxRunningSandboxes ?? 5,
+    maxSandboxesPerUser: deps.maxSandboxesPerUser ?? 20,
     limits,
     ...(deps.agent ? { agent: deps.agent } : {}),
     ...(deps.conversations ? { conversations: deps.conversations } : {}),
@@ -105,6 +115,26 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   });
   addReflection(grpcServer, container.bindings);
 
+  const { sandboxes, conversations } = container.services;
+  const sweep = async (): Promise<void> => {
+    try {
+      await sandboxes.reconcileAll();
+      await conversations.sweepStartTasks();
+    } catch (err) {
+      log.warn({ error: String(err) }, "sweep failed; the next one retries");
+    }
+  };
+  let sweeping: Promise<void> | null = null;
+  const sweepIntervalMs = deps.sweepIntervalMs ?? 30_000;
+  const sweepTimer =
+    sweepIntervalMs > 0
+      ? setInterval(() => {
+          sweeping ??= sweep().finally(() => {
+            sweeping = null;
+          });
+        }, sweepIntervalMs).unref()
+      : null;
+
   const server = http;
   let grpcListener: GrpcListener | undefined;
   let closed = false;
@@ -116,6 +146,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     services: container.services,
     bindings: container.bindings,
     routes: REST_ROUTES,
+    sweep,
     async listen(host, port, grpcPort) {
       await server.listen({ host, port });
       const address = server.server.address();
@@ -128,6 +159,8 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     async close() {
       if (closed) return;
       closed = true;
+      if (sweepTimer !== null) clearInterval(sweepTimer);
+      await sweeping;
       await container.services.conversations.shutdown();
       // Connections that become idle while in-flight calls finish are closed too (Node closes the idle ones once,
       // when closing starts).

@@ -36,6 +36,9 @@ export interface Config {
   readonly rateLimitPerSecond: number;
   readonly rateLimitBurst: number;
   readonly maxRunningSandboxes: number;
+  readonly maxSandboxesPerUser: number;
+  /** Period of the background sweep (sandbox reconciliation, stuck start tasks); 0: off. */
+  readonly sweepIntervalMs: number;
   readonly sandboxSpecsFile: string | undefined;
   readonly logLevel: string;
   /** Web UI, CORS, browser sign-in, single-user mode, /api/options lists (web-config.ts). */
@@ -65,6 +68,14 @@ export const ENV_DOC: readonly [string, string][] = [
   ["RATE_LIMIT_BURST", "burst size per API key (default 400)"],
   ["SANDBOX_RUNTIME", "process (default) or docker"],
   ["MAX_RUNNING_SANDBOXES", "running sandboxes per user before the oldest is paused (default 5)"],
+  [
+    "MAX_SANDBOXES_PER_USER",
+    "sandboxes a user may have, any status; one more is refused with 409 (default 20)",
+  ],
+  [
+    "SWEEP_INTERVAL_MS",
+    "period of the background sweep: sandboxes reconciled with the runtime, crash leftovers removed, stuck start tasks ended (default 30000; 0: off)",
+  ],
   ["SANDBOX_SPECS_FILE", "JSON file with the sandbox spec list (overrides the defaults)"],
   ["DOCKER_SOCKET", "Docker socket path (default: DOCKER_HOST or /var/run/docker.sock)"],
   ["DOCKER_NETWORK", "network of sandbox containers: host (default), none, or a network name"],
@@ -174,6 +185,8 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     rateLimitPerSecond: int(env, "RATE_LIMIT_PER_SECOND", 200, 0, 1_000_000),
     rateLimitBurst: int(env, "RATE_LIMIT_BURST", 400, 1, 10_000_000),
     maxRunningSandboxes: int(env, "MAX_RUNNING_SANDBOXES", 5, 1, 1000),
+    maxSandboxesPerUser: int(env, "MAX_SANDBOXES_PER_USER", 20, 1, 100_000),
+    sweepIntervalMs: int(env, "SWEEP_INTERVAL_MS", 30_000, 0, 86_400_000),
     sandboxSpecsFile: env.SANDBOX_SPECS_FILE || undefined,
     logLevel: level,
     web: loadWebConfig(env, host, cwd, (msg) => new ConfigError(msg)),

@@ -39,6 +39,8 @@ export interface ContainerDeps {
   runtime: SandboxRuntime;
   specs: readonly SandboxSpec[];
   maxRunningSandboxes: number;
+  /** Sandboxes a user may have. */
+  maxSandboxesPerUser: number;
   limits: TransportLimits;
   /** Client of the sandboxes' agent servers (default: HTTP). */
   agent?: AgentClient;
@@ -100,6 +102,8 @@ export function createContainer(deps: ContainerDeps): Container {
     box,
     tokens: pageTokens,
     maxRunning: deps.maxRunningSandboxes,
+    maxPerUser: deps.maxSandboxesPerUser,
+    log: deps.log,
   });
   const conversations = new AppConversationService({
     conversations: storage.conversations,

@@ -115,7 +115,7 @@ export async function createHttpServer(
   const started = Date.now();
   http.get("/alive", async () => ({ status: "ok" }));
   http.get("/health", async () => "OK");
-  // Readiness, separate from liveness: storage answers and the runtime can start sandboxes.
+  // Readiness, separate from liveness: storage accepts a write and the runtime can start sandboxes.
   http.get("/ready", async (_req, reply) => {
     const check = async (fn: () => Promise<void>) =>
       fn().then(
@@ -123,7 +123,7 @@ export async function createHttpServer(
         (err: unknown) => `unavailable: ${err instanceof Error ? err.message : String(err)}`,
       );
     const [storageState, runtimeState] = await Promise.all([
-      check(() => storage.ping()),
+      check(() => storage.checkWritable()),
       check(() => runtime.ping()),
     ]);
     const ready = storageState === "ok" && runtimeState === "ok";

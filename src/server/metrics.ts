@@ -138,6 +138,7 @@ export function instrumentStorage(storage: Storage, metrics: Metrics): Storage {
     conversations: wrap("conversations", storage.conversations),
     startTasks: wrap("startTasks", storage.startTasks),
     ping: () => storage.ping(),
+    checkWritable: () => storage.checkWritable(),
     close: () => storage.close(),
   };
 }

@@ -47,6 +47,8 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     maxRunningSandboxes: config.maxRunningSandboxes,
     web: config.web,
     limits: config.limits,
+    maxSandboxesPerUser: config.maxSandboxesPerUser,
+    sweepIntervalMs: config.sweepIntervalMs,
   });
   const log = app.http.log;
   runtimeLog = (msg, data) => log.info({ runtime: runtime.kind, ...data }, msg);

@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readlinkSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it, vi } from "vitest";
@@ -120,6 +120,47 @@ describe("process runtime specifics", () => {
     await settled(() => {
       for (const pid of jobs) expect(["Z", undefined]).toContain(readProcStat(pid)?.state);
     });
+  });
+
+  it("removeBySandboxId finds the sandbox by its workspace and kills its background jobs, not other sandboxes", async () => {
+    const handle = await runtime.start({ sandboxId: "by-id", spec: spec([]), sessionApiKey: key });
+    const other = await runtime.start({ sandboxId: "by-id-other", spec: spec([]), sessionApiKey: key });
+    expect(await runtime.waitHealthy(handle, 10_000)).toBe(true);
+    expect(await runtime.waitHealthy(other, 10_000)).toBe(true);
+    // A job that leaves the sandbox's process group: found by its working directory, not by the group.
+    await exec(handle, "setsid sleep 300 > /dev/null 2>&1 < /dev/null &");
+    let jobs: number[] = [];
+    await vi.waitFor(
+      () => {
+        jobs = listProcesses()
+          .filter((p) => p.pgrp !== dataOf(handle).pid && readProcStat(p.pid) !== null)
+          .filter((p) => {
+            try {
+              return (
+                readlinkSync(`/proc/${p.pid}/cwd`) === dataOf(handle).workspace &&
+                p.pid !== dataOf(handle).pid
+              );
+            } catch {
+              return false;
+            }
+          })
+          .map((p) => p.pid);
+        expect(jobs.length).toBeGreaterThan(0);
+      },
+      { timeout: 2000, interval: 20 },
+    );
+    const fresh = makeRuntime();
+    expect(await fresh.removeBySandboxId("by-id")).toBeGreaterThanOrEqual(2);
+    await vi.waitFor(
+      () => {
+        expect(alive(handle)).toBe(false);
+        for (const pid of jobs) expect(["Z", undefined]).toContain(readProcStat(pid)?.state);
+      },
+      { timeout: 2000, interval: 10 },
+    );
+    expect(existsSync(dataOf(handle).workspace)).toBe(false);
+    expect(await runtime.inspect(other)).toBe("running");
+    await runtime.remove(other);
   });
 
   it("kills what a crashed sandbox left running in its group", async () => {

@@ -454,6 +454,159 @@ export function describeStorageContract(name: string, make: () => Promise<Storag
       });
     });
 
+    describe("sandbox slots and limits", () => {
+      const limits = { maxPerUser: 10, maxRunning: 2 };
+      const noHandle = (owner: string, seconds: number, overrides: Partial<SandboxRecord> = {}) =>
+        sandbox(owner, at(seconds), { status: "STARTING", handle: {}, ...overrides });
+
+      it("create inserts as STARTING and evicts the oldest slot holders beyond maxRunning, as they were", async () => {
+        const owner = newOwner();
+        const paused = sandbox(owner, at(0), { status: "PAUSED" });
+        const failed = sandbox(owner, at(0.5), { status: "ERROR" });
+        const a = sandbox(owner, at(1), { status: "RUNNING" });
+        const b = noHandle(owner, 2);
+        for (const r of [paused, failed, a, b]) await storage.sandboxes.insert(r);
+        const c = noHandle(owner, 3, { status: "RUNNING" });
+        const outcome = await storage.sandboxes.create(c, limits);
+        expect(outcome).toStrictEqual({ created: true, evicted: [a] });
+        expect(await storage.sandboxes.get(c.id)).toStrictEqual({ ...c, status: "STARTING" });
+        expect((await storage.sandboxes.get(a.id))?.status).toBe("PAUSED");
+        expect((await storage.sandboxes.get(b.id))?.status).toBe("STARTING");
+        expect((await storage.sandboxes.get(paused.id))?.status).toBe("PAUSED");
+        expect((await storage.sandboxes.get(failed.id))?.status).toBe("ERROR");
+        // Another owner's slots are not touched.
+        const other = noHandle(newOwner(), 4);
+        expect(await storage.sandboxes.create(other, { maxPerUser: 10, maxRunning: 1 })).toStrictEqual({
+          created: true,
+          evicted: [],
+        });
+        expect((await storage.sandboxes.get(b.id))?.status).toBe("STARTING");
+      });
+
+      it("create refuses at maxPerUser, counting every status, and writes nothing", async () => {
+        const owner = newOwner();
+        const existing = [
+          sandbox(owner, at(1), { status: "ERROR" }),
+          sandbox(owner, at(2), { status: "PAUSED" }),
+          sandbox(owner, at(3), { status: "RUNNING" }),
+        ];
+        for (const r of existing) await storage.sandboxes.insert(r);
+        const refused = noHandle(owner, 4);
+        expect(await storage.sandboxes.create(refused, { maxPerUser: 3, maxRunning: 1 })).toStrictEqual({
+          created: false,
+          count: 3,
+        });
+        expect(await storage.sandboxes.get(refused.id)).toBeNull();
+        expect((await storage.sandboxes.get(existing[2]!.id))?.status).toBe("RUNNING");
+      });
+
+      it("12 concurrent creates over two connections: 10 created, at most maxRunning hold a slot, each eviction once", async () => {
+        const second = await open();
+        const owner = newOwner();
+        const records = Array.from({ length: 12 }, (_, i) => noHandle(owner, 10 + i));
+        const outcomes = await Promise.all(
+          records.map((r, i) =>
+            (i % 2 === 0 ? storage : second).sandboxes.create(r, { maxPerUser: 10, maxRunning: 3 }),
+          ),
+        );
+        expect(outcomes.filter((o) => o.created)).toHaveLength(10);
+        expect(outcomes.filter((o) => !o.created)).toHaveLength(2);
+        const all = await storage.sandboxes.listAll(owner);
+        expect(all).toHaveLength(10);
+        expect(all.filter((r) => r.status === "STARTING")).toHaveLength(3);
+        expect(all.filter((r) => r.status === "PAUSED")).toHaveLength(7);
+        const evicted = outcomes.flatMap((o) => (o.created ? o.evicted.map((e) => e.id) : []));
+        expect(new Set(evicted).size).toBe(evicted.length); // nobody evicted twice
+        expect([...evicted].sort()).toStrictEqual(
+          all
+            .filter((r) => r.status === "PAUSED")
+            .map((r) => r.id)
+            .sort(),
+        );
+      });
+
+      it("claim moves a record into a slot, evicting the oldest other holders; a holder is returned unchanged", async () => {
+        const owner = newOwner();
+        const old = sandbox(owner, at(1), { status: "PAUSED" });
+        const a = sandbox(owner, at(2), { status: "RUNNING" });
+        const b = sandbox(owner, at(3), { status: "STARTING" });
+        for (const r of [old, a, b]) await storage.sandboxes.insert(r);
+        const claimed = await storage.sandboxes.claim(old.id, owner, 2, at(10));
+        expect(claimed).toStrictEqual({
+          record: { ...old, status: "STARTING", updatedAt: at(10) },
+          claimed: true,
+          evicted: [a],
+        });
+        expect(await storage.sandboxes.get(old.id)).toStrictEqual({
+          ...old,
+          status: "STARTING",
+          updatedAt: at(10),
+        });
+        expect(await storage.sandboxes.get(a.id)).toStrictEqual({
+          ...a,
+          status: "PAUSED",
+          updatedAt: at(10),
+        });
+        expect(await storage.sandboxes.claim(b.id, owner, 2, at(11))).toStrictEqual({
+          record: b,
+          claimed: false,
+          evicted: [],
+        });
+        expect(await storage.sandboxes.claim(old.id, newOwner(), 2, at(12))).toBeNull();
+        expect(await storage.sandboxes.claim(hex(), owner, 2, at(12))).toBeNull();
+      });
+
+      it("setHandle saves the handle whatever the status and tells the status it found; null when deleted", async () => {
+        const owner = newOwner();
+        const first = noHandle(owner, 1);
+        await storage.sandboxes.create(first, { maxPerUser: 10, maxRunning: 1 });
+        const handle = { data: { pid: 7 }, agentUrl: "http://127.0.0.1:1", port: 1 };
+        expect(await storage.sandboxes.setHandle(first.id, handle, at(5))).toStrictEqual({
+          ...first,
+          handle,
+          status: "STARTING",
+          updatedAt: at(5),
+        });
+        // A second start evicts the first; the first's next handle write sees PAUSED.
+        const second = noHandle(owner, 2);
+        const outcome = await storage.sandboxes.create(second, { maxPerUser: 10, maxRunning: 1 });
+        expect(outcome.created && outcome.evicted.map((e) => e.handle)).toStrictEqual([handle]);
+        const later = await storage.sandboxes.setHandle(second.id, handle, at(6));
+        expect(later?.status).toBe("STARTING");
+        const third = noHandle(owner, 3);
+        const evictsSecond = await storage.sandboxes.create(third, { maxPerUser: 10, maxRunning: 1 });
+        expect(evictsSecond.created && evictsSecond.evicted.map((e) => e.id)).toStrictEqual([second.id]);
+        // The third was evicted before its handle was saved: whoever saves it learns that.
+        const fourth = noHandle(owner, 4);
+        const evictsThird = await storage.sandboxes.create(fourth, { maxPerUser: 10, maxRunning: 1 });
+        expect(evictsThird.created && evictsThird.evicted).toStrictEqual([{ ...third, status: "STARTING" }]);
+        expect((await storage.sandboxes.setHandle(third.id, handle, at(7)))?.status).toBe("PAUSED");
+        expect((await storage.sandboxes.get(third.id))?.handle).toStrictEqual(handle);
+        expect(await storage.sandboxes.setHandle(hex(), handle, at(7))).toBeNull();
+      });
+
+      it("transition is a compare-and-set on the status", async () => {
+        const s = sandbox(newOwner(), at(1), { status: "STARTING" });
+        await storage.sandboxes.insert(s);
+        expect(await storage.sandboxes.transition(s.id, ["RUNNING"], "ERROR", at(2))).toBe(false);
+        expect(await storage.sandboxes.get(s.id)).toStrictEqual(s);
+        expect(await storage.sandboxes.transition(s.id, ["STARTING", "RUNNING"], "RUNNING", at(3))).toBe(
+          true,
+        );
+        expect(await storage.sandboxes.get(s.id)).toStrictEqual({
+          ...s,
+          status: "RUNNING",
+          updatedAt: at(3),
+        });
+        expect(await storage.sandboxes.transition(hex(), ["RUNNING"], "ERROR", at(4))).toBe(false);
+      });
+
+      it("checkWritable writes a heartbeat, repeatedly", async () => {
+        await expect(storage.checkWritable()).resolves.toBeUndefined();
+        await expect(storage.checkWritable()).resolves.toBeUndefined();
+      });
+    });
+
     describe("conversations", () => {
       it("round-trips every field, null-valued ones included", async () => {
         const owner = newOwner();

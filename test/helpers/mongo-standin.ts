@@ -60,6 +60,16 @@ function indexKeyOf(doc: StandinDoc, index: StandinIndex): string {
   );
 }
 
+function isOperatorObject(value: unknown): boolean {
+  return (
+    typeof value === "object" &&
+    value !== null &&
+    !Array.isArray(value) &&
+    !(value instanceof Date) &&
+    Object.keys(value).some((k) => k.startsWith("$"))
+  );
+}
+
 function defaultIndexName(key: Record<string, number>): string {
   return Object.entries(key)
     .map(([field, direction]) => `${field}_${direction}`)
@@ -208,6 +218,17 @@ export class MongoStandinCollection {
     const query = new Query<StandinDoc>(filter, {});
     const position = this.documents.findIndex((d) => query.test(d));
     const current = this.documents[position];
+    if (current === undefined && options.upsert === true) {
+      // As the server: the filter's plain equality fields, then the update applied to them.
+      const created: StandinDoc = {};
+      for (const [k, v] of Object.entries(filter))
+        if (!k.startsWith("$") && !isOperatorObject(v)) created[k] = clone(v);
+      update(created, clone(modifier));
+      if (created._id === undefined) created._id = new ObjectId();
+      this.#checkUnique(created, undefined);
+      this.documents.push(created);
+      return { acknowledged: true, matchedCount: 0, modifiedCount: 0, upsertedCount: 0, upsertedId: null };
+    }
     if (current === undefined) {
       return { acknowledged: true, matchedCount: 0, modifiedCount: 0, upsertedCount: 0, upsertedId: null };
     }

@@ -35,6 +35,11 @@ export interface TestAppOptions {
   runtime?: SandboxRuntime;
   specs?: SandboxSpec[];
   maxRunningSandboxes?: number;
+  maxSandboxesPerUser?: number;
+  /** Period of the background sweep (default: the app's); 0: none (call app.sweep()). */
+  sweepIntervalMs?: number;
+  /** Wraps the SQLite storage before the app uses it (fault injection). */
+  wrapStorage?: (storage: Storage) => Storage;
   /** Keep sandboxes running when closing (restart tests). */
   keepSandboxes?: boolean;
   /** Conversation start timeouts and shutdown grace. */
@@ -50,7 +55,8 @@ export interface TestAppOptions {
 /** A real server on free loopback ports over a SQLite file in a temporary folder. */
 export async function startTestApp(options: TestAppOptions = {}): Promise<TestApp> {
   const dir = options.dir ?? mkdtempSync(join(tmpdir(), "aws-test-"));
-  const storage = createSqliteStorage({ path: join(dir, "workspace.sqlite") });
+  const sqlite = createSqliteStorage({ path: join(dir, "workspace.sqlite") });
+  const storage = options.wrapStorage ? options.wrapStorage(sqlite) : sqlite;
   const encryptionKey = options.encryptionKey ?? randomBytes(32);
   const runtime = options.runtime ?? createProcessRuntime({ workspaceRoot: join(dir, "sandboxes") });
   const app = await buildApp({
@@ -58,6 +64,8 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     runtime,
     specs: options.specs ?? defaultSpecs({ kind: "process" }, new Date()),
     ...(options.maxRunningSandboxes ? { maxRunningSandboxes: options.maxRunningSandboxes } : {}),
+    ...(options.maxSandboxesPerUser ? { maxSandboxesPerUser: options.maxSandboxesPerUser } : {}),
+    ...(options.sweepIntervalMs === undefined ? {} : { sweepIntervalMs: options.sweepIntervalMs }),
     encryptionKey,
     verifier: options.verifier ?? null,
     rateLimit: options.rateLimit ?? { perSecond: 0, burst: 1 },

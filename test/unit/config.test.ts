@@ -21,6 +21,8 @@ describe("loadConfig", () => {
       runtime: { kind: "process" },
       gitProviderVerify: true,
       maxRunningSandboxes: 5,
+      maxSandboxesPerUser: 20,
+      sweepIntervalMs: 30_000,
       encryptionKeyFile: "/srv/data/secret.key",
     });
     expect(Object.isFrozen(c)).toBe(true);
@@ -60,6 +62,15 @@ describe("loadConfig", () => {
       /MAX_MESSAGE_BYTES must be an integer/,
     );
     expect(() => loadConfig({ MAX_STREAMS_PER_KEY: "0" }, "/srv")).toThrow(ConfigError);
+  });
+
+  it("MAX_SANDBOXES_PER_USER and SWEEP_INTERVAL_MS are parsed and bounded", () => {
+    expect(loadConfig({ MAX_SANDBOXES_PER_USER: "3", SWEEP_INTERVAL_MS: "0" }, "/srv")).toMatchObject({
+      maxSandboxesPerUser: 3,
+      sweepIntervalMs: 0,
+    });
+    expect(() => loadConfig({ MAX_SANDBOXES_PER_USER: "0" }, "/srv")).toThrow(ConfigError);
+    expect(() => loadConfig({ SWEEP_INTERVAL_MS: "-1" }, "/srv")).toThrow(/SWEEP_INTERVAL_MS/);
   });
 
   it("MONGODB_URI selects MongoDB; docker runtime options are parsed", () => {

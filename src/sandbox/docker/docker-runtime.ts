@@ -387,6 +387,19 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
       log("sandbox container removed", { containerName: data.containerName });
     },
 
+    async removeBySandboxId(sandboxId: string): Promise<number> {
+      const containers = await docker.listContainers({
+        all: true,
+        filters: { label: [`${managedLabel}=true`, `${prefix}sandbox.id=${sandboxId}`] },
+      });
+      for (const c of containers)
+        await removeContainerAndVolume(c.Id, c.Labels[`${prefix}volume`], c.State === "paused");
+      await removeVolume(`${volumePrefix}${sandboxId}`);
+      if (containers.length > 0)
+        log("sandbox containers removed by sandbox id", { sandboxId, containers: containers.length });
+      return containers.length;
+    },
+
     async ping(): Promise<void> {
       await docker.ping();
     },

@@ -13,6 +13,7 @@ import { BUILTIN_AGENT_MAIN, isBuiltinAgentCommand } from "../../sandbox-agent/b
 import { descendantsOf, type ProcStat, readProcStat, signal } from "../../sandbox-agent/proc-tree.ts";
 import { pollAlive, probeAlive } from "../agent-health.ts";
 import { freePort, withPort } from "../free-port.ts";
+import { stopSandboxProcesses } from "./sandbox-processes.ts";
 
 /** Options of {@link createProcessRuntime}. */
 export interface ProcessRuntimeOptions {
@@ -315,6 +316,17 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       }
       const own = ownChild(data);
       if (own) children.delete(data.pid);
+    },
+
+    async removeBySandboxId(sandboxId: string): Promise<number> {
+      if (!SANDBOX_ID.test(sandboxId)) return 0;
+      const workspace = join(workspaceRoot, sandboxId);
+      const stopped = await stopSandboxProcesses(workspace, stopGraceMs);
+      for (const [pid, own] of children) if (own.handle.data.workspace === workspace) children.delete(pid);
+      rmSync(workspace, { recursive: true, force: true });
+      rmSync(join(logDir, `${sandboxId}.log`), { force: true });
+      if (stopped > 0) log("sandbox processes removed by sandbox id", { sandboxId, processes: stopped });
+      return stopped;
     },
 
     async ping(): Promise<void> {

@@ -62,6 +62,7 @@ import {
   SHUTDOWN_DETAIL,
   type StartFlowDeps,
   type StartFlowTimeouts,
+  sweepStartTasks,
 } from "./conversation-start.ts";
 import { branchProblem, repositoryProblem } from "./workspace-commands.ts";
 
@@ -129,7 +130,13 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
         this.#events.emit("task-status", task.status);
       },
       log,
+      unsaved: new Map(),
     };
+  }
+
+  /** The periodic start-task sweep (see {@link sweepStartTasks}); returns how many tasks it ended. */
+  sweepStartTasks(graceMs?: number): Promise<number> {
+    return sweepStartTasks(this.#flow, this.#running, graceMs);
   }
 
   /** Persists a start task (WORKING) and returns it; the start runs in the background. */

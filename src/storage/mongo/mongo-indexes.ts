@@ -7,6 +7,10 @@ export const COLLECTIONS = {
   sandboxes: "sandboxes",
   conversations: "conversations",
   startTasks: "start_tasks",
+  /** Per-owner locks serialising sandbox creates and claims (see createMongoSandboxRepository). */
+  sandboxLocks: "sandbox_locks",
+  /** One small document per server, rewritten by the readiness write check. */
+  heartbeats: "heartbeats",
 } as const;
 
 /** One index the adapter relies on. */

@@ -82,6 +82,13 @@ export const SQLITE_MIGRATIONS: readonly string[] = [
   CREATE INDEX IF NOT EXISTS start_tasks_unfinished
     ON start_tasks (created_at, id) WHERE status NOT IN ('READY', 'ERROR');
   `,
+  `
+  -- One row per server process, rewritten by the readiness check to prove that the database accepts writes.
+  CREATE TABLE IF NOT EXISTS heartbeats (
+    server_id TEXT PRIMARY KEY,
+    at INTEGER NOT NULL
+  ) STRICT;
+  `,
 ];
 
 /** The schema version this build writes. */

@@ -1,3 +1,4 @@
+import { hostname } from "node:os";
 import { resolve } from "node:path";
 import Database from "better-sqlite3";
 import { StorageUnavailableError } from "../../core/errors.ts";
@@ -54,6 +55,10 @@ export function createSqliteStorage(options: SqliteStorageOptions): Storage {
   }
 
   const ping = db.prepare("SELECT 1");
+  const heartbeat = db.prepare<{ serverId: string; at: number }>(
+    "INSERT INTO heartbeats (server_id, at) VALUES (@serverId, @at) ON CONFLICT (server_id) DO UPDATE SET at = @at",
+  );
+  const serverId = serverIdentity();
   // Only a file database in WAL mode has a WAL to sync (SQLite falls back to a rollback journal where WAL cannot
   // work, e.g. some network file systems): otherwise every commit stays FULL, synced inline.
   const wal = !db.memory && db.pragma("journal_mode", { simple: true }) === "wal";
@@ -69,6 +74,10 @@ export function createSqliteStorage(options: SqliteStorageOptions): Storage {
     ping: () =>
       attempt(() => {
         ping.get();
+      }),
+    checkWritable: () =>
+      attempt(() => {
+        heartbeat.run({ serverId, at: Date.now() });
       }),
     close: () =>
       attempt(() => {
@@ -98,4 +107,9 @@ export function sqliteDatabaseOf(storage: Storage): Database.Database {
   const db = databases.get(storage);
   if (db === undefined) throw new TypeError("not a storage made by createSqliteStorage");
   return db;
+}
+
+/** Names this server process in heartbeat records: host and pid. */
+function serverIdentity(): string {
+  return `${hostname()}:${process.pid}`;
 }
