@@ -15,6 +15,7 @@ import { PageTokens } from "../core/page-token.ts";
 import { RateLimiter } from "../core/rate-limiter.ts";
 import { SecretBox } from "../core/secret-box.ts";
 import { AppConversationService as AppConversationServiceDesc } from "../gen/workspace/v1/app_conversation_pb.js";
+import { EventService as EventServiceDesc } from "../gen/workspace/v1/event_pb.js";
 import { SandboxService as SandboxServiceDesc } from "../gen/workspace/v1/sandbox_pb.js";
 import { SandboxSpecService as SandboxSpecServiceDesc } from "../gen/workspace/v1/sandbox_spec_pb.js";
 import { SecretsService as SecretsServiceDesc } from "../gen/workspace/v1/secrets_pb.js";
@@ -24,11 +25,13 @@ import type { AgentClient } from "../ports/agent-client.ts";
 import type { GitProviderVerifier } from "../ports/git-provider-verifier.ts";
 import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
 import type { Storage } from "../ports/storage.ts";
+import { eventRoutes } from "../rest/event-routes.ts";
+import { legacyConversationRoutes } from "../rest/legacy-conversation-routes.ts";
 import { legacyRoutes } from "../rest/legacy-routes.ts";
 import { buildOpenApi } from "../rest/openapi.ts";
 import { type OptionsLists, optionsRoutes } from "../rest/options-routes.ts";
 import { frameworkError } from "../rest/rest-errors.ts";
-import { NO_CACHE, restGateway } from "../rest/rest-gateway.ts";
+import { NO_CACHE, restGateway, type SandboxCallbackRoute } from "../rest/rest-gateway.ts";
 import type { RestRoute } from "../rest/rest-route.ts";
 import { SIGN_IN_PATH, sessionRoutes } from "../rest/session-routes.ts";
 import { v1ConversationRoutes } from "../rest/v1-conversation-routes.ts";
@@ -42,6 +45,7 @@ import {
   AppConversationService,
   type AppConversationServiceOptions,
 } from "../services/conversations/app-conversation-service.ts";
+import { EventService } from "../services/events/event-service.ts";
 import { ApiKeyService, DEFAULT_USER } from "../services/keys/api-key-service.ts";
 import { SandboxService } from "../services/sandboxes/sandbox-service.ts";
 import { type SandboxSpec, SandboxSpecService } from "../services/sandboxes/sandbox-spec-service.ts";
@@ -71,6 +75,11 @@ export interface AppDeps {
   logger?: FastifyServerOptions["logger"];
   /** Client of the sandboxes' agent servers (default: HTTP). */
   agent?: AgentClient;
+  /**
+   * Base URL of this service as sandboxes reach it, for their webhooks (default: http://<listen host>:<HTTP port>,
+   * with 127.0.0.1 for a wildcard host).
+   */
+  webhookBaseUrl?: string;
   /** Timeouts of conversation starts and live status. */
   conversations?: Pick<AppConversationServiceOptions, "timeouts" | "liveStatusTimeoutMs" | "shutdownGraceMs">;
   /** Browser-facing options: web UI folder, CORS, sign-in cookie, single-user mode, /api/options lists. */
@@ -96,6 +105,7 @@ export interface App {
     sandboxes: SandboxService;
     specs: SandboxSpecService;
     conversations: AppConversationService;
+    events: EventService;
   };
   grpc: grpc.Server;
   keys: ApiKeyService;
@@ -123,7 +133,9 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   const settings = new SettingsService({ store, box, verifier: deps.verifier });
   const secrets = new SecretsService({ store, box });
   const specs = new SandboxSpecService(deps.specs, pageTokens);
+  let listenerUrl: string | undefined;
   const sandboxes = new SandboxService({
+    webhookBaseUrl: () => deps.webhookBaseUrl ?? listenerUrl,
     repo: storage.sandboxes,
     runtime: deps.runtime,
     specs,
@@ -141,8 +153,36 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     agent: deps.agent ?? new HttpAgentClient(),
     tokens: pageTokens,
     ...deps.conversations,
+    events: storage.events,
     log: (msg, data) => log(msg, data),
   });
+  const events = new EventService({
+    events: storage.events,
+    sandboxes: { get: (id) => storage.sandboxes.get(id), sessionKey: (r) => sandboxes.sessionKey(r) },
+    conversations: {
+      get: (id, ownerId) => conversations.getRecord(id, ownerId),
+      setTitle: (id, ownerId, title) => conversations.setTitle(id, ownerId, title),
+      applyAgentInfo: (id, ownerId, info) => conversations.applyAgentInfo(id, ownerId, info),
+      generateTitle: (record, maxLength) => conversations.generateTitle(record, maxLength),
+    },
+    tokens: pageTokens,
+    log: (msg, data) => log(msg, data),
+  });
+  // The agent servers' webhooks (OH_WEBHOOKS_0_BASE_URL = <service>/api/v1/webhooks/<sandbox id>).
+  const callbacks: SandboxCallbackRoute[] = [
+    {
+      method: "POST",
+      url: "/api/v1/webhooks/:sandbox_id/events/:conversation_id",
+      handle: ({ body, params, sessionKey }) =>
+        events.receiveEvents(params.sandbox_id ?? "", sessionKey, params.conversation_id ?? "", body),
+    },
+    {
+      method: "POST",
+      url: "/api/v1/webhooks/:sandbox_id/conversations",
+      handle: ({ body, params, sessionKey }) =>
+        events.receiveConversation(params.sandbox_id ?? "", sessionKey, body),
+    },
+  ];
   const taskTransitions = new Counter({
     name: "start_task_transitions_total",
     help: "Start-task state changes by the state entered (READY and ERROR are outcomes)",
@@ -161,8 +201,15 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     bind(SandboxSpecServiceDesc, specs),
     bind(SandboxServiceDesc, sandboxes),
     bind(AppConversationServiceDesc, conversations),
+    bind(EventServiceDesc, events),
   ];
-  const routes: RestRoute[] = [...legacyRoutes, ...v1SandboxRoutes, ...v1ConversationRoutes];
+  const routes: RestRoute[] = [
+    ...legacyRoutes,
+    ...legacyConversationRoutes,
+    ...v1SandboxRoutes,
+    ...v1ConversationRoutes,
+    ...eventRoutes,
+  ];
   /** The request paths of every RPC (Connect and gRPC-Web serve them on the HTTP port). */
   const rpcPaths = new Set(
     bindings.flatMap((b) => b.desc.methods.map((m) => `/${b.desc.typeName}/${m.name}`)),
@@ -296,7 +343,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   // served from the npm package: no CDN); both made on first use.
   registerDocs(http, () => buildOpenApi(routes, { title: "Agent Workspace Service", version: VERSION }));
 
-  await http.register(restGateway({ routes, bindings, authenticate, admit, keyOf }));
+  await http.register(restGateway({ routes, callbacks, bindings, authenticate, admit, keyOf }));
   await http.register(sessionRoutes({ sessions, authenticate, admit }));
   /** The admitted caller of a request outside the gateway (throws as the gateway's auth step would). */
   const requestCaller = async (req: FastifyRequest): Promise<Caller | null> => {
@@ -398,12 +445,21 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     grpc: grpcServer,
     keys,
     metrics,
-    services: { settings, secrets, sandboxes, specs, conversations },
+    services: { settings, secrets, sandboxes, specs, conversations, events },
     bindings,
     routes,
     async listen(host, port, grpcPort) {
       await http.listen({ host, port });
       const address = http.server.address();
+      if (typeof address === "object" && address !== null) {
+        const h =
+          host === "0.0.0.0" || host === "::" || host === ""
+            ? "127.0.0.1"
+            : host.includes(":")
+              ? `[${host}]`
+              : host;
+        listenerUrl = `http://${h}:${address.port}`;
+      }
       const boundGrpc = await new Promise<number>((resolve, reject) =>
         grpcServer.bindAsync(`${host}:${grpcPort}`, grpc.ServerCredentials.createInsecure(), (err, p) =>
           err ? reject(err) : resolve(p),

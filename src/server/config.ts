@@ -39,6 +39,8 @@ export interface Config {
   readonly logLevel: string;
   /** Web UI, CORS, browser sign-in, single-user mode, /api/options lists (web-config.ts). */
   readonly web: WebConfig;
+  /** Base URL of this service as sandboxes reach it (their webhooks); default: the HTTP listener's address. */
+  readonly webhookBaseUrl: string | undefined;
 }
 
 export class ConfigError extends Error {
@@ -73,6 +75,10 @@ export const ENV_DOC: readonly [string, string][] = [
   ["SANDBOX_CPUS", "CPU limit of a sandbox container (e.g. 1.5)"],
   ["LOG_LEVEL", "fatal, error, warn, info (default), debug, trace, silent"],
   ...WEB_ENV_DOC,
+  [
+    "WEBHOOK_BASE_URL",
+    "this service's URL as sandboxes reach it, for their event webhooks (default http://<HOST>:<PORT>)",
+  ],
 ];
 
 type Env = Record<string, string | undefined>;
@@ -133,6 +139,9 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     throw new ConfigError("SESSION_API_KEY must be at least 8 characters");
   const keyFile = env.ENCRYPTION_KEY_FILE || "secret.key";
   const host = env.HOST || "127.0.0.1";
+  const webhookBaseUrl = env.WEBHOOK_BASE_URL?.trim() || undefined;
+  if (webhookBaseUrl !== undefined && !/^https?:\/\/[^/\s]+(\/\S*)?$/.test(webhookBaseUrl))
+    throw new ConfigError("WEBHOOK_BASE_URL must be an http(s) URL such as http://127.0.0.1:3000");
   const config: Config = {
     host,
     port: port(env, "PORT", 3000),
@@ -165,6 +174,7 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     sandboxSpecsFile: env.SANDBOX_SPECS_FILE || undefined,
     logLevel: level,
     web: loadWebConfig(env, host, cwd, (msg) => new ConfigError(msg)),
+    webhookBaseUrl,
   };
   return Object.freeze(config);
 }

@@ -248,6 +248,7 @@ export function instrumentStorage(storage: Storage, metrics: Metrics): Storage {
     sandboxes: wrap("sandboxes", storage.sandboxes),
     conversations: wrap("conversations", storage.conversations),
     startTasks: wrap("startTasks", storage.startTasks),
+    events: wrap("events", storage.events),
     ping: () => storage.ping(),
     close: () => storage.close(),
   };

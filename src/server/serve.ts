@@ -47,6 +47,7 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     specs,
     maxRunningSandboxes: config.maxRunningSandboxes,
     web: config.web,
+    ...(config.webhookBaseUrl === undefined ? {} : { webhookBaseUrl: config.webhookBaseUrl }),
   });
   const log = app.http.log;
   runtimeLog = (msg, data) => log.info({ runtime: runtime.kind, ...data }, msg);

@@ -58,6 +58,11 @@ export interface SandboxServiceOptions {
   /** How long a background start may take before the sandbox is ERROR (default 120 s). */
   startTimeoutMs?: number;
   log?: (msg: string, data?: Record<string, unknown>) => void;
+  /**
+   * Base URL of this service as sandboxes reach it (e.g. http://127.0.0.1:3000), read at each start; when set,
+   * the agent gets OH_WEBHOOKS_0_BASE_URL = <base>/api/v1/webhooks/<sandbox id> to report its events.
+   */
+  webhookBaseUrl?: () => string | undefined;
 }
 
 /** A sandbox as the service sees it: the record plus its reconciled status. */
@@ -73,7 +78,8 @@ export interface LiveSandbox {
  * operation: another user's sandbox behaves as if it did not exist.
  */
 export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
-  readonly #o: Required<Omit<SandboxServiceOptions, "log">> & Pick<SandboxServiceOptions, "log">;
+  readonly #o: Required<Omit<SandboxServiceOptions, "log" | "webhookBaseUrl">> &
+    Pick<SandboxServiceOptions, "log" | "webhookBaseUrl">;
   readonly #events = new EventEmitter({ captureRejections: false });
   readonly #starting = new Map<string, Promise<void>>();
 
@@ -172,7 +178,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
 
   /** Starts a sandbox for the user; waits up to inlineWaitMs for it to be healthy. */
   async start(userId: string, specId: string | undefined): Promise<LiveSandbox> {
-    const spec = this.#o.specs.resolve(specId);
+    let spec = this.#o.specs.resolve(specId);
     await this.#makeRoom(userId, null);
     const now = new Date();
     const sessionApiKey = base62(43);
@@ -188,6 +194,15 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       updatedAt: now,
     };
     await this.#o.repo.insert(record);
+    const webhookBase = this.#o.webhookBaseUrl?.();
+    if (webhookBase !== undefined)
+      spec = {
+        ...spec,
+        initialEnv: {
+          ...spec.initialEnv,
+          OH_WEBHOOKS_0_BASE_URL: `${webhookBase.replace(/\/+$/, "")}/api/v1/webhooks/${record.id}`,
+        },
+      };
     let handle: RuntimeHandle;
     try {
       handle = await this.#o.runtime.start({ sandboxId: record.id, spec, sessionApiKey });
