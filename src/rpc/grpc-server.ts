@@ -194,7 +194,9 @@ function streamHandler(
         if (abort.signal.aborted) return;
         const e = toServiceError(err, name, options);
         options.onCall?.(name, Number(e.code) as Code, performance.now() - started);
-        call.destroy(e);
+        // grpc-js sends a writable stream's status from its "error" listener (then ends it); destroy() would
+        // close the stream without sending any status, leaving the client waiting.
+        call.emit("error", e);
       }
     })();
   };

@@ -151,7 +151,8 @@ export class EventService implements ServiceImpl<typeof EventServiceDesc> {
     const conversationId = parseHexId(req.conversationId);
     if (conversationId === null)
       throw new ValidationError([uuidViolation(["conversation_id"], req.conversationId)]);
-    if ((await this.#o.conversations.get(conversationId, userId)) === null) throw notFound();
+    const owned = await this.#o.conversations.get(conversationId, userId);
+    if (owned === null) throw notFound();
     const wrap = (r: EventRecord): WatchConversationEventsResponse => ({
       $typeName: "workspace.v1.WatchConversationEventsResponse",
       event: eventFromRecord(r),
