@@ -7,6 +7,7 @@ import type { EventRecord } from "../../ports/event-repository.ts";
 export interface IncomingEvent {
   id: string;
   kind: string;
+  source: string;
   timestampUs: number;
   json: string;
 }
@@ -127,6 +128,7 @@ export function checkEventBatch(body: unknown): IncomingEvent[] {
       out.push({
         id: id as string,
         kind: kind as string,
+        source: source as string,
         timestampUs: us as number,
         json: JSON.stringify(ev),
       });

@@ -67,6 +67,7 @@ interface VerifiedSandbox {
 /** How long a verified sandbox key is remembered (a deleted sandbox's agent is killed with it). */
 const KEY_CACHE_MS = 10_000;
 const KEY_CACHE_SIZE = 1000;
+const HOME_CACHE_SIZE = 10_000;
 /** Length of an automatic title, as the reference's SetTitleCallbackProcessor asks for. */
 const TITLE_LENGTH = 50;
 
@@ -83,6 +84,8 @@ export class EventService implements ServiceImpl<typeof EventServiceDesc> {
   readonly #emitter = new EventEmitter({ captureRejections: false });
   readonly #verified = new Map<string, VerifiedSandbox>();
   readonly #titling = new Set<string>();
+  /** "<owner>:<conversation>" → the sandbox the conversation lives in (never changes once it exists). */
+  readonly #homes = new Map<string, { sandboxId: string; until: number }>();
   readonly #log: (msg: string, data?: Record<string, unknown>) => void;
 
   constructor(options: EventServiceOptions) {
@@ -212,8 +215,26 @@ export class EventService implements ServiceImpl<typeof EventServiceDesc> {
     if (conversationId === null)
       throw new ValidationError([uuidViolation(["path", "conversation_id"], rawConversationId)]);
     const events = checkEventBatch(body);
-    const conversation = await this.#o.conversations.get(conversationId, sandbox.ownerId);
-    if (conversation !== null && conversation.sandboxId !== sandbox.id)
+    const firstUser = events.find((e) => e.kind === "MessageEvent" && e.source === "user");
+    const home = `${sandbox.ownerId}:${conversationId}`;
+    const now = Date.now();
+    const known = this.#homes.get(home);
+    // The conversation's sandbox is remembered for a while; the record itself is read when a user message may
+    // name the conversation (its title is checked then).
+    let conversation: ConversationRecord | null = null;
+    let homeSandbox: string | null = known !== undefined && known.until > now ? known.sandboxId : null;
+    if (homeSandbox === null || firstUser !== undefined) {
+      conversation = await this.#o.conversations.get(conversationId, sandbox.ownerId);
+      homeSandbox = conversation?.sandboxId ?? null;
+      if (conversation !== null) {
+        if (this.#homes.size >= HOME_CACHE_SIZE) {
+          const oldest = this.#homes.keys().next();
+          if (oldest.done !== true) this.#homes.delete(oldest.value);
+        }
+        this.#homes.set(home, { sandboxId: conversation.sandboxId, until: now + KEY_CACHE_MS });
+      }
+    }
+    if (homeSandbox !== null && homeSandbox !== sandbox.id)
       throw new ConnectError("The conversation belongs to another sandbox", Code.PermissionDenied);
     const records: EventRecord[] = events.map((e) => ({
       ownerId: sandbox.ownerId,
@@ -225,7 +246,7 @@ export class EventService implements ServiceImpl<typeof EventServiceDesc> {
     }));
     const stored = await this.#o.events.append(records);
     if (stored.length > 0) this.#emitter.emit(`${sandbox.ownerId}:${conversationId}`, stored);
-    const firstUserMessage = stored.find((r) => r.kind === "MessageEvent" && isUserMessage(r));
+    const firstUserMessage = firstUser && stored.find((r) => r.id === firstUser.id);
     if (firstUserMessage !== undefined && conversation !== null)
       this.#maybeSetTitle(conversation, firstUserMessage);
     return { success: true };
@@ -311,14 +332,6 @@ export class EventService implements ServiceImpl<typeof EventServiceDesc> {
     run()
       .catch((err: unknown) => this.#log("could not set the conversation title", { error: String(err) }))
       .finally(() => this.#titling.delete(key));
-  }
-}
-
-function isUserMessage(r: EventRecord): boolean {
-  try {
-    return (JSON.parse(r.body) as { source?: unknown }).source === "user";
-  } catch {
-    return false;
   }
 }
 
