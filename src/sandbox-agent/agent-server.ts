@@ -363,9 +363,16 @@ export function createAgentServer(options: AgentServerOptions): Server {
   return server;
 }
 
-/** The SDK's event timestamp: ISO-8601 with microseconds and no offset (here UTC). */
+let lastTimestampUs = 0;
+/**
+ * The SDK's event timestamp: ISO-8601 with microseconds and no offset (here UTC). Strictly increasing, so that
+ * events made in the same millisecond keep their order.
+ */
 function sdkTimestamp(): string {
-  return `${new Date().toISOString().slice(0, -1)}000`;
+  lastTimestampUs = Math.max(Date.now() * 1000, lastTimestampUs + 1);
+  const ms = Math.floor(lastTimestampUs / 1000);
+  const micros = String(lastTimestampUs % 1_000_000).padStart(6, "0");
+  return `${new Date(ms).toISOString().slice(0, 19)}.${micros}`;
 }
 
 /** A MessageEvent as the SDK writes it. */

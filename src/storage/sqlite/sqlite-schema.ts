@@ -83,7 +83,8 @@ export const SQLITE_MIGRATIONS: readonly string[] = [
     ON start_tasks (created_at, id) WHERE status NOT IN ('READY', 'ERROR');
   `,
   `
-  CREATE INDEX IF NOT EXISTS conversations_owner_sandbox ON conversations (owner_id, sandbox_id);
+  -- Sandbox first: an owner-first index would be narrower than the listing indexes and win their counts.
+  CREATE INDEX IF NOT EXISTS conversations_sandbox_owner ON conversations (sandbox_id, owner_id);
 
   -- Events as the agent servers report them: the JSON text as received, plus the columns searches use (ts in
   -- microseconds). Every search starts with the owner; each filter combination is a range scan of one index.

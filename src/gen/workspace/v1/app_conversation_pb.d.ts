@@ -989,7 +989,7 @@ export declare type GetAppConversationRequest = Message<"workspace.v1.GetAppConv
 export declare const GetAppConversationRequestSchema: GenMessage<GetAppConversationRequest>;
 
 /**
- * Exactly one of the two is set.
+ * At most one of the two is set.
  *
  * @generated from message workspace.v1.GetAppConversationResponse
  */
@@ -1498,7 +1498,7 @@ export declare const AppConversationService: GenService<{
   },
   /**
    * One conversation by id; while a start that named this id is unfinished (or failed), its start task instead.
-   * NOT_FOUND when neither exists for the caller.
+   * Neither is set when the caller has no such conversation.
    *
    * @generated from rpc workspace.v1.AppConversationService.GetAppConversation
    */
