@@ -18,8 +18,23 @@ export const NO_CACHE = {
   expires: "0",
 } as const;
 
+/**
+ * A route a sandbox calls (its agent server's webhooks): no user key; the service it calls checks the sandbox's
+ * own session key (X-Session-API-Key), so a wrong key is 401 and nothing is stored. Errors in the V1 dialect.
+ */
+export interface SandboxCallbackRoute {
+  method: "POST";
+  url: string;
+  handle: (input: {
+    body: unknown;
+    params: Record<string, string>;
+    sessionKey: string | undefined;
+  }) => Promise<unknown>;
+}
+
 export interface RestGatewayOptions {
   routes: readonly RestRoute[];
+  callbacks?: readonly SandboxCallbackRoute[];
   bindings: readonly ServiceBinding[];
   admission: Admission;
   /** Largest request body (413 beyond). */
@@ -112,6 +127,8 @@ export function restGateway(options: RestGatewayOptions) {
       else admitted(caller);
     };
 
+    for (const r of options.callbacks ?? []) registerCallback(app, r);
+
     for (const r of options.routes) {
       const binding = impls.get(r.service.typeName);
       const method = r.service.methods.find((m) => m.localName === r.rpc);
@@ -166,7 +183,10 @@ export function restGateway(options: RestGatewayOptions) {
         },
         errorHandler: (err, req, reply) => {
           const e =
-            frameworkError(err, options.maxBodyBytes) ?? toRestError(err, r.dialect, r.location ?? "body");
+            r.notFoundBody !== undefined && isNotFound(err)
+              ? { status: 404, body: r.notFoundBody, headers: {} }
+              : (frameworkError(err, options.maxBodyBytes) ??
+                toRestError(err, r.dialect, r.location ?? "body"));
           if (isInternal(err) && e.status >= 500) req.log.error({ err }, "request failed");
           return reply
             .code(e.status)
@@ -176,6 +196,35 @@ export function restGateway(options: RestGatewayOptions) {
       });
     }
   };
+}
+
+function registerCallback(app: FastifyInstance, r: SandboxCallbackRoute): void {
+  app.route({
+    method: r.method,
+    url: r.url,
+    handler: async (req, reply) => {
+      const body = req.body as unknown;
+      if (typeof body === "object" && body !== null && INVALID_JSON in body)
+        throw new ValidationError([(body as InvalidJson)[INVALID_JSON]]);
+      if (body === undefined)
+        throw new ValidationError([{ type: "missing", loc: ["body"], msg: "Field required", input: null }]);
+      const header = req.headers["x-session-api-key"];
+      const out = await r.handle({
+        body,
+        params: req.params as Record<string, string>,
+        sessionKey: typeof header === "string" ? header : undefined,
+      });
+      return reply.code(200).headers(NO_CACHE).send(out);
+    },
+    errorHandler: (err, req, reply) => {
+      const e = frameworkError(err) ?? toRestError(err, "v1", "body");
+      if (e.status >= 500 && e.status !== 503) req.log.error({ err }, "sandbox callback failed");
+      return reply
+        .code(e.status)
+        .headers({ ...NO_CACHE, ...e.headers })
+        .send(e.body);
+    },
+  });
 }
 
 const closeControllers = new WeakMap<FastifyReply, AbortController>();
@@ -230,4 +279,8 @@ async function writeJsonArray(
       res.end("]");
     }
   }
+}
+
+function isNotFound(err: unknown): boolean {
+  return err instanceof ConnectError && err.code === Code.NotFound;
 }

@@ -41,6 +41,11 @@ export interface AppDeps {
   logger?: FastifyServerOptions["logger"];
   /** Client of the sandboxes' agent servers (default: HTTP). */
   agent?: AgentClient;
+  /**
+   * Base URL of this service as sandboxes reach it, for their webhooks (default: http://<listen host>:<HTTP port>,
+   * with 127.0.0.1 for a wildcard host).
+   */
+  webhookBaseUrl?: string;
   /** Timeouts of conversation starts and live status. */
   conversations?: Pick<AppConversationServiceOptions, "timeouts" | "liveStatusTimeoutMs" | "shutdownGraceMs">;
   /** Message size, stream, connection and timeout limits (defaults: DEFAULT_LIMITS). */
@@ -82,6 +87,7 @@ export interface App {
 export async function buildApp(deps: AppDeps): Promise<App> {
   const limits: TransportLimits = Object.freeze({ ...DEFAULT_LIMITS, ...deps.limits });
   let http: FastifyInstance | undefined;
+  let listenerUrl: string | undefined;
   const container = createContainer({
     storage: deps.storage,
     encryptionKey: deps.encryptionKey,
@@ -94,6 +100,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     limits,
     ...(deps.agent ? { agent: deps.agent } : {}),
     ...(deps.conversations ? { conversations: deps.conversations } : {}),
+    webhookBaseUrl: () => deps.webhookBaseUrl ?? listenerUrl,
     log: (msg, data) => http?.log.warn(data ?? {}, msg),
     web: deps.web ?? {},
   });
@@ -150,6 +157,15 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     async listen(host, port, grpcPort) {
       await server.listen({ host, port });
       const address = server.server.address();
+      if (typeof address === "object" && address !== null) {
+        const h =
+          host === "0.0.0.0" || host === "::" || host === ""
+            ? "127.0.0.1"
+            : host.includes(":")
+              ? `[${host}]`
+              : host;
+        listenerUrl = `http://${h}:${address.port}`;
+      }
       grpcListener = await listenGrpc(grpcServer, host, grpcPort, limits.maxConnections);
       return {
         port: typeof address === "object" && address !== null ? address.port : port,

@@ -45,6 +45,8 @@ export interface Config {
   readonly web: WebConfig;
   /** Message size, stream, connection and timeout limits, the same on every protocol. */
   readonly limits: TransportLimits;
+  /** Base URL of this service as sandboxes reach it (their webhooks); default: the HTTP listener's address. */
+  readonly webhookBaseUrl: string | undefined;
 }
 
 export class ConfigError extends Error {
@@ -96,6 +98,10 @@ export const ENV_DOC: readonly [string, string][] = [
   ["MAX_CONNECTIONS", "open connections per listener, HTTP and gRPC each (default 10000)"],
   ["REQUEST_TIMEOUT_MS", "time for a whole HTTP request, headers and body, to arrive (default 30000)"],
   ["HEADERS_TIMEOUT_MS", "time for an HTTP request's headers to arrive (default 10000)"],
+  [
+    "WEBHOOK_BASE_URL",
+    "this service's URL as sandboxes reach it, for their event webhooks (default http://<HOST>:<PORT>)",
+  ],
 ];
 
 type Env = Record<string, string | undefined>;
@@ -156,6 +162,9 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     throw new ConfigError("SESSION_API_KEY must be at least 8 characters");
   const keyFile = env.ENCRYPTION_KEY_FILE || "secret.key";
   const host = env.HOST || "127.0.0.1";
+  const webhookBaseUrl = env.WEBHOOK_BASE_URL?.trim() || undefined;
+  if (webhookBaseUrl !== undefined && !/^https?:\/\/[^/\s]+(\/\S*)?$/.test(webhookBaseUrl))
+    throw new ConfigError("WEBHOOK_BASE_URL must be an http(s) URL such as http://127.0.0.1:3000");
   const config: Config = {
     host,
     port: port(env, "PORT", 3000),
@@ -199,6 +208,7 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
       headersTimeoutMs: int(env, "HEADERS_TIMEOUT_MS", DEFAULT_LIMITS.headersTimeoutMs, 100, 3_600_000),
       keyRecheckMs: DEFAULT_LIMITS.keyRecheckMs,
     }),
+    webhookBaseUrl,
   };
   return Object.freeze(config);
 }

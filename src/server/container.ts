@@ -4,6 +4,7 @@ import { PageTokens } from "../core/page-token.ts";
 import { RateLimiter } from "../core/rate-limiter.ts";
 import { SecretBox } from "../core/secret-box.ts";
 import { AppConversationService as AppConversationServiceDesc } from "../gen/workspace/v1/app_conversation_pb.js";
+import { EventService as EventServiceDesc } from "../gen/workspace/v1/event_pb.js";
 import { SandboxService as SandboxServiceDesc } from "../gen/workspace/v1/sandbox_pb.js";
 import { SandboxSpecService as SandboxSpecServiceDesc } from "../gen/workspace/v1/sandbox_spec_pb.js";
 import { SecretsService as SecretsServiceDesc } from "../gen/workspace/v1/secrets_pb.js";
@@ -17,6 +18,7 @@ import {
   AppConversationService,
   type AppConversationServiceOptions,
 } from "../services/conversations/app-conversation-service.ts";
+import { EventService } from "../services/events/event-service.ts";
 import { ApiKeyService, DEFAULT_USER } from "../services/keys/api-key-service.ts";
 import { SandboxService } from "../services/sandboxes/sandbox-service.ts";
 import { type SandboxSpec, SandboxSpecService } from "../services/sandboxes/sandbox-spec-service.ts";
@@ -46,6 +48,11 @@ export interface ContainerDeps {
   agent?: AgentClient;
   /** Timeouts of conversation starts and live status. */
   conversations?: Pick<AppConversationServiceOptions, "timeouts" | "liveStatusTimeoutMs" | "shutdownGraceMs">;
+  /**
+   * Base URL of this service as sandboxes reach it, read at each sandbox start (for their webhooks); undefined:
+   * sandboxes get no webhook URL.
+   */
+  webhookBaseUrl: () => string | undefined;
   /** Service warnings (e.g. a conversation start that failed). */
   log: (msg: string, data?: Record<string, unknown>) => void;
   /** Browser sign-in: allowed origins, proxy trust, session lifetime, single-user mode. */
@@ -68,6 +75,7 @@ export interface Container {
     sandboxes: SandboxService;
     specs: SandboxSpecService;
     conversations: AppConversationService;
+    events: EventService;
   };
   /** Every service with its descriptor, streaming methods under the stream caps. */
   bindings: readonly ServiceBinding[];
@@ -96,6 +104,7 @@ export function createContainer(deps: ContainerDeps): Container {
   const secrets = new SecretsService({ store, box });
   const specs = new SandboxSpecService(deps.specs, pageTokens);
   const sandboxes = new SandboxService({
+    webhookBaseUrl: deps.webhookBaseUrl,
     repo: storage.sandboxes,
     runtime: deps.runtime,
     specs,
@@ -114,6 +123,19 @@ export function createContainer(deps: ContainerDeps): Container {
     agent: deps.agent ?? new HttpAgentClient(),
     tokens: pageTokens,
     ...deps.conversations,
+    events: storage.events,
+    log: deps.log,
+  });
+  const events = new EventService({
+    events: storage.events,
+    sandboxes: { get: (id) => storage.sandboxes.get(id), sessionKey: (r) => sandboxes.sessionKey(r) },
+    conversations: {
+      get: (id, ownerId) => conversations.getRecord(id, ownerId),
+      setTitle: (id, ownerId, title) => conversations.setTitle(id, ownerId, title),
+      applyAgentInfo: (id, ownerId, info) => conversations.applyAgentInfo(id, ownerId, info),
+      generateTitle: (record, maxLength) => conversations.generateTitle(record, maxLength),
+    },
+    tokens: pageTokens,
     log: deps.log,
   });
 
@@ -162,13 +184,14 @@ export function createContainer(deps: ContainerDeps): Container {
     bind(SandboxSpecServiceDesc, specs),
     bind(SandboxServiceDesc, sandboxes),
     bind(AppConversationServiceDesc, conversations),
+    bind(EventServiceDesc, events),
   ].map((b) => streams.guard(b));
 
   return {
     storage,
     metrics,
     keys,
-    services: { settings, secrets, sandboxes, specs, conversations },
+    services: { settings, secrets, sandboxes, specs, conversations, events },
     bindings,
     admission: createAdmission(authenticate, admit),
     authenticate,

@@ -6,11 +6,13 @@ import Fastify, {
 } from "fastify";
 import type { Caller } from "../core/context.ts";
 import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
+import { eventRoutes } from "../rest/event-routes.ts";
+import { legacyConversationRoutes } from "../rest/legacy-conversation-routes.ts";
 import { legacyRoutes } from "../rest/legacy-routes.ts";
 import { buildOpenApi } from "../rest/openapi.ts";
 import { type OptionsLists, optionsRoutes } from "../rest/options-routes.ts";
 import { frameworkError } from "../rest/rest-errors.ts";
-import { NO_CACHE, restGateway } from "../rest/rest-gateway.ts";
+import { NO_CACHE, restGateway, type SandboxCallbackRoute } from "../rest/rest-gateway.ts";
 import type { RestRoute } from "../rest/rest-route.ts";
 import { SIGN_IN_PATH, sessionRoutes } from "../rest/session-routes.ts";
 import { v1ConversationRoutes } from "../rest/v1-conversation-routes.ts";
@@ -44,8 +46,10 @@ export interface HttpServerOptions {
 /** The REST routes, in registration order. */
 export const REST_ROUTES: readonly RestRoute[] = [
   ...legacyRoutes,
+  ...legacyConversationRoutes,
   ...v1SandboxRoutes,
   ...v1ConversationRoutes,
+  ...eventRoutes,
 ];
 
 /**
@@ -145,9 +149,26 @@ export async function createHttpServer(
   // OpenAPI 3.1 from the route table (request models + proto responses), and Swagger UI at /docs.
   registerDocs(http, () => buildOpenApi(REST_ROUTES, { title: "Agent Workspace Service", version: VERSION }));
 
+  const { events } = container.services;
+  // The agent servers' webhooks (OH_WEBHOOKS_0_BASE_URL = <service>/api/v1/webhooks/<sandbox id>).
+  const callbacks: SandboxCallbackRoute[] = [
+    {
+      method: "POST",
+      url: "/api/v1/webhooks/:sandbox_id/events/:conversation_id",
+      handle: ({ body, params, sessionKey }) =>
+        events.receiveEvents(params.sandbox_id ?? "", sessionKey, params.conversation_id ?? "", body),
+    },
+    {
+      method: "POST",
+      url: "/api/v1/webhooks/:sandbox_id/conversations",
+      handle: ({ body, params, sessionKey }) =>
+        events.receiveConversation(params.sandbox_id ?? "", sessionKey, body),
+    },
+  ];
   await http.register(
     restGateway({
       routes: REST_ROUTES,
+      callbacks,
       bindings: container.bindings,
       admission: container.admission,
       maxBodyBytes: limits.maxMessageBytes,

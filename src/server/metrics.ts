@@ -137,6 +137,7 @@ export function instrumentStorage(storage: Storage, metrics: Metrics): Storage {
     sandboxes: wrap("sandboxes", storage.sandboxes),
     conversations: wrap("conversations", storage.conversations),
     startTasks: wrap("startTasks", storage.startTasks),
+    events: wrap("events", storage.events),
     ping: () => storage.ping(),
     checkWritable: () => storage.checkWritable(),
     close: () => storage.close(),

@@ -49,6 +49,7 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     limits: config.limits,
     maxSandboxesPerUser: config.maxSandboxesPerUser,
     sweepIntervalMs: config.sweepIntervalMs,
+    ...(config.webhookBaseUrl === undefined ? {} : { webhookBaseUrl: config.webhookBaseUrl }),
   });
   const log = app.http.log;
   runtimeLog = (msg, data) => log.info({ runtime: runtime.kind, ...data }, msg);

@@ -7,6 +7,7 @@ import type {
   StartTaskRecord,
   StartTaskStatus,
 } from "../../src/ports/conversation-repository.ts";
+import type { EventRecord } from "../../src/ports/event-repository.ts";
 import type { Cursor, Page } from "../../src/ports/page.ts";
 import type { SandboxRecord } from "../../src/ports/sandbox-repository.ts";
 import type { Storage } from "../../src/ports/storage.ts";
@@ -101,6 +102,24 @@ function startTask(
     request: { initial_message: { content: [{ type: "text", text: "hello" }] }, selected_repository: null },
     createdAt,
     updatedAt: createdAt,
+    ...overrides,
+  };
+}
+
+function event(
+  ownerId: string,
+  conversationId: string,
+  us: number,
+  overrides: Partial<EventRecord> = {},
+): EventRecord {
+  const id = overrides.id ?? randomUUID();
+  return {
+    ownerId,
+    conversationId,
+    id,
+    kind: "MessageEvent",
+    timestampUs: T0 * 1000 + us,
+    body: JSON.stringify({ id, kind: overrides.kind ?? "MessageEvent", "a.b": { $x: [1, null, "é"] } }),
     ...overrides,
   };
 }
@@ -820,6 +839,171 @@ export function describeStorageContract(name: string, make: () => Promise<Storag
           RangeError,
         );
       });
+
+      it("filters by sandbox in search and count", async () => {
+        const owner = newOwner();
+        const a = conversation(owner, at(1), { sandboxId: "sbx-a" });
+        const b = conversation(owner, at(2), { sandboxId: "sbx-b" });
+        const sub = conversation(owner, at(3), { sandboxId: "sbx-a", parentConversationId: a.id });
+        for (const c of [a, b, sub]) await storage.conversations.insert(c);
+        await storage.conversations.insert(conversation(newOwner(), at(4), { sandboxId: "sbx-a" }));
+        const page = await storage.conversations.search(
+          owner,
+          { sandboxIdEq: "sbx-a" },
+          { limit: 10, after: null },
+        );
+        expect(ids(page.items)).toStrictEqual([a.id]);
+        expect(
+          await storage.conversations.count(owner, { sandboxIdEq: "sbx-a", includeSubConversations: true }),
+        ).toBe(2);
+        expect(await storage.conversations.count(owner, { sandboxIdEq: "sbx-c" })).toBe(0);
+      });
+
+      it("updates only the patched fields of the owner's conversation; false otherwise", async () => {
+        const owner = newOwner();
+        const c = conversation(owner, at(1));
+        await storage.conversations.insert(c);
+        expect(await storage.conversations.update(c.id, owner, { title: "Renamed", updatedAt: at(2) })).toBe(
+          true,
+        );
+        expect(await storage.conversations.get(c.id, owner)).toStrictEqual({
+          ...c,
+          title: "Renamed",
+          updatedAt: at(2),
+        });
+        const metrics = { accumulated_cost: 1.5, nested: { a: [1, 2] } };
+        expect(
+          await storage.conversations.update(c.id, owner, { llmModel: "m2", metrics, updatedAt: at(3) }),
+        ).toBe(true);
+        expect(await storage.conversations.get(c.id, owner)).toStrictEqual({
+          ...c,
+          title: "Renamed",
+          llmModel: "m2",
+          metrics,
+          updatedAt: at(3),
+        });
+        expect(await storage.conversations.update(c.id, newOwner(), { title: "x", updatedAt: at(4) })).toBe(
+          false,
+        );
+        expect(await storage.conversations.update(hex(), owner, { title: "x", updatedAt: at(4) })).toBe(
+          false,
+        );
+        expect((await storage.conversations.get(c.id, owner))?.title).toBe("Renamed");
+      });
+
+      it("deletes the owner's conversation once; never another owner's", async () => {
+        const owner = newOwner();
+        const c = conversation(owner, at(1));
+        await storage.conversations.insert(c);
+        expect(await storage.conversations.delete(c.id, newOwner())).toBe(false);
+        expect(await storage.conversations.get(c.id, owner)).not.toBeNull();
+        expect(await storage.conversations.delete(c.id, owner)).toBe(true);
+        expect(await storage.conversations.delete(c.id, owner)).toBe(false);
+        expect(await storage.conversations.get(c.id, owner)).toBeNull();
+      });
+    });
+
+    describe("events", () => {
+      it("appends durably, returns what was new, and skips an event stored before (same conversation and id)", async () => {
+        const owner = newOwner();
+        const conv = hex();
+        const a = event(owner, conv, 1);
+        const b = event(owner, conv, 2);
+        expect(await storage.events.append([a, b])).toStrictEqual([a, b]);
+        const again = event(owner, conv, 3, { id: a.id, body: '{"changed":true}' });
+        const c = event(owner, conv, 4);
+        expect(await storage.events.append([again, c])).toStrictEqual([c]);
+        // The same event id in another conversation is another event.
+        const elsewhere = event(owner, hex(), 5, { id: a.id });
+        expect(await storage.events.append([elsewhere])).toStrictEqual([elsewhere]);
+        const page = await storage.events.search(
+          owner,
+          { conversationIdEq: conv },
+          { limit: 10, after: null },
+          false,
+        );
+        expect(page).toStrictEqual({ items: [a, b, c], next: null });
+        expect(await storage.events.append([])).toStrictEqual([]);
+      });
+
+      it("commits concurrent appends of one turn together, each resolving with its own new events", async () => {
+        const owner = newOwner();
+        const conv = hex();
+        const batches = Array.from({ length: 20 }, (_, i) => [
+          event(owner, conv, i * 2),
+          event(owner, conv, i * 2 + 1),
+        ]);
+        const results = await Promise.all(batches.map((b) => storage.events.append(b)));
+        expect(results).toStrictEqual(batches);
+        expect(await storage.events.count(owner, { conversationIdEq: conv })).toBe(40);
+      });
+
+      it("orders by timestamp then id, both directions, with exact cursors; filters by kind and time", async () => {
+        const owner = newOwner();
+        const conv = hex();
+        const evs = [
+          event(owner, conv, 10, { id: "e-b" }),
+          event(owner, conv, 10, { id: "e-a" }),
+          event(owner, conv, 5, { id: "e-z", kind: "ActionEvent" }),
+          event(owner, conv, 20, { id: "e-c", kind: "ActionEvent" }),
+          event(owner, conv, 30, { id: "e-d" }),
+        ];
+        await storage.events.append(evs);
+        const asc = ["e-z", "e-a", "e-b", "e-c", "e-d"];
+        const pagesAsc = await allPages(
+          (after) =>
+            storage.events.search(
+              owner,
+              { conversationIdEq: conv },
+              { limit: 2, after: after as never },
+              false,
+            ) as never,
+        );
+        expect(pagesAsc.flatMap((p) => ids(p.items as EventRecord[]))).toStrictEqual(asc);
+        expect(pagesAsc[0]?.next).toStrictEqual({ timestampUs: T0 * 1000 + 10, id: "e-a" });
+        const pagesDesc = await allPages(
+          (after) => storage.events.search(owner, {}, { limit: 2, after: after as never }, true) as never,
+        );
+        expect(pagesDesc.flatMap((p) => ids(p.items as EventRecord[]))).toStrictEqual([...asc].reverse());
+        const kinds = await storage.events.search(
+          owner,
+          { kindEq: "ActionEvent" },
+          { limit: 10, after: null },
+          false,
+        );
+        expect(ids(kinds.items)).toStrictEqual(["e-z", "e-c"]);
+        const window = {
+          conversationIdEq: conv,
+          timestampGteUs: T0 * 1000 + 10,
+          timestampLtUs: T0 * 1000 + 30,
+        };
+        expect(
+          ids((await storage.events.search(owner, window, { limit: 10, after: null }, false)).items),
+        ).toStrictEqual(["e-a", "e-b", "e-c"]);
+        expect(await storage.events.count(owner, window)).toBe(3);
+        expect(await storage.events.count(owner, { conversationIdEq: conv, kindEq: "ActionEvent" })).toBe(2);
+        await expect(storage.events.search(owner, {}, { limit: 0, after: null }, false)).rejects.toThrow(
+          RangeError,
+        );
+      });
+
+      it("keeps owners apart in search, count, getMany and delete", async () => {
+        const alice = newOwner();
+        const bob = newOwner();
+        const conv = hex();
+        const mine = event(alice, conv, 1);
+        const theirs = event(bob, conv, 2);
+        await storage.events.append([mine]);
+        await storage.events.append([theirs]);
+        expect(
+          ids((await storage.events.search(alice, {}, { limit: 10, after: null }, false)).items),
+        ).toStrictEqual([mine.id]);
+        expect(await storage.events.count(bob, { conversationIdEq: conv })).toBe(1);
+        expect(await storage.events.getMany([mine.id, theirs.id, "unknown"], alice)).toStrictEqual([mine]);
+        expect(await storage.events.deleteConversation(conv, alice)).toBe(1);
+        expect(await storage.events.count(alice, {})).toBe(0);
+        expect(await storage.events.count(bob, {})).toBe(1);
+      });
     });
 
     describe("startTasks", () => {
@@ -985,6 +1169,8 @@ export function describeStorageContract(name: string, make: () => Promise<Storag
         await first.conversations.addSubConversation(conv.id, "f".repeat(32), at(7));
         await first.startTasks.insert(task);
         await first.startTasks.update(task.id, { status: "READY", updatedAt: at(8) });
+        const ev = event(owner, conv.id, 9);
+        await first.events.append([ev]);
         await first.close();
         await first.close(); // idempotent
 
@@ -1007,6 +1193,7 @@ export function describeStorageContract(name: string, make: () => Promise<Storag
           status: "READY",
           updatedAt: at(8),
         });
+        expect(await reopened.events.getMany([ev.id], owner)).toStrictEqual([ev]);
       });
     });
   });

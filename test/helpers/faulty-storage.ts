@@ -53,6 +53,7 @@ export function withWriteFaults(storage: Storage): { storage: Storage; faults: W
       sandboxes: guard("sandboxes", storage.sandboxes),
       conversations: guard("conversations", storage.conversations),
       startTasks: guard("startTasks", storage.startTasks),
+      events: guard("events", storage.events),
       ping: () => storage.ping(),
       checkWritable: () =>
         faults.fail?.("storage", "checkWritable")

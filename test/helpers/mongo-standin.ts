@@ -24,6 +24,7 @@ export interface StandinCall {
     | "find"
     | "updateOne"
     | "deleteOne"
+    | "deleteMany"
     | "countDocuments"
     | "command";
   filter?: StandinDoc;
@@ -263,6 +264,21 @@ export class MongoStandinCollection {
     if (position < 0) return { acknowledged: true, deletedCount: 0 };
     this.documents.splice(position, 1);
     return { acknowledged: true, deletedCount: 1 };
+  }
+
+  async deleteMany(
+    filter: StandinDoc,
+    options: StandinDoc = {},
+  ): Promise<{ acknowledged: true; deletedCount: number }> {
+    await tick();
+    this.#record({ op: "deleteMany", filter: clone(filter), options: clone(options) });
+    const query = new Query<StandinDoc>(filter, {});
+    const before = this.documents.length;
+    for (let i = this.documents.length - 1; i >= 0; i--) {
+      const doc = this.documents[i];
+      if (doc !== undefined && query.test(doc)) this.documents.splice(i, 1);
+    }
+    return { acknowledged: true, deletedCount: before - this.documents.length };
   }
 
   async countDocuments(

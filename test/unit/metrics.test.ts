@@ -56,6 +56,7 @@ describe("instrumentStorage", () => {
         sandboxes: plain,
         conversations: plain,
         startTasks: plain,
+        events: plain,
         ping: async () => {},
         close: async () => {},
       } as unknown as Storage,

@@ -71,6 +71,11 @@ export interface SandboxServiceOptions {
    */
   orphanGraceMs?: number;
   log?: (msg: string, data?: Record<string, unknown>) => void;
+  /**
+   * Base URL of this service as sandboxes reach it (e.g. http://127.0.0.1:3000), read at each start; when set,
+   * the agent gets OH_WEBHOOKS_0_BASE_URL = <base>/api/v1/webhooks/<sandbox id> to report its events.
+   */
+  webhookBaseUrl?: () => string | undefined;
 }
 
 /** A sandbox as the service sees it: the record plus its reconciled status. */
@@ -85,7 +90,8 @@ interface Observed extends LiveSandbox {
   runtime: SandboxStatus | null;
 }
 
-type Options = Required<Omit<SandboxServiceOptions, "log">> & Pick<SandboxServiceOptions, "log">;
+type Options = Required<Omit<SandboxServiceOptions, "log" | "webhookBaseUrl">> &
+  Pick<SandboxServiceOptions, "log" | "webhookBaseUrl">;
 
 /**
  * The caller's sandboxes: a registry in storage, a runtime that runs them, and reconciliation of the two.
@@ -216,7 +222,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
    * already has maxPerUser sandboxes.
    */
   async start(userId: string, specId: string | undefined): Promise<LiveSandbox> {
-    const spec = this.#o.specs.resolve(specId);
+    let spec = this.#o.specs.resolve(specId);
     await this.#settleSlots(userId);
     const now = new Date();
     const sessionApiKey = base62(43);
@@ -241,6 +247,15 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       );
     this.#emit(record, "STARTING");
     this.#busy.add(record.id);
+    const webhookBase = this.#o.webhookBaseUrl?.();
+    if (webhookBase !== undefined)
+      spec = {
+        ...spec,
+        initialEnv: {
+          ...spec.initialEnv,
+          OH_WEBHOOKS_0_BASE_URL: `${webhookBase.replace(/\/+$/, "")}/api/v1/webhooks/${record.id}`,
+        },
+      };
     try {
       await this.#pauseEvicted(outcome.evicted);
       let handle: RuntimeHandle;

@@ -4,6 +4,7 @@ import type { Storage } from "../../ports/storage.ts";
 import { createMongoApiKeyRepository } from "./mongo-api-key-repository.ts";
 import { createMongoConversationRepository } from "./mongo-conversation-repository.ts";
 import { guarded, toMongoStorageError } from "./mongo-errors.ts";
+import { createMongoEventRepository } from "./mongo-event-repository.ts";
 import { COLLECTIONS, ensureMongoIndexes } from "./mongo-indexes.ts";
 import { createMongoSandboxRepository } from "./mongo-sandbox-repository.ts";
 import { createMongoStartTaskRepository } from "./mongo-start-task-repository.ts";
@@ -69,6 +70,7 @@ export async function createMongoStorageFromDb(
     sandboxes: createMongoSandboxRepository(db),
     conversations: createMongoConversationRepository(db),
     startTasks: createMongoStartTaskRepository(db),
+    events: createMongoEventRepository(db),
     ping: () =>
       guarded(async () => {
         await db.command({ ping: 1 });

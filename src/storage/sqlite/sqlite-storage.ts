@@ -6,6 +6,7 @@ import type { Storage } from "../../ports/storage.ts";
 import { createSqliteApiKeyRepository } from "./sqlite-api-key-repository.ts";
 import { createSqliteConversationRepository } from "./sqlite-conversation-repository.ts";
 import { attempt, toSqliteStorageError } from "./sqlite-errors.ts";
+import { createSqliteEventRepository } from "./sqlite-event-repository.ts";
 import { createSqliteSandboxRepository } from "./sqlite-sandbox-repository.ts";
 import { migrateSqliteSchema } from "./sqlite-schema.ts";
 import { createSqliteStartTaskRepository } from "./sqlite-start-task-repository.ts";
@@ -64,6 +65,7 @@ export function createSqliteStorage(options: SqliteStorageOptions): Storage {
   const wal = !db.memory && db.pragma("journal_mode", { simple: true }) === "wal";
   const walSync = wal ? new WalSync(`${resolve(db.name)}-wal`, options.walFileOps) : null;
   const userData = createSqliteUserDataRepository(db, walSync);
+  const events = createSqliteEventRepository(db, walSync);
   const storage: Storage = {
     kind: "sqlite",
     userData,
@@ -71,6 +73,7 @@ export function createSqliteStorage(options: SqliteStorageOptions): Storage {
     sandboxes: createSqliteSandboxRepository(db),
     conversations: createSqliteConversationRepository(db),
     startTasks: createSqliteStartTaskRepository(db),
+    events,
     ping: () =>
       attempt(() => {
         ping.get();
@@ -83,6 +86,7 @@ export function createSqliteStorage(options: SqliteStorageOptions): Storage {
       attempt(() => {
         if (!db.open) return;
         userData.flush();
+        events.flush();
         walSync?.close();
         try {
           // Keeps planner statistics fresh for long-lived files; cheap when nothing changed.
