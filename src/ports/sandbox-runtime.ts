@@ -15,6 +15,8 @@ export interface RuntimeStartRequest {
   spec: RuntimeSpec;
   /** The key the agent server inside must require in X-Session-API-Key. */
   sessionApiKey: string;
+  /** The user the sandbox belongs to (a runtime that cannot isolate users from each other may refuse a second one). */
+  ownerId?: string;
 }
 
 /** Observed state of one sandbox in its runtime. */

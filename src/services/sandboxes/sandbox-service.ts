@@ -190,7 +190,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     await this.#o.repo.insert(record);
     let handle: RuntimeHandle;
     try {
-      handle = await this.#o.runtime.start({ sandboxId: record.id, spec, sessionApiKey });
+      handle = await this.#o.runtime.start({ sandboxId: record.id, spec, sessionApiKey, ownerId: userId });
     } catch (err) {
       this.#o.log?.("sandbox failed to start", { sandboxId: record.id, error: String(err) });
       await this.#setStatus(record, "ERROR");
