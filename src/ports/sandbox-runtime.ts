@@ -37,6 +37,11 @@ export interface RuntimeHandle {
 
 export interface SandboxRuntime {
   readonly kind: "process" | "docker";
+  /**
+   * Throws (FAILED_PRECONDITION) when this runtime will not start sandboxes for this user, e.g. process sandboxes
+   * without isolation serve one user only. The service asks before recording a new sandbox; start checks again.
+   */
+  admit?(ownerId: string): void;
   /** Starts the sandbox and resolves once it is created (not necessarily healthy). */
   start(request: RuntimeStartRequest): Promise<RuntimeHandle>;
   /** Resolves true once the agent server answers its health check, false after timeoutMs. */

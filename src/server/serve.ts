@@ -1,3 +1,4 @@
+import { chmodSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import type { FastifyBaseLogger, FastifyServerOptions } from "fastify";
 import { HttpGitProviderVerifier } from "../integrations/http-git-provider-verifier.ts";
@@ -26,6 +27,9 @@ export async function serve(config: Readonly<Config>): Promise<void> {
   const specs = config.sandboxSpecsFile
     ? loadSpecsFile(config.sandboxSpecsFile, now)
     : defaultSpecs(config.runtime, now);
+  // DATA_DIR holds the database, the key file and the workspaces: the server's user only (also an older, wider one).
+  mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
+  chmodSync(config.dataDir, 0o700);
   const storage = await openStorage(config.storage);
   let runtimeLog: (msg: string, data?: object) => void = () => {};
   const runtime = await openRuntime(config, (msg, data) => runtimeLog(msg, data));
@@ -122,6 +126,7 @@ async function openRuntime(
   return createProcessRuntime({
     workspaceRoot: join(config.dataDir, "sandboxes"),
     isolation: config.sandboxIsolation,
+    ...(process.env.PATH ? { searchPath: process.env.PATH } : {}),
     uidBase: config.sandboxUidBase,
     log,
   });

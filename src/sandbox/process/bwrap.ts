@@ -12,8 +12,8 @@
  * user, bwrap makes a user namespace that maps the server's uid onto itself and forbids nested user namespaces.
  */
 import { spawnSync } from "node:child_process";
-import { existsSync, lstatSync, readlinkSync } from "node:fs";
-import { dirname } from "node:path";
+import { accessSync, constants, existsSync, lstatSync, readlinkSync, statSync } from "node:fs";
+import { dirname, resolve } from "node:path";
 
 /** `SANDBOX_ISOLATION`: bwrap (required), none (explicitly off) or auto (bwrap when it works). */
 export type IsolationSetting = "auto" | "bwrap" | "none";
@@ -41,10 +41,44 @@ const SYSTEM_PATHS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/lib
 /** Extra read-only paths some systems need for DNS (a resolv.conf symlink into /run). */
 const OPTIONAL_PATHS = ["/run/systemd/resolve"];
 
+/**
+ * The programs that set a sandbox up, by absolute path: never looked up in a sandbox's PATH (a spec's environment
+ * could otherwise name a program of its own to run as root). `setpriv` is only needed when running as root.
+ */
+export interface BwrapTools {
+  bwrap: string;
+  setpriv: string | null;
+}
+
+/** The absolute path of an executable file: `command` itself when it has a "/", else its first match in `path`. */
+export function findExecutable(command: string, path: string, cwd = "/"): string | null {
+  const candidates = command.includes("/")
+    ? [resolve(cwd, command)]
+    : path.split(":").map((dir) => resolve(cwd, dir, command));
+  for (const candidate of candidates) {
+    try {
+      accessSync(candidate, constants.X_OK);
+      if (statSync(candidate).isFile()) return candidate;
+    } catch {
+      // next
+    }
+  }
+  return null;
+}
+
+/** Finds bwrap (and setpriv as root) in `searchPath`; a string says what is missing. */
+export function findTools(bwrap: string, searchPath: string, asRoot: boolean): BwrapTools | string {
+  const bwrapFile = findExecutable(bwrap, searchPath);
+  if (!bwrapFile) return `${bwrap} not found in ${searchPath}`;
+  const setpriv = asRoot ? findExecutable("setpriv", searchPath) : null;
+  if (asRoot && !setpriv) return `setpriv (util-linux) not found in ${searchPath}`;
+  return { bwrap: bwrapFile, setpriv };
+}
+
 /** Argv of bwrap and its options, up to and including `--` (append the command). */
-export function bwrapArgs(bwrapPath: string, layout: BwrapLayout): string[] {
+export function bwrapArgs(tools: BwrapTools, layout: BwrapLayout): string[] {
   const args = [
-    bwrapPath,
+    tools.bwrap,
     "--unshare-pid",
     "--unshare-ipc",
     "--unshare-uts",
@@ -80,7 +114,7 @@ export function bwrapArgs(bwrapPath: string, layout: BwrapLayout): string[] {
     made.add(parent);
     if (!SYSTEM_PATHS.includes(parent)) args.push("--perms", "0755", "--dir", parent);
   };
-  for (const path of layout.readOnly) {
+  for (const path of tools.setpriv ? [tools.setpriv, ...layout.readOnly] : layout.readOnly) {
     if (!existsSync(path)) continue;
     parents(path);
     args.push("--ro-bind", path, path);
@@ -88,8 +122,9 @@ export function bwrapArgs(bwrapPath: string, layout: BwrapLayout): string[] {
   parents(layout.workspace);
   args.push("--bind", layout.workspace, layout.workspace, "--chdir", layout.cwd, "--");
   if (layout.asRoot) {
+    if (!tools.setpriv) throw new Error("setpriv is needed to run sandboxes as root");
     args.push(
-      "setpriv",
+      tools.setpriv,
       `--reuid=${layout.user.uid}`,
       `--regid=${layout.user.gid}`,
       "--clear-groups",
@@ -122,39 +157,27 @@ const probes = new Map<string, string | null>();
  * null when that works, else why not (bwrap missing, namespaces not permitted, setpriv missing…).
  */
 export function probeBwrap(
-  bwrapPath: string,
+  tools: BwrapTools,
   workspace: string,
   user: SandboxUser,
   asRoot: boolean,
 ): string | null {
-  const key = `${bwrapPath}\0${user.uid}:${user.gid}\0${asRoot}`;
+  const key = `${tools.bwrap}\0${tools.setpriv}\0${user.uid}:${user.gid}\0${asRoot}`;
   const known = probes.get(key);
   if (known !== undefined) return known;
-  const argv = bwrapArgs(bwrapPath, {
-    workspace,
-    cwd: workspace,
-    readOnly: [process.execPath],
-    user,
-    asRoot,
-  });
-  const [file, ...args] = [
-    ...argv,
-    process.execPath,
-    "-e",
-    "process.exit(process.getuid() === Number(process.argv[1]) ? 0 : 3)",
-    String(user.uid),
-  ];
-  const result = spawnSync(file ?? bwrapPath, args, {
+  const argv = bwrapArgs(tools, { workspace, cwd: workspace, readOnly: [process.execPath], user, asRoot });
+  const check = "process.exit(process.getuid() === Number(process.argv[1]) ? 0 : 3)";
+  const result = spawnSync(tools.bwrap, [...argv.slice(1), process.execPath, "-e", check, String(user.uid)], {
     env: { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" },
     encoding: "utf8",
     timeout: 10_000,
     stdio: ["ignore", "pipe", "pipe"],
   });
   let reason: string | null = null;
-  if (result.error) reason = `${bwrapPath}: ${result.error.message}`;
+  if (result.error) reason = `${tools.bwrap}: ${result.error.message}`;
   else if (result.status === 3) reason = `the sandboxed command did not run as uid ${user.uid}`;
   else if (result.status !== 0)
-    reason = `${bwrapPath} exited with ${result.status ?? result.signal}: ${result.stderr.trim().slice(0, 300)}`;
+    reason = `${tools.bwrap} exited with ${result.status ?? result.signal}: ${result.stderr.trim().slice(0, 300)}`;
   probes.set(key, reason);
   return reason;
 }

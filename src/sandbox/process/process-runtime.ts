@@ -29,7 +29,15 @@ import { BUILTIN_AGENT_MAIN, isBuiltinAgentCommand } from "../../sandbox-agent/b
 import { descendantsOf, type ProcStat, readProcStat, signal } from "../../sandbox-agent/proc-tree.ts";
 import { pollAlive, probeAlive } from "../agent-health.ts";
 import { freePort, withPort } from "../free-port.ts";
-import { bwrapArgs, type IsolationSetting, probeBwrap, runningAsRoot, type SandboxUser } from "./bwrap.ts";
+import {
+  bwrapArgs,
+  findExecutable,
+  findTools,
+  type IsolationSetting,
+  probeBwrap,
+  runningAsRoot,
+  type SandboxUser,
+} from "./bwrap.ts";
 
 /** Options of {@link createProcessRuntime}. */
 export interface ProcessRuntimeOptions {
@@ -56,8 +64,10 @@ export interface ProcessRuntimeOptions {
    * processes for one user only (see {@link ProcessRuntime.isolation}).
    */
   isolation?: IsolationSetting;
-  /** The bwrap binary (default `bwrap`, looked up in PATH). */
+  /** The bwrap binary (default `bwrap`, looked up in `searchPath`). */
   bwrapPath?: string;
+  /** Where bwrap and, as root, setpriv are looked up once at creation (default: the standard system folders). */
+  searchPath?: string;
   /** As root, sandbox n runs as uid/gid `uidBase + n` (default 1,000,000,000), n < `uidCount` (default 65,536). */
   uidBase?: number;
   uidCount?: number;
@@ -145,7 +155,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
   const probeTimeoutMs = options.probeTimeoutMs ?? 1000;
   const log = options.log ?? (() => {});
   const children = new Map<number, OwnChild>();
-  const bwrapPath = options.bwrapPath ?? "bwrap";
+
   const uidBase = options.uidBase ?? DEFAULT_UID_BASE;
   const uidCount = options.uidCount ?? DEFAULT_UID_COUNT;
   const asRoot = runningAsRoot();
@@ -154,8 +164,15 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
   // and the compile cache: only the server's user may list it.
   mkdirSync(workspaceRoot, { recursive: true, mode: 0o700 });
   chmodSync(workspaceRoot, 0o700);
+  const tools = findTools(options.bwrapPath ?? "bwrap", options.searchPath ?? DEFAULT_PATH, asRoot);
+  const bwrapTools = () => {
+    if (typeof tools === "string") throw new Error(tools);
+    return tools;
+  };
   const isolation = decideIsolation(options.isolation ?? "auto", () =>
-    probeBwrap(bwrapPath, workspaceRoot, asRoot ? { uid: uidBase, gid: uidBase } : ownUser, asRoot),
+    typeof tools === "string"
+      ? tools
+      : probeBwrap(tools, workspaceRoot, asRoot ? { uid: uidBase, gid: uidBase } : ownUser, asRoot),
   );
   const readOnlyPaths = [process.execPath, ...(options.readOnlyPaths ?? [])];
   const singleUserFile = join(workspaceRoot, ".single-user");
@@ -332,6 +349,10 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     kind: "process",
     isolation,
 
+    admit(ownerId: string): void {
+      checkSingleUser(ownerId);
+    },
+
     async start(request: RuntimeStartRequest): Promise<RuntimeHandle> {
       const { sandboxId, spec, sessionApiKey } = request;
       if (!SANDBOX_ID.test(sandboxId)) throw new Error(`invalid sandbox id for a folder name: ${sandboxId}`);
@@ -379,12 +400,12 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
         }
       }
       const argv = isolated
-        ? [...bwrapArgs(bwrapPath, { workspace, cwd, readOnly, user, asRoot }), ...command]
+        ? [...bwrapArgs(bwrapTools(), { workspace, cwd, readOnly, user, asRoot }), ...command]
         : command;
       const [file, ...args] = argv;
       if (file === undefined || command[0] === undefined) throw new Error("empty sandbox command");
       // bwrap starts whatever it is given and fails later: check the command is there first, as spawn does.
-      if (isolated && !isExecutable(command[0], env.PATH ?? DEFAULT_PATH, cwd)) {
+      if (isolated && !findExecutable(command[0], env.PATH ?? DEFAULT_PATH, cwd)) {
         rmSync(workspace, { recursive: true, force: true });
         throw Object.assign(new Error(`spawn ${command[0]} ENOENT`), { code: "ENOENT" });
       }
@@ -527,21 +548,6 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     },
   };
   return runtime;
-}
-
-/** True when `command` is an executable file (looked up in `path` when it has no "/", as spawn does). */
-function isExecutable(command: string, path: string, cwd: string): boolean {
-  const candidates = command.includes("/")
-    ? [resolve(cwd, command)]
-    : path.split(":").map((dir) => resolve(cwd, dir, command));
-  return candidates.some((candidate) => {
-    try {
-      accessSync(candidate, constants.X_OK);
-      return statSync(candidate).isFile();
-    } catch {
-      return false;
-    }
-  });
 }
 
 /**

@@ -173,6 +173,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
   /** Starts a sandbox for the user; waits up to inlineWaitMs for it to be healthy. */
   async start(userId: string, specId: string | undefined): Promise<LiveSandbox> {
     const spec = this.#o.specs.resolve(specId);
+    this.#o.runtime.admit?.(userId);
     await this.#makeRoom(userId, null);
     const now = new Date();
     const sessionApiKey = base62(43);
