@@ -124,6 +124,11 @@ const SIGNAL_SETTLE_MS = 200;
 /**
  * Sandboxes as local child processes: one process group and one workspace folder per sandbox.
  *
+ * - isolation (decided at creation, see {@link ProcessRuntimeOptions.isolation}): under bubblewrap each sandbox sees
+ *   only the system folders (read-only), what the agent needs (read-only) and its own workspace, in its own PID,
+ *   IPC and UTS namespaces with private /tmp, as its own uid when the server runs as root (see bwrap.ts); the
+ *   process group is bwrap's, and its processes are bwrap's descendants. Without isolation, sandboxes are started
+ *   for one user only unless `none` was chosen explicitly.
  * - start: spawns the spec's command (empty or {@link BUILTIN_AGENT_COMMAND}: the built-in agent) detached in its own
  *   process group, cwd = the workspace (or a relative `workingDir` inside it), with a minimal environment plus the
  *   spec's `initialEnv`, `SESSION_API_KEY`/`OH_SESSION_API_KEYS_0`, `PORT` (a free loopback port; `{port}` in the
