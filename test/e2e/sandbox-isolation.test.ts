@@ -134,7 +134,7 @@ async function run(sb: { url: string; key: string }, command: string): Promise<E
   const res = await fetch(`${sb.url}/api/bash/execute_bash_command`, {
     method: "POST",
     headers: { "x-session-api-key": sb.key, "content-type": "application/json" },
-    body: JSON.stringify({ command, timeout: 10 }),
+    body: JSON.stringify({ command, timeout: 30 }),
   });
   expect(res.status).toBe(200);
   return (await res.json()) as Exec;
@@ -227,7 +227,7 @@ describe.skipIf(skipReason !== null)(
       // Not even by searching the whole file system it sees.
       const found = await run(bob, `grep -rlF '${key}' ${SEARCHED} 2>/dev/null; echo done`);
       expect(found.stdout).toBe("done\n");
-    });
+    }, 60_000);
 
     it("cannot read or write another user's workspace", async () => {
       const other = workspaceOf(alice.id);
@@ -243,7 +243,7 @@ describe.skipIf(skipReason !== null)(
       expect(existsSync(join(other, "planted.txt"))).toBe(false);
       const grep = await run(bob, `grep -rlF alice-private ${SEARCHED} 2>/dev/null; echo done`);
       expect(grep.stdout).toBe("done\n");
-    });
+    }, 60_000);
 
     it("sees no other process: not the server's environment, not another sandbox's, and cannot signal them", async () => {
       const serverPid = s.proc.pid ?? 0;
