@@ -179,13 +179,13 @@ describe.skipIf(skipReason !== null)(
       alice = await startSandbox(s, aliceKey);
       bob = await startSandbox(s, bobKey);
       expect((await run(alice, "echo alice-private > secret-notes.txt")).exit_code).toBe(0);
-    }, 60_000);
+    }, 120_000);
 
     afterAll(async () => {
       if (!s) return;
       await deleteSandboxes(s);
       expect(await s.stop()).toBe(0);
-    });
+    }, 60_000);
 
     const workspaceOf = (id: string): string => join(dir, "sandboxes", id);
 
@@ -340,7 +340,7 @@ describe.skipIf(skipReason !== null)(
       }
       expect(pids.filter((p) => existsSync(`/proc/${p}`))).toEqual([]);
       expect(existsSync(workspaceOf(carol.id))).toBe(false);
-    });
+    }, 90_000);
   },
 );
 
@@ -370,7 +370,7 @@ describe("process sandboxes where bubblewrap cannot run", () => {
     expect(r.stdout + r.stderr).toContain(
       "SANDBOX_ISOLATION=bwrap, but bubblewrap cannot run sandboxes here",
     );
-  });
+  }, 90_000);
 
   it("auto: warns loudly at start and starts sandboxes for one user only", async () => {
     const dir = mkdtempSync(join(tmpdir(), "aws-isolation-"));
@@ -407,7 +407,7 @@ describe("process sandboxes where bubblewrap cannot run", () => {
     } finally {
       expect(await again.stop()).toBe(0);
     }
-  });
+  }, 90_000);
 
   it("SANDBOX_ISOLATION=none: every user, with a warning at start", async () => {
     const dir = mkdtempSync(join(tmpdir(), "aws-isolation-"));
@@ -423,5 +423,5 @@ describe("process sandboxes where bubblewrap cannot run", () => {
       await deleteSandboxes(s);
       expect(await s.stop()).toBe(0);
     }
-  });
+  }, 90_000);
 });
