@@ -15,6 +15,8 @@ export interface RuntimeStartRequest {
   spec: RuntimeSpec;
   /** The key the agent server inside must require in X-Session-API-Key. */
   sessionApiKey: string;
+  /** The user the sandbox belongs to (a runtime that cannot isolate users from each other may refuse a second one). */
+  ownerId?: string;
 }
 
 /** Observed state of one sandbox in its runtime. */
@@ -35,6 +37,11 @@ export interface RuntimeHandle {
 
 export interface SandboxRuntime {
   readonly kind: "process" | "docker";
+  /**
+   * Throws (FAILED_PRECONDITION) when this runtime will not start sandboxes for this user, e.g. process sandboxes
+   * without isolation serve one user only. The service asks before recording a new sandbox; start checks again.
+   */
+  admit?(ownerId: string): void;
   /** Starts the sandbox and resolves once it is created (not necessarily healthy). */
   start(request: RuntimeStartRequest): Promise<RuntimeHandle>;
   /** Resolves true once the agent server answers its health check, false after timeoutMs. */

@@ -17,6 +17,9 @@ export type RuntimeConfig =
       image: string;
       memoryBytes: number | undefined;
       nanoCpus: number | undefined;
+      /** `uid[:gid]` the container's processes run as. */
+      user: string;
+      pidsLimit: number;
     };
 
 export interface Config {
@@ -47,6 +50,10 @@ export interface Config {
   readonly limits: TransportLimits;
   /** Base URL of this service as sandboxes reach it (their webhooks); default: the HTTP listener's address. */
   readonly webhookBaseUrl: string | undefined;
+  /** Process sandboxes: bwrap (required), none, or auto (bwrap when it works, else one user only). */
+  readonly sandboxIsolation: "auto" | "bwrap" | "none";
+  /** As root, isolated process sandbox n runs as uid/gid sandboxUidBase + n. */
+  readonly sandboxUidBase: number;
 }
 
 export class ConfigError extends Error {
@@ -85,7 +92,14 @@ export const ENV_DOC: readonly [string, string][] = [
     "DOCKER_IMAGE",
     "image of the default docker spec (default ghcr.io/openhands/agent-server:5f62cee-python)",
   ],
-  ["SANDBOX_MEMORY_MB", "memory limit of a sandbox container"],
+  [
+    "SANDBOX_ISOLATION",
+    "process sandboxes: auto (default: bubblewrap when it works, else one user only), bwrap (required), none",
+  ],
+  ["SANDBOX_UID_BASE", "as root, isolated process sandboxes run as uids from this one (default 1000000000)"],
+  ["SANDBOX_DOCKER_USER", "uid[:gid] of the processes in sandbox containers (default 1000:1000)"],
+  ["SANDBOX_PIDS_LIMIT", "process limit of a sandbox container (default 512)"],
+  ["SANDBOX_MEMORY_MB", "memory limit of a sandbox container (default 2048)"],
   ["SANDBOX_CPUS", "CPU limit of a sandbox container (e.g. 1.5)"],
   ["LOG_LEVEL", "fatal, error, warn, info (default), debug, trace, silent"],
   ...WEB_ENV_DOC,
@@ -152,7 +166,15 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
   const cpus = env.SANDBOX_CPUS ? Number(env.SANDBOX_CPUS) : undefined;
   if (cpus !== undefined && !(cpus > 0 && cpus <= 1024))
     throw new ConfigError("SANDBOX_CPUS must be a positive number");
-  const memMb = env.SANDBOX_MEMORY_MB ? int(env, "SANDBOX_MEMORY_MB", 0, 6, 1 << 20) : undefined;
+  const memMb = int(env, "SANDBOX_MEMORY_MB", 2048, 6, 1 << 20);
+  const isolation = (env.SANDBOX_ISOLATION || "auto").trim();
+  if (isolation !== "auto" && isolation !== "bwrap" && isolation !== "none")
+    throw new ConfigError(`SANDBOX_ISOLATION must be auto, bwrap or none, got ${JSON.stringify(isolation)}`);
+  const dockerUser = (env.SANDBOX_DOCKER_USER || "1000:1000").trim();
+  if (!/^[1-9][0-9]{0,9}(:[1-9][0-9]{0,9})?$/.test(dockerUser))
+    throw new ConfigError(
+      `SANDBOX_DOCKER_USER must be a non-root uid[:gid] such as 1000:1000, got ${JSON.stringify(dockerUser)}`,
+    );
   const level = (env.LOG_LEVEL || "info").trim();
   if (!["fatal", "error", "warn", "info", "debug", "trace", "silent"].includes(level))
     throw new ConfigError(`LOG_LEVEL ${JSON.stringify(level)} is not a level`);
@@ -182,8 +204,10 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
               (env.DOCKER_HOST?.startsWith("unix://") ? env.DOCKER_HOST.slice(7) : undefined),
             network: env.DOCKER_NETWORK || "host",
             image: env.DOCKER_IMAGE || "ghcr.io/openhands/agent-server:5f62cee-python",
-            memoryBytes: memMb === undefined ? undefined : memMb * 1024 * 1024,
+            memoryBytes: memMb * 1024 * 1024,
             nanoCpus: cpus === undefined ? undefined : Math.round(cpus * 1e9),
+            user: dockerUser,
+            pidsLimit: int(env, "SANDBOX_PIDS_LIMIT", 512, 16, 4_194_304),
           }
         : { kind: "process" },
     sessionApiKey,
@@ -209,6 +233,8 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
       keyRecheckMs: DEFAULT_LIMITS.keyRecheckMs,
     }),
     webhookBaseUrl,
+    sandboxIsolation: isolation,
+    sandboxUidBase: int(env, "SANDBOX_UID_BASE", 1_000_000_000, 1000, 4_000_000_000),
   };
   return Object.freeze(config);
 }

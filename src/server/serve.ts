@@ -1,7 +1,9 @@
+import { chmodSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
-import type { FastifyServerOptions } from "fastify";
+import type { FastifyBaseLogger, FastifyServerOptions } from "fastify";
 import { HttpGitProviderVerifier } from "../integrations/http-git-provider-verifier.ts";
-import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
+import type { DockerRuntime } from "../sandbox/docker/docker-runtime.ts";
+import type { ProcessIsolation, ProcessRuntime } from "../sandbox/process/process-runtime.ts";
 import { buildApp } from "./app.ts";
 import type { Config } from "./config.ts";
 import { loadOrCreateKeyFile } from "./key-file.ts";
@@ -24,6 +26,9 @@ export async function serve(config: Readonly<Config>): Promise<void> {
   const specs = config.sandboxSpecsFile
     ? loadSpecsFile(config.sandboxSpecsFile, now)
     : defaultSpecs(config.runtime, now);
+  // DATA_DIR holds the database, the key file and the workspaces: the server's user only (also an older, wider one).
+  mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
+  chmodSync(config.dataDir, 0o700);
   const storage = await openStorage(config.storage);
   let runtimeLog: (msg: string, data?: object) => void = () => {};
   const runtime = await openRuntime(config, (msg, data) => runtimeLog(msg, data));
@@ -53,6 +58,7 @@ export async function serve(config: Readonly<Config>): Promise<void> {
   });
   const log = app.http.log;
   runtimeLog = (msg, data) => log.info({ runtime: runtime.kind, ...data }, msg);
+  if (runtime.kind === "process") warnIsolation(runtime.isolation, log);
   const counts = await app.services.sandboxes.reconcileAll();
   log.info({ sandboxes: counts }, "reconciled recorded sandboxes with the runtime");
   const interrupted = await app.services.conversations.recoverInterrupted();
@@ -94,7 +100,7 @@ export async function serve(config: Readonly<Config>): Promise<void> {
 async function openRuntime(
   config: Readonly<Config>,
   log: (msg: string, data?: object) => void,
-): Promise<SandboxRuntime> {
+): Promise<DockerRuntime | ProcessRuntime> {
   if (config.runtime.kind === "docker") {
     const [{ default: Docker }, { createDockerRuntime }] = await Promise.all([
       import("dockerode"),
@@ -104,10 +110,35 @@ async function openRuntime(
       docker: new Docker(config.runtime.socketPath ? { socketPath: config.runtime.socketPath } : undefined),
       network: config.runtime.network,
       ...(config.runtime.memoryBytes ? { memoryBytes: config.runtime.memoryBytes } : {}),
+      user: config.runtime.user,
+      pidsLimit: config.runtime.pidsLimit,
       ...(config.runtime.nanoCpus ? { nanoCpus: config.runtime.nanoCpus } : {}),
       log,
     });
   }
   const { createProcessRuntime } = await import("../sandbox/process/process-runtime.ts");
-  return createProcessRuntime({ workspaceRoot: join(config.dataDir, "sandboxes"), log });
+  return createProcessRuntime({
+    workspaceRoot: join(config.dataDir, "sandboxes"),
+    isolation: config.sandboxIsolation,
+    ...(process.env.PATH ? { searchPath: process.env.PATH } : {}),
+    uidBase: config.sandboxUidBase,
+    log,
+  });
+}
+
+/** Says how process sandboxes are isolated; loudly when they are not. */
+function warnIsolation(isolation: ProcessIsolation, log: FastifyBaseLogger): void {
+  if (isolation.mode === "bwrap") {
+    log.info({ isolation: "bwrap" }, "process sandboxes are isolated with bubblewrap");
+  } else if (isolation.singleUser) {
+    log.warn(
+      { isolation: "none", reason: isolation.reason },
+      "WARNING: process sandboxes are NOT isolated (bubblewrap cannot run here): a sandbox can read the key file, the database and every other sandbox. Sandboxes are started for ONE user only; install bubblewrap (apt-get install bubblewrap), or set SANDBOX_ISOLATION=none to allow every user anyway",
+    );
+  } else {
+    log.warn(
+      { isolation: "none" },
+      "WARNING: SANDBOX_ISOLATION=none: process sandboxes are NOT isolated: a sandbox can read the key file, the database and every other sandbox",
+    );
+  }
 }

@@ -58,7 +58,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
   const sqlite = createSqliteStorage({ path: join(dir, "workspace.sqlite") });
   const storage = options.wrapStorage ? options.wrapStorage(sqlite) : sqlite;
   const encryptionKey = options.encryptionKey ?? randomBytes(32);
-  const runtime = options.runtime ?? createProcessRuntime({ workspaceRoot: join(dir, "sandboxes") });
+  const runtime = options.runtime ?? defaultRuntime(join(dir, "sandboxes"));
   const app = await buildApp({
     storage,
     runtime,
@@ -129,4 +129,17 @@ export async function call(
     // keep text
   }
   return { status: res.status, body: parsed, headers: res.headers, text };
+}
+
+let fallbackNoted = false;
+/**
+ * The process runtime as the server makes it by default (bubblewrap where it runs). Where it cannot, the runtime
+ * would serve one user only; the multi-user tests then run unisolated, and say so once.
+ */
+function defaultRuntime(workspaceRoot: string): ProcessRuntime {
+  const runtime = createProcessRuntime({ workspaceRoot });
+  if (!runtime.isolation.singleUser) return runtime;
+  if (!fallbackNoted) console.log(`test apps run sandboxes unisolated: ${runtime.isolation.reason}`);
+  fallbackNoted = true;
+  return createProcessRuntime({ workspaceRoot, isolation: "none" });
 }

@@ -73,6 +73,27 @@ describe("loadConfig", () => {
     expect(() => loadConfig({ SWEEP_INTERVAL_MS: "-1" }, "/srv")).toThrow(/SWEEP_INTERVAL_MS/);
   });
 
+  it("sandbox confinement defaults: isolation auto, uids from 1e9; docker 1000:1000, 512 pids, 2048 MiB", () => {
+    const c = loadConfig({ SANDBOX_RUNTIME: "docker" }, "/srv");
+    expect(c.sandboxIsolation).toBe("auto");
+    expect(c.sandboxUidBase).toBe(1_000_000_000);
+    expect(c.runtime).toMatchObject({ user: "1000:1000", pidsLimit: 512, memoryBytes: 2048 * 1024 * 1024 });
+    const set = loadConfig(
+      {
+        SANDBOX_ISOLATION: "none",
+        SANDBOX_UID_BASE: "300000",
+        SANDBOX_RUNTIME: "docker",
+        SANDBOX_DOCKER_USER: "4242",
+      },
+      "/srv",
+    );
+    expect(set).toMatchObject({
+      sandboxIsolation: "none",
+      sandboxUidBase: 300_000,
+      runtime: { user: "4242" },
+    });
+  });
+
   it("MONGODB_URI selects MongoDB; docker runtime options are parsed", () => {
     const c = loadConfig(
       {
@@ -104,6 +125,14 @@ describe("loadConfig", () => {
     [{ SESSION_API_KEY: "abc" }, "SESSION_API_KEY must be at least 8 characters"],
     [{ MAX_RUNNING_SANDBOXES: "0" }, "MAX_RUNNING_SANDBOXES must be an integer"],
     [{ LOG_LEVEL: "loud" }, "LOG_LEVEL"],
+    [{ SANDBOX_ISOLATION: "chroot" }, "SANDBOX_ISOLATION must be auto, bwrap or none"],
+    [{ SANDBOX_UID_BASE: "0" }, "SANDBOX_UID_BASE must be an integer"],
+    [{ SANDBOX_RUNTIME: "docker", SANDBOX_DOCKER_USER: "0:0" }, "SANDBOX_DOCKER_USER must be a non-root uid"],
+    [
+      { SANDBOX_RUNTIME: "docker", SANDBOX_DOCKER_USER: "root" },
+      "SANDBOX_DOCKER_USER must be a non-root uid",
+    ],
+    [{ SANDBOX_RUNTIME: "docker", SANDBOX_PIDS_LIMIT: "5" }, "SANDBOX_PIDS_LIMIT must be an integer"],
   ])("rejects %o with a clear message", (env, message) => {
     expect(() => loadConfig(env as Record<string, string>, "/srv")).toThrow(ConfigError);
     expect(() => loadConfig(env as Record<string, string>, "/srv")).toThrow(message);

@@ -223,6 +223,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
    */
   async start(userId: string, specId: string | undefined): Promise<LiveSandbox> {
     let spec = this.#o.specs.resolve(specId);
+    this.#o.runtime.admit?.(userId);
     await this.#settleSlots(userId);
     const now = new Date();
     const sessionApiKey = base62(43);
@@ -260,7 +261,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       await this.#pauseEvicted(outcome.evicted);
       let handle: RuntimeHandle;
       try {
-        handle = await this.#o.runtime.start({ sandboxId: record.id, spec, sessionApiKey });
+        handle = await this.#o.runtime.start({ sandboxId: record.id, spec, sessionApiKey, ownerId: userId });
       } catch (err) {
         this.#o.log?.("sandbox failed to start", { sandboxId: record.id, error: String(err) });
         await this.#transition(record, ["STARTING"], "ERROR").catch(() => undefined);

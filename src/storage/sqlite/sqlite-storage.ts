@@ -1,3 +1,4 @@
+import { chmodSync, closeSync, openSync } from "node:fs";
 import { hostname } from "node:os";
 import { resolve } from "node:path";
 import Database from "better-sqlite3";
@@ -27,6 +28,22 @@ const BUSY_TIMEOUT_MS = 5000;
 const databases = new WeakMap<Storage, Database.Database>();
 
 /**
+ * Makes the database file readable by its owner only (0600) before SQLite opens it, creating it so if new; SQLite
+ * gives its -wal and -shm files the database file's mode. Existing files of an older install are tightened too.
+ */
+function restrictFileModes(path: string): void {
+  if (path === "" || path === ":memory:" || path.startsWith("file:")) return;
+  for (const suffix of ["", "-wal", "-shm"]) {
+    try {
+      chmodSync(`${path}${suffix}`, 0o600);
+    } catch (error: unknown) {
+      if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
+    }
+  }
+  closeSync(openSync(path, "a", 0o600));
+}
+
+/**
  * Opens (creating or migrating as needed) the embedded SQLite storage.
  *
  * The connection runs in WAL mode with `synchronous = FULL`, so a write is durable once its promise resolves, and
@@ -41,6 +58,7 @@ const databases = new WeakMap<Storage, Database.Database>();
 export function createSqliteStorage(options: SqliteStorageOptions): Storage {
   let db: Database.Database;
   try {
+    restrictFileModes(options.path);
     db = new Database(options.path, { timeout: BUSY_TIMEOUT_MS });
   } catch (error: unknown) {
     throw new StorageUnavailableError(error);
