@@ -8,6 +8,7 @@ import { headerKeyOf, type KeyOf, nodeHeaders } from "../transport/browser-sessi
 import { isInternal } from "../transport/errors.ts";
 import { abortOnClientGone, lazyHandlerContext } from "../transport/handler-context.ts";
 import type { ServiceBinding } from "../transport/service-binding.ts";
+import { closeIfBodyUnread } from "../transport/unread-body.ts";
 import { frameworkError, toRestError, validationBody } from "./rest-errors.ts";
 import { JsonText, type RestRoute } from "./rest-route.ts";
 
@@ -96,8 +97,8 @@ export function restGateway(options: RestGatewayOptions) {
     app.addContentTypeParser("*", { parseAs: "string" }, parse);
 
     // Callback-style hook: a cached key is admitted without a promise turn. An unknown key answers 401 from the
-    // hook (done is then not called, which ends the request there) and closes the connection, so that a client
-    // still sending a body is not waited for.
+    // hook (done is then not called, which ends the request there) and closes the connection if the body is still
+    // arriving, so that such a client is not waited for.
     const authenticate = (req: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void): void => {
       let key: string | undefined;
       const admitted = (caller: Caller): void => {
@@ -107,10 +108,8 @@ export function restGateway(options: RestGatewayOptions) {
       };
       const refused = (err: unknown): void => {
         if (err instanceof ConnectError && err.code === Code.Unauthenticated) {
-          void reply
-            .code(401)
-            .headers({ ...NO_CACHE, connection: "close" })
-            .send({ detail: "Unauthorized" });
+          closeIfBodyUnread(req.raw, reply.raw);
+          void reply.code(401).headers(NO_CACHE).send({ detail: "Unauthorized" });
           return;
         }
         done(err as Error);

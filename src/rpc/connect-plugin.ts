@@ -18,6 +18,7 @@ import type { KeyOf } from "../transport/browser-session.ts";
 import { type CallObserver, errorCodeName } from "../transport/call-metrics.ts";
 import { INTERNAL_MESSAGE, isInternal, publicError } from "../transport/errors.ts";
 import type { ServiceBinding } from "../transport/service-binding.ts";
+import { closeIfBodyUnread } from "../transport/unread-body.ts";
 
 export interface ConnectPluginOptions {
   bindings: readonly ServiceBinding[];
@@ -48,16 +49,9 @@ export function connectPlugin(options: ConnectPluginOptions) {
       for (const m of b.desc.methods) methods.set(`/${b.desc.typeName}/${m.name}`, m);
     app.addHook("onRequest", (req, reply, done) => {
       const method = methods.get(req.routeOptions.url ?? "");
-      // connect-node stops reading a body it refuses (over the size limit, a rejected key): an answer sent before
-      // the whole body was read closes the connection, so that it is neither held for the rest nor reused.
-      if (!req.raw.complete) {
-        const res = reply.raw;
-        const keepAlive = res.shouldKeepAlive;
-        res.shouldKeepAlive = false;
-        req.raw.once("end", () => {
-          res.shouldKeepAlive = keepAlive;
-        });
-      }
+      // connect-node stops reading a body it refuses (over the size limit, a rejected key): such an answer closes
+      // the connection instead of waiting for the rest.
+      closeIfBodyUnread(req.raw, reply.raw);
       const problem = method === undefined ? null : protocolProblem(req, method);
       if (problem === null) {
         if (method !== undefined && isConnectUnaryBinary(req, method))
@@ -98,6 +92,9 @@ const CONNECT_STREAM = /^application\/connect\+(?:json(?:; ?charset=utf-?8)?|pro
 const GRPC_WEB = /^application\/grpc-web(?:-text)?(?:\+(?:json(?:; ?charset=utf-?8)?|proto))?$/i;
 const GRPC = /^application\/grpc(?:\+(?:json(?:; ?charset=utf-?8)?|proto))?$/i;
 
+/** Request body encodings served (those connect-node is given below, and none). */
+const ENCODINGS: ReadonlySet<string> = new Set(["identity", "gzip", "br"]);
+
 interface ProtocolProblem {
   status: 405 | 415;
   message: string;
@@ -123,6 +120,14 @@ function protocolProblem(req: FastifyRequest, method: DescMethod): ProtocolProbl
   }
   if (req.method !== "POST")
     return { status: 405, message: `HTTP method ${req.method} is not allowed here`, headers: { allow } };
+  for (const name of ["content-encoding", "connect-content-encoding", "grpc-encoding"]) {
+    const encoding = req.headers[name];
+    if (typeof encoding === "string" && !ENCODINGS.has(encoding.trim().toLowerCase()))
+      return {
+        status: 415,
+        message: `${name} ${JSON.stringify(encoding)} is not supported (use gzip or br)`,
+      };
+  }
   const contentType = req.headers["content-type"] ?? "";
   const connect = method.methodKind === "unary" ? CONNECT_UNARY : CONNECT_STREAM;
   if (connect.test(contentType) || GRPC_WEB.test(contentType) || GRPC.test(contentType)) return null;
@@ -213,8 +218,8 @@ function sendConnectError(
 }
 
 /**
- * The request gate: the session key admitted before the body is read (a rejected call is never parsed). A 401
- * closes the connection, so that a client still sending a body is not waited for.
+ * The request gate: the session key admitted before the body is read (a rejected call is never parsed; its
+ * connection is closed if the body is still arriving, see closeIfBodyUnread).
  */
 function gate(options: ConnectPluginOptions): (ctx: HandlerContext) => void | Promise<void> {
   const rejected = (ctx: HandlerContext, err: unknown): never => {
