@@ -5,7 +5,7 @@ import { type FieldViolation, ValidationError } from "../core/errors.ts";
  * Error body dialects of the reference: the legacy /api handlers answer {"error": ...} (and {"message": ...} for
  * "already exists"), the V1 routes and auth answer FastAPI's {"detail": ...}.
  */
-export type Dialect = "legacy" | "v1";
+export type Dialect = "legacy" | "v1" | "git";
 
 export interface RestError {
   status: number;
@@ -64,6 +64,7 @@ export function toRestError(
   const status = STATUS[err.code] ?? 500;
   if (status === 500) return { status, body: { detail: "Internal Server Error" } };
   const message = err.rawMessage;
+  if (dialect === "git") return gitError(err, status, location);
   if (err.code === Code.ResourceExhausted) {
     return { status, body: { message: "Too many requests" }, headers: { "retry-after": "1" } };
   }
@@ -77,6 +78,31 @@ export function toRestError(
     return { status, body: { detail: err.code === Code.NotFound ? "Not Found" : message } };
   }
   if (err.code === Code.AlreadyExists) return { status, body: { message } };
+  return { status, body: { error: message } };
+}
+
+/**
+ * The /api/user git routes: as the reference, a rejected or missing provider token is 401 and an unsupported
+ * provider 400, with the message as a JSON string; rate limits (429, Retry-After from the provider) and
+ * unreachable providers (503) answer {"error": message}.
+ */
+function gitError(err: ConnectError, status: number, location: "body" | "query" | "path"): RestError {
+  const message = err.rawMessage;
+  if (err.code === Code.Unauthenticated) return { status, body: message };
+  if (err.code === Code.InvalidArgument) {
+    if (err.details.length === 0) return { status: 400, body: message };
+    return {
+      status: 422,
+      body: { detail: [{ type: "value_error", loc: [location], msg: message, input: null }] },
+    };
+  }
+  if (err.code === Code.ResourceExhausted) {
+    return {
+      status,
+      body: { error: message },
+      headers: { "retry-after": err.metadata.get("retry-after") ?? "1" },
+    };
+  }
   return { status, body: { error: message } };
 }
 

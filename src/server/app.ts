@@ -15,15 +15,19 @@ import { PageTokens } from "../core/page-token.ts";
 import { RateLimiter } from "../core/rate-limiter.ts";
 import { SecretBox } from "../core/secret-box.ts";
 import { AppConversationService as AppConversationServiceDesc } from "../gen/workspace/v1/app_conversation_pb.js";
+import { GitService as GitServiceDesc } from "../gen/workspace/v1/git_pb.js";
 import { SandboxService as SandboxServiceDesc } from "../gen/workspace/v1/sandbox_pb.js";
 import { SandboxSpecService as SandboxSpecServiceDesc } from "../gen/workspace/v1/sandbox_spec_pb.js";
 import { SecretsService as SecretsServiceDesc } from "../gen/workspace/v1/secrets_pb.js";
 import { SettingsService as SettingsServiceDesc } from "../gen/workspace/v1/settings_pb.js";
+import { HttpGitProviderClients } from "../integrations/git/provider-clients.ts";
 import { HttpAgentClient } from "../integrations/http-agent-client.ts";
 import type { AgentClient } from "../ports/agent-client.ts";
+import type { GitProviderClients } from "../ports/git-provider.ts";
 import type { GitProviderVerifier } from "../ports/git-provider-verifier.ts";
 import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
 import type { Storage } from "../ports/storage.ts";
+import { gitRoutes } from "../rest/git-routes.ts";
 import { legacyRoutes } from "../rest/legacy-routes.ts";
 import { buildOpenApi } from "../rest/openapi.ts";
 import { type OptionsLists, optionsRoutes } from "../rest/options-routes.ts";
@@ -42,6 +46,8 @@ import {
   AppConversationService,
   type AppConversationServiceOptions,
 } from "../services/conversations/app-conversation-service.ts";
+import { GitService } from "../services/git/git-service.ts";
+import { ProviderHostPolicy } from "../services/git/provider-host.ts";
 import { ApiKeyService, DEFAULT_USER } from "../services/keys/api-key-service.ts";
 import { SandboxService } from "../services/sandboxes/sandbox-service.ts";
 import { type SandboxSpec, SandboxSpecService } from "../services/sandboxes/sandbox-spec-service.ts";
@@ -71,6 +77,16 @@ export interface AppDeps {
   logger?: FastifyServerOptions["logger"];
   /** Client of the sandboxes' agent servers (default: HTTP). */
   agent?: AgentClient;
+  /**
+   * Git provider access: the allowed token hosts (default: public domain names only), the provider clients
+   * (default: over HTTP), one call's timeout and the repository cache (default 60 s).
+   */
+  git?: {
+    hosts?: ProviderHostPolicy;
+    clients?: GitProviderClients;
+    timeoutMs?: number;
+    repositoryCacheSeconds?: number;
+  };
   /** Timeouts of conversation starts and live status. */
   conversations?: Pick<AppConversationServiceOptions, "timeouts" | "liveStatusTimeoutMs" | "shutdownGraceMs">;
   /** Browser-facing options: web UI folder, CORS, sign-in cookie, single-user mode, /api/options lists. */
@@ -96,6 +112,7 @@ export interface App {
     sandboxes: SandboxService;
     specs: SandboxSpecService;
     conversations: AppConversationService;
+    git: GitService;
   };
   grpc: grpc.Server;
   keys: ApiKeyService;
@@ -120,7 +137,14 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   const limiter = new RateLimiter(deps.rateLimit?.perSecond ?? 200, deps.rateLimit?.burst ?? 400);
   const store = new UserDataStore(storage.userData);
 
-  const settings = new SettingsService({ store, box, verifier: deps.verifier });
+  const hosts = deps.git?.hosts ?? new ProviderHostPolicy();
+  const settings = new SettingsService({ store, box, verifier: deps.verifier, hosts });
+  const git = new GitService({
+    tokens: settings,
+    clients:
+      deps.git?.clients ?? new HttpGitProviderClients({ hosts, timeoutMs: deps.git?.timeoutMs ?? 5_000 }),
+    repositoryCacheSeconds: deps.git?.repositoryCacheSeconds ?? 60,
+  });
   const secrets = new SecretsService({ store, box });
   const specs = new SandboxSpecService(deps.specs, pageTokens);
   const sandboxes = new SandboxService({
@@ -161,8 +185,9 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     bind(SandboxSpecServiceDesc, specs),
     bind(SandboxServiceDesc, sandboxes),
     bind(AppConversationServiceDesc, conversations),
+    bind(GitServiceDesc, git),
   ];
-  const routes: RestRoute[] = [...legacyRoutes, ...v1SandboxRoutes, ...v1ConversationRoutes];
+  const routes: RestRoute[] = [...legacyRoutes, ...v1SandboxRoutes, ...v1ConversationRoutes, ...gitRoutes];
   /** The request paths of every RPC (Connect and gRPC-Web serve them on the HTTP port). */
   const rpcPaths = new Set(
     bindings.flatMap((b) => b.desc.methods.map((m) => `/${b.desc.typeName}/${m.name}`)),
@@ -398,7 +423,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     grpc: grpcServer,
     keys,
     metrics,
-    services: { settings, secrets, sandboxes, specs, conversations },
+    services: { settings, secrets, sandboxes, specs, conversations, git },
     bindings,
     routes,
     async listen(host, port, grpcPort) {

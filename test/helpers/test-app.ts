@@ -43,6 +43,8 @@ export interface TestAppOptions {
   logger?: AppDeps["logger"];
   /** Browser-facing options (UI folder, CORS, sign-in, single-user mode, options lists). */
   web?: AppDeps["web"];
+  /** Git provider hosts, clients, timeout and repository cache. */
+  git?: AppDeps["git"];
 }
 
 /** A real server on free loopback ports over a SQLite file in a temporary folder. */
@@ -62,6 +64,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     ...(options.conversations ? { conversations: options.conversations } : {}),
     ...(options.logger ? { logger: options.logger } : {}),
     ...(options.web ? { web: options.web } : {}),
+    ...(options.git ? { git: options.git } : {}),
   });
   const ports = await app.listen("127.0.0.1", 0, 0);
   const keys = new Map<string, string>();
