@@ -132,8 +132,23 @@ export class ProviderHttp {
         Math.ceil(wait / 1000),
       );
     const url = new URL(input instanceof Request ? input.url : input.toString());
-    await this.#checkHost(url);
+    // One deadline for the name check and the call.
     const timeout = AbortSignal.timeout(this.#options.timeoutMs);
+    await new Promise<void>((resolve, reject) => {
+      const onTimeout = () =>
+        reject(this.#fail("timeout", `did not answer within ${this.#options.timeoutMs} ms`));
+      timeout.addEventListener("abort", onTimeout, { once: true });
+      this.#checkHost(url).then(
+        () => {
+          timeout.removeEventListener("abort", onTimeout);
+          resolve();
+        },
+        (err: unknown) => {
+          timeout.removeEventListener("abort", onTimeout);
+          reject(err);
+        },
+      );
+    });
     let res: Response;
     try {
       res = await fetch(input, {
