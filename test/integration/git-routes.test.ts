@@ -518,3 +518,44 @@ describe("GitService over Connect and gRPC", () => {
     }
   });
 });
+
+describe("malformed queries", () => {
+  it("every git route answers bad query values with a JSON 4xx, never a 5xx", async () => {
+    const values = [
+      "",
+      "%00",
+      "abc",
+      "-1",
+      "0",
+      "999999999999",
+      "1.5",
+      "../..",
+      "a/b/../c",
+      "\u{1F600}",
+      "x".repeat(3000),
+    ];
+    const paths = (v: string) => {
+      const e = encodeURIComponent(v);
+      return [
+        `/api/user/installations?provider=${e}`,
+        `/api/user/repositories?selected_provider=github&page=${e}&per_page=${e}`,
+        `/api/user/repositories?sort=${e}&installation_id=${e}`,
+        `/api/user/repositories?selected_provider=github&page=1&per_page=5&installation_id=${e}`,
+        `/api/user/search/repositories?query=${e}&per_page=${e}&order=${e}`,
+        `/api/user/search/branches?repository=${e}&query=${e}`,
+        `/api/user/repository/branches?repository=${e}&page=${e}`,
+      ];
+    };
+    let checked = 0;
+    for (const v of values) {
+      for (const p of paths(v)) {
+        const r = await get(alice, p);
+        expect(r.status, `${p} → ${r.text.slice(0, 200)}`).toBeLessThan(500);
+        expect(r.headers.get("content-type"), p).toContain("application/json");
+        JSON.parse(r.text);
+        checked++;
+      }
+    }
+    expect(checked).toBe(values.length * 7);
+  });
+});
