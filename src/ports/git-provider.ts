@@ -95,6 +95,10 @@ export interface GitProviderApi {
   listBranches(repository: string, page: number, perPage: number): Promise<BranchPage>;
   searchBranches(repository: string, query: string, perPage: number): Promise<BranchRecord[]>;
   listSuggestedTasks(): Promise<SuggestedTaskRecord[]>;
+  /** Files (not folders) directly in a folder of the repository's default branch; not_found when absent. */
+  listFiles(repository: string, folder: string): Promise<{ name: string; path: string }[]>;
+  /** Whether a file exists on the default branch. */
+  hasFile(repository: string, path: string): Promise<boolean>;
 }
 
 /** Makes provider clients for a token (host: null for the public service). */

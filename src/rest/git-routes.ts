@@ -6,6 +6,7 @@ import {
   GitService,
   type ListBranchesResponse,
   type ListInstallationsResponse,
+  type ListMicroagentsResponse,
   type ListRepositoriesResponse,
   type ListSuggestedTasksResponse,
   OwnerType,
@@ -294,5 +295,17 @@ export const gitRoutes: RestRoute[] = [
       per_page: res.perPage,
       total_count: res.totalCount === undefined ? null : Number(res.totalCount),
     }),
+  }),
+  route({
+    method: "GET",
+    url: "/api/user/repository/:owner/:repo/microagents",
+    service: GitService,
+    rpc: "listMicroagents",
+    dialect: "git",
+    location: "path",
+    summary: "Microagent files of a repository (names and paths, no content)",
+    bind: ({ params }) => ({ repository: `${params.owner ?? ""}/${params.repo ?? ""}` }),
+    shape: (res: ListMicroagentsResponse) =>
+      res.microagents.map((m) => ({ name: m.name, path: m.path, created_at: m.createdAt })),
   }),
 ];

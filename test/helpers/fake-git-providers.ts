@@ -17,6 +17,15 @@ export interface FakeRepo {
   private?: boolean;
   org?: boolean;
   branches?: string[];
+  /** File paths on the default branch. */
+  files?: string[];
+}
+
+/** Files directly in a folder, and whether the folder exists. */
+function folderOf(r: FakeRepo, folder: string): { files: string[]; exists: boolean } {
+  const prefix = `${folder.replace(/\/+$/, "")}/`;
+  const inside = (r.files ?? []).filter((f) => f.startsWith(prefix));
+  return { files: inside.filter((f) => !f.slice(prefix.length).includes("/")), exists: inside.length > 0 };
 }
 
 export interface FakeAccount {
@@ -233,6 +242,27 @@ export async function startFakeGitProvider(
           })),
       );
     }
+    const contents = /^\/repos\/([^/]+\/[^/]+)\/contents\/(.+)$/.exec(p);
+    if (contents !== null) {
+      const r = a.repos.find((x) => x.name === contents[1]);
+      const path = contents[2] ?? "";
+      if (r === undefined) return json(res, 404, { message: "Not Found" });
+      if ((r.files ?? []).includes(path))
+        return json(res, 200, {
+          type: "file",
+          name: path.split("/").at(-1),
+          path,
+          encoding: "base64",
+          content: "",
+        });
+      const dir = folderOf(r, path);
+      if (!dir.exists) return json(res, 404, { message: "Not Found" });
+      return json(
+        res,
+        200,
+        dir.files.map((f) => ({ type: "file", name: f.split("/").at(-1), path: f, sha: SHA(f) })),
+      );
+    }
     if (p === "/search/repositories") {
       const q = url.searchParams.get("q") ?? "";
       const term = /in:name (\S+)/.exec(q)?.[1] ?? "";
@@ -317,6 +347,37 @@ export async function startFakeGitProvider(
           })),
       );
     }
+    const tree = /^\/projects\/([^/]+)\/repository\/tree$/.exec(p);
+    if (tree !== null) {
+      const r = a.repos.find((x) => x.name === decodeURIComponent(tree[1] ?? ""));
+      if (r === undefined) return json(res, 404, { message: "404 Project Not Found" });
+      const dir = folderOf(r, url.searchParams.get("path") ?? "");
+      if (!dir.exists) return json(res, 404, { message: "404 Tree Not Found" });
+      return json(
+        res,
+        200,
+        dir.files.map((f) => ({
+          id: SHA(f),
+          name: f.split("/").at(-1),
+          type: "blob",
+          path: f,
+          mode: "100644",
+        })),
+      );
+    }
+    const file = /^\/projects\/([^/]+)\/repository\/files\/([^/]+)$/.exec(p);
+    if (file !== null) {
+      const r = a.repos.find((x) => x.name === decodeURIComponent(file[1] ?? ""));
+      const path = decodeURIComponent(file[2] ?? "");
+      if (r === undefined || !(r.files ?? []).includes(path))
+        return json(res, 404, { message: "404 File Not Found" });
+      return json(res, 200, {
+        file_name: path.split("/").at(-1),
+        file_path: path,
+        encoding: "base64",
+        content: "",
+      });
+    }
     if (p === "/merge_requests" || p === "/issues") {
       const list = p === "/merge_requests" ? (a.prs ?? []) : (a.issues ?? []);
       return json(
@@ -397,6 +458,21 @@ export async function startFakeGitProvider(
           .filter((b) => nameFilter(b))
           .map((b) => ({ type: "branch", name: b, target: { type: "commit", hash: SHA(b), date: DATE } })),
       );
+    }
+    const src = /^\/repositories\/([^/]+\/[^/]+)\/src\/HEAD\/(.*)$/.exec(p);
+    if (src !== null) {
+      const r = a.repos.find((x) => x.name === src[1]);
+      const path = decodeURIComponent(src[2] ?? "");
+      if (r === undefined)
+        return json(res, 404, { type: "error", error: { message: "Repository not found" } });
+      if ((r.files ?? []).includes(path)) {
+        res.writeHead(200, { "content-type": "text/plain" }).end("rules");
+        return;
+      }
+      const dir = folderOf(r, path);
+      if (!dir.exists)
+        return json(res, 404, { type: "error", error: { message: "No such file or directory" } });
+      return paged(dir.files.map((f) => ({ type: "commit_file", path: f })));
     }
     const one = /^\/repositories\/([^/]+\/[^/]+)$/.exec(p);
     if (one !== null) {

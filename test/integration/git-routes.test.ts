@@ -34,7 +34,14 @@ const aliceGh: FakeAccount = {
   token: ALICE_GH,
   login: "alice",
   id: 101,
-  repos: repos("alice", 5),
+  repos: [
+    ...repos("alice", 5),
+    {
+      name: "alice/.openhands",
+      files: ["microagents/review.md", "microagents/README.md", "microagents/sub/x.md", "notes.txt"],
+    },
+    { name: "alice/tools", files: [".openhands/microagents/lint.md", ".openhands/microagents/data.json"] },
+  ],
   installations: [{ id: 77, repos: ["alice/repo-1", "alice/repo-2"] }],
   prs: [["alice/repo-1", 12, "Fix the parser"]],
   issues: [["alice/repo-2", 7, "Crash on start"]],
@@ -75,7 +82,12 @@ beforeAll(async () => {
       id: 21,
       workspaces: ["team-ws", "alice-ws"],
       repos: [
-        { name: "team-ws/service", org: true, branches: ["main", "develop", "hotfix"] },
+        {
+          name: "team-ws/service",
+          org: true,
+          branches: ["main", "develop", "hotfix"],
+          files: [".cursorrules", ".openhands/microagents/deploy.md"],
+        },
         { name: "alice-ws/notes" },
         { name: "team-ws/web", org: true },
       ],
@@ -179,8 +191,11 @@ describe("GET /api/user/repositories", () => {
     expect(next(list[0]?.link_header)).toBe("2");
     const p3 = (await get(alice, "/api/user/repositories?selected_provider=github&page=3&per_page=2"))
       .body as Record<string, unknown>[];
-    expect(p3.map((r) => r.full_name)).toEqual(["alice/repo-5"]);
-    expect(next(p3[0]?.link_header)).toBeNull();
+    expect(p3.map((r) => r.full_name)).toEqual(["alice/repo-5", "alice/.openhands"]);
+    const p4 = (await get(alice, "/api/user/repositories?selected_provider=github&page=4&per_page=2"))
+      .body as Record<string, unknown>[];
+    expect(p4.map((r) => r.full_name)).toEqual(["alice/tools"]);
+    expect(next(p4[0]?.link_header)).toBeNull();
   });
 
   it("GitLab and Bitbucket pages carry a next link too; Bitbucket lists a workspace (installation)", async () => {
@@ -214,7 +229,7 @@ describe("GET /api/user/repositories", () => {
     const r = await get(alice, "/api/user/repositories?sort=updated");
     expect(r.status, r.text).toBe(200);
     const names = (r.body as { full_name: string }[]).map((x) => x.full_name);
-    expect(names).toHaveLength(5 + 3 + 3);
+    expect(names).toHaveLength(7 + 3 + 3);
     expect(names).toEqual(expect.arrayContaining(["alice/repo-5", "group/proj-c", "team-ws/web"]));
     expect(gh.count("/api/v3/user/repos") - before).toBe(1); // 5 repos fit one page of 100
   });
@@ -388,6 +403,30 @@ describe("installations, branches, search, suggested tasks", () => {
   });
 });
 
+describe("microagents", () => {
+  it("lists .cursorrules and the microagent .md files as the reference does, from the provider that has them", async () => {
+    const special = await get(alice, "/api/user/repository/alice/.openhands/microagents");
+    expect(special.status, special.text).toBe(200);
+    expect(special.body).toEqual([
+      { name: "review", path: "microagents/review.md", created_at: expect.any(String) },
+    ]);
+    const tools = (await get(alice, "/api/user/repository/alice/tools/microagents")).body;
+    expect(tools).toEqual([
+      { name: "lint", path: ".openhands/microagents/lint.md", created_at: expect.any(String) },
+    ]);
+    const bbs = (await get(alice, "/api/user/repository/team-ws/service/microagents")).body;
+    expect(bbs).toEqual([
+      { name: "cursorrules", path: ".cursorrules", created_at: expect.any(String) },
+      { name: "deploy", path: ".openhands/microagents/deploy.md", created_at: expect.any(String) },
+    ]);
+    const none = await get(alice, "/api/user/repository/alice/repo-1/microagents");
+    expect([none.status, none.body]).toEqual([200, []]);
+    const missing = await get(alice, "/api/user/repository/nobody/none/microagents");
+    // As the reference: a repository no provider has is an empty list; a rejected token is 401 (see below).
+    expect([missing.status, missing.body]).toEqual([200, []]);
+  });
+});
+
 describe("provider failures", () => {
   it("an expired token: 401 as the reference answers the UI (JSON string)", async () => {
     const key = await t.keyFor("carol");
@@ -401,6 +440,8 @@ describe("provider failures", () => {
     expect(list.status).toBe(401);
     expect(typeof list.body).toBe("string");
     expect(String(list.body)).toContain("GitHub rejected the token");
+    const agents = await get(key, "/api/user/repository/alice/tools/microagents");
+    expect([agents.status, agents.body]).toEqual([401, "Unable to fetch microagents for alice/tools"]);
   });
 
   it("rate limited: 429 with the provider's Retry-After; later calls wait without reaching the provider", async () => {

@@ -1,10 +1,11 @@
-import type {
-  BranchPage,
-  BranchRecord,
-  GitProviderApi,
-  GitUserRecord,
-  RepositoryRecord,
-  SuggestedTaskRecord,
+import {
+  type BranchPage,
+  type BranchRecord,
+  type GitProviderApi,
+  GitProviderError,
+  type GitUserRecord,
+  type RepositoryRecord,
+  type SuggestedTaskRecord,
 } from "../../ports/git-provider.ts";
 import type { ProviderHttp } from "./provider-http.ts";
 
@@ -211,6 +212,32 @@ export class BitbucketApi implements GitProviderApi {
       }),
     );
     return data.values.map(toBranch);
+  }
+
+  async listFiles(repository: string, folder: string): Promise<{ name: string; path: string }[]> {
+    const values = await this.#collect<{ type: string; path: string }>(
+      this.#url(`/repositories/${repoPath(repository)}/src/HEAD/${repoPath(folder)}/`, { pagelen: 100 }),
+      1000,
+    );
+    return values
+      .filter((i) => i.type === "commit_file")
+      .map((i) => ({ name: i.path.split("/").at(-1) ?? i.path, path: i.path }));
+  }
+
+  async hasFile(repository: string, path: string): Promise<boolean> {
+    try {
+      const res = await this.#http.fetch(
+        this.#url(`/repositories/${repoPath(repository)}/src/HEAD/${repoPath(path)}`),
+        {
+          headers: this.#auth,
+        },
+      );
+      await res.body?.cancel();
+      return true;
+    } catch (err) {
+      if (err instanceof GitProviderError && err.kind === "not_found") return false;
+      throw err;
+    }
   }
 
   /** Bitbucket has no search across workspaces for the user's work: no suggestions. */

@@ -213,4 +213,22 @@ export class GitHubApi implements GitProviderApi {
     ]);
     return [...prs, ...issues];
   }
+
+  async listFiles(repository: string, folder: string): Promise<{ name: string; path: string }[]> {
+    const { data } = await this.#call(() =>
+      this.#octokit.rest.repos.getContent({ ...split(repository), path: folder }),
+    );
+    if (!Array.isArray(data)) return [];
+    return data.filter((i) => i.type === "file").map((i) => ({ name: i.name, path: i.path }));
+  }
+
+  async hasFile(repository: string, path: string): Promise<boolean> {
+    try {
+      await this.#call(() => this.#octokit.rest.repos.getContent({ ...split(repository), path }));
+      return true;
+    } catch (err) {
+      if (err instanceof GitProviderError && err.kind === "not_found") return false;
+      throw err;
+    }
+  }
 }

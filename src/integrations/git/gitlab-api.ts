@@ -1,10 +1,11 @@
-import type {
-  BranchPage,
-  BranchRecord,
-  GitProviderApi,
-  GitUserRecord,
-  RepositoryRecord,
-  SuggestedTaskRecord,
+import {
+  type BranchPage,
+  type BranchRecord,
+  type GitProviderApi,
+  GitProviderError,
+  type GitUserRecord,
+  type RepositoryRecord,
+  type SuggestedTaskRecord,
 } from "../../ports/git-provider.ts";
 import { nextLink, type ProviderHttp } from "./provider-http.ts";
 
@@ -205,5 +206,28 @@ export class GitLabApi implements GitProviderApi {
         title: i.title,
       }));
     return [...map(mrs.data, "OPEN_PR"), ...map(issues.data, "OPEN_ISSUE")];
+  }
+
+  async listFiles(repository: string, folder: string): Promise<{ name: string; path: string }[]> {
+    const { data } = await this.#get<{ type: string; name: string; path: string }[]>(
+      `/projects/${encodeURIComponent(repository)}/repository/tree`,
+      { path: folder, per_page: 100 },
+    );
+    return data.filter((i) => i.type === "blob").map((i) => ({ name: i.name, path: i.path }));
+  }
+
+  async hasFile(repository: string, path: string): Promise<boolean> {
+    try {
+      await this.#get(
+        `/projects/${encodeURIComponent(repository)}/repository/files/${encodeURIComponent(path)}`,
+        {
+          ref: "HEAD",
+        },
+      );
+      return true;
+    } catch (err) {
+      if (err instanceof GitProviderError && err.kind === "not_found") return false;
+      throw err;
+    }
   }
 }

@@ -15,11 +15,15 @@ import {
   type ListInstallationsRequest,
   type ListInstallationsResponse,
   ListInstallationsResponseSchema,
+  type ListMicroagentsRequest,
+  type ListMicroagentsResponse,
+  ListMicroagentsResponseSchema,
   type ListRepositoriesRequest,
   type ListRepositoriesResponse,
   ListRepositoriesResponseSchema,
   type ListSuggestedTasksResponse,
   ListSuggestedTasksResponseSchema,
+  MicroagentSchema,
   OwnerType,
   type SearchBranchesRequest,
   type SearchBranchesResponse,
@@ -481,6 +485,55 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
       perPage: found.perPage,
       ...(found.totalCount === null ? {} : { totalCount: BigInt(found.totalCount) }),
     });
+  }
+
+  /**
+   * The reference's microagent scan: `.cursorrules` plus the .md files (README.md excepted) of `microagents/` in
+   * a repository named `.openhands` or `openhands-config`, else of `.openhands/microagents/`. The first provider
+   * with files answers; UNAUTHENTICATED "Unable to fetch microagents for R" when none can be read.
+   */
+  async listMicroagents(req: ListMicroagentsRequest, ctx: HandlerContext): Promise<ListMicroagentsResponse> {
+    const issues: FieldViolation[] = [];
+    const repository = repositoryName(req.repository, issues);
+    if (issues.length > 0) throw new ValidationError(issues);
+    const tokens = await this.#userTokens(ctx);
+    const name = repository.split("/").at(-1) ?? "";
+    const folder =
+      name === ".openhands" || name === "openhands-config" ? "microagents" : ".openhands/microagents";
+    const createdAt = new Date(this.#now()).toISOString();
+    const failures: unknown[] = [];
+    for (const [p] of tokens) {
+      try {
+        const client = this.#client(tokens, p);
+        const [cursor, files] = await Promise.all([
+          client.hasFile(repository, ".cursorrules"),
+          client.listFiles(repository, folder).catch((err: unknown) => {
+            if (err instanceof GitProviderError && err.kind === "not_found") return [];
+            throw err;
+          }),
+        ]);
+        const found = [
+          ...(cursor ? [{ name: "cursorrules", path: ".cursorrules" }] : []),
+          ...files
+            .filter((f) => f.name.endsWith(".md") && f.name !== "README.md")
+            .map((f) => ({ name: f.name.replace(/\.md$/, ""), path: `${folder}/${f.name}` })),
+        ];
+        if (found.length === 0) continue;
+        return create(ListMicroagentsResponseSchema, {
+          microagents: found.map((m) => create(MicroagentSchema, { ...m, createdAt })),
+        });
+      } catch (err) {
+        failures.push(err);
+      }
+    }
+    const telling = failures.find(
+      (f) =>
+        f instanceof GitProviderError &&
+        (f.kind === "rate_limited" || f.kind === "timeout" || f.kind === "unavailable"),
+    );
+    if (telling !== undefined) throw toConnectError(telling);
+    if (failures.length === 0) return create(ListMicroagentsResponseSchema, {});
+    throw new ConnectError(`Unable to fetch microagents for ${repository}`, Code.Unauthenticated);
   }
 
   async listSuggestedTasks(_req: unknown, ctx: HandlerContext): Promise<ListSuggestedTasksResponse> {

@@ -559,6 +559,78 @@ export declare type ListSuggestedTasksResponse = Message<"workspace.v1.ListSugge
 export declare const ListSuggestedTasksResponseSchema: GenMessage<ListSuggestedTasksResponse>;
 
 /**
+ * A microagent file of a repository (metadata only).
+ *
+ * @generated from message workspace.v1.Microagent
+ */
+export declare type Microagent = Message<"workspace.v1.Microagent"> & {
+  /**
+   * File name without ".md" ("cursorrules" for .cursorrules).
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * Path in the repository.
+   *
+   * @generated from field: string path = 2;
+   */
+  path: string;
+
+  /**
+   * ISO 8601 time the listing was made (the providers' directory listings carry no file dates).
+   *
+   * @generated from field: string created_at = 3;
+   */
+  createdAt: string;
+};
+
+/**
+ * Describes the message workspace.v1.Microagent.
+ * Use `create(MicroagentSchema)` to create a new message.
+ */
+export declare const MicroagentSchema: GenMessage<Microagent>;
+
+/**
+ * GET /api/user/repository/{owner}/{repo}/microagents.
+ *
+ * @generated from message workspace.v1.ListMicroagentsRequest
+ */
+export declare type ListMicroagentsRequest = Message<"workspace.v1.ListMicroagentsRequest"> & {
+  /**
+   * "owner/name".
+   *
+   * @generated from field: string repository = 1;
+   */
+  repository: string;
+};
+
+/**
+ * Describes the message workspace.v1.ListMicroagentsRequest.
+ * Use `create(ListMicroagentsRequestSchema)` to create a new message.
+ */
+export declare const ListMicroagentsRequestSchema: GenMessage<ListMicroagentsRequest>;
+
+/**
+ * A JSON array of microagents in REST.
+ *
+ * @generated from message workspace.v1.ListMicroagentsResponse
+ */
+export declare type ListMicroagentsResponse = Message<"workspace.v1.ListMicroagentsResponse"> & {
+  /**
+   * @generated from field: repeated workspace.v1.Microagent microagents = 1;
+   */
+  microagents: Microagent[];
+};
+
+/**
+ * Describes the message workspace.v1.ListMicroagentsResponse.
+ * Use `create(ListMicroagentsResponseSchema)` to create a new message.
+ */
+export declare const ListMicroagentsResponseSchema: GenMessage<ListMicroagentsResponse>;
+
+/**
  * Who owns a repository.
  *
  * @generated from enum workspace.v1.OwnerType
@@ -710,6 +782,17 @@ export declare const GitService: GenService<{
     methodKind: "unary";
     input: typeof ListSuggestedTasksRequestSchema;
     output: typeof ListSuggestedTasksResponseSchema;
+  },
+  /**
+   * Microagent files of a repository (`.cursorrules` and the .md files of its microagents folder), from the
+   * first provider that has the repository. UNAUTHENTICATED when none does.
+   *
+   * @generated from rpc workspace.v1.GitService.ListMicroagents
+   */
+  listMicroagents: {
+    methodKind: "unary";
+    input: typeof ListMicroagentsRequestSchema;
+    output: typeof ListMicroagentsResponseSchema;
   },
 }>;
 
