@@ -162,10 +162,11 @@ export function restGateway(options: RestGatewayOptions) {
         errorHandler: (err, req, reply) => {
           const e = restError(err, r);
           if (e.status >= 500 && e.status !== 503) req.log.error({ err }, "request failed");
-          return reply
-            .code(e.status)
-            .headers({ ...NO_CACHE, ...e.headers })
-            .send(e.body);
+          reply.code(e.status).headers({ ...NO_CACHE, ...e.headers });
+          // A bare message (the git routes answer JSON strings, as the reference) is sent as JSON, not text.
+          if (typeof e.body === "string")
+            return reply.header("content-type", JSON_CONTENT_TYPE).send(JSON.stringify(e.body));
+          return reply.send(e.body);
         },
       });
     }

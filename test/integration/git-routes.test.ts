@@ -160,7 +160,8 @@ describe("GET /api/user/info", () => {
     ]) {
       const r = await get(key, path);
       expect(r.status, path).toBe(401);
-      expect(r.body).toBe("Git provider token required. (such as GitHub).");
+      expect(r.headers.get("content-type")).toContain("application/json");
+      expect(r.text).toBe('"Git provider token required. (such as GitHub)."');
     }
     const tasks = await get(key, "/api/user/suggested-tasks");
     expect([tasks.status, tasks.body]).toEqual([401, "No providers set."]);
