@@ -46,8 +46,11 @@ _docker_build_image() {
     f=$(command -v "$bin" 2>/dev/null) || continue
     case $f in /*) _docker_copy_with_libs "$rootfs" "$f" "/usr/bin/$bin" || return 1 ;; esac
   done
-  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n' >"$rootfs/etc/passwd"
-  printf 'root:x:0:\nnogroup:x:65534:\n' >"$rootfs/etc/group"
+  printf 'root:x:0:0:root:/root:/bin/sh\nsandbox:x:1000:1000:sandbox:/workspace:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n' >"$rootfs/etc/passwd"
+  printf 'root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n' >"$rootfs/etc/group"
+  # Sandbox containers run as 1000:1000 (SANDBOX_DOCKER_USER's default): a new workspace volume takes the owner
+  # of the image's folder it is mounted on.
+  chown 1000:1000 "$rootfs/workspace" || return 1
   for f in "$root"/src/sandbox-agent/*.ts; do
     case $f in *.test.ts) ;; *) cp "$f" "$rootfs/opt/sandbox-agent/" || return 1 ;; esac
   done

@@ -47,6 +47,16 @@ export interface HttpLoadConfig {
   durationS: number;
 }
 
+/** Settings of one webhook load round (bench/load/events-load.ts). */
+export interface EventsLoadConfig {
+  url: string;
+  headers: Record<string, string>;
+  /** Events per request. */
+  batch: number;
+  connections: number;
+  durationS: number;
+}
+
 /** Settings of one gRPC load round (bench/load/grpc-load.ts). */
 export interface GrpcLoadConfig {
   address: string;
@@ -241,7 +251,10 @@ export async function startServer<T>(options: {
 }
 
 /** Runs a load generator child to completion and returns the JSON line it printed. */
-export async function runLoad(script: string, config: HttpLoadConfig | GrpcLoadConfig): Promise<LoadResult> {
+export async function runLoad(
+  script: string,
+  config: HttpLoadConfig | GrpcLoadConfig | EventsLoadConfig,
+): Promise<LoadResult> {
   const proc = spawn(process.execPath, [join(ROOT, "bench", "load", script), JSON.stringify(config)], {
     cwd: ROOT,
     stdio: ["ignore", "pipe", "pipe"],

@@ -9,3 +9,11 @@ export interface Fixture {
   /** The service's GetSettingsResponse in the proto JSON form (Connect JSON). */
   rpcSettings: JsonValue;
 }
+
+/** Events per conversation of the events search benchmark's bulk load. */
+export const EVENTS_PER_CONVERSATION = 1000;
+
+/** The i-th conversation id of the events search benchmark (32 hex). */
+export function benchEventConversation(i: number): string {
+  return `be${i.toString(16).padStart(30, "0")}`;
+}

@@ -3,6 +3,8 @@
 // line on stdout once it listens; SIGTERM removes its sandboxes, stops it and deletes the folder.
 //
 //   --conversations N   bulk-load N conversations of the benchmark user before listening (search benchmark)
+//   --events N          bulk-load N events of the benchmark user before listening: 1,000 per conversation, the
+//                       conversation ids being benchEventConversation(0..N/1000-1) (events search benchmark)
 //   --log-level L       Fastify/pino level as in production (default info), written to a file in the temporary
 //                       folder through the production log destination (src/server/log-destination.ts), as the
 //                       server writes to stdout; "silent" turns it off
@@ -11,17 +13,19 @@ import { mkdtempSync, openSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
+import type { EventRecord } from "../../src/ports/event-repository.ts";
 import { createProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { buildApp } from "../../src/server/app.ts";
 import { LogDestination } from "../../src/server/log-destination.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
-import { releaseStartupMemory } from "../../src/server/startup-memory.ts";
 import { createSqliteStorage, sqliteDatabaseOf } from "../../src/storage/sqlite/sqlite-storage.ts";
 import { syntheticConversation } from "../../test/helpers/conversation-fixtures.ts";
+import { benchEventConversation, EVENTS_PER_CONVERSATION } from "./fixture.ts";
 
 const { values } = parseArgs({
   options: {
     conversations: { type: "string", default: "0" },
+    events: { type: "string", default: "0" },
     "log-level": { type: "string", default: "info" },
   },
 });
@@ -77,9 +81,45 @@ if (conversations > 0) {
   );
 }
 
+const events = Number(values.events ?? "0");
+if (events > 0) {
+  const started = performance.now();
+  const db = sqliteDatabaseOf(storage);
+  const kinds = ["MessageEvent", "ActionEvent", "ObservationEvent", "ConversationStateUpdateEvent"];
+  const t0 = Date.UTC(2025, 10, 1) * 1000;
+  for (let from = 0; from < events; from += 20_000) {
+    const batch: EventRecord[] = [];
+    for (let i = from; i < Math.min(events, from + 20_000); i++) {
+      const conversationId = benchEventConversation(Math.floor(i / EVENTS_PER_CONVERSATION));
+      const kind = kinds[i % kinds.length] as string;
+      const id = `ev-${i}`;
+      const ts = t0 + i * 1000;
+      batch.push({
+        ownerId: USER,
+        conversationId,
+        id,
+        kind,
+        timestampUs: ts,
+        body: JSON.stringify({
+          kind,
+          id,
+          timestamp: new Date(ts / 1000).toISOString().replace("Z", "000"),
+          source: i % 2 === 0 ? "agent" : "user",
+          llm_message: {
+            role: "assistant",
+            content: [{ type: "text", text: `Step ${i}: ran the test suite.` }],
+          },
+        }),
+      });
+    }
+    // Inside a transaction the adapter writes at once (no group commit needed for a bulk load).
+    db.transaction(() => void storage.events.append(batch))();
+  }
+  db.pragma("optimize");
+  process.stderr.write(`service: loaded ${events} events in ${Math.round(performance.now() - started)} ms\n`);
+}
+
 const ports = await app.listen("127.0.0.1", 0, 0);
-// As serve() does once it listens (src/server/serve.ts).
-releaseStartupMemory();
 process.stdout.write(`${JSON.stringify({ ...ports, key, userId: USER, pid: process.pid, dir })}\n`);
 
 let stopping = false;

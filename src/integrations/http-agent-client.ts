@@ -67,6 +67,18 @@ export class HttpAgentClient implements AgentClient {
     return out.map(toInfo);
   }
 
+  async generateTitle(
+    agent: AgentEndpoint,
+    conversationId: string,
+    maxLength: number,
+    timeoutMs: number,
+  ): Promise<string | null> {
+    const path = `/api/conversations/${encodeURIComponent(conversationId)}/generate_title`;
+    const out = await this.#call(agent, "POST", path, { max_length: maxLength }, timeoutMs);
+    const title = (out as { title?: unknown } | null)?.title;
+    return typeof title === "string" && title.trim() !== "" ? title : null;
+  }
+
   async #call(
     agent: AgentEndpoint,
     method: "GET" | "POST",

@@ -59,4 +59,14 @@ export interface AgentClient {
     ids: readonly string[],
     timeoutMs: number,
   ): Promise<(AgentConversationInfo | null)[]>;
+  /**
+   * POST /api/conversations/{id}/generate_title `{max_length}` → the title; null when the agent gives none.
+   * Rejects with AgentCallError (a client without it leaves titles to the message text).
+   */
+  generateTitle?(
+    agent: AgentEndpoint,
+    conversationId: string,
+    maxLength: number,
+    timeoutMs: number,
+  ): Promise<string | null>;
 }

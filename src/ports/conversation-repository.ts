@@ -27,7 +27,14 @@ export interface ConversationFilter {
   updatedAtLt?: Date;
   /** When false (default for search) conversations with a parent are excluded. */
   includeSubConversations?: boolean;
+  /** Only conversations in this sandbox. */
+  sandboxIdEq?: string;
 }
+
+/** The fields of a conversation that change after it was created. */
+export type ConversationPatch = Partial<Pick<ConversationRecord, "title" | "llmModel" | "metrics">> & {
+  updatedAt: Date;
+};
 
 export interface ConversationRepository {
   insert(record: ConversationRecord): Promise<void>;
@@ -38,6 +45,10 @@ export interface ConversationRepository {
   /** Newest created first (createdAt desc, id desc). */
   search(ownerId: string, filter: ConversationFilter, page: PageQuery): Promise<Page<ConversationRecord>>;
   count(ownerId: string, filter: ConversationFilter): Promise<number>;
+  /** Applies the patch to the owner's conversation; false when it does not exist (or is another owner's). */
+  update(id: string, ownerId: string, patch: ConversationPatch): Promise<boolean>;
+  /** Deletes the owner's conversation; false when it did not exist. */
+  delete(id: string, ownerId: string): Promise<boolean>;
 }
 
 export type StartTaskStatus =

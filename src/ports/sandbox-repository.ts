@@ -2,6 +2,9 @@ import type { Page, PageQuery } from "./page.ts";
 
 export type SandboxStatus = "STARTING" | "RUNNING" | "PAUSED" | "ERROR" | "MISSING";
 
+/** Statuses that hold one of the owner's running slots (see {@link SandboxRepository.create}). */
+export const ACTIVE_STATUSES: readonly SandboxStatus[] = ["STARTING", "RUNNING"];
+
 /** A sandbox in the registry. */
 export interface SandboxRecord {
   id: string;
@@ -9,7 +12,7 @@ export interface SandboxRecord {
   specId: string;
   /** Which runtime owns it ("process" or "docker"). */
   runtime: string;
-  /** Runtime-specific handle (pid, port, container id, ...); JSON-compatible. */
+  /** Runtime-specific handle (pid, port, container id, ...); JSON-compatible; `{}` until the runtime made it. */
   handle: Record<string, unknown>;
   /** Sealed session key of the sandbox's agent server. */
   sessionApiKey: string;
@@ -19,8 +22,68 @@ export interface SandboxRecord {
   updatedAt: Date;
 }
 
+/** Per-owner limits applied atomically by {@link SandboxRepository.create} and {@link SandboxRepository.claim}. */
+export interface SandboxLimits {
+  /** Records an owner may have (any status). */
+  maxPerUser: number;
+  /** Records of an owner that may hold a running slot (status STARTING or RUNNING) at once. */
+  maxRunning: number;
+}
+
+/** What {@link SandboxRepository.create} did. */
+export type SandboxCreateOutcome =
+  /** Inserted; `evicted` are the owner's records this call set PAUSED, as they were just before. */
+  | { created: true; evicted: SandboxRecord[] }
+  /** Refused: the owner already has `count` records (at least maxPerUser); nothing was written. */
+  | { created: false; count: number };
+
+/** What {@link SandboxRepository.claim} did. */
+export interface SandboxClaimOutcome {
+  /** The record after the call. */
+  record: SandboxRecord;
+  /** True when this call moved it into STARTING (false: it already held a slot, so nothing changed). */
+  claimed: boolean;
+  /** The owner's records this call set PAUSED, as they were just before (handle included). */
+  evicted: SandboxRecord[];
+}
+
+/**
+ * The sandbox registry. Every decision that must hold for all servers sharing the store is made here in one
+ * atomic step: `create` and `claim` are serialised per owner (a transaction, or a per-owner lock in the store), so
+ * that N concurrent starts leave at most `maxRunning` records holding a slot and each evicted record is evicted
+ * by exactly one caller; `setHandle` and `transition` are single-record compare-and-set writes.
+ */
 export interface SandboxRepository {
   insert(record: SandboxRecord): Promise<void>;
+  /**
+   * Inserts `record` (its status is stored as STARTING) unless its owner already has `limits.maxPerUser` records.
+   * In the same atomic step, the owner's oldest records holding a slot (createdAt, then id) are set PAUSED so that
+   * at most `limits.maxRunning` hold one, the new record included.
+   */
+  create(record: SandboxRecord, limits: SandboxLimits): Promise<SandboxCreateOutcome>;
+  /**
+   * Claims a running slot for an existing record of `ownerId`: one not holding a slot is set STARTING and, in the
+   * same atomic step, the owner's oldest other records holding a slot are set PAUSED so that at most `maxRunning`
+   * hold one. A record already holding a slot is returned unchanged. null when there is no such record.
+   */
+  claim(
+    id: string,
+    ownerId: string,
+    maxRunning: number,
+    updatedAt: Date,
+  ): Promise<SandboxClaimOutcome | null>;
+  /**
+   * Saves the runtime handle whatever the status, and returns the record as this write left it (its status tells
+   * whether a claim evicted it meanwhile: linearisable with the evictions of create/claim); null when deleted.
+   */
+  setHandle(id: string, handle: Record<string, unknown>, updatedAt: Date): Promise<SandboxRecord | null>;
+  /** Sets `to` only when the current status is one of `from` (compare-and-set); false otherwise or when deleted. */
+  transition(
+    id: string,
+    from: readonly SandboxStatus[],
+    to: SandboxStatus,
+    updatedAt: Date,
+  ): Promise<boolean>;
   /** The sandbox if it exists and (when ownerId is given) belongs to that owner. */
   get(id: string, ownerId?: string): Promise<SandboxRecord | null>;
   /** Records with these ids owned by ownerId, in any order. */

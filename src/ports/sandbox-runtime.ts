@@ -15,6 +15,8 @@ export interface RuntimeStartRequest {
   spec: RuntimeSpec;
   /** The key the agent server inside must require in X-Session-API-Key. */
   sessionApiKey: string;
+  /** The user the sandbox belongs to (a runtime that cannot isolate users from each other may refuse a second one). */
+  ownerId?: string;
 }
 
 /** Observed state of one sandbox in its runtime. */
@@ -35,6 +37,11 @@ export interface RuntimeHandle {
 
 export interface SandboxRuntime {
   readonly kind: "process" | "docker";
+  /**
+   * Throws (FAILED_PRECONDITION) when this runtime will not start sandboxes for this user, e.g. process sandboxes
+   * without isolation serve one user only. The service asks before recording a new sandbox; start checks again.
+   */
+  admit?(ownerId: string): void;
   /** Starts the sandbox and resolves once it is created (not necessarily healthy). */
   start(request: RuntimeStartRequest): Promise<RuntimeHandle>;
   /** Resolves true once the agent server answers its health check, false after timeoutMs. */
@@ -46,6 +53,12 @@ export interface SandboxRuntime {
   resume(handle: RuntimeHandle): Promise<RuntimeHandle>;
   /** Terminates and removes the sandbox and its workspace; idempotent. */
   remove(handle: RuntimeHandle): Promise<void>;
+  /**
+   * Terminates and removes whatever this runtime runs for `sandboxId`, found by the id it carries (a container
+   * label, the workspace folder of a process) rather than by a handle: for records whose handle was never saved.
+   * Resolves with how many runtime objects (processes, containers) it stopped; idempotent.
+   */
+  removeBySandboxId(sandboxId: string): Promise<number>;
   /** Resolves when the runtime can start sandboxes (readiness: workspace writable, engine reachable). */
   ping(): Promise<void>;
   /** Releases runtime resources held by the server (not the sandboxes). */

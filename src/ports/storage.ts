@@ -1,5 +1,6 @@
 import type { ApiKeyRepository } from "./api-key-repository.ts";
 import type { ConversationRepository, StartTaskRepository } from "./conversation-repository.ts";
+import type { EventRepository } from "./event-repository.ts";
 import type { SandboxRepository } from "./sandbox-repository.ts";
 import type { UserDataRepository } from "./user-data-repository.ts";
 
@@ -11,7 +12,10 @@ export interface Storage {
   readonly sandboxes: SandboxRepository;
   readonly conversations: ConversationRepository;
   readonly startTasks: StartTaskRepository;
+  readonly events: EventRepository;
   /** Resolves when storage answers (readiness). Rejects otherwise. */
   ping(): Promise<void>;
+  /** Resolves when storage accepts a write: rewrites one tiny heartbeat record of this server (readiness). */
+  checkWritable(): Promise<void>;
   close(): Promise<void>;
 }

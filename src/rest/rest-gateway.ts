@@ -1,13 +1,14 @@
+import { Code, ConnectError } from "@connectrpc/connect";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Caller } from "../core/context.ts";
-import { callerValues } from "../core/context.ts";
 import type { FieldViolation } from "../core/errors.ts";
 import { ValidationError } from "../core/errors.ts";
-import type { Admit, Authenticate } from "../rpc/auth-gate.ts";
-import { abortOnClientGone, lazyHandlerContext } from "../rpc/handler-context.ts";
-import type { ServiceBinding } from "../rpc/service-registry.ts";
+import { type Admission, callValues } from "../transport/admission.ts";
 import { headerKeyOf, type KeyOf, nodeHeaders } from "../transport/browser-session.ts";
-import { frameworkError, type RestError, toRestError, validationBody } from "./rest-errors.ts";
+import { isInternal } from "../transport/errors.ts";
+import { abortOnClientGone, lazyHandlerContext } from "../transport/handler-context.ts";
+import type { ServiceBinding } from "../transport/service-binding.ts";
+import { frameworkError, toRestError, validationBody } from "./rest-errors.ts";
 import { JsonText, type RestRoute } from "./rest-route.ts";
 
 /** Reference headers on every API answer. */
@@ -17,11 +18,27 @@ export const NO_CACHE = {
   expires: "0",
 } as const;
 
+/**
+ * A route a sandbox calls (its agent server's webhooks): no user key; the service it calls checks the sandbox's
+ * own session key (X-Session-API-Key), so a wrong key is 401 and nothing is stored. Errors in the V1 dialect.
+ */
+export interface SandboxCallbackRoute {
+  method: "POST";
+  url: string;
+  handle: (input: {
+    body: unknown;
+    params: Record<string, string>;
+    sessionKey: string | undefined;
+  }) => Promise<unknown>;
+}
+
 export interface RestGatewayOptions {
   routes: readonly RestRoute[];
+  callbacks?: readonly SandboxCallbackRoute[];
   bindings: readonly ServiceBinding[];
-  authenticate: Authenticate;
-  admit: Admit;
+  admission: Admission;
+  /** Largest request body (413 beyond). */
+  maxBodyBytes: number;
   /** The request's session key: the header, or a browser session's (default: the header only). */
   keyOf?: KeyOf;
 }
@@ -29,6 +46,8 @@ export interface RestGatewayOptions {
 declare module "fastify" {
   interface FastifyRequest {
     caller?: Caller;
+    /** The session key the caller was admitted with. */
+    sessionKey?: string | undefined;
   }
 }
 
@@ -76,36 +95,39 @@ export function restGateway(options: RestGatewayOptions) {
     app.addContentTypeParser("application/json", { parseAs: "string" }, parse);
     app.addContentTypeParser("*", { parseAs: "string" }, parse);
 
-    const unauthorized = (reply: FastifyReply): void => {
-      void reply.code(401).headers(NO_CACHE).send({ detail: "Unauthorized" });
-    };
-    // Callback-style hook: a cached key is admitted without a promise turn; an unknown key answers 401 from the
-    // hook (done is then not called, which ends the request there).
+    // Callback-style hook: a cached key is admitted without a promise turn. An unknown key answers 401 from the
+    // hook (done is then not called, which ends the request there) and closes the connection, so that a client
+    // still sending a body is not waited for.
     const authenticate = (req: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void): void => {
-      const admitted = (caller: Caller | null): void => {
-        if (caller === null) {
-          unauthorized(reply);
-          return;
-        }
-        try {
-          options.admit(caller);
-        } catch (err) {
-          done(err as Error);
-          return;
-        }
+      let key: string | undefined;
+      const admitted = (caller: Caller): void => {
         req.caller = caller;
+        req.sessionKey = key;
         done();
       };
-      let caller: Caller | null | Promise<Caller | null>;
-      try {
-        caller = options.authenticate(keyOf(req.method, nodeHeaders(req.headers)));
-      } catch (err) {
+      const refused = (err: unknown): void => {
+        if (err instanceof ConnectError && err.code === Code.Unauthenticated) {
+          void reply
+            .code(401)
+            .headers({ ...NO_CACHE, connection: "close" })
+            .send({ detail: "Unauthorized" });
+          return;
+        }
         done(err as Error);
+      };
+      let caller: Caller | Promise<Caller>;
+      try {
+        key = keyOf(req.method, nodeHeaders(req.headers));
+        caller = options.admission(key);
+      } catch (err) {
+        refused(err);
         return;
       }
-      if (caller instanceof Promise) caller.then(admitted, done);
+      if (caller instanceof Promise) caller.then(admitted, refused);
       else admitted(caller);
     };
+
+    for (const r of options.callbacks ?? []) registerCallback(app, r);
 
     for (const r of options.routes) {
       const binding = impls.get(r.service.typeName);
@@ -129,7 +151,7 @@ export function restGateway(options: RestGatewayOptions) {
               { type: "missing", loc: ["body"], msg: "Field required", input: null },
             ]);
           }
-          const values = callerValues(req.caller as Caller);
+          const values = callValues(req.caller as Caller, req.sessionKey, r.stream === true);
           const input = r.bind({
             body,
             query: req.query as Record<string, string | string[] | undefined>,
@@ -160,8 +182,12 @@ export function restGateway(options: RestGatewayOptions) {
           return reply.send(shaped);
         },
         errorHandler: (err, req, reply) => {
-          const e = restError(err, r);
-          if (e.status >= 500 && e.status !== 503) req.log.error({ err }, "request failed");
+          const e =
+            r.notFoundBody !== undefined && isNotFound(err)
+              ? { status: 404, body: r.notFoundBody, headers: {} }
+              : (frameworkError(err, options.maxBodyBytes) ??
+                toRestError(err, r.dialect, r.location ?? "body"));
+          if (isInternal(err) && e.status >= 500) req.log.error({ err }, "request failed");
           reply.code(e.status).headers({ ...NO_CACHE, ...e.headers });
           // A bare message (the git routes answer JSON strings, as the reference) is sent as JSON, not text.
           if (typeof e.body === "string")
@@ -171,6 +197,35 @@ export function restGateway(options: RestGatewayOptions) {
       });
     }
   };
+}
+
+function registerCallback(app: FastifyInstance, r: SandboxCallbackRoute): void {
+  app.route({
+    method: r.method,
+    url: r.url,
+    handler: async (req, reply) => {
+      const body = req.body as unknown;
+      if (typeof body === "object" && body !== null && INVALID_JSON in body)
+        throw new ValidationError([(body as InvalidJson)[INVALID_JSON]]);
+      if (body === undefined)
+        throw new ValidationError([{ type: "missing", loc: ["body"], msg: "Field required", input: null }]);
+      const header = req.headers["x-session-api-key"];
+      const out = await r.handle({
+        body,
+        params: req.params as Record<string, string>,
+        sessionKey: typeof header === "string" ? header : undefined,
+      });
+      return reply.code(200).headers(NO_CACHE).send(out);
+    },
+    errorHandler: (err, req, reply) => {
+      const e = frameworkError(err) ?? toRestError(err, "v1", "body");
+      if (e.status >= 500 && e.status !== 503) req.log.error({ err }, "sandbox callback failed");
+      return reply
+        .code(e.status)
+        .headers({ ...NO_CACHE, ...e.headers })
+        .send(e.body);
+    },
+  });
 }
 
 const closeControllers = new WeakMap<FastifyReply, AbortController>();
@@ -186,10 +241,6 @@ function closeController(reply: FastifyReply): AbortController {
     closeControllers.set(reply, controller);
   }
   return controller;
-}
-
-function restError(err: unknown, r: RestRoute): RestError {
-  return frameworkError(err) ?? toRestError(err, r.dialect, r.location ?? "body");
 }
 
 /** Streams a server-streaming RPC as one JSON array: "[" then each state as it happens, then "]". */
@@ -216,6 +267,7 @@ async function writeJsonArray(
     res.end("]");
   } catch (err) {
     if (!started) {
+      if (isInternal(err)) reply.log.error({ err }, "request failed");
       const e =
         err instanceof ValidationError
           ? { status: 422, body: validationBody(err.violations) }
@@ -228,4 +280,8 @@ async function writeJsonArray(
       res.end("]");
     }
   }
+}
+
+function isNotFound(err: unknown): boolean {
+  return err instanceof ConnectError && err.code === Code.NotFound;
 }

@@ -31,6 +31,8 @@ export interface RestRoute {
   /** Where violations raised by the service are located (default "body"). */
   location?: "body" | "query" | "path";
   successStatus?: number;
+  /** The body of a 404 (NOT_FOUND from the service), where the reference answers its own shape. */
+  notFoundBody?: unknown;
   /** The body must be present (FastAPI: missing body → 422 at ["body"]). */
   bodyRequired?: boolean;
   bind: (input: RestInput) => unknown;
@@ -73,4 +75,7 @@ export function route<Req, Res>(
 }
 
 /** RPCs deliberately without a REST route (streaming status feeds have no reference path). */
-export const RPC_ONLY: ReadonlySet<string> = new Set(["workspace.v1.SandboxService/WatchSandboxes"]);
+export const RPC_ONLY: ReadonlySet<string> = new Set([
+  "workspace.v1.SandboxService/WatchSandboxes",
+  "workspace.v1.EventService/WatchConversationEvents",
+]);

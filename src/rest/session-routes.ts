@@ -3,7 +3,7 @@ import { fastifyCookie } from "@fastify/cookie";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Caller } from "../core/context.ts";
 import { object, str, validate } from "../core/model.ts";
-import type { Admit, Authenticate } from "../rpc/auth-gate.ts";
+import type { Admit, Authenticate } from "../transport/admission.ts";
 import {
   type BrowserSessions,
   forbiddenOrigin,

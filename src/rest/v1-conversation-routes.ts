@@ -45,6 +45,7 @@ import {
 } from "../services/conversations/conversation-json.ts";
 import { branchProblem, repositoryProblem } from "../services/conversations/workspace-commands.ts";
 import { PROVIDERS } from "../services/settings/settings-fields.ts";
+import { pathParam } from "./legacy-routes.ts";
 import type { JsonSchema, RouteDocs, SchemaBuilder } from "./openapi.ts";
 import { type RestInput, type RestRoute, route } from "./rest-route.ts";
 import { idsQuery, iso, many, PAGE_QUERY, present, single, statusName } from "./v1-sandbox-routes.ts";
@@ -161,6 +162,7 @@ const conversationQuery = object(
     updated_at__gte: { schema: dateTime() },
     updated_at__lt: { schema: dateTime() },
     include_sub_conversations: { schema: bool() },
+    sandbox_id__eq: { schema: str() },
     page_id: { schema: str() },
     limit: { schema: int() },
   },
@@ -180,6 +182,7 @@ function bindConversationQuery(query: RestInput["query"], paged: boolean) {
     "updated_at__gte",
     "updated_at__lt",
     "include_sub_conversations",
+    "sandbox_id__eq",
     ...(paged ? ["page_id", "limit"] : []),
   ];
   const q = validate(conversationQuery, q1(query, names), ["query"]);
@@ -193,6 +196,7 @@ function bindConversationQuery(query: RestInput["query"], paged: boolean) {
     ...(q.include_sub_conversations === undefined
       ? {}
       : { includeSubConversations: q.include_sub_conversations }),
+    ...(q.sandbox_id__eq === undefined ? {} : { sandboxIdEq: q.sandbox_id__eq }),
     ...(q.page_id === undefined ? {} : { pageId: q.page_id }),
     ...(q.limit === undefined ? {} : { limit: q.limit }),
   };
@@ -311,12 +315,29 @@ const CONVERSATION_FILTERS: NonNullable<RouteDocs["query"]> = {
   updated_at__gte: { schema: dateTime$ },
   updated_at__lt: { schema: dateTime$ },
   include_sub_conversations: { schema: { type: "boolean", default: false } },
+  sandbox_id__eq: { schema: str$, description: "Only conversations in this sandbox" },
 };
 const START_TASK_FILTERS: NonNullable<RouteDocs["query"]> = {
   conversation_id__eq: { schema: str$, description: "Only tasks that produced this conversation (UUID)" },
   created_at__gte: { schema: dateTime$ },
 };
 const integer = () => ({ type: "integer", minimum: 0 });
+
+/** Body of PATCH /api/v1/app-conversations/{id} and PATCH /api/conversations/{id}. */
+export const updateConversationBodySchema = object(
+  { title: { schema: str({ minLength: 1, maxLength: 200 }), required: true } },
+  { title: "UpdateConversationRequest", extra: "forbid" },
+);
+
+/** The PATCH body and path as the RPC request. */
+export function bindUpdateConversation({ body, params }: RestInput) {
+  const id = validate(uuidHex(), pathParam(params.conversation_id, "conversation_id"), [
+    "path",
+    "conversation_id",
+  ]);
+  const b = validate(updateConversationBodySchema, body, ["body"]);
+  return { id, title: b.title };
+}
 
 /** /api/v1/app-conversations: start (plain and streamed), search, count, batch get; start tasks likewise. */
 export const v1ConversationRoutes: RestRoute[] = [
@@ -386,6 +407,20 @@ export const v1ConversationRoutes: RestRoute[] = [
     bind: bindIds,
     shape: (r: { items: { conversation?: AppConversation }[] }) =>
       r.items.map((i) => (i.conversation ? shapeConversation(i.conversation) : null)),
+  }),
+  route({
+    method: "PATCH",
+    url: "/api/v1/app-conversations/:conversation_id",
+    service: AppConversationService,
+    rpc: "updateAppConversation",
+    dialect: "v1",
+    location: "body",
+    bodyRequired: true,
+    summary: "Rename a conversation (title, 1..200 characters); 404 for an unknown id",
+    docs: { body: updateConversationBodySchema, response: (s) => s.message(AppConversationSchema) },
+    bind: bindUpdateConversation,
+    shape: (r: { conversation?: AppConversation }) =>
+      r.conversation ? shapeConversation(r.conversation) : null,
   }),
   route({
     method: "GET",

@@ -1,3 +1,4 @@
+import { createServer as createNetServer } from "node:net";
 import {
   create,
   type DescMessage,
@@ -7,20 +8,24 @@ import {
   isMessage,
   toBinary,
 } from "@bufbuild/protobuf";
-import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
+import type { Code, HandlerContext } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
-import { type Caller, callerValues } from "../core/context.ts";
-import { type Admit, type Authenticate, admittedCaller } from "./auth-gate.ts";
+import type { Caller } from "../core/context.ts";
+import { type Admission, callValues } from "../transport/admission.ts";
+import { type CallObserver, codeName } from "../transport/call-metrics.ts";
+import { grpcStatusOf, isInternal, publicError } from "../transport/errors.ts";
+import { lazyHandlerContext } from "../transport/handler-context.ts";
+import type { ServiceBinding } from "../transport/service-binding.ts";
 import { encodeErrorDetails } from "./error-details.ts";
-import { lazyHandlerContext } from "./handler-context.ts";
-import type { ServiceBinding } from "./service-registry.ts";
 
 export interface GrpcServerOptions {
   bindings: readonly ServiceBinding[];
-  authenticate: Authenticate;
-  admit: Admit;
-  /** Called for every finished call (metrics, logs). */
-  onCall?: (method: string, code: Code | 0, ms: number) => void;
+  admission: Admission;
+  /** Largest request message accepted (RESOURCE_EXHAUSTED beyond). */
+  maxMessageBytes: number;
+  /** Called for every finished call (metrics). */
+  onCall?: CallObserver;
+  /** Called with the cause of every internal error (clients get a generic message). */
   onError?: (err: unknown, method: string) => void;
 }
 
@@ -41,7 +46,7 @@ const deserializer =
  */
 export function createGrpcServer(options: GrpcServerOptions): grpc.Server {
   const server = new grpc.Server({
-    "grpc.max_receive_message_length": 4 * 1024 * 1024,
+    "grpc.max_receive_message_length": options.maxMessageBytes,
     "grpc.keepalive_permit_without_calls": 1,
   });
   for (const { desc, impl } of options.bindings) {
@@ -90,12 +95,10 @@ function contextFor(
   options: GrpcServerOptions,
   signal: AbortSignal | (() => AbortSignal),
 ): HandlerContext | Promise<HandlerContext> {
-  const key = call.metadata.get("x-session-api-key")[0];
-  const caller = admittedCaller(
-    options.authenticate,
-    options.admit,
-    typeof key === "string" ? key : undefined,
-  );
+  const raw = call.metadata.get("x-session-api-key")[0];
+  const key = typeof raw === "string" ? raw : undefined;
+  const caller = options.admission(key);
+  const streaming = method.methodKind === "server_streaming";
   const make = (c: Caller): HandlerContext =>
     lazyHandlerContext({
       service: method.parent,
@@ -104,7 +107,7 @@ function contextFor(
       requestMethod: "POST",
       url: `/${method.parent.typeName}/${method.name}`,
       signal,
-      values: callerValues(c),
+      values: callValues(c, key, streaming),
       requestHeader: () => {
         const header = new Headers();
         for (const [k, v] of Object.entries(call.metadata.getMap()))
@@ -126,15 +129,14 @@ function cancelSignal(call: Call): () => AbortSignal {
 }
 
 function toServiceError(err: unknown, method: string, options: GrpcServerOptions): grpc.ServiceError {
-  const ce = ConnectError.from(err);
-  if (ce.code === Code.Internal || ce.code === Code.Unknown) options.onError?.(err, method);
+  if (isInternal(err)) options.onError?.(err, method);
+  const ce = publicError(err);
   const metadata = new grpc.Metadata();
   const details = encodeErrorDetails(ce);
   if (details !== null) metadata.set("grpc-status-details-bin", details);
-  const internal = ce.code === Code.Internal || ce.code === Code.Unknown;
   return Object.assign(new Error(ce.rawMessage), {
-    code: (internal ? Code.Internal : ce.code) as number,
-    details: internal ? "Internal Server Error" : ce.rawMessage,
+    code: grpcStatusOf(ce.code),
+    details: ce.rawMessage,
     metadata,
   });
 }
@@ -148,12 +150,12 @@ function unaryHandler(
   return (call: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>): void => {
     const started = performance.now();
     const done = (res: unknown): void => {
-      options.onCall?.(name, 0, performance.now() - started);
+      options.onCall?.(name, "OK", (performance.now() - started) / 1000);
       callback(null, create(method.output, res as never));
     };
     const failed = (err: unknown): void => {
       const e = toServiceError(err, name, options);
-      options.onCall?.(name, Number(e.code) as Code, performance.now() - started);
+      options.onCall?.(name, codeName(Number(e.code) as Code), (performance.now() - started) / 1000);
       callback(e);
     };
     let result: unknown;
@@ -188,14 +190,65 @@ function streamHandler(
             await new Promise((r) => call.once("drain", r));
           }
         }
-        options.onCall?.(name, 0, performance.now() - started);
+        options.onCall?.(name, "OK", (performance.now() - started) / 1000);
         call.end();
       } catch (err) {
         if (abort.signal.aborted) return;
         const e = toServiceError(err, name, options);
-        options.onCall?.(name, Number(e.code) as Code, performance.now() - started);
-        call.destroy(e);
+        options.onCall?.(name, codeName(Number(e.code) as Code), (performance.now() - started) / 1000);
+        // The stream's error handler ends the call with this status (destroy() would drop it).
+        call.emit("error", e);
       }
     })();
+  };
+}
+
+/** A gRPC listener: a TCP server with a connection cap handing its connections to a grpc-js server. */
+export interface GrpcListener {
+  readonly port: number;
+  /** Stops accepting, lets calls finish for up to `graceMs`, then cuts the rest. */
+  close(graceMs: number): Promise<void>;
+}
+
+/**
+ * Listens for gRPC (HTTP/2 cleartext) on host:port with at most `maxConnections` open connections (further ones are
+ * closed at once by Node's `maxConnections`), the connections served by `server` through grpc-js's connection
+ * injector.
+ */
+export async function listenGrpc(
+  server: grpc.Server,
+  host: string,
+  port: number,
+  maxConnections: number,
+): Promise<GrpcListener> {
+  const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
+  const tcp = createNetServer((socket) => injector.injectConnection(socket));
+  tcp.maxConnections = maxConnections;
+  await new Promise<void>((resolve, reject) => {
+    tcp.once("error", reject);
+    tcp.listen(port, host, () => {
+      tcp.off("error", reject);
+      resolve();
+    });
+  });
+  const address = tcp.address();
+  return {
+    port: typeof address === "object" && address !== null ? address.port : port,
+    async close(graceMs) {
+      const closed = new Promise<void>((resolve) => tcp.close(() => resolve()));
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(() => {
+          server.forceShutdown();
+          resolve();
+        }, graceMs);
+        injector.drain(graceMs);
+        server.tryShutdown(() => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+      injector.destroy();
+      await closed;
+    },
   };
 }

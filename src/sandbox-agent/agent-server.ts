@@ -25,6 +25,27 @@ export interface AgentServerOptions {
   maxBodyBytes?: number;
   /** Output kept per stream of a command in bytes (default 1 MiB); the rest is dropped with a marker. */
   maxOutputBytes?: number;
+  /** Where to report conversations and their events (the agent server's OH_WEBHOOKS_0_* settings). */
+  webhook?: WebhookOptions;
+}
+
+/**
+ * The agent server's webhook, as the reference agent server has it: events are buffered per conversation and
+ * posted as a JSON array to `<baseUrl>/events/<conversation id>` when `bufferSize` are waiting or `flushDelayMs`
+ * after the first one; conversation info is posted to `<baseUrl>/conversations` at once. Every post carries the
+ * session key in X-Session-API-Key and is retried `retries` times, `retryDelayMs` apart; events that still fail are
+ * kept for the next post.
+ */
+export interface WebhookOptions {
+  baseUrl: string;
+  /** Default 5. */
+  bufferSize?: number;
+  /** Default 500 ms (the reference agent server waits 30 s; the built-in agent has few events and no LLM). */
+  flushDelayMs?: number;
+  /** Default 3. */
+  retries?: number;
+  /** Default 1000 ms. */
+  retryDelayMs?: number;
 }
 
 /** One problem in a request, in FastAPI/pydantic's shape (`{"detail": [violation, ...]}` with status 422). */
@@ -101,7 +122,22 @@ export function createAgentServer(options: AgentServerOptions): Server {
   const maxOutputBytes = options.maxOutputBytes ?? MIB;
   const shell = options.shell ?? findShell(options.commandEnv?.PATH);
   const conversations = new Map<string, Json>();
+  /** Every event of each conversation, oldest first (for generate_title). */
+  const events = new Map<string, Json[]>();
   const running = new Set<ChildProcess>();
+  const hook = options.webhook ? createWebhook(options.webhook, options.sessionApiKey) : null;
+
+  function addEvent(conversationId: string, event: Json): void {
+    let list = events.get(conversationId);
+    if (list === undefined) {
+      list = [];
+      events.set(conversationId, list);
+    }
+    list.push(event);
+    const record = conversations.get(conversationId);
+    if (record) record.updated_at = new Date().toISOString();
+    hook?.event(conversationId, event);
+  }
 
   const authorized = (header: string | string[] | undefined): boolean =>
     typeof header === "string" && timingSafeEqual(digest(header), expectedKey);
@@ -120,6 +156,32 @@ export function createAgentServer(options: AgentServerOptions): Server {
       if (method === "POST") return { status: 200, body: createConversation(await readJsonObject(req)) };
       if (method === "GET") return { status: 200, body: getConversations(url.searchParams.getAll("ids")) };
       return detail(405, "Method Not Allowed");
+    }
+    const sub = /^\/api\/conversations\/([^/]+)\/(events|generate_title)$/.exec(path);
+    if (sub !== null) {
+      if (method !== "POST") return detail(405, "Method Not Allowed");
+      const id = normaliseId(sub[1] ?? "");
+      const found = id === null ? undefined : conversations.get(id);
+      if (found === undefined || id === null) return detail(404, "Not Found");
+      const body = await readJsonObject(req);
+      if (sub[2] === "events") {
+        const message = parseMessage(body, ["body"]);
+        addEvent(id, messageEvent(message.role, message.content));
+        return { status: 200, body: { success: true } };
+      }
+      const max = body.max_length ?? 50;
+      if (typeof max !== "number" || !Number.isInteger(max) || max < 1 || max > 200)
+        throw unprocessable([
+          {
+            type: "int_type",
+            loc: ["body", "max_length"],
+            msg: "Input should be an integer 1..200",
+            input: max,
+          },
+        ]);
+      const text = firstUserText(events.get(id) ?? []);
+      if (text === null) return detail(500, "Internal Server Error");
+      return { status: 200, body: { title: text.length > max ? `${text.slice(0, max - 3)}...` : text } };
     }
     if (path.startsWith("/api/conversations/") && path.indexOf("/", "/api/conversations/".length) < 0) {
       if (method !== "GET") return detail(405, "Method Not Allowed");
@@ -198,6 +260,20 @@ export function createAgentServer(options: AgentServerOptions): Server {
     record.created_at = now;
     record.updated_at = now;
     conversations.set(id, record);
+    const initial = body.initial_message;
+    if (initial !== undefined && initial !== null) {
+      const message = parseMessage(initial, ["body", "initial_message"]);
+      addEvent(id, messageEvent(message.role, message.content));
+    }
+    addEvent(id, {
+      kind: "ConversationStateUpdateEvent",
+      id: randomUUID(),
+      timestamp: sdkTimestamp(),
+      source: "environment",
+      key: "execution_status",
+      value: "idle",
+    });
+    hook?.conversation(record);
     return record;
   }
 
@@ -282,8 +358,142 @@ export function createAgentServer(options: AgentServerOptions): Server {
   });
   server.on("close", () => {
     for (const child of running) if (child.pid !== undefined) killTree(child.pid);
+    hook?.flushAll();
   });
   return server;
+}
+
+let lastTimestampUs = 0;
+/**
+ * The SDK's event timestamp: ISO-8601 with microseconds and no offset (here UTC). Strictly increasing, so that
+ * events made in the same millisecond keep their order.
+ */
+function sdkTimestamp(): string {
+  lastTimestampUs = Math.max(Date.now() * 1000, lastTimestampUs + 1);
+  const ms = Math.floor(lastTimestampUs / 1000);
+  const micros = String(lastTimestampUs % 1_000_000).padStart(6, "0");
+  return `${new Date(ms).toISOString().slice(0, 19)}.${micros}`;
+}
+
+/** A MessageEvent as the SDK writes it. */
+function messageEvent(role: string, content: Json[]): Json {
+  return {
+    kind: "MessageEvent",
+    id: randomUUID(),
+    timestamp: sdkTimestamp(),
+    source: role === "user" ? "user" : "agent",
+    llm_message: { role, content },
+    llm_response_id: null,
+    activated_skills: [],
+    extended_content: [],
+    sender: null,
+  };
+}
+
+/** A SendMessageRequest (`{role?, content?}`), checked. */
+function parseMessage(value: unknown, loc: (string | number)[]): { role: string; content: Json[] } {
+  if (typeof value !== "object" || value === null || Array.isArray(value))
+    throw unprocessable([
+      { type: "model_attributes_type", loc, msg: "Input should be a valid dictionary", input: value },
+    ]);
+  const v = value as Json;
+  const role = v.role ?? "user";
+  const content = v.content ?? [];
+  const problems: AgentViolation[] = [];
+  if (typeof role !== "string" || !["user", "system", "assistant", "tool"].includes(role))
+    problems.push({
+      type: "literal_error",
+      loc: [...loc, "role"],
+      msg: "Input should be 'user', 'system', 'assistant' or 'tool'",
+      input: role,
+    });
+  if (!Array.isArray(content) || content.some((c) => typeof c !== "object" || c === null))
+    problems.push({
+      type: "list_type",
+      loc: [...loc, "content"],
+      msg: "Input should be a valid list of content",
+      input: content,
+    });
+  if (problems.length > 0) throw unprocessable(problems);
+  return { role: role as string, content: content as Json[] };
+}
+
+/** The text of the first user message among the events (the SDK's title source), whitespace collapsed. */
+function firstUserText(list: Json[]): string | null {
+  for (const e of list) {
+    if (e.kind !== "MessageEvent" || e.source !== "user") continue;
+    const content = (e.llm_message as { content?: Json[] } | undefined)?.content ?? [];
+    const text = content
+      .filter((c) => c.type === "text" && typeof c.text === "string")
+      .map((c) => c.text as string)
+      .join(" ")
+      .replace(/\s+/g, " ")
+      .trim();
+    if (text !== "") return text;
+  }
+  return null;
+}
+
+/** The webhook sender (see {@link WebhookOptions}). */
+function createWebhook(o: WebhookOptions, sessionApiKey: string) {
+  const base = o.baseUrl.replace(/\/+$/, "");
+  const bufferSize = o.bufferSize ?? 5;
+  const flushDelayMs = o.flushDelayMs ?? 500;
+  const retries = o.retries ?? 3;
+  const retryDelayMs = o.retryDelayMs ?? 1000;
+  const queues = new Map<string, { events: Json[]; timer: NodeJS.Timeout | undefined }>();
+  const headers = { "content-type": "application/json", "x-session-api-key": sessionApiKey };
+
+  async function post(url: string, body: unknown): Promise<boolean> {
+    for (let attempt = 0; attempt <= retries; attempt++) {
+      try {
+        const res = await fetch(url, {
+          method: "POST",
+          headers,
+          body: JSON.stringify(body),
+          signal: AbortSignal.timeout(30_000),
+        });
+        await res.arrayBuffer().catch(() => undefined);
+        if (res.ok) return true;
+        process.emitWarning(`webhook ${url} answered ${res.status}`);
+      } catch (e: unknown) {
+        process.emitWarning(`webhook ${url} failed: ${e instanceof Error ? e.message : String(e)}`);
+      }
+      if (attempt < retries) await new Promise((r) => setTimeout(r, retryDelayMs).unref());
+    }
+    return false;
+  }
+
+  function flush(conversationId: string): void {
+    const q = queues.get(conversationId);
+    if (q === undefined || q.events.length === 0) return;
+    clearTimeout(q.timer);
+    q.timer = undefined;
+    const batch = q.events.splice(0);
+    void post(`${base}/events/${conversationId}`, batch).then((ok) => {
+      // Kept for the next post, in order, as the reference does.
+      if (!ok) q.events.unshift(...batch);
+    });
+  }
+
+  return {
+    event(conversationId: string, event: Json): void {
+      let q = queues.get(conversationId);
+      if (q === undefined) {
+        q = { events: [], timer: undefined };
+        queues.set(conversationId, q);
+      }
+      q.events.push(event);
+      if (q.events.length >= bufferSize) flush(conversationId);
+      else q.timer ??= setTimeout(() => flush(conversationId), flushDelayMs).unref();
+    },
+    conversation(info: Json): void {
+      void post(`${base}/conversations`, info);
+    },
+    flushAll(): void {
+      for (const id of queues.keys()) flush(id);
+    },
+  };
 }
 
 interface CommandRequest {

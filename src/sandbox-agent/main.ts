@@ -2,13 +2,15 @@
  * Entry point of the built-in sandbox agent: `node src/sandbox-agent/main.ts [--port N]`.
  *
  * Environment: PORT (or `--port N`; default 8000), HOST (default 127.0.0.1; 0.0.0.0 in a container with its own
- * network), SESSION_API_KEY or OH_SESSION_API_KEYS_0 (required), WORKSPACE_DIR (default: the current directory).
+ * network), SESSION_API_KEY or OH_SESSION_API_KEYS_0 (required), WORKSPACE_DIR (default: the current directory),
+ * OH_WEBHOOKS_0_BASE_URL (report conversations and events there) with OH_WEBHOOKS_0_EVENT_BUFFER_SIZE,
+ * OH_WEBHOOKS_0_FLUSH_DELAY and OH_WEBHOOKS_0_RETRY_DELAY (seconds) and OH_WEBHOOKS_0_NUM_RETRIES.
  * Exits 0 on SIGTERM/SIGINT after closing the listener and killing running commands; 2 on bad configuration.
  */
 import { mkdirSync } from "node:fs";
 import { flushCompileCache } from "node:module";
 import { resolve } from "node:path";
-import { createAgentServer } from "./agent-server.ts";
+import { createAgentServer, type WebhookOptions } from "./agent-server.ts";
 
 /** Variables the agent reads and does not hand on to the commands it runs. */
 const PRIVATE_ENV = new Set(["SESSION_API_KEY", "OH_SESSION_API_KEYS_0", "NODE_COMPILE_CACHE"]);
@@ -42,7 +44,34 @@ for (const [name, value] of Object.entries(process.env)) {
   if (value !== undefined && !PRIVATE_ENV.has(name)) commandEnv[name] = value;
 }
 
-const server = createAgentServer({ sessionApiKey, workspaceDir, commandEnv });
+/** A number from the environment (seconds → ms with `scale`), else undefined; exits 2 when malformed. */
+function envNumber(name: string, scale = 1): number | undefined {
+  const raw = process.env[name];
+  if (raw === undefined || raw === "") return undefined;
+  const n = Number(raw);
+  if (!Number.isFinite(n) || n < 0) fail(`${name} must be a non-negative number, got ${JSON.stringify(raw)}`);
+  return n * scale;
+}
+const webhookBase = process.env.OH_WEBHOOKS_0_BASE_URL;
+const webhook: WebhookOptions | undefined = webhookBase
+  ? {
+      baseUrl: webhookBase,
+      ...defined("bufferSize", envNumber("OH_WEBHOOKS_0_EVENT_BUFFER_SIZE")),
+      ...defined("flushDelayMs", envNumber("OH_WEBHOOKS_0_FLUSH_DELAY", 1000)),
+      ...defined("retries", envNumber("OH_WEBHOOKS_0_NUM_RETRIES")),
+      ...defined("retryDelayMs", envNumber("OH_WEBHOOKS_0_RETRY_DELAY", 1000)),
+    }
+  : undefined;
+function defined<K extends string>(key: K, value: number | undefined): Partial<Record<K, number>> {
+  return value === undefined ? {} : ({ [key]: value } as Record<K, number>);
+}
+
+const server = createAgentServer({
+  sessionApiKey,
+  workspaceDir,
+  commandEnv,
+  ...(webhook ? { webhook } : {}),
+});
 server.on("error", (e: Error) => {
   process.stderr.write(`sandbox-agent: ${e.message}\n`);
   process.exit(1);

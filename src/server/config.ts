@@ -1,5 +1,6 @@
 import { isAbsolute, resolve } from "node:path";
 import { ProviderHostPolicy } from "../services/git/provider-host.ts";
+import { DEFAULT_LIMITS, type TransportLimits } from "../transport/limits.ts";
 import { loadWebConfig, WEB_ENV_DOC, type WebConfig } from "./web-config.ts";
 
 /** Storage backend: SQLite file under DATA_DIR (default) or MongoDB when MONGODB_URI is set. */
@@ -17,6 +18,9 @@ export type RuntimeConfig =
       image: string;
       memoryBytes: number | undefined;
       nanoCpus: number | undefined;
+      /** `uid[:gid]` the container's processes run as. */
+      user: string;
+      pidsLimit: number;
     };
 
 export interface Config {
@@ -39,10 +43,21 @@ export interface Config {
   readonly rateLimitPerSecond: number;
   readonly rateLimitBurst: number;
   readonly maxRunningSandboxes: number;
+  readonly maxSandboxesPerUser: number;
+  /** Period of the background sweep (sandbox reconciliation, stuck start tasks); 0: off. */
+  readonly sweepIntervalMs: number;
   readonly sandboxSpecsFile: string | undefined;
   readonly logLevel: string;
   /** Web UI, CORS, browser sign-in, single-user mode, /api/options lists (web-config.ts). */
   readonly web: WebConfig;
+  /** Message size, stream, connection and timeout limits, the same on every protocol. */
+  readonly limits: TransportLimits;
+  /** Base URL of this service as sandboxes reach it (their webhooks); default: the HTTP listener's address. */
+  readonly webhookBaseUrl: string | undefined;
+  /** Process sandboxes: bwrap (required), none, or auto (bwrap when it works, else one user only). */
+  readonly sandboxIsolation: "auto" | "bwrap" | "none";
+  /** As root, isolated process sandbox n runs as uid/gid sandboxUidBase + n. */
+  readonly sandboxUidBase: number;
 }
 
 export class ConfigError extends Error {
@@ -71,6 +86,14 @@ export const ENV_DOC: readonly [string, string][] = [
   ["RATE_LIMIT_BURST", "burst size per API key (default 400)"],
   ["SANDBOX_RUNTIME", "process (default) or docker"],
   ["MAX_RUNNING_SANDBOXES", "running sandboxes per user before the oldest is paused (default 5)"],
+  [
+    "MAX_SANDBOXES_PER_USER",
+    "sandboxes a user may have, any status; one more is refused with 409 (default 20)",
+  ],
+  [
+    "SWEEP_INTERVAL_MS",
+    "period of the background sweep: sandboxes reconciled with the runtime, crash leftovers removed, stuck start tasks ended (default 30000; 0: off)",
+  ],
   ["SANDBOX_SPECS_FILE", "JSON file with the sandbox spec list (overrides the defaults)"],
   ["DOCKER_SOCKET", "Docker socket path (default: DOCKER_HOST or /var/run/docker.sock)"],
   ["DOCKER_NETWORK", "network of sandbox containers: host (default), none, or a network name"],
@@ -78,10 +101,30 @@ export const ENV_DOC: readonly [string, string][] = [
     "DOCKER_IMAGE",
     "image of the default docker spec (default ghcr.io/openhands/agent-server:5f62cee-python)",
   ],
-  ["SANDBOX_MEMORY_MB", "memory limit of a sandbox container"],
+  [
+    "SANDBOX_ISOLATION",
+    "process sandboxes: auto (default: bubblewrap when it works, else one user only), bwrap (required), none",
+  ],
+  ["SANDBOX_UID_BASE", "as root, isolated process sandboxes run as uids from this one (default 1000000000)"],
+  ["SANDBOX_DOCKER_USER", "uid[:gid] of the processes in sandbox containers (default 1000:1000)"],
+  ["SANDBOX_PIDS_LIMIT", "process limit of a sandbox container (default 512)"],
+  ["SANDBOX_MEMORY_MB", "memory limit of a sandbox container (default 2048)"],
   ["SANDBOX_CPUS", "CPU limit of a sandbox container (e.g. 1.5)"],
   ["LOG_LEVEL", "fatal, error, warn, info (default), debug, trace, silent"],
   ...WEB_ENV_DOC,
+  [
+    "MAX_MESSAGE_BYTES",
+    "largest request body or message on REST, Connect, gRPC-Web and gRPC (default 1048576)",
+  ],
+  ["MAX_STREAMS_PER_KEY", "open streaming calls per API key, all protocols (default 16)"],
+  ["MAX_STREAMS", "open streaming calls on the server (default 1000)"],
+  ["MAX_CONNECTIONS", "open connections per listener, HTTP and gRPC each (default 10000)"],
+  ["REQUEST_TIMEOUT_MS", "time for a whole HTTP request, headers and body, to arrive (default 30000)"],
+  ["HEADERS_TIMEOUT_MS", "time for an HTTP request's headers to arrive (default 10000)"],
+  [
+    "WEBHOOK_BASE_URL",
+    "this service's URL as sandboxes reach it, for their event webhooks (default http://<HOST>:<PORT>)",
+  ],
 ];
 
 type Env = Record<string, string | undefined>;
@@ -147,7 +190,15 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
   const cpus = env.SANDBOX_CPUS ? Number(env.SANDBOX_CPUS) : undefined;
   if (cpus !== undefined && !(cpus > 0 && cpus <= 1024))
     throw new ConfigError("SANDBOX_CPUS must be a positive number");
-  const memMb = env.SANDBOX_MEMORY_MB ? int(env, "SANDBOX_MEMORY_MB", 0, 6, 1 << 20) : undefined;
+  const memMb = int(env, "SANDBOX_MEMORY_MB", 2048, 6, 1 << 20);
+  const isolation = (env.SANDBOX_ISOLATION || "auto").trim();
+  if (isolation !== "auto" && isolation !== "bwrap" && isolation !== "none")
+    throw new ConfigError(`SANDBOX_ISOLATION must be auto, bwrap or none, got ${JSON.stringify(isolation)}`);
+  const dockerUser = (env.SANDBOX_DOCKER_USER || "1000:1000").trim();
+  if (!/^[1-9][0-9]{0,9}(:[1-9][0-9]{0,9})?$/.test(dockerUser))
+    throw new ConfigError(
+      `SANDBOX_DOCKER_USER must be a non-root uid[:gid] such as 1000:1000, got ${JSON.stringify(dockerUser)}`,
+    );
   const level = (env.LOG_LEVEL || "info").trim();
   if (!["fatal", "error", "warn", "info", "debug", "trace", "silent"].includes(level))
     throw new ConfigError(`LOG_LEVEL ${JSON.stringify(level)} is not a level`);
@@ -157,6 +208,9 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     throw new ConfigError("SESSION_API_KEY must be at least 8 characters");
   const keyFile = env.ENCRYPTION_KEY_FILE || "secret.key";
   const host = env.HOST || "127.0.0.1";
+  const webhookBaseUrl = env.WEBHOOK_BASE_URL?.trim() || undefined;
+  if (webhookBaseUrl !== undefined && !/^https?:\/\/[^/\s]+(\/\S*)?$/.test(webhookBaseUrl))
+    throw new ConfigError("WEBHOOK_BASE_URL must be an http(s) URL such as http://127.0.0.1:3000");
   const config: Config = {
     host,
     port: port(env, "PORT", 3000),
@@ -174,8 +228,10 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
               (env.DOCKER_HOST?.startsWith("unix://") ? env.DOCKER_HOST.slice(7) : undefined),
             network: env.DOCKER_NETWORK || "host",
             image: env.DOCKER_IMAGE || "ghcr.io/openhands/agent-server:5f62cee-python",
-            memoryBytes: memMb === undefined ? undefined : memMb * 1024 * 1024,
+            memoryBytes: memMb * 1024 * 1024,
             nanoCpus: cpus === undefined ? undefined : Math.round(cpus * 1e9),
+            user: dockerUser,
+            pidsLimit: int(env, "SANDBOX_PIDS_LIMIT", 512, 16, 4_194_304),
           }
         : { kind: "process" },
     sessionApiKey,
@@ -188,9 +244,23 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     rateLimitPerSecond: int(env, "RATE_LIMIT_PER_SECOND", 200, 0, 1_000_000),
     rateLimitBurst: int(env, "RATE_LIMIT_BURST", 400, 1, 10_000_000),
     maxRunningSandboxes: int(env, "MAX_RUNNING_SANDBOXES", 5, 1, 1000),
+    maxSandboxesPerUser: int(env, "MAX_SANDBOXES_PER_USER", 20, 1, 100_000),
+    sweepIntervalMs: int(env, "SWEEP_INTERVAL_MS", 30_000, 0, 86_400_000),
     sandboxSpecsFile: env.SANDBOX_SPECS_FILE || undefined,
     logLevel: level,
     web: loadWebConfig(env, host, cwd, (msg) => new ConfigError(msg)),
+    limits: Object.freeze({
+      maxMessageBytes: int(env, "MAX_MESSAGE_BYTES", DEFAULT_LIMITS.maxMessageBytes, 1024, 64 * 1024 * 1024),
+      maxStreamsPerKey: int(env, "MAX_STREAMS_PER_KEY", DEFAULT_LIMITS.maxStreamsPerKey, 1, 100_000),
+      maxStreams: int(env, "MAX_STREAMS", DEFAULT_LIMITS.maxStreams, 1, 1_000_000),
+      maxConnections: int(env, "MAX_CONNECTIONS", DEFAULT_LIMITS.maxConnections, 1, 1_000_000),
+      requestTimeoutMs: int(env, "REQUEST_TIMEOUT_MS", DEFAULT_LIMITS.requestTimeoutMs, 100, 3_600_000),
+      headersTimeoutMs: int(env, "HEADERS_TIMEOUT_MS", DEFAULT_LIMITS.headersTimeoutMs, 100, 3_600_000),
+      keyRecheckMs: DEFAULT_LIMITS.keyRecheckMs,
+    }),
+    webhookBaseUrl,
+    sandboxIsolation: isolation,
+    sandboxUidBase: int(env, "SANDBOX_UID_BASE", 1_000_000_000, 1000, 4_000_000_000),
   };
   return Object.freeze(config);
 }

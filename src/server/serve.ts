@@ -1,7 +1,9 @@
+import { chmodSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
-import type { FastifyServerOptions } from "fastify";
+import type { FastifyBaseLogger, FastifyServerOptions } from "fastify";
 import { HttpGitProviderVerifier } from "../integrations/http-git-provider-verifier.ts";
-import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
+import type { DockerRuntime } from "../sandbox/docker/docker-runtime.ts";
+import type { ProcessIsolation, ProcessRuntime } from "../sandbox/process/process-runtime.ts";
 import { ProviderHostPolicy } from "../services/git/provider-host.ts";
 import { buildApp } from "./app.ts";
 import type { Config } from "./config.ts";
@@ -9,7 +11,6 @@ import { loadOrCreateKeyFile } from "./key-file.ts";
 import { LogDestination } from "./log-destination.ts";
 import { openStorage } from "./open-storage.ts";
 import { defaultSpecs, loadSpecsFile } from "./sandbox-specs.ts";
-import { releaseStartupMemory } from "./startup-memory.ts";
 
 /** Runs the server until SIGTERM/SIGINT, then stops gracefully. */
 export async function serve(config: Readonly<Config>): Promise<void> {
@@ -26,6 +27,9 @@ export async function serve(config: Readonly<Config>): Promise<void> {
   const specs = config.sandboxSpecsFile
     ? loadSpecsFile(config.sandboxSpecsFile, now)
     : defaultSpecs(config.runtime, now);
+  // DATA_DIR holds the database, the key file and the workspaces: the server's user only (also an older, wider one).
+  mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
+  chmodSync(config.dataDir, 0o700);
   const storage = await openStorage(config.storage);
   let runtimeLog: (msg: string, data?: object) => void = () => {};
   const runtime = await openRuntime(config, (msg, data) => runtimeLog(msg, data));
@@ -54,9 +58,14 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     specs,
     maxRunningSandboxes: config.maxRunningSandboxes,
     web: config.web,
+    limits: config.limits,
+    maxSandboxesPerUser: config.maxSandboxesPerUser,
+    sweepIntervalMs: config.sweepIntervalMs,
+    ...(config.webhookBaseUrl === undefined ? {} : { webhookBaseUrl: config.webhookBaseUrl }),
   });
   const log = app.http.log;
   runtimeLog = (msg, data) => log.info({ runtime: runtime.kind, ...data }, msg);
+  if (runtime.kind === "process") warnIsolation(runtime.isolation, log);
   const counts = await app.services.sandboxes.reconcileAll();
   log.info({ sandboxes: counts }, "reconciled recorded sandboxes with the runtime");
   const interrupted = await app.services.conversations.recoverInterrupted();
@@ -74,15 +83,6 @@ export async function serve(config: Readonly<Config>): Promise<void> {
       storage: storage.kind,
     },
     "agent workspace service listening",
-  );
-  const released = releaseStartupMemory();
-  log.info(
-    {
-      rssMiB: Math.round((released.rssAfter / 2 ** 20) * 10) / 10,
-      releasedMiB: Math.round(((released.rssBefore - released.rssAfter) / 2 ** 20) * 10) / 10,
-      ms: Math.round(released.ms),
-    },
-    "released start-up memory",
   );
   if (issued !== null) {
     // Printed once, to stdout and outside the structured log, so it never lands in log files by accident.
@@ -107,7 +107,7 @@ export async function serve(config: Readonly<Config>): Promise<void> {
 async function openRuntime(
   config: Readonly<Config>,
   log: (msg: string, data?: object) => void,
-): Promise<SandboxRuntime> {
+): Promise<DockerRuntime | ProcessRuntime> {
   if (config.runtime.kind === "docker") {
     const [{ default: Docker }, { createDockerRuntime }] = await Promise.all([
       import("dockerode"),
@@ -117,10 +117,35 @@ async function openRuntime(
       docker: new Docker(config.runtime.socketPath ? { socketPath: config.runtime.socketPath } : undefined),
       network: config.runtime.network,
       ...(config.runtime.memoryBytes ? { memoryBytes: config.runtime.memoryBytes } : {}),
+      user: config.runtime.user,
+      pidsLimit: config.runtime.pidsLimit,
       ...(config.runtime.nanoCpus ? { nanoCpus: config.runtime.nanoCpus } : {}),
       log,
     });
   }
   const { createProcessRuntime } = await import("../sandbox/process/process-runtime.ts");
-  return createProcessRuntime({ workspaceRoot: join(config.dataDir, "sandboxes"), log });
+  return createProcessRuntime({
+    workspaceRoot: join(config.dataDir, "sandboxes"),
+    isolation: config.sandboxIsolation,
+    ...(process.env.PATH ? { searchPath: process.env.PATH } : {}),
+    uidBase: config.sandboxUidBase,
+    log,
+  });
+}
+
+/** Says how process sandboxes are isolated; loudly when they are not. */
+function warnIsolation(isolation: ProcessIsolation, log: FastifyBaseLogger): void {
+  if (isolation.mode === "bwrap") {
+    log.info({ isolation: "bwrap" }, "process sandboxes are isolated with bubblewrap");
+  } else if (isolation.singleUser) {
+    log.warn(
+      { isolation: "none", reason: isolation.reason },
+      "WARNING: process sandboxes are NOT isolated (bubblewrap cannot run here): a sandbox can read the key file, the database and every other sandbox. Sandboxes are started for ONE user only; install bubblewrap (apt-get install bubblewrap), or set SANDBOX_ISOLATION=none to allow every user anyway",
+    );
+  } else {
+    log.warn(
+      { isolation: "none" },
+      "WARNING: SANDBOX_ISOLATION=none: process sandboxes are NOT isolated: a sandbox can read the key file, the database and every other sandbox",
+    );
+  }
 }

@@ -248,6 +248,31 @@ export function describeRuntimeContract(
         expect(await hooks.leftovers(handle)).toEqual([]);
       });
 
+      it("removes by sandbox id alone (no handle), running or paused, with a fresh instance; idempotent", async () => {
+        const start = async (): Promise<{ id: string; handle: RuntimeHandle }> => {
+          const id = newId();
+          const handle = await runtime.start({
+            sandboxId: id,
+            spec: makeSpec("agent"),
+            sessionApiKey: newKey(),
+          });
+          expect(await runtime.waitHealthy(handle, healthyTimeout)).toBe(true);
+          return { id, handle };
+        };
+        const running = await start();
+        const paused = await start();
+        await runtime.pause(paused.handle);
+        const restarted = freshRuntime();
+        expect(await restarted.removeBySandboxId(running.id)).toBeGreaterThan(0);
+        expect(await restarted.removeBySandboxId(paused.id)).toBeGreaterThan(0);
+        for (const s of [running, paused]) {
+          expect(await restarted.inspect(stored(s.handle))).toBe("missing");
+          expect(await hooks.leftovers(s.handle)).toEqual([]);
+        }
+        expect(await restarted.removeBySandboxId(running.id)).toBe(0);
+        expect(await restarted.removeBySandboxId(newId())).toBe(0);
+      });
+
       it("removes with a fresh runtime instance", async () => {
         const { handle } = await startHealthy();
         await freshRuntime().remove(stored(handle));

@@ -130,6 +130,39 @@ describe.skipIf(skipReason !== null)(`docker runtime${skipReason ? ` (skipped: $
       }
     });
 
+    it("runs as a non-root user without capabilities or new privileges, with default limits and no host path", async () => {
+      const handle = await runtime.start({ sandboxId: "dt-confined", spec: spec([]), sessionApiKey: key });
+      try {
+        const info = await docker.getContainer(dataOf(handle).containerId).inspect();
+        expect(info.Config.User).toBe("1000:1000");
+        expect(info.HostConfig.Privileged).toBe(false);
+        expect(info.HostConfig.CapDrop).toEqual(["ALL"]);
+        expect(info.HostConfig.CapAdd ?? []).toEqual([]);
+        expect(info.HostConfig.SecurityOpt).toEqual(["no-new-privileges"]);
+        expect(info.HostConfig.PidsLimit).toBe(512);
+        expect(info.HostConfig.Memory).toBe(2048 * 1024 * 1024);
+        expect(info.HostConfig.Binds ?? []).toEqual([]);
+        // The only mount is the workspace volume: no host folder.
+        expect(info.Mounts.map((m) => [m.Type, m.Destination])).toEqual([["volume", "/workspace/project"]]);
+        expect(await runtime.waitHealthy(handle, 30_000)).toBe(true);
+        const res = await fetch(new URL("/api/bash/execute_bash_command", handle.agentUrl), {
+          method: "POST",
+          headers: { "x-session-api-key": key },
+          body: JSON.stringify({
+            command: "id -u; id -g; echo data > owned.txt && cat owned.txt && cat /proc/self/status",
+          }),
+        });
+        const out = (await res.json()) as { exit_code: number; stdout: string };
+        expect(out.stdout).toMatch(/^1000\n1000\ndata\n/);
+        expect(out.stdout).toMatch(/^CapEff:\t0000000000000000$/m);
+        expect(out.stdout).toMatch(/^CapBnd:\t0000000000000000$/m);
+        expect(out.stdout).toMatch(/^NoNewPrivs:\t1$/m);
+        expect(out.exit_code).toBe(0);
+      } finally {
+        await runtime.remove(handle);
+      }
+    });
+
     it("runs the image's default command plus the arguments after the built-in marker, {port} replaced", async () => {
       const handle = await start(spec([BUILTIN_AGENT_COMMAND, "--port", "{port}"]));
       try {

@@ -1,5 +1,5 @@
-import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { spawn, spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it, vi } from "vitest";
@@ -122,6 +122,47 @@ describe("process runtime specifics", () => {
     });
   });
 
+  it("removeBySandboxId finds the sandbox by its workspace and kills its background jobs, not other sandboxes", async () => {
+    const handle = await runtime.start({ sandboxId: "by-id", spec: spec([]), sessionApiKey: key });
+    const other = await runtime.start({ sandboxId: "by-id-other", spec: spec([]), sessionApiKey: key });
+    expect(await runtime.waitHealthy(handle, 10_000)).toBe(true);
+    expect(await runtime.waitHealthy(other, 10_000)).toBe(true);
+    // A job that leaves the sandbox's process group: found by its working directory, not by the group.
+    await exec(handle, "setsid sleep 300 > /dev/null 2>&1 < /dev/null &");
+    let jobs: number[] = [];
+    await vi.waitFor(
+      () => {
+        jobs = listProcesses()
+          .filter((p) => p.pgrp !== dataOf(handle).pid && readProcStat(p.pid) !== null)
+          .filter((p) => {
+            try {
+              return (
+                readlinkSync(`/proc/${p.pid}/cwd`) === dataOf(handle).workspace &&
+                p.pid !== dataOf(handle).pid
+              );
+            } catch {
+              return false;
+            }
+          })
+          .map((p) => p.pid);
+        expect(jobs.length).toBeGreaterThan(0);
+      },
+      { timeout: 2000, interval: 20 },
+    );
+    const fresh = makeRuntime();
+    expect(await fresh.removeBySandboxId("by-id")).toBeGreaterThanOrEqual(2);
+    await vi.waitFor(
+      () => {
+        expect(alive(handle)).toBe(false);
+        for (const pid of jobs) expect(["Z", undefined]).toContain(readProcStat(pid)?.state);
+      },
+      { timeout: 2000, interval: 10 },
+    );
+    expect(existsSync(dataOf(handle).workspace)).toBe(false);
+    expect(await runtime.inspect(other)).toBe("running");
+    await runtime.remove(other);
+  });
+
   it("kills what a crashed sandbox left running in its group", async () => {
     const handle = await runtime.start({
       sandboxId: "leftovers",
@@ -240,4 +281,79 @@ describe("process runtime specifics", () => {
     expect(alive(handle)).toBe(false);
     expect(await runtime.inspect(handle)).toBe("missing");
   });
+});
+
+describe("process runtime isolation choice", () => {
+  const base = mkdtempSync(join(tmpdir(), "runtime-isolation-"));
+  const made: ProcessRuntime[] = [];
+  const make = (options: Omit<Parameters<typeof createProcessRuntime>[0], "workspaceRoot">, name: string) => {
+    const r = createProcessRuntime({ workspaceRoot: join(base, name), stopGraceMs: 500, ...options });
+    made.push(r);
+    return r;
+  };
+  const bwrapFound = spawnSync("bwrap", ["--version"]).error === undefined;
+  afterAll(async () => {
+    for (const r of made) await r.killAll();
+    rmSync(base, { recursive: true, force: true });
+  });
+
+  it("isolates with bubblewrap by default where it runs", () => {
+    const r = make({}, "default");
+    if (!bwrapFound)
+      console.log("bubblewrap not installed: the default runtime runs unisolated for one user");
+    expect(r.isolation).toEqual(
+      bwrapFound
+        ? { mode: "bwrap", singleUser: false }
+        : expect.objectContaining({ mode: "none", singleUser: true }),
+    );
+  });
+
+  it("SANDBOX_ISOLATION=bwrap: creating the runtime fails when bwrap cannot run", () => {
+    expect(() => make({ isolation: "bwrap", bwrapPath: "/nonexistent/bwrap" }, "required")).toThrow(
+      /SANDBOX_ISOLATION=bwrap, but bubblewrap cannot run sandboxes here: \/nonexistent\/bwrap not found/,
+    );
+  });
+
+  it("auto without bwrap: one user only, remembered across instances; none: every user", async () => {
+    const r = make({ bwrapPath: "/nonexistent/bwrap" }, "fallback");
+    expect(r.isolation).toMatchObject({ mode: "none", singleUser: true });
+    r.admit?.("alice");
+    expect(() => r.admit?.("bob")).toThrow(/SANDBOX_ISOLATION=none/);
+    const request = (ownerId: string) => ({
+      sandboxId: `sb-${ownerId}`,
+      spec: spec(["/bin/sh", "-c", "sleep 5"]),
+      sessionApiKey: "k".repeat(16),
+      ownerId,
+    });
+    await expect(r.start(request("bob"))).rejects.toThrow(/one user only/);
+    const handle = await r.start(request("alice"));
+    await r.remove(handle);
+    const restarted = make({ bwrapPath: "/nonexistent/bwrap" }, "fallback");
+    expect(() => restarted.admit?.("bob")).toThrow(/one user only/);
+    const open = make({ isolation: "none", bwrapPath: "/nonexistent/bwrap" }, "fallback");
+    expect(open.isolation).toEqual({ mode: "none", singleUser: false });
+    open.admit?.("bob");
+    await open.remove(await open.start(request("bob")));
+  });
+
+  it.skipIf(!bwrapFound)(
+    "runs bwrap and setpriv from the server's search path, never from a spec's PATH",
+    async () => {
+      const r = make({}, "path");
+      const fake = join(base, "fake-bin");
+      mkdirSync(fake, { recursive: true });
+      const marker = join(base, "fake-ran");
+      for (const name of ["bwrap", "setpriv"]) {
+        writeFileSync(join(fake, name), `#!/bin/sh\ntouch ${marker}\nexec sleep 5\n`, { mode: 0o755 });
+      }
+      const handle = await r.start({
+        sandboxId: "spec-path",
+        spec: spec([], { PATH: `${fake}:/usr/bin:/bin` }),
+        sessionApiKey: "k".repeat(16),
+      });
+      expect(await r.waitHealthy(handle, 10_000)).toBe(true);
+      expect(existsSync(marker)).toBe(false);
+      await r.remove(handle);
+    },
+  );
 });

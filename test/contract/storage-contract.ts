@@ -7,6 +7,7 @@ import type {
   StartTaskRecord,
   StartTaskStatus,
 } from "../../src/ports/conversation-repository.ts";
+import type { EventRecord } from "../../src/ports/event-repository.ts";
 import type { Cursor, Page } from "../../src/ports/page.ts";
 import type { SandboxRecord } from "../../src/ports/sandbox-repository.ts";
 import type { Storage } from "../../src/ports/storage.ts";
@@ -101,6 +102,24 @@ function startTask(
     request: { initial_message: { content: [{ type: "text", text: "hello" }] }, selected_repository: null },
     createdAt,
     updatedAt: createdAt,
+    ...overrides,
+  };
+}
+
+function event(
+  ownerId: string,
+  conversationId: string,
+  us: number,
+  overrides: Partial<EventRecord> = {},
+): EventRecord {
+  const id = overrides.id ?? randomUUID();
+  return {
+    ownerId,
+    conversationId,
+    id,
+    kind: "MessageEvent",
+    timestampUs: T0 * 1000 + us,
+    body: JSON.stringify({ id, kind: overrides.kind ?? "MessageEvent", "a.b": { $x: [1, null, "é"] } }),
     ...overrides,
   };
 }
@@ -454,6 +473,159 @@ export function describeStorageContract(name: string, make: () => Promise<Storag
       });
     });
 
+    describe("sandbox slots and limits", () => {
+      const limits = { maxPerUser: 10, maxRunning: 2 };
+      const noHandle = (owner: string, seconds: number, overrides: Partial<SandboxRecord> = {}) =>
+        sandbox(owner, at(seconds), { status: "STARTING", handle: {}, ...overrides });
+
+      it("create inserts as STARTING and evicts the oldest slot holders beyond maxRunning, as they were", async () => {
+        const owner = newOwner();
+        const paused = sandbox(owner, at(0), { status: "PAUSED" });
+        const failed = sandbox(owner, at(0.5), { status: "ERROR" });
+        const a = sandbox(owner, at(1), { status: "RUNNING" });
+        const b = noHandle(owner, 2);
+        for (const r of [paused, failed, a, b]) await storage.sandboxes.insert(r);
+        const c = noHandle(owner, 3, { status: "RUNNING" });
+        const outcome = await storage.sandboxes.create(c, limits);
+        expect(outcome).toStrictEqual({ created: true, evicted: [a] });
+        expect(await storage.sandboxes.get(c.id)).toStrictEqual({ ...c, status: "STARTING" });
+        expect((await storage.sandboxes.get(a.id))?.status).toBe("PAUSED");
+        expect((await storage.sandboxes.get(b.id))?.status).toBe("STARTING");
+        expect((await storage.sandboxes.get(paused.id))?.status).toBe("PAUSED");
+        expect((await storage.sandboxes.get(failed.id))?.status).toBe("ERROR");
+        // Another owner's slots are not touched.
+        const other = noHandle(newOwner(), 4);
+        expect(await storage.sandboxes.create(other, { maxPerUser: 10, maxRunning: 1 })).toStrictEqual({
+          created: true,
+          evicted: [],
+        });
+        expect((await storage.sandboxes.get(b.id))?.status).toBe("STARTING");
+      });
+
+      it("create refuses at maxPerUser, counting every status, and writes nothing", async () => {
+        const owner = newOwner();
+        const existing = [
+          sandbox(owner, at(1), { status: "ERROR" }),
+          sandbox(owner, at(2), { status: "PAUSED" }),
+          sandbox(owner, at(3), { status: "RUNNING" }),
+        ];
+        for (const r of existing) await storage.sandboxes.insert(r);
+        const refused = noHandle(owner, 4);
+        expect(await storage.sandboxes.create(refused, { maxPerUser: 3, maxRunning: 1 })).toStrictEqual({
+          created: false,
+          count: 3,
+        });
+        expect(await storage.sandboxes.get(refused.id)).toBeNull();
+        expect((await storage.sandboxes.get(existing[2]!.id))?.status).toBe("RUNNING");
+      });
+
+      it("12 concurrent creates over two connections: 10 created, at most maxRunning hold a slot, each eviction once", async () => {
+        const second = await open();
+        const owner = newOwner();
+        const records = Array.from({ length: 12 }, (_, i) => noHandle(owner, 10 + i));
+        const outcomes = await Promise.all(
+          records.map((r, i) =>
+            (i % 2 === 0 ? storage : second).sandboxes.create(r, { maxPerUser: 10, maxRunning: 3 }),
+          ),
+        );
+        expect(outcomes.filter((o) => o.created)).toHaveLength(10);
+        expect(outcomes.filter((o) => !o.created)).toHaveLength(2);
+        const all = await storage.sandboxes.listAll(owner);
+        expect(all).toHaveLength(10);
+        expect(all.filter((r) => r.status === "STARTING")).toHaveLength(3);
+        expect(all.filter((r) => r.status === "PAUSED")).toHaveLength(7);
+        const evicted = outcomes.flatMap((o) => (o.created ? o.evicted.map((e) => e.id) : []));
+        expect(new Set(evicted).size).toBe(evicted.length); // nobody evicted twice
+        expect([...evicted].sort()).toStrictEqual(
+          all
+            .filter((r) => r.status === "PAUSED")
+            .map((r) => r.id)
+            .sort(),
+        );
+      });
+
+      it("claim moves a record into a slot, evicting the oldest other holders; a holder is returned unchanged", async () => {
+        const owner = newOwner();
+        const old = sandbox(owner, at(1), { status: "PAUSED" });
+        const a = sandbox(owner, at(2), { status: "RUNNING" });
+        const b = sandbox(owner, at(3), { status: "STARTING" });
+        for (const r of [old, a, b]) await storage.sandboxes.insert(r);
+        const claimed = await storage.sandboxes.claim(old.id, owner, 2, at(10));
+        expect(claimed).toStrictEqual({
+          record: { ...old, status: "STARTING", updatedAt: at(10) },
+          claimed: true,
+          evicted: [a],
+        });
+        expect(await storage.sandboxes.get(old.id)).toStrictEqual({
+          ...old,
+          status: "STARTING",
+          updatedAt: at(10),
+        });
+        expect(await storage.sandboxes.get(a.id)).toStrictEqual({
+          ...a,
+          status: "PAUSED",
+          updatedAt: at(10),
+        });
+        expect(await storage.sandboxes.claim(b.id, owner, 2, at(11))).toStrictEqual({
+          record: b,
+          claimed: false,
+          evicted: [],
+        });
+        expect(await storage.sandboxes.claim(old.id, newOwner(), 2, at(12))).toBeNull();
+        expect(await storage.sandboxes.claim(hex(), owner, 2, at(12))).toBeNull();
+      });
+
+      it("setHandle saves the handle whatever the status and tells the status it found; null when deleted", async () => {
+        const owner = newOwner();
+        const first = noHandle(owner, 1);
+        await storage.sandboxes.create(first, { maxPerUser: 10, maxRunning: 1 });
+        const handle = { data: { pid: 7 }, agentUrl: "http://127.0.0.1:1", port: 1 };
+        expect(await storage.sandboxes.setHandle(first.id, handle, at(5))).toStrictEqual({
+          ...first,
+          handle,
+          status: "STARTING",
+          updatedAt: at(5),
+        });
+        // A second start evicts the first; the first's next handle write sees PAUSED.
+        const second = noHandle(owner, 2);
+        const outcome = await storage.sandboxes.create(second, { maxPerUser: 10, maxRunning: 1 });
+        expect(outcome.created && outcome.evicted.map((e) => e.handle)).toStrictEqual([handle]);
+        const later = await storage.sandboxes.setHandle(second.id, handle, at(6));
+        expect(later?.status).toBe("STARTING");
+        const third = noHandle(owner, 3);
+        const evictsSecond = await storage.sandboxes.create(third, { maxPerUser: 10, maxRunning: 1 });
+        expect(evictsSecond.created && evictsSecond.evicted.map((e) => e.id)).toStrictEqual([second.id]);
+        // The third was evicted before its handle was saved: whoever saves it learns that.
+        const fourth = noHandle(owner, 4);
+        const evictsThird = await storage.sandboxes.create(fourth, { maxPerUser: 10, maxRunning: 1 });
+        expect(evictsThird.created && evictsThird.evicted).toStrictEqual([{ ...third, status: "STARTING" }]);
+        expect((await storage.sandboxes.setHandle(third.id, handle, at(7)))?.status).toBe("PAUSED");
+        expect((await storage.sandboxes.get(third.id))?.handle).toStrictEqual(handle);
+        expect(await storage.sandboxes.setHandle(hex(), handle, at(7))).toBeNull();
+      });
+
+      it("transition is a compare-and-set on the status", async () => {
+        const s = sandbox(newOwner(), at(1), { status: "STARTING" });
+        await storage.sandboxes.insert(s);
+        expect(await storage.sandboxes.transition(s.id, ["RUNNING"], "ERROR", at(2))).toBe(false);
+        expect(await storage.sandboxes.get(s.id)).toStrictEqual(s);
+        expect(await storage.sandboxes.transition(s.id, ["STARTING", "RUNNING"], "RUNNING", at(3))).toBe(
+          true,
+        );
+        expect(await storage.sandboxes.get(s.id)).toStrictEqual({
+          ...s,
+          status: "RUNNING",
+          updatedAt: at(3),
+        });
+        expect(await storage.sandboxes.transition(hex(), ["RUNNING"], "ERROR", at(4))).toBe(false);
+      });
+
+      it("checkWritable writes a heartbeat, repeatedly", async () => {
+        await expect(storage.checkWritable()).resolves.toBeUndefined();
+        await expect(storage.checkWritable()).resolves.toBeUndefined();
+      });
+    });
+
     describe("conversations", () => {
       it("round-trips every field, null-valued ones included", async () => {
         const owner = newOwner();
@@ -667,6 +839,171 @@ export function describeStorageContract(name: string, make: () => Promise<Storag
           RangeError,
         );
       });
+
+      it("filters by sandbox in search and count", async () => {
+        const owner = newOwner();
+        const a = conversation(owner, at(1), { sandboxId: "sbx-a" });
+        const b = conversation(owner, at(2), { sandboxId: "sbx-b" });
+        const sub = conversation(owner, at(3), { sandboxId: "sbx-a", parentConversationId: a.id });
+        for (const c of [a, b, sub]) await storage.conversations.insert(c);
+        await storage.conversations.insert(conversation(newOwner(), at(4), { sandboxId: "sbx-a" }));
+        const page = await storage.conversations.search(
+          owner,
+          { sandboxIdEq: "sbx-a" },
+          { limit: 10, after: null },
+        );
+        expect(ids(page.items)).toStrictEqual([a.id]);
+        expect(
+          await storage.conversations.count(owner, { sandboxIdEq: "sbx-a", includeSubConversations: true }),
+        ).toBe(2);
+        expect(await storage.conversations.count(owner, { sandboxIdEq: "sbx-c" })).toBe(0);
+      });
+
+      it("updates only the patched fields of the owner's conversation; false otherwise", async () => {
+        const owner = newOwner();
+        const c = conversation(owner, at(1));
+        await storage.conversations.insert(c);
+        expect(await storage.conversations.update(c.id, owner, { title: "Renamed", updatedAt: at(2) })).toBe(
+          true,
+        );
+        expect(await storage.conversations.get(c.id, owner)).toStrictEqual({
+          ...c,
+          title: "Renamed",
+          updatedAt: at(2),
+        });
+        const metrics = { accumulated_cost: 1.5, nested: { a: [1, 2] } };
+        expect(
+          await storage.conversations.update(c.id, owner, { llmModel: "m2", metrics, updatedAt: at(3) }),
+        ).toBe(true);
+        expect(await storage.conversations.get(c.id, owner)).toStrictEqual({
+          ...c,
+          title: "Renamed",
+          llmModel: "m2",
+          metrics,
+          updatedAt: at(3),
+        });
+        expect(await storage.conversations.update(c.id, newOwner(), { title: "x", updatedAt: at(4) })).toBe(
+          false,
+        );
+        expect(await storage.conversations.update(hex(), owner, { title: "x", updatedAt: at(4) })).toBe(
+          false,
+        );
+        expect((await storage.conversations.get(c.id, owner))?.title).toBe("Renamed");
+      });
+
+      it("deletes the owner's conversation once; never another owner's", async () => {
+        const owner = newOwner();
+        const c = conversation(owner, at(1));
+        await storage.conversations.insert(c);
+        expect(await storage.conversations.delete(c.id, newOwner())).toBe(false);
+        expect(await storage.conversations.get(c.id, owner)).not.toBeNull();
+        expect(await storage.conversations.delete(c.id, owner)).toBe(true);
+        expect(await storage.conversations.delete(c.id, owner)).toBe(false);
+        expect(await storage.conversations.get(c.id, owner)).toBeNull();
+      });
+    });
+
+    describe("events", () => {
+      it("appends durably, returns what was new, and skips an event stored before (same conversation and id)", async () => {
+        const owner = newOwner();
+        const conv = hex();
+        const a = event(owner, conv, 1);
+        const b = event(owner, conv, 2);
+        expect(await storage.events.append([a, b])).toStrictEqual([a, b]);
+        const again = event(owner, conv, 3, { id: a.id, body: '{"changed":true}' });
+        const c = event(owner, conv, 4);
+        expect(await storage.events.append([again, c])).toStrictEqual([c]);
+        // The same event id in another conversation is another event.
+        const elsewhere = event(owner, hex(), 5, { id: a.id });
+        expect(await storage.events.append([elsewhere])).toStrictEqual([elsewhere]);
+        const page = await storage.events.search(
+          owner,
+          { conversationIdEq: conv },
+          { limit: 10, after: null },
+          false,
+        );
+        expect(page).toStrictEqual({ items: [a, b, c], next: null });
+        expect(await storage.events.append([])).toStrictEqual([]);
+      });
+
+      it("commits concurrent appends of one turn together, each resolving with its own new events", async () => {
+        const owner = newOwner();
+        const conv = hex();
+        const batches = Array.from({ length: 20 }, (_, i) => [
+          event(owner, conv, i * 2),
+          event(owner, conv, i * 2 + 1),
+        ]);
+        const results = await Promise.all(batches.map((b) => storage.events.append(b)));
+        expect(results).toStrictEqual(batches);
+        expect(await storage.events.count(owner, { conversationIdEq: conv })).toBe(40);
+      });
+
+      it("orders by timestamp then id, both directions, with exact cursors; filters by kind and time", async () => {
+        const owner = newOwner();
+        const conv = hex();
+        const evs = [
+          event(owner, conv, 10, { id: "e-b" }),
+          event(owner, conv, 10, { id: "e-a" }),
+          event(owner, conv, 5, { id: "e-z", kind: "ActionEvent" }),
+          event(owner, conv, 20, { id: "e-c", kind: "ActionEvent" }),
+          event(owner, conv, 30, { id: "e-d" }),
+        ];
+        await storage.events.append(evs);
+        const asc = ["e-z", "e-a", "e-b", "e-c", "e-d"];
+        const pagesAsc = await allPages(
+          (after) =>
+            storage.events.search(
+              owner,
+              { conversationIdEq: conv },
+              { limit: 2, after: after as never },
+              false,
+            ) as never,
+        );
+        expect(pagesAsc.flatMap((p) => ids(p.items as EventRecord[]))).toStrictEqual(asc);
+        expect(pagesAsc[0]?.next).toStrictEqual({ timestampUs: T0 * 1000 + 10, id: "e-a" });
+        const pagesDesc = await allPages(
+          (after) => storage.events.search(owner, {}, { limit: 2, after: after as never }, true) as never,
+        );
+        expect(pagesDesc.flatMap((p) => ids(p.items as EventRecord[]))).toStrictEqual([...asc].reverse());
+        const kinds = await storage.events.search(
+          owner,
+          { kindEq: "ActionEvent" },
+          { limit: 10, after: null },
+          false,
+        );
+        expect(ids(kinds.items)).toStrictEqual(["e-z", "e-c"]);
+        const window = {
+          conversationIdEq: conv,
+          timestampGteUs: T0 * 1000 + 10,
+          timestampLtUs: T0 * 1000 + 30,
+        };
+        expect(
+          ids((await storage.events.search(owner, window, { limit: 10, after: null }, false)).items),
+        ).toStrictEqual(["e-a", "e-b", "e-c"]);
+        expect(await storage.events.count(owner, window)).toBe(3);
+        expect(await storage.events.count(owner, { conversationIdEq: conv, kindEq: "ActionEvent" })).toBe(2);
+        await expect(storage.events.search(owner, {}, { limit: 0, after: null }, false)).rejects.toThrow(
+          RangeError,
+        );
+      });
+
+      it("keeps owners apart in search, count, getMany and delete", async () => {
+        const alice = newOwner();
+        const bob = newOwner();
+        const conv = hex();
+        const mine = event(alice, conv, 1);
+        const theirs = event(bob, conv, 2);
+        await storage.events.append([mine]);
+        await storage.events.append([theirs]);
+        expect(
+          ids((await storage.events.search(alice, {}, { limit: 10, after: null }, false)).items),
+        ).toStrictEqual([mine.id]);
+        expect(await storage.events.count(bob, { conversationIdEq: conv })).toBe(1);
+        expect(await storage.events.getMany([mine.id, theirs.id, "unknown"], alice)).toStrictEqual([mine]);
+        expect(await storage.events.deleteConversation(conv, alice)).toBe(1);
+        expect(await storage.events.count(alice, {})).toBe(0);
+        expect(await storage.events.count(bob, {})).toBe(1);
+      });
     });
 
     describe("startTasks", () => {
@@ -832,6 +1169,8 @@ export function describeStorageContract(name: string, make: () => Promise<Storag
         await first.conversations.addSubConversation(conv.id, "f".repeat(32), at(7));
         await first.startTasks.insert(task);
         await first.startTasks.update(task.id, { status: "READY", updatedAt: at(8) });
+        const ev = event(owner, conv.id, 9);
+        await first.events.append([ev]);
         await first.close();
         await first.close(); // idempotent
 
@@ -854,6 +1193,7 @@ export function describeStorageContract(name: string, make: () => Promise<Storag
           status: "READY",
           updatedAt: at(8),
         });
+        expect(await reopened.events.getMany([ev.id], owner)).toStrictEqual([ev]);
       });
     });
   });

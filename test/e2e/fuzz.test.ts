@@ -43,6 +43,7 @@ function inertRuntime(): SandboxRuntime {
     pause: async () => {},
     resume: async (h) => h,
     remove: async () => {},
+    removeBySandboxId: async () => 0,
     ping: async () => {},
     close: async () => {},
   } as SandboxRuntime;

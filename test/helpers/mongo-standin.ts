@@ -24,6 +24,7 @@ export interface StandinCall {
     | "find"
     | "updateOne"
     | "deleteOne"
+    | "deleteMany"
     | "countDocuments"
     | "command";
   filter?: StandinDoc;
@@ -57,6 +58,16 @@ function indexKeyOf(doc: StandinDoc, index: StandinIndex): string {
   return JSON.stringify(
     Object.keys(index.key).map((field) => valueAt(doc, field)),
     (_key, value: unknown) => (value instanceof Date ? { $date: value.getTime() } : value),
+  );
+}
+
+function isOperatorObject(value: unknown): boolean {
+  return (
+    typeof value === "object" &&
+    value !== null &&
+    !Array.isArray(value) &&
+    !(value instanceof Date) &&
+    Object.keys(value).some((k) => k.startsWith("$"))
   );
 }
 
@@ -208,6 +219,17 @@ export class MongoStandinCollection {
     const query = new Query<StandinDoc>(filter, {});
     const position = this.documents.findIndex((d) => query.test(d));
     const current = this.documents[position];
+    if (current === undefined && options.upsert === true) {
+      // As the server: the filter's plain equality fields, then the update applied to them.
+      const created: StandinDoc = {};
+      for (const [k, v] of Object.entries(filter))
+        if (!k.startsWith("$") && !isOperatorObject(v)) created[k] = clone(v);
+      update(created, clone(modifier));
+      if (created._id === undefined) created._id = new ObjectId();
+      this.#checkUnique(created, undefined);
+      this.documents.push(created);
+      return { acknowledged: true, matchedCount: 0, modifiedCount: 0, upsertedCount: 0, upsertedId: null };
+    }
     if (current === undefined) {
       return { acknowledged: true, matchedCount: 0, modifiedCount: 0, upsertedCount: 0, upsertedId: null };
     }
@@ -242,6 +264,21 @@ export class MongoStandinCollection {
     if (position < 0) return { acknowledged: true, deletedCount: 0 };
     this.documents.splice(position, 1);
     return { acknowledged: true, deletedCount: 1 };
+  }
+
+  async deleteMany(
+    filter: StandinDoc,
+    options: StandinDoc = {},
+  ): Promise<{ acknowledged: true; deletedCount: number }> {
+    await tick();
+    this.#record({ op: "deleteMany", filter: clone(filter), options: clone(options) });
+    const query = new Query<StandinDoc>(filter, {});
+    const before = this.documents.length;
+    for (let i = this.documents.length - 1; i >= 0; i--) {
+      const doc = this.documents[i];
+      if (doc !== undefined && query.test(doc)) this.documents.splice(i, 1);
+    }
+    return { acknowledged: true, deletedCount: before - this.documents.length };
   }
 
   async countDocuments(

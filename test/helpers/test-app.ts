@@ -35,6 +35,11 @@ export interface TestAppOptions {
   runtime?: SandboxRuntime;
   specs?: SandboxSpec[];
   maxRunningSandboxes?: number;
+  maxSandboxesPerUser?: number;
+  /** Period of the background sweep (default: the app's); 0: none (call app.sweep()). */
+  sweepIntervalMs?: number;
+  /** Wraps the SQLite storage before the app uses it (fault injection). */
+  wrapStorage?: (storage: Storage) => Storage;
   /** Keep sandboxes running when closing (restart tests). */
   keepSandboxes?: boolean;
   /** Conversation start timeouts and shutdown grace. */
@@ -45,19 +50,24 @@ export interface TestAppOptions {
   web?: AppDeps["web"];
   /** Git provider hosts, clients, timeout and repository cache. */
   git?: AppDeps["git"];
+  /** Message size, stream, connection and timeout limits. */
+  limits?: AppDeps["limits"];
 }
 
 /** A real server on free loopback ports over a SQLite file in a temporary folder. */
 export async function startTestApp(options: TestAppOptions = {}): Promise<TestApp> {
   const dir = options.dir ?? mkdtempSync(join(tmpdir(), "aws-test-"));
-  const storage = createSqliteStorage({ path: join(dir, "workspace.sqlite") });
+  const sqlite = createSqliteStorage({ path: join(dir, "workspace.sqlite") });
+  const storage = options.wrapStorage ? options.wrapStorage(sqlite) : sqlite;
   const encryptionKey = options.encryptionKey ?? randomBytes(32);
-  const runtime = options.runtime ?? createProcessRuntime({ workspaceRoot: join(dir, "sandboxes") });
+  const runtime = options.runtime ?? defaultRuntime(join(dir, "sandboxes"));
   const app = await buildApp({
     storage,
     runtime,
     specs: options.specs ?? defaultSpecs({ kind: "process" }, new Date()),
     ...(options.maxRunningSandboxes ? { maxRunningSandboxes: options.maxRunningSandboxes } : {}),
+    ...(options.maxSandboxesPerUser ? { maxSandboxesPerUser: options.maxSandboxesPerUser } : {}),
+    ...(options.sweepIntervalMs === undefined ? {} : { sweepIntervalMs: options.sweepIntervalMs }),
     encryptionKey,
     verifier: options.verifier ?? null,
     rateLimit: options.rateLimit ?? { perSecond: 0, burst: 1 },
@@ -65,6 +75,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     ...(options.logger ? { logger: options.logger } : {}),
     ...(options.web ? { web: options.web } : {}),
     ...(options.git ? { git: options.git } : {}),
+    ...(options.limits ? { limits: options.limits } : {}),
   });
   const ports = await app.listen("127.0.0.1", 0, 0);
   const keys = new Map<string, string>();
@@ -121,4 +132,17 @@ export async function call(
     // keep text
   }
   return { status: res.status, body: parsed, headers: res.headers, text };
+}
+
+let fallbackNoted = false;
+/**
+ * The process runtime as the server makes it by default (bubblewrap where it runs). Where it cannot, the runtime
+ * would serve one user only; the multi-user tests then run unisolated, and say so once.
+ */
+function defaultRuntime(workspaceRoot: string): ProcessRuntime {
+  const runtime = createProcessRuntime({ workspaceRoot });
+  if (!runtime.isolation.singleUser) return runtime;
+  if (!fallbackNoted) console.log(`test apps run sandboxes unisolated: ${runtime.isolation.reason}`);
+  fallbackNoted = true;
+  return createProcessRuntime({ workspaceRoot, isolation: "none" });
 }

@@ -14,6 +14,7 @@ import {
   type StreamStartAppConversationResponse,
 } from "../../src/gen/workspace/v1/app_conversation_pb.js";
 import type { ConversationRecord, StartTaskRecord } from "../../src/ports/conversation-repository.ts";
+import { createProcessRuntime, type ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
 import { INTERRUPTED_DETAIL } from "../../src/services/conversations/app-conversation-service.ts";
 import { ProviderHostPolicy } from "../../src/services/git/provider-host.ts";
@@ -63,6 +64,8 @@ interface Page<T> {
 let t: TestApp;
 let gitDir: string;
 let bare: string;
+let runtime: ProcessRuntime;
+let runtimeDir: string;
 const api = (key: string | undefined, method: string, path: string, body?: unknown) =>
   call(t.url, key, method, path, body);
 
@@ -170,7 +173,13 @@ const HUNG_AGENT = [
 beforeAll(async () => {
   gitDir = mkdtempSync(join(tmpdir(), "aws-git-"));
   bare = createRepository(gitDir);
+  // These tests clone a repository of this machine's file system, owned by this test's user. Isolated sandboxes
+  // see no host folder and run as their own uids (git refuses another user's repository), so this suite runs its
+  // sandboxes unisolated; test/e2e/sandbox-isolation.test.ts covers isolation.
+  runtimeDir = mkdtempSync(join(tmpdir(), "aws-conv-"));
+  runtime = createProcessRuntime({ workspaceRoot: join(runtimeDir, "sandboxes"), isolation: "none" });
   t = await startTestApp({
+    runtime,
     specs: [
       ...defaultSpecs({ kind: "process" }, new Date()),
       { id: "hung-agent", command: HUNG_AGENT, initialEnv: {}, workingDir: "", createdAt: new Date() },
@@ -181,7 +190,9 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await t?.close();
+  await runtime?.killAll();
   rmSync(gitDir, { recursive: true, force: true });
+  rmSync(runtimeDir, { recursive: true, force: true });
 });
 
 describe("starting a conversation without a repository", () => {
@@ -1121,9 +1132,12 @@ describe("restart safety", () => {
   it("a start cut off by a shutdown ends in ERROR; unfinished tasks found at start-up are marked ERROR", async () => {
     const dir = mkdtempSync(join(tmpdir(), "aws-restart-"));
     const encryptionKey = randomBytes(32);
+    const unisolated = () =>
+      createProcessRuntime({ workspaceRoot: join(dir, "sandboxes"), isolation: "none" });
     const first = await startTestApp({
       dir,
       encryptionKey,
+      runtime: unisolated(),
       keepSandboxes: true,
       conversations: { shutdownGraceMs: 50 },
     });
@@ -1146,7 +1160,8 @@ describe("restart safety", () => {
     await first.close();
     expect(Date.now() - stopping).toBeLessThan(5000);
 
-    const second = await startTestApp({ dir, encryptionKey });
+    const secondRuntime = unisolated();
+    const second = await startTestApp({ dir, encryptionKey, runtime: secondRuntime });
     try {
       const key2 = await second.keyFor("frank");
       const cut = await settle(key2, id, 1000, second);
@@ -1184,6 +1199,7 @@ describe("restart safety", () => {
       expect(again.status).toBe("READY");
     } finally {
       await second.close();
+      await secondRuntime.killAll();
       rmSync(dir, { recursive: true, force: true });
     }
   });

@@ -23,6 +23,8 @@ describe("loadConfig", () => {
       gitProviderAllowedHosts: [],
       gitRepositoryCacheSeconds: 60,
       maxRunningSandboxes: 5,
+      maxSandboxesPerUser: 20,
+      sweepIntervalMs: 30_000,
       encryptionKeyFile: "/srv/data/secret.key",
     });
     expect(Object.isFrozen(c)).toBe(true);
@@ -35,6 +37,72 @@ describe("loadConfig", () => {
     );
     expect(c.gitProviderAllowedHosts).toEqual(["git.corp:8443", "http://10.0.0.5"]);
     expect(c.gitRepositoryCacheSeconds).toBe(0);
+  });
+
+  it("transport limits: defaults, overrides from the environment, and clear errors", () => {
+    expect(loadConfig({}, "/srv").limits).toEqual({
+      maxMessageBytes: 1048576,
+      maxStreamsPerKey: 16,
+      maxStreams: 1000,
+      maxConnections: 10000,
+      requestTimeoutMs: 30000,
+      headersTimeoutMs: 10000,
+      keyRecheckMs: 5000,
+    });
+    const c = loadConfig(
+      {
+        MAX_MESSAGE_BYTES: "2048",
+        MAX_STREAMS_PER_KEY: "2",
+        MAX_STREAMS: "5",
+        MAX_CONNECTIONS: "7",
+        REQUEST_TIMEOUT_MS: "1500",
+        HEADERS_TIMEOUT_MS: "700",
+      },
+      "/srv",
+    );
+    expect(c.limits).toMatchObject({
+      maxMessageBytes: 2048,
+      maxStreamsPerKey: 2,
+      maxStreams: 5,
+      maxConnections: 7,
+      requestTimeoutMs: 1500,
+      headersTimeoutMs: 700,
+    });
+    expect(Object.isFrozen(c.limits)).toBe(true);
+    expect(() => loadConfig({ MAX_MESSAGE_BYTES: "1MiB" }, "/srv")).toThrow(
+      /MAX_MESSAGE_BYTES must be an integer/,
+    );
+    expect(() => loadConfig({ MAX_STREAMS_PER_KEY: "0" }, "/srv")).toThrow(ConfigError);
+  });
+
+  it("MAX_SANDBOXES_PER_USER and SWEEP_INTERVAL_MS are parsed and bounded", () => {
+    expect(loadConfig({ MAX_SANDBOXES_PER_USER: "3", SWEEP_INTERVAL_MS: "0" }, "/srv")).toMatchObject({
+      maxSandboxesPerUser: 3,
+      sweepIntervalMs: 0,
+    });
+    expect(() => loadConfig({ MAX_SANDBOXES_PER_USER: "0" }, "/srv")).toThrow(ConfigError);
+    expect(() => loadConfig({ SWEEP_INTERVAL_MS: "-1" }, "/srv")).toThrow(/SWEEP_INTERVAL_MS/);
+  });
+
+  it("sandbox confinement defaults: isolation auto, uids from 1e9; docker 1000:1000, 512 pids, 2048 MiB", () => {
+    const c = loadConfig({ SANDBOX_RUNTIME: "docker" }, "/srv");
+    expect(c.sandboxIsolation).toBe("auto");
+    expect(c.sandboxUidBase).toBe(1_000_000_000);
+    expect(c.runtime).toMatchObject({ user: "1000:1000", pidsLimit: 512, memoryBytes: 2048 * 1024 * 1024 });
+    const set = loadConfig(
+      {
+        SANDBOX_ISOLATION: "none",
+        SANDBOX_UID_BASE: "300000",
+        SANDBOX_RUNTIME: "docker",
+        SANDBOX_DOCKER_USER: "4242",
+      },
+      "/srv",
+    );
+    expect(set).toMatchObject({
+      sandboxIsolation: "none",
+      sandboxUidBase: 300_000,
+      runtime: { user: "4242" },
+    });
   });
 
   it("MONGODB_URI selects MongoDB; docker runtime options are parsed", () => {
@@ -70,6 +138,14 @@ describe("loadConfig", () => {
     [{ LOG_LEVEL: "loud" }, "LOG_LEVEL"],
     [{ GIT_PROVIDER_ALLOWED_HOSTS: "git.corp, http://x/path" }, "GIT_PROVIDER_ALLOWED_HOSTS must list"],
     [{ GIT_REPOSITORY_CACHE_SECONDS: "-1" }, "GIT_REPOSITORY_CACHE_SECONDS must be an integer"],
+    [{ SANDBOX_ISOLATION: "chroot" }, "SANDBOX_ISOLATION must be auto, bwrap or none"],
+    [{ SANDBOX_UID_BASE: "0" }, "SANDBOX_UID_BASE must be an integer"],
+    [{ SANDBOX_RUNTIME: "docker", SANDBOX_DOCKER_USER: "0:0" }, "SANDBOX_DOCKER_USER must be a non-root uid"],
+    [
+      { SANDBOX_RUNTIME: "docker", SANDBOX_DOCKER_USER: "root" },
+      "SANDBOX_DOCKER_USER must be a non-root uid",
+    ],
+    [{ SANDBOX_RUNTIME: "docker", SANDBOX_PIDS_LIMIT: "5" }, "SANDBOX_PIDS_LIMIT must be an integer"],
   ])("rejects %o with a clear message", (env, message) => {
     expect(() => loadConfig(env as Record<string, string>, "/srv")).toThrow(ConfigError);
     expect(() => loadConfig(env as Record<string, string>, "/srv")).toThrow(message);

@@ -1,68 +1,6 @@
-import { Counter, Histogram, Registry } from "prom-client";
 import { describe, expect, it } from "vitest";
 import type { Storage } from "../../src/ports/storage.ts";
-import { instrumentStorage, LabelledHistogram, Metrics } from "../../src/server/metrics.ts";
-
-const BUCKETS = [0.001, 0.01, 0.1, 1];
-const OBSERVATIONS: [string, string, number][] = [
-  ["GET", "200", 0.0004],
-  ["GET", "200", 0.001], // on a bound: counted in that bucket (le is "less or equal")
-  ["GET", "200", 0.05],
-  ["POST", "422", 3],
-  ["GET", "200", 0.2],
-  ["POST", 'a"b\\c', 0.002], // label values are escaped like prom-client's
-];
-
-describe("LabelledHistogram", () => {
-  it("renders exactly what prom-client's Histogram and Counter render for the same observations", async () => {
-    const ours = new Registry();
-    const histogram = new LabelledHistogram(
-      ours,
-      { name: "d_seconds", help: "latency", labelNames: ["method", "status"], buckets: BUCKETS },
-      { name: "d_total", help: "requests" },
-    );
-    const theirs = new Registry();
-    const h = new Histogram({
-      name: "d_seconds",
-      help: "latency",
-      labelNames: ["method", "status"],
-      buckets: BUCKETS,
-      registers: [theirs],
-    });
-    const c = new Counter({
-      name: "d_total",
-      help: "requests",
-      labelNames: ["method", "status"],
-      registers: [theirs],
-    });
-    for (const [method, status, v] of OBSERVATIONS) {
-      histogram.series(method, status).observe(v);
-      h.observe({ method, status }, v);
-      c.inc({ method, status });
-    }
-    expect(await ours.metrics()).toBe(await theirs.metrics());
-  });
-
-  it("keeps one series per label combination and refuses a wrong number of label values", () => {
-    const histogram = new LabelledHistogram(new Registry(), {
-      name: "x_seconds",
-      help: "x",
-      labelNames: ["a", "b"],
-      buckets: BUCKETS,
-    });
-    expect(histogram.series("1", "2")).toBe(histogram.series("1", "2"));
-    const three = new LabelledHistogram(new Registry(), {
-      name: "y_seconds",
-      help: "y",
-      labelNames: ["a", "b", "c"],
-      buckets: BUCKETS,
-    });
-    expect(three.series3("GET", "/x", 200)).toBe(three.series("GET", "/x", "200"));
-    expect(three.series3("GET", "/x", 200)).toBe(three.series3("GET", "/x", "200"));
-    expect(histogram.series("1", "2")).not.toBe(histogram.series("12", ""));
-    expect(() => histogram.series("1")).toThrow(/expected 2 label values/);
-  });
-});
+import { instrumentStorage, Metrics } from "../../src/server/metrics.ts";
 
 describe("Metrics", () => {
   it("counts HTTP requests by method, route and status, and RPCs by protocol, method and code", async () => {
@@ -118,6 +56,7 @@ describe("instrumentStorage", () => {
         sandboxes: plain,
         conversations: plain,
         startTasks: plain,
+        events: plain,
         ping: async () => {},
         close: async () => {},
       } as unknown as Storage,

@@ -1,5 +1,6 @@
 import type { ContainerCreateOptions, ContainerInspectInfo } from "dockerode";
 import Docker from "dockerode";
+import tar from "tar-stream";
 import { failedPrecondition } from "../../core/errors.ts";
 import type {
   RuntimeHandle,
@@ -10,6 +11,10 @@ import type {
 import { isBuiltinAgentCommand } from "../../sandbox-agent/builtin-agent.ts";
 import { pollAlive, probeAlive } from "../agent-health.ts";
 import { freePort, withPort } from "../free-port.ts";
+
+const DEFAULT_USER = "1000:1000";
+const DEFAULT_MEMORY_BYTES = 2048 * 1024 * 1024;
+const DEFAULT_PIDS_LIMIT = 512;
 
 /** One progress event of an image pull, as the Docker engine streams it. */
 export interface PullProgressEvent {
@@ -42,11 +47,13 @@ export interface DockerRuntimeOptions {
   volumePrefix?: string;
   /** Agent port inside the container on networks other than host (default 8000). */
   agentPort?: number;
+  /** `uid[:gid]` the container's processes run as (default 1000:1000; the image's working folder should be its). */
+  user?: string;
+  /** Memory limit in bytes (default 2 GiB). */
   memoryBytes?: number;
   nanoCpus?: number;
+  /** Process limit of the container (default 512). */
   pidsLimit?: number;
-  /** Extra bind mounts, `host:container[:mode]`. */
-  binds?: string[];
   /** Run a tiny init (docker-init) as PID 1 to reap orphans and forward signals (default true). */
   init?: boolean;
   /** Grace period of `docker stop` on removal (default 10 s, as the reference). */
@@ -99,6 +106,22 @@ export async function unpause(container: { unpause(): Promise<unknown> }): Promi
   }
 }
 
+/** The uid and gid of a numeric `uid[:gid]` (gid defaults to the uid), else null (a user name). */
+function numericUser(user: string): { uid: number; gid: number } | null {
+  const m = /^(\d+)(?::(\d+))?$/.exec(user);
+  return m ? { uid: Number(m[1]), gid: Number(m[2] ?? m[1]) } : null;
+}
+
+/** A tar holding only the folder `path` (absolute), owned by `owner`. */
+async function ownedFolderTar(path: string, owner: { uid: number; gid: number }): Promise<Buffer> {
+  const pack = tar.pack();
+  pack.entry({ name: `${path.replace(/^\/+|\/+$/g, "")}/`, type: "directory", mode: 0o755, ...owner });
+  pack.finalize();
+  const chunks: Buffer[] = [];
+  for await (const chunk of pack) chunks.push(Buffer.from(chunk as Uint8Array));
+  return Buffer.concat(chunks);
+}
+
 /** Runs `fn`, treating the given engine statuses (e.g. 404 not found, 304 not modified) as success. */
 async function tolerate(statuses: number[], fn: () => Promise<unknown>): Promise<void> {
   try {
@@ -116,7 +139,9 @@ async function tolerate(statuses: number[], fn: () => Promise<unknown>): Promise
  * - start: env = spec `initialEnv` + `OH_SESSION_API_KEYS_0`/`SESSION_API_KEY` + `PORT` + `HOST` + `WORKSPACE_DIR`;
  *   command = the spec's (`{port}` replaced) or, when empty / the built-in marker, the image's default (plus any
  *   arguments after the marker); labels
- *   `<prefix>managed=true`, `<prefix>sandbox.id`, `<prefix>volume`; resource limits from the options.
+ *   `<prefix>managed=true`, `<prefix>sandbox.id`, `<prefix>volume`; user `options.user` (default 1000:1000), all
+ *   capabilities dropped, `no-new-privileges`, memory (default 2 GiB) and pids (default 512) limits, no host path
+ *   mounted (the workspace is a named volume).
  * - inspect (container state → runtime state): running → `running` if `/alive` answers (else `starting`);
  *   paused → `paused`; exited with code 0 → `paused` (stopped, as the reference); exited otherwise or OOM-killed →
  *   `error`; created/restarting → `starting`; removing or no such container → `missing`; dead and anything else →
@@ -255,18 +280,23 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
         HOST: hostNetwork || !reachable ? "127.0.0.1" : "0.0.0.0",
         WORKSPACE_DIR: workingDir,
       };
+      // Nothing of the host but the workspace volume; a non-root user without capabilities that cannot gain
+      // privileges (setuid binaries), with memory and process limits.
       const hostConfig: NonNullable<ContainerCreateOptions["HostConfig"]> = {
         NetworkMode: network,
         Init: options.init ?? true,
         Mounts: [{ Type: "volume", Source: volume, Target: workingDir }],
+        Privileged: false,
+        CapDrop: ["ALL"],
+        SecurityOpt: ["no-new-privileges"],
+        Memory: options.memoryBytes ?? DEFAULT_MEMORY_BYTES,
+        PidsLimit: options.pidsLimit ?? DEFAULT_PIDS_LIMIT,
       };
-      if (options.memoryBytes !== undefined) hostConfig.Memory = options.memoryBytes;
       if (options.nanoCpus !== undefined) hostConfig.NanoCpus = options.nanoCpus;
-      if (options.pidsLimit !== undefined) hostConfig.PidsLimit = options.pidsLimit;
-      if (options.binds) hostConfig.Binds = options.binds;
       const create: ContainerCreateOptions = {
         name: containerName,
         Image: image,
+        User: options.user ?? DEFAULT_USER,
         Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
         WorkingDir: workingDir,
         Labels: labels,
@@ -289,6 +319,10 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
       try {
         const container = await docker.createContainer(create);
         containerId = container.id;
+        // A new volume belongs to root unless the image has the folder it is mounted on: hand the working folder
+        // to the sandbox's user (a one-entry tar extracted by the engine, which chowns what it extracts).
+        const owner = numericUser(create.User ?? "");
+        if (owner) await container.putArchive(await ownedFolderTar(workingDir, owner), { path: "/" });
         await container.start();
       } catch (e: unknown) {
         // Leave nothing half-made behind (a name conflict means the container is someone else's: keep it).
@@ -385,6 +419,19 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
         info.State.Paused,
       );
       log("sandbox container removed", { containerName: data.containerName });
+    },
+
+    async removeBySandboxId(sandboxId: string): Promise<number> {
+      const containers = await docker.listContainers({
+        all: true,
+        filters: { label: [`${managedLabel}=true`, `${prefix}sandbox.id=${sandboxId}`] },
+      });
+      for (const c of containers)
+        await removeContainerAndVolume(c.Id, c.Labels[`${prefix}volume`], c.State === "paused");
+      await removeVolume(`${volumePrefix}${sandboxId}`);
+      if (containers.length > 0)
+        log("sandbox containers removed by sandbox id", { sandboxId, containers: containers.length });
+      return containers.length;
     },
 
     async ping(): Promise<void> {

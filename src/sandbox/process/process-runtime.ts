@@ -1,6 +1,22 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { accessSync, closeSync, constants, mkdirSync, openSync, rmSync } from "node:fs";
-import { isAbsolute, join, relative, resolve } from "node:path";
+import {
+  accessSync,
+  chmodSync,
+  chownSync,
+  closeSync,
+  constants,
+  cpSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
+import { dirname, isAbsolute, join, relative, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { failedPrecondition } from "../../core/errors.ts";
 import type {
@@ -13,6 +29,16 @@ import { BUILTIN_AGENT_MAIN, isBuiltinAgentCommand } from "../../sandbox-agent/b
 import { descendantsOf, type ProcStat, readProcStat, signal } from "../../sandbox-agent/proc-tree.ts";
 import { pollAlive, probeAlive } from "../agent-health.ts";
 import { freePort, withPort } from "../free-port.ts";
+import {
+  bwrapArgs,
+  findExecutable,
+  findTools,
+  type IsolationSetting,
+  probeBwrap,
+  runningAsRoot,
+  type SandboxUser,
+} from "./bwrap.ts";
+import { stopSandboxProcesses } from "./sandbox-processes.ts";
 
 /** Options of {@link createProcessRuntime}. */
 export interface ProcessRuntimeOptions {
@@ -33,11 +59,36 @@ export interface ProcessRuntimeOptions {
   /** Timeout of the single health probe made by {@link SandboxRuntime.inspect} (default 1000 ms). */
   probeTimeoutMs?: number;
   log?: (msg: string, data?: object) => void;
+  /**
+   * `bwrap`: every sandbox runs under bubblewrap (creating the runtime throws when bwrap cannot run here); `none`:
+   * plain child processes, for every user; `auto` (default): bwrap when a probe shows it works, else plain child
+   * processes for one user only (see {@link ProcessRuntime.isolation}).
+   */
+  isolation?: IsolationSetting;
+  /** The bwrap binary (default `bwrap`, looked up in `searchPath`). */
+  bwrapPath?: string;
+  /** Where bwrap and, as root, setpriv are looked up once at creation (default: the standard system folders). */
+  searchPath?: string;
+  /** As root, sandbox n runs as uid/gid `uidBase + n` (default 1,000,000,000), n < `uidCount` (default 65,536). */
+  uidBase?: number;
+  uidCount?: number;
+  /** More read-only paths every isolated sandbox sees (e.g. an interpreter a custom spec command runs). */
+  readOnlyPaths?: readonly string[];
+}
+
+/** How this runtime runs sandboxes, decided once when it is created. */
+export interface ProcessIsolation {
+  mode: "bwrap" | "none";
+  /** No isolation and not explicitly allowed: sandboxes are started for the first user who asks only. */
+  singleUser: boolean;
+  /** Why bwrap is not used (auto mode only). */
+  reason?: string;
 }
 
 /** The process runtime, plus a test helper. */
 export interface ProcessRuntime extends SandboxRuntime {
   readonly kind: "process";
+  readonly isolation: ProcessIsolation;
   /** Removes every sandbox this instance started and that is not removed yet (for tests and shutdown scripts). */
   killAll(): Promise<void>;
 }
@@ -51,6 +102,9 @@ interface ProcessHandleData {
   workspace: string;
   /** Start time of the pid in clock ticks after boot (/proc/<pid>/stat field 22): detects pid reuse. */
   startTimeTicks: number;
+  /** How it runs: under bwrap as uid `uid` (absent: a plain child process of the server's user). */
+  isolation?: "bwrap";
+  uid?: number;
 }
 
 /** A process this instance spawned (and so reaps and sees exit). */
@@ -63,12 +117,19 @@ interface OwnChild {
 
 const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 const SANDBOX_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+const DEFAULT_UID_BASE = 1_000_000_000;
+const DEFAULT_UID_COUNT = 65_536;
 /** How long pause/resume wait for the kernel to report the new state of the group leader. */
 const SIGNAL_SETTLE_MS = 200;
 
 /**
  * Sandboxes as local child processes: one process group and one workspace folder per sandbox.
  *
+ * - isolation (decided at creation, see {@link ProcessRuntimeOptions.isolation}): under bubblewrap each sandbox sees
+ *   only the system folders (read-only), what the agent needs (read-only) and its own workspace, in its own PID,
+ *   IPC and UTS namespaces with private /tmp, as its own uid when the server runs as root (see bwrap.ts); the
+ *   process group is bwrap's, and its processes are bwrap's descendants. Without isolation, sandboxes are started
+ *   for one user only unless `none` was chosen explicitly.
  * - start: spawns the spec's command (empty or {@link BUILTIN_AGENT_COMMAND}: the built-in agent) detached in its own
  *   process group, cwd = the workspace (or a relative `workingDir` inside it), with a minimal environment plus the
  *   spec's `initialEnv`, `SESSION_API_KEY`/`OH_SESSION_API_KEYS_0`, `PORT` (a free loopback port; `{port}` in the
@@ -100,6 +161,121 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
   const probeTimeoutMs = options.probeTimeoutMs ?? 1000;
   const log = options.log ?? (() => {});
   const children = new Map<number, OwnChild>();
+
+  const uidBase = options.uidBase ?? DEFAULT_UID_BASE;
+  const uidCount = options.uidCount ?? DEFAULT_UID_COUNT;
+  const asRoot = runningAsRoot();
+  const ownUser: SandboxUser = { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
+  // The workspace root holds every workspace (each 0700, owned by its sandbox's uid when run as root), the logs
+  // and the compile cache: only the server's user may list it.
+  mkdirSync(workspaceRoot, { recursive: true, mode: 0o700 });
+  chmodSync(workspaceRoot, 0o700);
+  const tools = findTools(options.bwrapPath ?? "bwrap", options.searchPath ?? DEFAULT_PATH, asRoot);
+  const bwrapTools = () => {
+    if (typeof tools === "string") throw new Error(tools);
+    return tools;
+  };
+  const isolation = decideIsolation(options.isolation ?? "auto", () =>
+    typeof tools === "string"
+      ? tools
+      : probeBwrap(tools, workspaceRoot, asRoot ? { uid: uidBase, gid: uidBase } : ownUser, asRoot),
+  );
+  const readOnlyPaths = [process.execPath, ...(options.readOnlyPaths ?? [])];
+  const singleUserFile = join(workspaceRoot, ".single-user");
+  /** What the built-in agent reads: its folder and the package.json that makes its modules ES modules. */
+  const agentFiles = [dirname(BUILTIN_AGENT_MAIN)];
+  for (let dir = dirname(BUILTIN_AGENT_MAIN); dir !== dirname(dir); dir = dirname(dir)) {
+    if (existsSync(join(dir, "package.json"))) {
+      agentFiles.push(join(dir, "package.json"));
+      break;
+    }
+  }
+
+  let warming: Promise<void> | null = null;
+  /** The cache's subfolder written by the warm-up (node names it `<version and flags>-<uid>`). */
+  let warmed: string | null = null;
+  /** Gives a sandbox uid its own copy of the warm cache (node only reads the subfolder named after its uid). */
+  const shareCompileCache = (dir: string, uid: number): void => {
+    if (warmed === null || uid === ownUser.uid) return;
+    const target = join(dir, warmed.replace(/-\d+$/, `-${uid}`));
+    if (existsSync(target)) return;
+    try {
+      cpSync(join(dir, warmed), `${target}.tmp`, { recursive: true });
+      renameSync(`${target}.tmp`, target);
+    } catch (e: unknown) {
+      log("compile cache not shared", { error: String(e) });
+    }
+  };
+  /**
+   * Fills the compile cache isolated agents read (once per instance, in the background): runs the built-in agent
+   * outside any sandbox without a key, so that it loads its modules and exits at once (node writes the cache at
+   * exit), then makes the entries readable by every sandbox uid. Only this server's own agent code runs.
+   */
+  const warmCompileCache = (dir: string): void => {
+    if (warming || agentCommand[0] !== process.execPath) return;
+    warming = new Promise<void>((done) => {
+      const child = spawn(process.execPath, agentCommand.slice(1), {
+        env: { PATH: DEFAULT_PATH, NODE_COMPILE_CACHE: dir },
+        stdio: "ignore",
+      });
+      const finish = (): void => {
+        try {
+          for (const entry of readdirSync(dir, { recursive: true, withFileTypes: true })) {
+            chmodSync(join(entry.parentPath, entry.name), entry.isDirectory() ? 0o755 : 0o644);
+          }
+          warmed = readdirSync(dir).find((name) => name.endsWith(`-${ownUser.uid}`)) ?? null;
+        } catch (e: unknown) {
+          log("compile cache not readable by sandboxes", { error: String(e) });
+        }
+        done();
+      };
+      child.once("error", finish);
+      child.once("exit", finish);
+    });
+  };
+
+  /** Refuses a second user when sandboxes are not isolated and that was not explicitly allowed. */
+  const checkSingleUser = (ownerId: string | undefined): void => {
+    if (!isolation.singleUser || ownerId === undefined) return;
+    let owner: string | null = null;
+    try {
+      owner = readFileSync(singleUserFile, "utf8");
+    } catch {
+      writeFileSync(singleUserFile, ownerId, { mode: 0o600 });
+      return;
+    }
+    if (owner !== ownerId)
+      throw failedPrecondition(
+        "process sandboxes are not isolated on this server (bubblewrap is unavailable), so they are started for one user only; install bubblewrap, or set SANDBOX_ISOLATION=none to run every user's sandboxes unisolated",
+      );
+  };
+
+  /** As root: the uid owning an existing workspace of this id (a sandbox started again), if it is one of ours. */
+  const reusableUser = (workspace: string): SandboxUser | null => {
+    if (!asRoot) return null;
+    try {
+      const { uid, gid } = statSync(workspace);
+      return uid >= uidBase && uid < uidBase + uidCount ? { uid, gid } : null;
+    } catch {
+      return null;
+    }
+  };
+
+  /** As root: the lowest uid of the range that owns no workspace yet (the workspaces are the record of uids in use). */
+  const allocateUser = (): SandboxUser => {
+    if (!asRoot) return ownUser;
+    const used = new Set<number>();
+    for (const name of readdirSync(workspaceRoot)) {
+      if (!SANDBOX_ID.test(name)) continue;
+      try {
+        used.add(statSync(join(workspaceRoot, name)).uid);
+      } catch {
+        // removed meanwhile
+      }
+    }
+    for (let uid = uidBase; uid < uidBase + uidCount; uid++) if (!used.has(uid)) return { uid, gid: uid };
+    throw failedPrecondition(`all ${uidCount} sandbox uids from ${uidBase} are in use`);
+  };
 
   /** The child entry for this handle if this instance spawned exactly that process. */
   const ownChild = (data: ProcessHandleData): OwnChild | undefined => {
@@ -177,6 +353,11 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
 
   const runtime: ProcessRuntime = {
     kind: "process",
+    isolation,
+
+    admit(ownerId: string): void {
+      checkSingleUser(ownerId);
+    },
 
     async start(request: RuntimeStartRequest): Promise<RuntimeHandle> {
       const { sandboxId, spec, sessionApiKey } = request;
@@ -186,11 +367,20 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
         spec.workingDir && !isAbsolute(spec.workingDir) ? resolve(workspace, spec.workingDir) : workspace;
       if (relative(workspace, cwd).startsWith(".."))
         throw new Error(`working dir outside the workspace: ${spec.workingDir}`);
-      mkdirSync(cwd, { recursive: true });
-      mkdirSync(logDir, { recursive: true });
+      checkSingleUser(request.ownerId);
+      mkdirSync(logDir, { recursive: true, mode: 0o700 });
       const port = await freePort(host);
+      // From here to the spawn nothing awaits: the uid chosen is owned by the new workspace before anyone looks again.
+      const isolated = isolation.mode === "bwrap";
+      const user = isolated ? (reusableUser(workspace) ?? allocateUser()) : ownUser;
+      mkdirSync(workspace, { recursive: true, mode: 0o700 });
+      chmodSync(workspace, 0o700);
+      mkdirSync(cwd, { recursive: true });
+      if (isolated && asRoot) {
+        for (let dir = cwd; dir.startsWith(workspace); dir = dirname(dir)) chownSync(dir, user.uid, user.gid);
+      }
       const builtin = isBuiltinAgentCommand(spec.command);
-      const argv = withPort(builtin ? [...agentCommand, ...spec.command.slice(1)] : spec.command, port);
+      const command = withPort(builtin ? [...agentCommand, ...spec.command.slice(1)] : spec.command, port);
       const env: Record<string, string> = {
         ...baseEnv,
         HOME: workspace,
@@ -201,12 +391,30 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
         HOST: host,
         WORKSPACE_DIR: cwd,
       };
-      if (builtin && compileCacheDir) {
-        mkdirSync(compileCacheDir, { recursive: true });
-        env.NODE_COMPILE_CACHE = compileCacheDir;
+      const readOnly = [...readOnlyPaths];
+      if (builtin) {
+        readOnly.push(...agentFiles);
+        if (compileCacheDir) {
+          mkdirSync(compileCacheDir, { recursive: true });
+          env.NODE_COMPILE_CACHE = compileCacheDir;
+          // Shared by every sandbox, so isolated ones only read it; the server fills it (see warmCompileCache).
+          if (isolated) {
+            readOnly.push(compileCacheDir);
+            warmCompileCache(compileCacheDir);
+            shareCompileCache(compileCacheDir, user.uid);
+          }
+        }
       }
+      const argv = isolated
+        ? [...bwrapArgs(bwrapTools(), { workspace, cwd, readOnly, user, asRoot }), ...command]
+        : command;
       const [file, ...args] = argv;
-      if (file === undefined) throw new Error("empty sandbox command");
+      if (file === undefined || command[0] === undefined) throw new Error("empty sandbox command");
+      // bwrap starts whatever it is given and fails later: check the command is there first, as spawn does.
+      if (isolated && !findExecutable(command[0], env.PATH ?? DEFAULT_PATH, cwd)) {
+        rmSync(workspace, { recursive: true, force: true });
+        throw Object.assign(new Error(`spawn ${command[0]} ENOENT`), { code: "ENOENT" });
+      }
       const logFd = openSync(join(logDir, `${sandboxId}.log`), "a");
       let child: ChildProcess;
       try {
@@ -229,7 +437,14 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       if (pid === undefined || stat === null)
         throw new Error(`sandbox process of ${sandboxId} vanished at start`);
       child.unref();
-      const data: ProcessHandleData = { pid, pgid: pid, port, workspace, startTimeTicks: stat.startTime };
+      const data: ProcessHandleData = {
+        pid,
+        pgid: pid,
+        port,
+        workspace,
+        startTimeTicks: stat.startTime,
+        ...(isolated ? { isolation: "bwrap" as const, uid: user.uid } : {}),
+      };
       const handle: RuntimeHandle = { data: { ...data }, agentUrl: `http://${urlHost}:${port}`, port };
       const exited = Promise.withResolvers<void>();
       const own: OwnChild = { handle, startTimeTicks: stat.startTime, exit: null, exited: exited.promise };
@@ -242,7 +457,13 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
         signal(-pid, "SIGKILL");
         log("sandbox process exited", { sandboxId, pid, code, signal: sig });
       });
-      log("sandbox process started", { sandboxId, pid, port, command: builtin ? "built-in agent" : file });
+      log("sandbox process started", {
+        sandboxId,
+        pid,
+        port,
+        command: builtin ? "built-in agent" : command[0],
+        isolation: isolated ? { bwrap: true, uid: user.uid } : "none",
+      });
       return handle;
     },
 
@@ -297,10 +518,12 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
         const signalDescendants = (sig: NodeJS.Signals): void => {
           for (const d of descendants) if (readProcStat(d.pid)?.startTime === d.startTime) signal(d.pid, sig);
         };
-        for (const sig of ["SIGTERM", "SIGCONT"] as const) {
-          signal(-data.pgid, sig);
-          signalDescendants(sig);
-        }
+        // Under bwrap the leader is bwrap's monitor, which SIGTERM would kill at once (the exit handler then
+        // SIGKILLs the rest): only the processes inside get SIGTERM, and the monitor ends when they have.
+        if (data.isolation !== "bwrap") signal(-data.pgid, "SIGTERM");
+        signalDescendants("SIGTERM");
+        signal(-data.pgid, "SIGCONT");
+        signalDescendants("SIGCONT");
         const graceful = await waitLeaderGone(data, stopGraceMs);
         // A group id is not reused while the group has members, so members left behind are still ours.
         if (!graceful || signal(-data.pgid, 0)) signal(-data.pgid, "SIGKILL");
@@ -315,6 +538,17 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       }
       const own = ownChild(data);
       if (own) children.delete(data.pid);
+    },
+
+    async removeBySandboxId(sandboxId: string): Promise<number> {
+      if (!SANDBOX_ID.test(sandboxId)) return 0;
+      const workspace = join(workspaceRoot, sandboxId);
+      const stopped = await stopSandboxProcesses(workspace, stopGraceMs);
+      for (const [pid, own] of children) if (own.handle.data.workspace === workspace) children.delete(pid);
+      rmSync(workspace, { recursive: true, force: true });
+      rmSync(join(logDir, `${sandboxId}.log`), { force: true });
+      if (stopped > 0) log("sandbox processes removed by sandbox id", { sandboxId, processes: stopped });
+      return stopped;
     },
 
     async ping(): Promise<void> {
@@ -333,9 +567,22 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
   return runtime;
 }
 
+/**
+ * The isolation a runtime uses: bwrap when asked (throws when the probe fails) or when auto and the probe
+ * succeeds; else none, restricted to one user unless `none` was asked for explicitly.
+ */
+function decideIsolation(setting: IsolationSetting, probe: () => string | null): ProcessIsolation {
+  if (setting === "none") return { mode: "none", singleUser: false };
+  const reason = probe();
+  if (reason === null) return { mode: "bwrap", singleUser: false };
+  if (setting === "bwrap")
+    throw new Error(`SANDBOX_ISOLATION=bwrap, but bubblewrap cannot run sandboxes here: ${reason}`);
+  return { mode: "none", singleUser: true, reason };
+}
+
 /** Validates stored handle data; null when it is not what this runtime wrote. */
 function parseHandleData(data: Record<string, unknown>): ProcessHandleData | null {
-  const { pid, pgid, port, workspace, startTimeTicks } = data;
+  const { pid, pgid, port, workspace, startTimeTicks, isolation, uid } = data;
   const isInt = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v) && v > 0;
   if (
     !isInt(pid) ||
@@ -346,5 +593,12 @@ function parseHandleData(data: Record<string, unknown>): ProcessHandleData | nul
   ) {
     return null;
   }
-  return { pid, pgid, port, workspace, startTimeTicks };
+  return {
+    pid,
+    pgid,
+    port,
+    workspace,
+    startTimeTicks,
+    ...(isolation === "bwrap" && isInt(uid) ? { isolation: "bwrap" as const, uid } : {}),
+  };
 }

@@ -2,10 +2,10 @@ import { EventEmitter, on } from "node:events";
 import { setTimeout as sleep } from "node:timers/promises";
 import { create } from "@bufbuild/protobuf";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
-import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { type Clock, systemClock } from "../../core/clock.ts";
 import { requireCaller } from "../../core/context.ts";
-import { type FieldViolation, unavailable, ValidationError } from "../../core/errors.ts";
+import { type FieldViolation, notFound, unavailable, ValidationError } from "../../core/errors.ts";
 import { newHexId, parseHexId } from "../../core/ids.ts";
 import { valueError } from "../../core/model.ts";
 import { uuidViolation } from "../../core/model-formats.ts";
@@ -25,6 +25,10 @@ import {
   type CountAppConversationsResponse,
   type CountStartTasksRequest,
   type CountStartTasksResponse,
+  type DeleteAppConversationRequest,
+  type DeleteAppConversationResponse,
+  type GetAppConversationRequest,
+  type GetAppConversationResponse,
   type SearchAppConversationsRequest,
   type SearchAppConversationsResponse,
   type SearchStartTasksRequest,
@@ -33,6 +37,8 @@ import {
   type StartAppConversationResponse,
   type StreamStartAppConversationRequest,
   type StreamStartAppConversationResponse,
+  type UpdateAppConversationRequest,
+  type UpdateAppConversationResponse,
 } from "../../gen/workspace/v1/app_conversation_pb.js";
 import { SandboxStatus } from "../../gen/workspace/v1/sandbox_pb.js";
 import type { AgentClient } from "../../ports/agent-client.ts";
@@ -44,6 +50,7 @@ import type {
   StartTaskRecord,
   StartTaskRepository,
 } from "../../ports/conversation-repository.ts";
+import type { EventRepository } from "../../ports/event-repository.ts";
 import { checkBatch, readPage } from "../paging.ts";
 import type { LiveSandbox, SandboxService } from "../sandboxes/sandbox-service.ts";
 import type { SecretsService } from "../secrets/secrets-service.ts";
@@ -62,6 +69,7 @@ import {
   SHUTDOWN_DETAIL,
   type StartFlowDeps,
   type StartFlowTimeouts,
+  sweepStartTasks,
 } from "./conversation-start.ts";
 import { branchProblem, repositoryProblem } from "./workspace-commands.ts";
 
@@ -83,6 +91,8 @@ export interface AppConversationServiceOptions {
   /** How long shutdown lets running starts finish before cutting them off (default 10 s). */
   shutdownGraceMs?: number;
   log?: (msg: string, data?: Record<string, unknown>) => void;
+  /** The conversations' events, deleted with them. */
+  events?: Pick<EventRepository, "deleteConversation">;
 }
 
 interface RunningStart {
@@ -91,6 +101,9 @@ interface RunningStart {
 }
 
 const TERMINAL = new Set(["READY", "ERROR"]);
+/** Starts that named their conversation id, remembered (by owner and id) until READY; failed ones are kept too. */
+const PENDING_STARTS = 1000;
+const MAX_TITLE = 200;
 
 /**
  * App conversations: starting them (an asynchronous start task per start, saved at every state) and listing them
@@ -103,6 +116,8 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
   readonly #flow: StartFlowDeps;
   readonly #events = new EventEmitter({ captureRejections: false });
   readonly #running = new Map<string, RunningStart>();
+  /** "<owner>:<conversation id>" → id of the latest start task that named that conversation id. */
+  readonly #pendingByConversation = new Map<string, string>();
   #closing = false;
 
   constructor(options: AppConversationServiceOptions) {
@@ -125,11 +140,19 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
         ...options.timeouts,
       },
       onChange: (task) => {
+        if (task.status === "READY" && task.appConversationId !== null)
+          this.#pendingByConversation.delete(`${task.ownerId}:${task.appConversationId}`);
         this.#events.emit(`task:${task.id}`, task);
         this.#events.emit("task-status", task.status);
       },
       log,
+      unsaved: new Map(),
     };
+  }
+
+  /** The periodic start-task sweep (see {@link sweepStartTasks}); returns how many tasks it ended. */
+  sweepStartTasks(graceMs?: number): Promise<number> {
+    return sweepStartTasks(this.#flow, this.#running, graceMs);
   }
 
   /** Persists a start task (WORKING) and returns it; the start runs in the background. */
@@ -264,6 +287,150 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
     };
   }
 
+  /**
+   * One conversation with its live status; while it does not exist yet but a start named its id (the legacy
+   * create), that start's task. Neither when the caller has no such conversation.
+   */
+  async getAppConversation(
+    req: GetAppConversationRequest,
+    ctx: HandlerContext,
+  ): Promise<GetAppConversationResponse> {
+    const { userId } = requireCaller(ctx);
+    const id = checkId(req.id, "id");
+    const record = await this.#o.conversations.get(id, userId);
+    if (record !== null) {
+      const [conversation] = await this.#withLiveStatus(userId, [record]);
+      return {
+        $typeName: "workspace.v1.GetAppConversationResponse",
+        ...(conversation ? { conversation } : {}),
+      };
+    }
+    const taskId = this.#pendingByConversation.get(`${userId}:${id}`);
+    const task = taskId === undefined ? null : await this.#o.startTasks.get(taskId, userId);
+    return {
+      $typeName: "workspace.v1.GetAppConversationResponse",
+      ...(task === null ? {} : { startTask: toTask(task) }),
+    };
+  }
+
+  /** Renames a conversation (title trimmed, 1..200 characters). NOT_FOUND for an unknown id. */
+  async updateAppConversation(
+    req: UpdateAppConversationRequest,
+    ctx: HandlerContext,
+  ): Promise<UpdateAppConversationResponse> {
+    const { userId } = requireCaller(ctx);
+    const id = checkId(req.id, "id");
+    const patch: { title?: string } = {};
+    if (req.title !== undefined) {
+      const title = req.title.trim();
+      if (title.length < 1 || title.length > MAX_TITLE)
+        throw new ValidationError([
+          title.length < 1
+            ? {
+                type: "string_too_short",
+                loc: ["title"],
+                msg: "String should have at least 1 character",
+                input: req.title,
+                ctx: { min_length: 1 },
+              }
+            : {
+                type: "string_too_long",
+                loc: ["title"],
+                msg: `String should have at most ${MAX_TITLE} characters`,
+                input: req.title,
+                ctx: { max_length: MAX_TITLE },
+              },
+        ]);
+      patch.title = title;
+    }
+    if (!(await this.#o.conversations.update(id, userId, { ...patch, updatedAt: this.#clock.now() })))
+      throw notFound();
+    const record = await this.#o.conversations.get(id, userId);
+    if (record === null) throw notFound();
+    const [conversation] = await this.#withLiveStatus(userId, [record]);
+    return {
+      $typeName: "workspace.v1.UpdateAppConversationResponse",
+      ...(conversation ? { conversation } : {}),
+    };
+  }
+
+  /**
+   * Deletes a conversation with its sub-conversations and their events, then its sandbox when no remaining
+   * conversation of the caller uses it. `deleted` false for an unknown id.
+   */
+  async deleteAppConversation(
+    req: DeleteAppConversationRequest,
+    ctx: HandlerContext,
+  ): Promise<DeleteAppConversationResponse> {
+    const { userId } = requireCaller(ctx);
+    const id = checkId(req.id, "id");
+    const record = await this.#o.conversations.get(id, userId);
+    const none = {
+      $typeName: "workspace.v1.DeleteAppConversationResponse",
+      deleted: false,
+      sandboxDeleted: false,
+    } as const;
+    if (record === null) return none;
+    const doomed = [id, ...record.subConversationIds];
+    let deleted = false;
+    for (const cid of doomed) {
+      await this.#o.events?.deleteConversation(cid, userId);
+      const gone = await this.#o.conversations.delete(cid, userId);
+      if (cid === id) deleted = gone;
+      this.#pendingByConversation.delete(`${userId}:${cid}`);
+    }
+    let sandboxDeleted = false;
+    const others = await this.#o.conversations.count(userId, {
+      includeSubConversations: true,
+      sandboxIdEq: record.sandboxId,
+    });
+    // A start still running in the sandbox will use it too.
+    const starting = this.#running.size > 0 && (await this.#startingIn(userId, record.sandboxId));
+    if (others === 0 && !starting) {
+      try {
+        await this.#o.sandboxes.deleteSandbox(
+          { $typeName: "workspace.v1.DeleteSandboxRequest", sandboxId: record.sandboxId },
+          ctx,
+        );
+        sandboxDeleted = true;
+      } catch (err) {
+        if (!(err instanceof ConnectError && err.code === Code.NotFound)) throw err;
+      }
+    }
+    return { ...none, deleted, sandboxDeleted };
+  }
+
+  // ---- used by the event service ----
+
+  /** Sets a conversation's title (the title processor); false when it is gone. */
+  setTitle(id: string, ownerId: string, title: string): Promise<boolean> {
+    return this.#o.conversations.update(id, ownerId, { title, updatedAt: this.#clock.now() });
+  }
+
+  /** Applies what the agent server reports of a conversation. */
+  applyAgentInfo(
+    id: string,
+    ownerId: string,
+    info: { llmModel?: string; metrics?: Record<string, unknown> | null },
+  ): Promise<boolean> {
+    return this.#o.conversations.update(id, ownerId, { ...info, updatedAt: this.#clock.now() });
+  }
+
+  /** A title from the conversation's agent server (its generate_title), or null when it cannot give one. */
+  async generateTitle(record: ConversationRecord, maxLength: number): Promise<string | null> {
+    const generate = this.#o.agent.generateTitle?.bind(this.#o.agent);
+    if (generate === undefined) return null;
+    const live = await this.#o.sandboxes.get(record.ownerId, record.sandboxId);
+    if (live === null || live.status !== "RUNNING" || live.handle === null) return null;
+    const endpoint = { url: live.handle.agentUrl, sessionApiKey: this.#o.sandboxes.sessionKey(live.record) };
+    return generate(endpoint, record.id, maxLength, this.#o.liveStatusTimeoutMs ?? 5000);
+  }
+
+  /** The conversation record, for the event service. */
+  getRecord(id: string, ownerId: string): Promise<ConversationRecord | null> {
+    return this.#o.conversations.get(id, ownerId);
+  }
+
   // ---- lifecycle ----
 
   /**
@@ -316,6 +483,13 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
       updatedAt: now,
     };
     await this.#o.startTasks.insert(task);
+    if (request.conversationId !== undefined) {
+      if (this.#pendingByConversation.size >= PENDING_STARTS) {
+        const oldest = this.#pendingByConversation.keys().next();
+        if (oldest.done !== true) this.#pendingByConversation.delete(oldest.value);
+      }
+      this.#pendingByConversation.set(`${userId}:${request.conversationId}`, id);
+    }
     if (this.#closing) {
       // Shutdown began while the task was being saved: end it rather than start work nobody waits for.
       await this.#o.startTasks.update(id, { status: "ERROR", detail: SHUTDOWN_DETAIL, updatedAt: now });
@@ -327,6 +501,12 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
     );
     this.#running.set(id, { done, abort });
     return task;
+  }
+
+  /** Whether one of the user's running starts is using the sandbox. */
+  async #startingIn(userId: string, sandboxId: string): Promise<boolean> {
+    const tasks = await this.#o.startTasks.getMany([...this.#running.keys()], userId);
+    return tasks.some((t) => t.sandboxId === sandboxId && !TERMINAL.has(t.status));
   }
 
   /** Stored conversations plus live sandbox status and, for RUNNING sandboxes, the agent's execution status. */
@@ -412,6 +592,13 @@ export function toTask(r: StartTaskRecord): AppConversationStartTask {
   };
 }
 
+/** One id normalised to 32 hex, or INVALID_ARGUMENT located at `field`. */
+function checkId(raw: string, field: string): string {
+  const id = parseHexId(raw);
+  if (id === null) throw new ValidationError([uuidViolation([field], raw)]);
+  return id;
+}
+
 /** Normalised ids (32 hex) or INVALID_ARGUMENT listing every malformed one; at most 100. */
 function checkIds(ids: readonly string[]): string[] {
   checkBatch(ids, "ids");
@@ -472,6 +659,7 @@ function conversationFilter(
   set("createdAtLt");
   set("updatedAtGte");
   set("updatedAtLt");
+  if (req.sandboxIdEq !== undefined && req.sandboxIdEq !== "") f.sandboxIdEq = req.sandboxIdEq;
   return f;
 }
 

@@ -55,6 +55,8 @@ export interface StartFlowDeps {
   timeouts: StartFlowTimeouts;
   /** Called with a copy of the task after each saved state. */
   onChange: (task: StartTaskRecord) => void;
+  /** Final states (READY/ERROR) whose save failed, by task id: {@link sweepStartTasks} saves them later. */
+  unsaved?: Map<string, StartTaskRecord>;
   log: (msg: string, data?: Record<string, unknown>) => void;
 }
 
@@ -64,6 +66,55 @@ export class StartError extends Error {}
 /** The detail of a task that was cut off by a shutdown. */
 export const SHUTDOWN_DETAIL =
   "Interrupted: the server shut down before the conversation was ready; start the conversation again";
+
+/** The detail of a task the sweep found unfinished, not running and not updated for a while. */
+export const STUCK_DETAIL =
+  "The start stopped making progress (its state could not be saved); start the conversation again";
+
+/** How long an unfinished task not running on this server may go without an update before the sweep ends it. */
+export const STUCK_TASK_GRACE_MS = 60_000;
+
+/**
+ * The start-task sweep (periodic): saves the final states whose save failed (kept in `deps.unsaved`), then ends
+ * in ERROR ({@link STUCK_DETAIL}) every unfinished task that is not running here (`running`) and was not updated
+ * for `graceMs`: its start was cut off without its end being saved. Each write is retried at the next sweep if it
+ * fails. Like start-up recovery, assumes one server per data store. Returns how many tasks it ended.
+ */
+export async function sweepStartTasks(
+  deps: Pick<StartFlowDeps, "startTasks" | "clock" | "onChange" | "log" | "unsaved">,
+  running: { has(id: string): boolean },
+  graceMs = STUCK_TASK_GRACE_MS,
+): Promise<number> {
+  let ended = 0;
+  for (const [id, task] of deps.unsaved ?? []) {
+    try {
+      await deps.startTasks.update(id, {
+        status: task.status,
+        detail: task.detail,
+        updatedAt: task.updatedAt,
+      });
+      deps.unsaved?.delete(id);
+      ended++;
+    } catch (err) {
+      deps.log("start task end still cannot be saved", { taskId: id, error: String(err) });
+    }
+  }
+  const before = deps.clock.now().getTime() - graceMs;
+  for (const t of await deps.startTasks.listUnfinished()) {
+    if (running.has(t.id) || deps.unsaved?.has(t.id) || t.updatedAt.getTime() >= before) continue;
+    const updatedAt = deps.clock.now();
+    try {
+      if (await deps.startTasks.update(t.id, { status: "ERROR", detail: STUCK_DETAIL, updatedAt })) {
+        deps.log("ended a stuck start task", { taskId: t.id, status: t.status });
+        deps.onChange({ ...t, status: "ERROR", detail: STUCK_DETAIL, updatedAt });
+        ended++;
+      }
+    } catch (err) {
+      deps.log("stuck start task cannot be ended yet", { taskId: t.id, error: String(err) });
+    }
+  }
+  return ended;
+}
 
 /** Runs one start to READY or ERROR. Never rejects; the task's final state is saved (and reported) either way. */
 export async function runStartFlow(
@@ -125,7 +176,14 @@ class StartFlow {
           taskId: this.#task.id,
           error: String(saveErr),
         });
-        this.#d.onChange({ ...this.#task, status: "ERROR", detail });
+        const ended: StartTaskRecord = {
+          ...this.#task,
+          status: "ERROR",
+          detail,
+          updatedAt: this.#d.clock.now(),
+        };
+        this.#d.unsaved?.set(ended.id, ended);
+        this.#d.onChange(ended);
       }
     }
   }

@@ -2,7 +2,7 @@ import { EventEmitter, on } from "node:events";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { requireCaller } from "../../core/context.ts";
-import { notFound } from "../../core/errors.ts";
+import { failedPrecondition, notFound } from "../../core/errors.ts";
 import { base62 } from "../../core/ids.ts";
 import type { PageTokens } from "../../core/page-token.ts";
 import type { SecretBox } from "../../core/secret-box.ts";
@@ -25,7 +25,12 @@ import {
   type WatchSandboxesRequest,
   type WatchSandboxesResponse,
 } from "../../gen/workspace/v1/sandbox_pb.js";
-import type { SandboxRecord, SandboxRepository, SandboxStatus } from "../../ports/sandbox-repository.ts";
+import {
+  ACTIVE_STATUSES,
+  type SandboxRecord,
+  type SandboxRepository,
+  type SandboxStatus,
+} from "../../ports/sandbox-repository.ts";
 import type { RuntimeHandle, RuntimeState, SandboxRuntime } from "../../ports/sandbox-runtime.ts";
 import { checkBatch, readPage } from "../paging.ts";
 import type { SandboxSpecService } from "./sandbox-spec-service.ts";
@@ -53,11 +58,24 @@ export interface SandboxServiceOptions {
   tokens: PageTokens;
   /** Running sandboxes per user before the oldest is paused (default 5). */
   maxRunning?: number;
+  /** Sandboxes (any status) a user may have; one more is refused with FAILED_PRECONDITION (default 20). */
+  maxPerUser?: number;
   /** How long start/resume wait inline for the agent before answering STARTING (default 2000 ms). */
   inlineWaitMs?: number;
   /** How long a background start may take before the sandbox is ERROR (default 120 s). */
   startTimeoutMs?: number;
+  /**
+   * How old (since its last recorded change) a STARTING or PAUSED record without a runtime handle must be, and not
+   * being started by this server, before {@link SandboxService.reconcileAll} treats it as left by a crash: whatever
+   * the runtime runs for it is removed and it becomes ERROR (default: startTimeoutMs).
+   */
+  orphanGraceMs?: number;
   log?: (msg: string, data?: Record<string, unknown>) => void;
+  /**
+   * Base URL of this service as sandboxes reach it (e.g. http://127.0.0.1:3000), read at each start; when set,
+   * the agent gets OH_WEBHOOKS_0_BASE_URL = <base>/api/v1/webhooks/<sandbox id> to report its events.
+   */
+  webhookBaseUrl?: () => string | undefined;
 }
 
 /** A sandbox as the service sees it: the record plus its reconciled status. */
@@ -67,18 +85,47 @@ export interface LiveSandbox {
   handle: RuntimeHandle | null;
 }
 
+/** What reconciliation saw: the live status plus the runtime's own state (null without a handle). */
+interface Observed extends LiveSandbox {
+  runtime: SandboxStatus | null;
+}
+
+type Options = Required<Omit<SandboxServiceOptions, "log" | "webhookBaseUrl">> &
+  Pick<SandboxServiceOptions, "log" | "webhookBaseUrl">;
+
 /**
- * The caller's sandboxes: a registry in storage, a runtime that runs them, and reconciliation of the two on
- * every read (a vanished process or container is MISSING, a crashed one ERROR). Ownership is checked on every
- * operation: another user's sandbox behaves as if it did not exist.
+ * The caller's sandboxes: a registry in storage, a runtime that runs them, and reconciliation of the two.
+ * Ownership is checked on every operation: another user's sandbox behaves as if it did not exist.
+ *
+ * The store decides, the runtime follows. A record holds one of its owner's running slots while STARTING or
+ * RUNNING; only {@link SandboxRepository.create} and {@link SandboxRepository.claim} put a record into a slot, and
+ * they evict (set PAUSED) the owner's oldest holders in the same atomic step, so the running limit and the
+ * per-user cap hold whatever the number of concurrent requests or servers. Whoever saw an evicted record's handle
+ * pauses it in the runtime (the evicting call, or the starting call when the eviction came before the handle
+ * was saved); the periodic {@link reconcileAll} pauses any PAUSED record still running.
+ *
+ * Reads (search, get, watch) reconcile with the runtime but write nothing: the status changes they observe are
+ * persisted by {@link reconcileAll} (at start-up and periodically), always as compare-and-set transitions.
  */
 export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
-  readonly #o: Required<Omit<SandboxServiceOptions, "log">> & Pick<SandboxServiceOptions, "log">;
+  readonly #o: Options;
   readonly #events = new EventEmitter({ captureRejections: false });
+  /** Health waits in progress here (start or resume), by sandbox id. */
   readonly #starting = new Map<string, Promise<void>>();
+  /** Sandboxes this server is starting or resuming (before their health wait). */
+  readonly #busy = new Set<string>();
+  #sweeping: Promise<Record<SandboxStatus, number>> | null = null;
 
   constructor(options: SandboxServiceOptions) {
-    this.#o = { maxRunning: 5, inlineWaitMs: 2_000, startTimeoutMs: 120_000, ...options };
+    const startTimeoutMs = options.startTimeoutMs ?? 120_000;
+    this.#o = {
+      maxRunning: 5,
+      maxPerUser: 20,
+      inlineWaitMs: 2_000,
+      orphanGraceMs: startTimeoutMs,
+      ...options,
+      startTimeoutMs,
+    };
     this.#events.setMaxListeners(0);
   }
 
@@ -87,7 +134,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     const scope = `sandboxes:${userId}`;
     const page = readPage(this.#o.tokens, scope, req.pageId, req.limit);
     const result = await this.#o.repo.list(userId, page);
-    const live = await Promise.all(result.items.map((r) => this.#reconcile(r)));
+    const live = await Promise.all(result.items.map((r) => this.#observe(r)));
     return {
       $typeName: "workspace.v1.SearchSandboxesResponse",
       items: live.map((l) => this.toInfo(l)),
@@ -101,10 +148,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
   ): Promise<BatchGetSandboxesResponse> {
     const { userId } = requireCaller(ctx);
     checkBatch(req.id, "id");
-    const records = await this.#o.repo.getMany(req.id, userId);
-    const byId = new Map(
-      await Promise.all(records.map(async (r) => [r.id, await this.#reconcile(r)] as const)),
-    );
+    const byId = await this.getMany(userId, req.id);
     return {
       $typeName: "workspace.v1.BatchGetSandboxesResponse",
       items: req.id.map((id) => {
@@ -137,6 +181,8 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     const record = await this.#owned(userId, req.sandboxId);
     const handle = handleOrNull(record);
     if (handle !== null) await this.#o.runtime.remove(handle);
+    // Also whatever carries the sandbox's id without the record knowing it (a handle never saved).
+    await this.#o.runtime.removeBySandboxId(record.id);
     await this.#o.repo.delete(record.id);
     this.#emit(record, "MISSING");
     return { $typeName: "workspace.v1.DeleteSandboxResponse", success: true };
@@ -156,7 +202,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     for (const r of initial)
       yield {
         $typeName: "workspace.v1.WatchSandboxesResponse",
-        sandbox: this.toInfo(await this.#reconcile(r)),
+        sandbox: this.toInfo(await this.#observe(r)),
       };
     try {
       for await (const [live] of changes as AsyncIterable<[LiveSandbox]>) {
@@ -170,10 +216,15 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
 
   // ---- domain operations (also used by the conversation service) ----
 
-  /** Starts a sandbox for the user; waits up to inlineWaitMs for it to be healthy. */
+  /**
+   * Starts a sandbox for the user; waits up to inlineWaitMs for it to be healthy. The record is created and the
+   * user's oldest running sandboxes evicted in one atomic store operation; FAILED_PRECONDITION when the user
+   * already has maxPerUser sandboxes.
+   */
   async start(userId: string, specId: string | undefined): Promise<LiveSandbox> {
-    const spec = this.#o.specs.resolve(specId);
-    await this.#makeRoom(userId, null);
+    let spec = this.#o.specs.resolve(specId);
+    this.#o.runtime.admit?.(userId);
+    await this.#settleSlots(userId);
     const now = new Date();
     const sessionApiKey = base62(43);
     const record: SandboxRecord = {
@@ -187,57 +238,96 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       createdAt: now,
       updatedAt: now,
     };
-    await this.#o.repo.insert(record);
-    let handle: RuntimeHandle;
+    const outcome = await this.#o.repo.create(record, {
+      maxPerUser: this.#o.maxPerUser,
+      maxRunning: this.#o.maxRunning,
+    });
+    if (!outcome.created)
+      throw failedPrecondition(
+        `Sandbox limit reached: you have ${outcome.count} sandboxes and a user may have at most ${this.#o.maxPerUser}; delete one to start another`,
+      );
+    this.#emit(record, "STARTING");
+    this.#busy.add(record.id);
+    const webhookBase = this.#o.webhookBaseUrl?.();
+    if (webhookBase !== undefined)
+      spec = {
+        ...spec,
+        initialEnv: {
+          ...spec.initialEnv,
+          OH_WEBHOOKS_0_BASE_URL: `${webhookBase.replace(/\/+$/, "")}/api/v1/webhooks/${record.id}`,
+        },
+      };
     try {
-      handle = await this.#o.runtime.start({ sandboxId: record.id, spec, sessionApiKey });
-    } catch (err) {
-      this.#o.log?.("sandbox failed to start", { sandboxId: record.id, error: String(err) });
-      await this.#setStatus(record, "ERROR");
-      return { record: { ...record, status: "ERROR" }, status: "ERROR", handle: null };
+      await this.#pauseEvicted(outcome.evicted);
+      let handle: RuntimeHandle;
+      try {
+        handle = await this.#o.runtime.start({ sandboxId: record.id, spec, sessionApiKey, ownerId: userId });
+      } catch (err) {
+        this.#o.log?.("sandbox failed to start", { sandboxId: record.id, error: String(err) });
+        await this.#transition(record, ["STARTING"], "ERROR").catch(() => undefined);
+        return { record: { ...record, status: "ERROR" }, status: "ERROR", handle: null };
+      }
+      return await this.#saveHandle(record, handle);
+    } finally {
+      this.#busy.delete(record.id);
     }
-    record.handle = handle as unknown as Record<string, unknown>;
-    await this.#o.repo.update(record.id, { handle: record.handle, updatedAt: new Date() });
-    return this.#awaitHealthy(record, handle);
   }
 
+  /** Pauses (idempotent): the record first, then the runtime. */
   async pause(userId: string, id: string): Promise<void> {
     const record = await this.#owned(userId, id);
-    const live = await this.#reconcile(record);
-    if (live.status === "PAUSED" || live.status === "MISSING" || live.handle === null) return;
-    await this.#o.runtime.pause(live.handle);
-    await this.#setStatus(record, "PAUSED");
+    if (!(await this.#transition(record, ACTIVE_STATUSES, "PAUSED"))) return;
+    const handle = handleOrNull(record);
+    // Without a handle the start in progress sees PAUSED when it saves the handle, and pauses the process itself.
+    if (handle !== null)
+      await this.#o.runtime.pause(handle).catch((err: unknown) => {
+        this.#o.log?.("sandbox could not be paused", { sandboxId: id, error: String(err) });
+      });
   }
 
-  /** Resumes (idempotent); waits up to inlineWaitMs for health. */
+  /** Resumes (idempotent); claims a running slot first; waits up to inlineWaitMs for health. */
   async resume(userId: string, id: string): Promise<LiveSandbox> {
     const record = await this.#owned(userId, id);
-    const live = await this.#reconcile(record);
-    if (
-      live.status === "RUNNING" ||
-      live.status === "STARTING" ||
-      live.status === "MISSING" ||
-      live.handle === null
-    ) {
-      return live;
+    const handle = handleOrNull(record);
+    if (handle === null || record.status === "MISSING" || ACTIVE_STATUSES.includes(record.status))
+      return this.#observe(record);
+    const live = await this.#observe(record);
+    if (live.status === "MISSING") return live;
+    await this.#settleSlots(userId);
+    const claim = await this.#o.repo.claim(id, userId, this.#o.maxRunning, new Date());
+    if (claim === null) throw notFound();
+    if (!claim.claimed) {
+      await this.#pauseEvicted(claim.evicted);
+      return this.#observe(claim.record);
     }
-    await this.#makeRoom(userId, record.id);
-    const handle = await this.#o.runtime.resume(live.handle);
-    record.handle = handle as unknown as Record<string, unknown>;
-    await this.#o.repo.update(record.id, { handle: record.handle, updatedAt: new Date() });
-    return this.#awaitHealthy(record, handle);
+    const claimed = claim.record;
+    this.#emit(claimed, "STARTING");
+    this.#busy.add(id);
+    try {
+      await this.#pauseEvicted(claim.evicted);
+      let resumed: RuntimeHandle;
+      try {
+        resumed = await this.#o.runtime.resume(handle);
+      } catch (err) {
+        await this.#transition(claimed, ["STARTING"], live.status).catch(() => undefined);
+        throw err;
+      }
+      return await this.#saveHandle(claimed, resumed);
+    } finally {
+      this.#busy.delete(id);
+    }
   }
 
   /** The reconciled sandbox if the user owns it, else null. */
   async get(userId: string, id: string): Promise<LiveSandbox | null> {
     const record = await this.#o.repo.get(id, userId);
-    return record === null ? null : this.#reconcile(record);
+    return record === null ? null : this.#observe(record);
   }
 
   /** Reconciled sandboxes by id (owned by the user), for live conversation status. */
   async getMany(userId: string, ids: readonly string[]): Promise<Map<string, LiveSandbox>> {
     const records = await this.#o.repo.getMany(ids, userId);
-    return new Map(await Promise.all(records.map(async (r) => [r.id, await this.#reconcile(r)] as const)));
+    return new Map(await Promise.all(records.map(async (r) => [r.id, await this.#observe(r)] as const)));
   }
 
   /** Waits for a STARTING sandbox to leave that state (bounded); returns its reconciled state. */
@@ -258,23 +348,19 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     return this.#o.box.open(record.sessionApiKey, `${record.ownerId}:sandbox`);
   }
 
-  /** Start-up: reconciles every recorded sandbox with the runtime, so nothing is reported RUNNING that is not. */
-  async reconcileAll(): Promise<Record<SandboxStatus, number>> {
-    const counts: Record<SandboxStatus, number> = {
-      STARTING: 0,
-      RUNNING: 0,
-      PAUSED: 0,
-      ERROR: 0,
-      MISSING: 0,
-    };
-    for (const r of await this.#o.repo.listAll()) {
-      let live = await this.#reconcile(r);
-      if (live.status === "STARTING" && live.handle !== null && !this.#starting.has(r.id)) {
-        live = await this.#awaitHealthy(r, live.handle);
-      }
-      counts[live.status]++;
-    }
-    return counts;
+  /**
+   * Reconciles every recorded sandbox with the runtime and persists what changed (at start-up and periodically):
+   * ended processes become ERROR/MISSING (freeing their slot), STARTING ones whose health wait was lost get a new
+   * one, PAUSED ones found running are paused again, and records left STARTING or PAUSED without a handle by a
+   * crash (older than orphanGraceMs, not being started here) have whatever carries their id removed and become
+   * ERROR. Every write is a compare-and-set on the status read, so a concurrent start, pause or eviction wins.
+   * Returns the resulting live statuses; concurrent calls share one run.
+   */
+  reconcileAll(): Promise<Record<SandboxStatus, number>> {
+    this.#sweeping ??= this.#reconcileAll().finally(() => {
+      this.#sweeping = null;
+    });
+    return this.#sweeping;
   }
 
   toInfo(l: LiveSandbox): SandboxInfo {
@@ -303,26 +389,128 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
 
   // ---- internals ----
 
-  async #awaitHealthy(record: SandboxRecord, handle: RuntimeHandle): Promise<LiveSandbox> {
-    const wait = this.#o.runtime.waitHealthy(handle, this.#o.startTimeoutMs);
-    const settle = wait.then(
-      async (ok) => {
-        const state = ok ? "RUNNING" : "ERROR";
-        if (!ok) this.#o.log?.("sandbox did not become healthy", { sandboxId: record.id });
-        if ((await this.#o.repo.get(record.id)) !== null) await this.#setStatus(record, state);
-      },
-      async () => {
-        await this.#setStatus(record, "ERROR");
-      },
-    );
-    const done = settle.finally(() => this.#starting.delete(record.id));
-    this.#starting.set(record.id, done);
+  async #reconcileAll(): Promise<Record<SandboxStatus, number>> {
+    const counts: Record<SandboxStatus, number> = {
+      STARTING: 0,
+      RUNNING: 0,
+      PAUSED: 0,
+      ERROR: 0,
+      MISSING: 0,
+    };
+    const orphanBefore = Date.now() - this.#o.orphanGraceMs;
+    for (const r of await this.#o.repo.listAll()) {
+      let status: SandboxStatus;
+      try {
+        status = await this.#persist(await this.#observe(r), orphanBefore);
+      } catch (err) {
+        this.#o.log?.("sandbox could not be reconciled", { sandboxId: r.id, error: String(err) });
+        status = r.status;
+      }
+      counts[status]++;
+    }
+    return counts;
+  }
+
+  /** Persists what `o` observed (see reconcileAll); returns the resulting live status. */
+  async #persist(o: Observed, orphanBefore: number): Promise<SandboxStatus> {
+    const r = o.record;
+    if (this.#inFlight(r.id)) return o.status;
+    if (o.handle === null) {
+      if ((r.status === "STARTING" || r.status === "PAUSED") && r.updatedAt.getTime() < orphanBefore) {
+        const removed = await this.#o.runtime.removeBySandboxId(r.id);
+        this.#o.log?.("sandbox left without a runtime handle (a crash while it started): set ERROR", {
+          sandboxId: r.id,
+          removedRuntimeObjects: removed,
+        });
+        if (await this.#transition(r, [r.status], "ERROR")) return "ERROR";
+      }
+      return o.status;
+    }
+    const alive = o.runtime === "RUNNING" || o.runtime === "STARTING";
+    if ((r.status === "PAUSED" || r.status === "ERROR") && alive) {
+      // Holds no slot, so it must not run: paused (a crash between an eviction and its pause, a start that never
+      // became healthy); resuming it claims a slot again.
+      this.#o.log?.("sandbox without a running slot found running: pausing it", {
+        sandboxId: r.id,
+        status: r.status,
+      });
+      await this.#o.runtime.pause(o.handle);
+      return o.status;
+    }
+    if (r.status === "STARTING" && o.runtime === "STARTING") {
+      // Its health wait was lost (a restart, a failed write): wait again, in the background.
+      return (await this.#awaitHealthy(r, o.handle, 0)).status;
+    }
+    const ended = definiteEnd(r.status, o.runtime);
+    if (ended !== null) await this.#transition(r, [r.status], ended);
+    else if (r.status === "STARTING" && o.runtime === "RUNNING")
+      await this.#transition(r, ["STARTING"], "RUNNING");
+    return o.status;
+  }
+
+  /** Saves the handle of a started or resumed sandbox; pauses it when a concurrent claim evicted it meanwhile. */
+  async #saveHandle(record: SandboxRecord, handle: RuntimeHandle): Promise<LiveSandbox> {
+    let saved: SandboxRecord | null;
+    try {
+      saved = await this.#o.repo.setHandle(
+        record.id,
+        handle as unknown as Record<string, unknown>,
+        new Date(),
+      );
+    } catch (err) {
+      // Nothing could find this process through the record: stop it (reconciliation settles the record).
+      await this.#o.runtime.remove(handle).catch(() => undefined);
+      throw err;
+    }
+    if (saved === null) {
+      await this.#o.runtime.remove(handle); // deleted while it started
+      return { record, status: "MISSING", handle: null };
+    }
+    record.handle = saved.handle;
+    if (saved.status !== "STARTING") {
+      // Evicted (or paused) before its handle was saved: the evicting call could not pause it, so this one does.
+      await this.#o.runtime.pause(handle).catch(() => undefined);
+      return this.#observe(saved);
+    }
+    return this.#awaitHealthy(record, handle);
+  }
+
+  /** Waits (in the background) for health, then RUNNING or ERROR; answers after at most `inlineMs`. */
+  async #awaitHealthy(
+    record: SandboxRecord,
+    handle: RuntimeHandle,
+    inlineMs = this.#o.inlineWaitMs,
+  ): Promise<LiveSandbox> {
+    const running = this.#starting.get(record.id);
+    const done =
+      running ??
+      this.#o.runtime
+        .waitHealthy(handle, this.#o.startTimeoutMs)
+        .then(
+          (ok) => {
+            if (!ok) this.#o.log?.("sandbox did not become healthy", { sandboxId: record.id });
+            return ok;
+          },
+          () => false,
+        )
+        .then((ok) => this.#transition(record, ["STARTING"], ok ? "RUNNING" : "ERROR"))
+        .then(
+          () => undefined,
+          (err: unknown) =>
+            // Reconciliation saves it later (it finds the record STARTING and waits again).
+            this.#o.log?.("could not save the sandbox's status", {
+              sandboxId: record.id,
+              error: String(err),
+            }),
+        )
+        .finally(() => this.#starting.delete(record.id));
+    if (running === undefined) this.#starting.set(record.id, done);
     const inline = await Promise.race([
       done.then(() => true),
-      new Promise<boolean>((r) => setTimeout(() => r(false), this.#o.inlineWaitMs).unref()),
+      new Promise<boolean>((r) => setTimeout(() => r(false), inlineMs).unref()),
     ]);
     if (!inline) return { record, status: "STARTING", handle };
-    return { record, status: record.status, handle };
+    return this.#observe({ ...record });
   }
 
   async #owned(userId: string, id: string): Promise<SandboxRecord> {
@@ -331,31 +519,59 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     return record;
   }
 
-  async #reconcile(record: SandboxRecord): Promise<LiveSandbox> {
-    const handle = handleOrNull(record);
-    if (handle === null) {
-      const status =
-        this.#starting.has(record.id) || record.status === "STARTING" ? record.status : "MISSING";
-      return { record, status, handle };
-    }
-    let status: SandboxStatus;
-    try {
-      status = FROM_RUNTIME[await this.#o.runtime.inspect(handle)];
-    } catch {
-      status = "ERROR";
-    }
-    if (status === "STARTING" && record.status === "RUNNING" && !this.#starting.has(record.id))
-      status = "ERROR";
-    if (status !== record.status) await this.#setStatus(record, status);
-    return { record, status, handle };
+  #inFlight(id: string): boolean {
+    return this.#busy.has(id) || this.#starting.has(id);
   }
 
-  async #setStatus(record: SandboxRecord, status: SandboxStatus): Promise<void> {
-    const changed = record.status !== status;
-    record.status = status;
-    record.updatedAt = new Date();
-    await this.#o.repo.update(record.id, { status, updatedAt: record.updatedAt });
-    if (changed) this.#emit(record, status);
+  /** The live status of a record from the runtime's state; writes nothing. */
+  async #observe(record: SandboxRecord): Promise<Observed> {
+    const handle = handleOrNull(record);
+    if (handle === null) {
+      const status = record.status === "RUNNING" || record.status === "MISSING" ? "MISSING" : record.status;
+      return { record, status, handle, runtime: null };
+    }
+    let runtime: SandboxStatus;
+    try {
+      runtime = FROM_RUNTIME[await this.#o.runtime.inspect(handle)];
+    } catch {
+      runtime = "ERROR";
+    }
+    let status: SandboxStatus;
+    switch (record.status) {
+      case "STARTING":
+      case "RUNNING":
+        // Healthy once and now not answering, with no start in progress: it crashed or hangs.
+        status =
+          runtime === "STARTING" && record.status === "RUNNING" && !this.#inFlight(record.id)
+            ? "ERROR"
+            : runtime;
+        break;
+      case "PAUSED":
+        // The store decided: a PAUSED record still running is being paused (reconciliation makes sure of it).
+        status = runtime === "RUNNING" || runtime === "STARTING" ? "PAUSED" : runtime;
+        break;
+      case "ERROR":
+        status = runtime === "MISSING" ? "MISSING" : "ERROR";
+        break;
+      default:
+        status = "MISSING";
+    }
+    return { record, status, handle, runtime };
+  }
+
+  /** Compare-and-set of the record's status; on success updates `record` and tells watchers. */
+  async #transition(
+    record: SandboxRecord,
+    from: readonly SandboxStatus[],
+    to: SandboxStatus,
+  ): Promise<boolean> {
+    const updatedAt = new Date();
+    if (!(await this.#o.repo.transition(record.id, from, to, updatedAt))) return false;
+    const changed = record.status !== to;
+    record.status = to;
+    record.updatedAt = updatedAt;
+    if (changed) this.#emit(record, to);
+    return true;
   }
 
   #emit(record: SandboxRecord, status: SandboxStatus): void {
@@ -367,27 +583,58 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     } satisfies LiveSandbox);
   }
 
-  /** Pauses the user's oldest running sandboxes so that one more can run. */
-  async #makeRoom(userId: string, except: string | null): Promise<void> {
-    const all = await this.#o.repo.listAll(userId);
-    const running: SandboxRecord[] = [];
-    for (const r of all) {
-      if (r.id === except) continue;
-      const live = await this.#reconcile(r);
-      if ((live.status === "RUNNING" || live.status === "STARTING") && live.handle !== null) running.push(r);
-    }
-    // Ids compared by code unit, not localeCompare: the order must not depend on a locale, and ICU's collation
-    // data costs ~10 MiB of resident memory the first time it is touched.
-    running.sort(
-      (a, b) => a.createdAt.getTime() - b.createdAt.getTime() || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0),
+  /**
+   * Before a claim: persists the end of the user's slot holders whose process ended or was paused behind our
+   * back, so that a crashed sandbox does not keep a slot (and cause a needless eviction).
+   */
+  async #settleSlots(userId: string): Promise<void> {
+    const holders = (await this.#o.repo.listAll(userId)).filter(
+      (r) => ACTIVE_STATUSES.includes(r.status) && handleOrNull(r) !== null && !this.#inFlight(r.id),
     );
-    const excess = running.length - (this.#o.maxRunning - 1);
-    for (const r of running.slice(0, Math.max(0, excess))) {
-      this.#o.log?.("pausing oldest running sandbox to stay within the limit", { sandboxId: r.id, userId });
-      const handle = handleOrNull(r);
-      if (handle !== null) await this.#o.runtime.pause(handle);
-      await this.#setStatus(r, "PAUSED");
-    }
+    await Promise.all(
+      holders.map(async (r) => {
+        const ended = definiteEnd(r.status, (await this.#observe(r)).runtime);
+        if (ended !== null) await this.#transition(r, [r.status], ended);
+      }),
+    );
+  }
+
+  /** Pauses in the runtime the records a claim evicted (those with a handle; see SandboxRepository.setHandle). */
+  async #pauseEvicted(evicted: readonly SandboxRecord[]): Promise<void> {
+    await Promise.all(
+      evicted.map(async (r) => {
+        this.#o.log?.("pausing oldest running sandbox to stay within the limit", {
+          sandboxId: r.id,
+          userId: r.ownerId,
+        });
+        this.#emit(r, "PAUSED");
+        const handle = handleOrNull(r);
+        if (handle !== null)
+          await this.#o.runtime.pause(handle).catch((err: unknown) => {
+            this.#o.log?.("evicted sandbox could not be paused", { sandboxId: r.id, error: String(err) });
+          });
+      }),
+    );
+  }
+}
+
+/**
+ * The status to persist for a record whose runtime object is known to have stopped running (paused behind our
+ * back, crashed, gone), else null. An agent that only fails a health probe (a loaded machine) is not an end: it
+ * keeps its slot and its process, and is only reported ERROR while it does not answer.
+ */
+function definiteEnd(recorded: SandboxStatus, runtime: SandboxStatus | null): SandboxStatus | null {
+  if (runtime === null || runtime === recorded) return null;
+  switch (recorded) {
+    case "STARTING":
+    case "RUNNING":
+      return runtime === "PAUSED" || runtime === "ERROR" || runtime === "MISSING" ? runtime : null;
+    case "PAUSED":
+      return runtime === "ERROR" || runtime === "MISSING" ? runtime : null;
+    case "ERROR":
+      return runtime === "MISSING" ? runtime : null;
+    default:
+      return null;
   }
 }
 

@@ -28,6 +28,7 @@ function range(gte: Date | undefined, lt: Date | undefined): { $gte?: Date; $lt?
 export function toConversationFilter(ownerId: string, filter: ConversationFilter): Filter<ConversationDoc> {
   const f: Filter<ConversationDoc> = { ownerId };
   if (filter.includeSubConversations !== true) f.parentConversationId = null;
+  if (filter.sandboxIdEq !== undefined) f.sandboxId = filter.sandboxIdEq;
   if (filter.titleContains !== undefined)
     f.title = { $regex: escapeRegExp(filter.titleContains), $options: "i" };
   const created = range(filter.createdAtGte, filter.createdAtLt);
@@ -80,5 +81,16 @@ export function createMongoConversationRepository(db: Db): ConversationRepositor
         return toKeysetPage(docs.map(fromConversationDoc), page.limit);
       }),
     count: (ownerId, filter) => guarded(() => coll.countDocuments(toConversationFilter(ownerId, filter))),
+    update: (id, ownerId, patch) =>
+      guarded(async () => {
+        const set: Partial<ConversationDoc> = { updatedAt: patch.updatedAt };
+        if (patch.title !== undefined) set.title = patch.title;
+        if (patch.llmModel !== undefined) set.llmModel = patch.llmModel;
+        if (patch.metrics !== undefined) set.metrics = patch.metrics;
+        const result = await coll.updateOne({ _id: id, ownerId }, { $set: set }, DURABLE_WRITE);
+        return result.matchedCount === 1;
+      }),
+    delete: (id, ownerId) =>
+      guarded(async () => (await coll.deleteOne({ _id: id, ownerId }, DURABLE_WRITE)).deletedCount === 1),
   };
 }

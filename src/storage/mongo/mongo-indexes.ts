@@ -7,6 +7,11 @@ export const COLLECTIONS = {
   sandboxes: "sandboxes",
   conversations: "conversations",
   startTasks: "start_tasks",
+  /** Per-owner locks serialising sandbox creates and claims (see createMongoSandboxRepository). */
+  sandboxLocks: "sandbox_locks",
+  /** One small document per server, rewritten by the readiness write check. */
+  heartbeats: "heartbeats",
+  events: "events",
 } as const;
 
 /** One index the adapter relies on. */
@@ -45,6 +50,21 @@ export const MONGO_INDEXES: readonly MongoIndex[] = [
     key: { ownerId: 1, appConversationId: 1, createdAt: -1, _id: -1 },
   },
   { collection: COLLECTIONS.startTasks, name: "status_created", key: { status: 1, createdAt: 1, _id: 1 } },
+  { collection: COLLECTIONS.conversations, name: "owner_sandbox", key: { ownerId: 1, sandboxId: 1 } },
+  // Events: _id is "<conversationId>:<eventId>" (unique per conversation); searches start with the owner.
+  { collection: COLLECTIONS.events, name: "event_id", key: { eventId: 1 } },
+  {
+    collection: COLLECTIONS.events,
+    name: "owner_conversation_ts",
+    key: { ownerId: 1, conversationId: 1, ts: 1, eventId: 1 },
+  },
+  {
+    collection: COLLECTIONS.events,
+    name: "owner_conversation_kind_ts",
+    key: { ownerId: 1, conversationId: 1, kind: 1, ts: 1, eventId: 1 },
+  },
+  { collection: COLLECTIONS.events, name: "owner_ts", key: { ownerId: 1, ts: 1, eventId: 1 } },
+  { collection: COLLECTIONS.events, name: "owner_kind_ts", key: { ownerId: 1, kind: 1, ts: 1, eventId: 1 } },
 ];
 
 /** Creates the indexes of {@link MONGO_INDEXES} (a no-op for those that already exist with the same spec). */

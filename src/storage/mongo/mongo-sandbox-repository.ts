@@ -1,16 +1,169 @@
+import { randomUUID } from "node:crypto";
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Db, Filter } from "mongodb";
-import type { SandboxRepository } from "../../ports/sandbox-repository.ts";
+import { StorageUnavailableError } from "../../core/errors.ts";
+import {
+  ACTIVE_STATUSES,
+  type SandboxRecord,
+  type SandboxRepository,
+  type SandboxStatus,
+} from "../../ports/sandbox-repository.ts";
 import { checkPageLimit, toKeysetPage } from "../keyset-page.ts";
-import { guarded } from "./mongo-errors.ts";
+import { guarded, isDuplicateKeyError } from "./mongo-errors.ts";
 import { COLLECTIONS } from "./mongo-indexes.ts";
 import { keysetAfter, NEWEST_FIRST } from "./mongo-keyset.ts";
 import { fromSandboxDoc, type SandboxDoc, toSandboxDoc } from "./mongo-mappers.ts";
 import { DURABLE_WRITE } from "./mongo-write-concern.ts";
 
-/** The sandbox registry on MongoDB; listings use the `{ownerId: 1, createdAt: -1, _id: -1}` index. */
+/** A per-owner lock: held by `holder` until released or until `expiresAt` (a holder that died). */
+interface LockDoc {
+  _id: string;
+  holder: string;
+  expiresAt: Date;
+}
+
+/** How long a lock outlives a holder that died without releasing it. */
+const LOCK_LEASE_MS = 10_000;
+/** How long a create or claim waits for the owner's lock before answering "storage unavailable". */
+const LOCK_WAIT_MS = 15_000;
+const OLDEST_FIRST = { createdAt: 1, _id: 1 } as const;
+
+/**
+ * The sandbox registry on MongoDB; listings use the `{ownerId: 1, createdAt: -1, _id: -1}` index.
+ *
+ * `create` and `claim` decide across several documents without multi-document transactions (which need a replica
+ * set): each runs under a per-owner lock document in `sandbox_locks` (insert to take, delete to release, taken
+ * over once its lease has expired), so two servers never decide for the same owner at once. Each eviction is a
+ * compare-and-set on the record's status and on whether it has a handle, so that it is linearisable with
+ * `setHandle` (which takes no lock): exactly one of the evicting caller and the starting caller sees the handle.
+ */
 export function createMongoSandboxRepository(db: Db): SandboxRepository {
   const coll = db.collection<SandboxDoc>(COLLECTIONS.sandboxes);
+  const locks = db.collection<LockDoc>(COLLECTIONS.sandboxLocks);
+
+  const withOwnerLock = async <T>(ownerId: string, work: () => Promise<T>): Promise<T> => {
+    const holder = randomUUID();
+    const deadline = Date.now() + LOCK_WAIT_MS;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await locks.insertOne(
+          { _id: ownerId, holder, expiresAt: new Date(Date.now() + LOCK_LEASE_MS) },
+          DURABLE_WRITE,
+        );
+        break;
+      } catch (error: unknown) {
+        if (!isDuplicateKeyError(error)) throw error;
+      }
+      await locks.deleteOne({ _id: ownerId, expiresAt: { $lt: new Date() } }, DURABLE_WRITE);
+      if (Date.now() > deadline)
+        throw new StorageUnavailableError(new Error(`the sandbox lock of ${ownerId} stayed taken`));
+      await sleep(Math.min(50, 1 + attempt) * (0.5 + Math.random()));
+    }
+    try {
+      return await work();
+    } finally {
+      await locks.deleteOne({ _id: ownerId, holder }, DURABLE_WRITE).catch(() => undefined);
+    }
+  };
+
+  const hasHandle = (doc: SandboxDoc): boolean => Object.keys(doc.handle ?? {}).length > 0;
+
+  /** Sets PAUSED the owner's oldest slot holders beyond `keep` (other than `except`); returns them as they were. */
+  const evict = async (ownerId: string, except: string, keep: number, updatedAt: Date) => {
+    const holders = await coll
+      .find({ ownerId, _id: { $ne: except }, status: { $in: [...ACTIVE_STATUSES] } })
+      .sort(OLDEST_FIRST)
+      .toArray();
+    const evicted: SandboxRecord[] = [];
+    for (let doc of holders.slice(0, Math.max(0, holders.length - keep))) {
+      for (;;) {
+        const filter: Filter<SandboxDoc> = hasHandle(doc)
+          ? { _id: doc._id, status: doc.status }
+          : { _id: doc._id, status: doc.status, handle: {} };
+        const result = await coll.updateOne(filter, { $set: { status: "PAUSED", updatedAt } }, DURABLE_WRITE);
+        if (result.matchedCount === 1) {
+          evicted.push(fromSandboxDoc(doc));
+          break;
+        }
+        const now = await coll.findOne({ _id: doc._id });
+        if (now === null || !ACTIVE_STATUSES.includes(now.status)) break; // no longer holds a slot
+        doc = now;
+      }
+    }
+    return evicted;
+  };
+
+  const transition = async (
+    id: string,
+    from: readonly SandboxStatus[],
+    to: SandboxStatus,
+    updatedAt: Date,
+  ): Promise<boolean> => {
+    const result = await coll.updateOne(
+      { _id: id, status: { $in: [...from] } },
+      { $set: { status: to, updatedAt } },
+      DURABLE_WRITE,
+    );
+    return result.matchedCount === 1;
+  };
+
   return {
+    create: (record, limits) =>
+      guarded(() =>
+        withOwnerLock(record.ownerId, async () => {
+          const count = await coll.countDocuments({ ownerId: record.ownerId });
+          if (count >= limits.maxPerUser) return { created: false as const, count };
+          await coll.insertOne(toSandboxDoc({ ...record, status: "STARTING" }), DURABLE_WRITE);
+          try {
+            const keep = Math.max(1, limits.maxRunning) - 1;
+            return {
+              created: true as const,
+              evicted: await evict(record.ownerId, record.id, keep, record.updatedAt),
+            };
+          } catch (error: unknown) {
+            await coll.deleteOne({ _id: record.id }, DURABLE_WRITE).catch(() => undefined);
+            throw error;
+          }
+        }),
+      ),
+    claim: (id, ownerId, maxRunning, updatedAt) =>
+      guarded(() =>
+        withOwnerLock(ownerId, async () => {
+          for (let attempt = 0; ; attempt++) {
+            if (attempt === 20)
+              throw new StorageUnavailableError(new Error(`the status of sandbox ${id} kept changing`));
+            const doc = await coll.findOne({ _id: id, ownerId });
+            if (doc === null) return null;
+            const record = fromSandboxDoc(doc);
+            if (ACTIVE_STATUSES.includes(record.status)) return { record, claimed: false, evicted: [] };
+            const evicted = await evict(ownerId, id, Math.max(1, maxRunning) - 1, updatedAt);
+            if (await transition(id, [record.status], "STARTING", updatedAt))
+              return {
+                record: { ...record, status: "STARTING" as const, updatedAt },
+                claimed: true,
+                evicted,
+              };
+            if (evicted.length > 0) return { record, claimed: false, evicted }; // changed meanwhile: report it
+          }
+        }),
+      ),
+    setHandle: (id, handle, updatedAt) =>
+      guarded(async () => {
+        const starting = await coll.updateOne(
+          { _id: id, status: "STARTING" },
+          { $set: { handle, updatedAt } },
+          DURABLE_WRITE,
+        );
+        if (starting.matchedCount === 0) {
+          const any = await coll.updateOne({ _id: id }, { $set: { handle, updatedAt } }, DURABLE_WRITE);
+          if (any.matchedCount === 0) return null;
+        }
+        const doc = await coll.findOne({ _id: id });
+        if (doc === null) return null;
+        // The status this write saw: STARTING when the conditional write matched, whatever followed it.
+        return fromSandboxDoc(starting.matchedCount === 1 ? { ...doc, status: "STARTING" } : doc);
+      }),
+    transition: (id, from, to, updatedAt) => guarded(() => transition(id, from, to, updatedAt)),
     insert: (record) =>
       guarded(async () => {
         await coll.insertOne(toSandboxDoc(record), DURABLE_WRITE);

@@ -1,12 +1,15 @@
+import { hostname } from "node:os";
 import { type Db, MongoClient } from "mongodb";
 import type { Storage } from "../../ports/storage.ts";
 import { createMongoApiKeyRepository } from "./mongo-api-key-repository.ts";
 import { createMongoConversationRepository } from "./mongo-conversation-repository.ts";
 import { guarded, toMongoStorageError } from "./mongo-errors.ts";
-import { ensureMongoIndexes } from "./mongo-indexes.ts";
+import { createMongoEventRepository } from "./mongo-event-repository.ts";
+import { COLLECTIONS, ensureMongoIndexes } from "./mongo-indexes.ts";
 import { createMongoSandboxRepository } from "./mongo-sandbox-repository.ts";
 import { createMongoStartTaskRepository } from "./mongo-start-task-repository.ts";
 import { createMongoUserDataRepository } from "./mongo-user-data-repository.ts";
+import { DURABLE_WRITE } from "./mongo-write-concern.ts";
 
 /** Options of {@link createMongoStorage}. */
 export interface MongoStorageOptions {
@@ -58,6 +61,8 @@ export async function createMongoStorageFromDb(
 ): Promise<Storage> {
   await guarded(() => ensureMongoIndexes(db));
   let closed = false;
+  const heartbeats = db.collection<{ _id: string; at: Date }>(COLLECTIONS.heartbeats);
+  const serverId = `${hostname()}:${process.pid}`;
   return {
     kind: "mongo",
     userData: createMongoUserDataRepository(db),
@@ -65,9 +70,18 @@ export async function createMongoStorageFromDb(
     sandboxes: createMongoSandboxRepository(db),
     conversations: createMongoConversationRepository(db),
     startTasks: createMongoStartTaskRepository(db),
+    events: createMongoEventRepository(db),
     ping: () =>
       guarded(async () => {
         await db.command({ ping: 1 });
+      }),
+    checkWritable: () =>
+      guarded(async () => {
+        await heartbeats.updateOne(
+          { _id: serverId },
+          { $set: { at: new Date() } },
+          { ...DURABLE_WRITE, upsert: true },
+        );
       }),
     close: async () => {
       if (closed) return;

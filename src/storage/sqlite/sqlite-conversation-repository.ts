@@ -29,6 +29,10 @@ export function buildConversationQuery(
   const where = ["owner_id = @ownerId"];
   const params: Record<string, string | number> = { ownerId };
   if (filter.includeSubConversations !== true) where.push("parent_conversation_id IS NULL");
+  if (filter.sandboxIdEq !== undefined) {
+    where.push("sandbox_id = @sandboxId");
+    params.sandboxId = filter.sandboxIdEq;
+  }
   if (filter.titleContains !== undefined) {
     where.push("title LIKE @title ESCAPE '\\'");
     params.title = likeSubstring(filter.titleContains);
@@ -89,6 +93,26 @@ export function createSqliteConversationRepository(db: Database.Database): Conve
      WHERE id = @parentId`,
   );
   const prepared = createStatementCache(db);
+  const remove = db.prepare<[string, string]>("DELETE FROM conversations WHERE id = ? AND owner_id = ?");
+  // Each field is set only when the patch names it (a flag per field), so one statement serves every patch.
+  const update = db.prepare<{
+    id: string;
+    ownerId: string;
+    setTitle: number;
+    title: string | null;
+    setModel: number;
+    llmModel: string | null;
+    setMetrics: number;
+    metrics: string | null;
+    updatedAt: number;
+  }>(
+    `UPDATE conversations SET
+       title = CASE WHEN @setTitle THEN @title ELSE title END,
+       llm_model = CASE WHEN @setModel THEN @llmModel ELSE llm_model END,
+       metrics = CASE WHEN @setMetrics THEN @metrics ELSE metrics END,
+       updated_at = @updatedAt
+     WHERE id = @id AND owner_id = @ownerId`,
+  );
 
   return {
     insert: (record) =>
@@ -118,5 +142,22 @@ export function createSqliteConversationRepository(db: Database.Database): Conve
         const query = buildConversationQuery(ownerId, filter, null);
         return (prepared(query.sql).get(query.params) as { n: number }).n;
       }),
+    update: (id, ownerId, patch) =>
+      attempt(
+        () =>
+          update.run({
+            id,
+            ownerId,
+            setTitle: patch.title === undefined ? 0 : 1,
+            title: patch.title ?? null,
+            setModel: patch.llmModel === undefined ? 0 : 1,
+            llmModel: patch.llmModel ?? null,
+            setMetrics: patch.metrics === undefined ? 0 : 1,
+            metrics:
+              patch.metrics === undefined || patch.metrics === null ? null : JSON.stringify(patch.metrics),
+            updatedAt: patch.updatedAt.getTime(),
+          }).changes === 1,
+      ),
+    delete: (id, ownerId) => attempt(() => remove.run(id, ownerId).changes === 1),
   };
 }

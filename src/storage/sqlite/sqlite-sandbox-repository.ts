@@ -1,5 +1,9 @@
 import type Database from "better-sqlite3";
-import type { SandboxRepository } from "../../ports/sandbox-repository.ts";
+import {
+  ACTIVE_STATUSES,
+  type SandboxRecord,
+  type SandboxRepository,
+} from "../../ports/sandbox-repository.ts";
 import { checkPageLimit, toKeysetPage } from "../keyset-page.ts";
 import { attempt } from "./sqlite-errors.ts";
 import { fromSandboxRow, type SandboxRow, toSandboxRow } from "./sqlite-rows.ts";
@@ -52,12 +56,72 @@ export function createSqliteSandboxRepository(db: Database.Database): SandboxRep
   );
   const all = db.prepare<[], SandboxRow>(`SELECT ${COLUMNS} FROM sandboxes ${NEWEST_FIRST}`);
   const remove = db.prepare<[string]>("DELETE FROM sandboxes WHERE id = ?");
+  const countOfOwner = db.prepare<[string], { n: number }>(
+    "SELECT count(*) AS n FROM sandboxes WHERE owner_id = ?",
+  );
+  const active = JSON.stringify(ACTIVE_STATUSES);
+  /** The owner's records holding a slot, oldest first (the eviction order). */
+  const activeOfOwner = db.prepare<{ ownerId: string; except: string }, SandboxRow>(
+    `SELECT ${COLUMNS} FROM sandboxes
+     WHERE owner_id = @ownerId AND id != @except AND status IN (SELECT value FROM json_each('${active}'))
+     ORDER BY created_at ASC, id ASC`,
+  );
+  const setStatus = db.prepare<{ id: string; status: string; updatedAt: number }>(
+    "UPDATE sandboxes SET status = @status, updated_at = @updatedAt WHERE id = @id",
+  );
+  const setHandle = db.prepare<{ id: string; handle: string; updatedAt: number }, SandboxRow>(
+    `UPDATE sandboxes SET handle = @handle, updated_at = @updatedAt WHERE id = @id RETURNING ${COLUMNS}`,
+  );
+  const transition = db.prepare<{ id: string; from: string; to: string; updatedAt: number }>(
+    `UPDATE sandboxes SET status = @to, updated_at = @updatedAt
+     WHERE id = @id AND status IN (SELECT value FROM json_each(@from))`,
+  );
+
+  /** Sets PAUSED the oldest slot holders beyond `keep` (other than `except`); returns them as they were. */
+  const evict = (ownerId: string, except: string, keep: number, updatedAt: number): SandboxRecord[] => {
+    const holders = activeOfOwner.all({ ownerId, except });
+    const evicted = holders.slice(0, Math.max(0, holders.length - keep));
+    for (const row of evicted) setStatus.run({ id: row.id, status: "PAUSED", updatedAt });
+    return evicted.map(fromSandboxRow);
+  };
+  // IMMEDIATE: the write lock is taken before the first read, so another process's create/claim waits for it.
+  const create = db.transaction((record: SandboxRecord, maxPerUser: number, maxRunning: number) => {
+    const count = countOfOwner.get(record.ownerId)?.n ?? 0;
+    if (count >= maxPerUser) return { created: false as const, count };
+    const evicted = evict(record.ownerId, record.id, maxRunning - 1, record.updatedAt.getTime());
+    insert.run(toSandboxRow({ ...record, status: "STARTING" }));
+    return { created: true as const, evicted };
+  });
+  const claim = db.transaction((id: string, ownerId: string, maxRunning: number, updatedAt: Date) => {
+    const row = byIdAndOwner.get(id, ownerId);
+    if (row === undefined) return null;
+    const record = fromSandboxRow(row);
+    if (ACTIVE_STATUSES.includes(record.status)) return { record, claimed: false, evicted: [] };
+    const evicted = evict(ownerId, id, maxRunning - 1, updatedAt.getTime());
+    setStatus.run({ id, status: "STARTING", updatedAt: updatedAt.getTime() });
+    return { record: { ...record, status: "STARTING" as const, updatedAt }, claimed: true, evicted };
+  });
 
   return {
     insert: (record) =>
       attempt(() => {
         insert.run(toSandboxRow(record));
       }),
+    create: (record, limits) =>
+      attempt(() => create.immediate(record, limits.maxPerUser, Math.max(1, limits.maxRunning))),
+    claim: (id, ownerId, maxRunning, updatedAt) =>
+      attempt(() => claim.immediate(id, ownerId, Math.max(1, maxRunning), updatedAt)),
+    setHandle: (id, handle, updatedAt) =>
+      attempt(() => {
+        const row = setHandle.get({ id, handle: JSON.stringify(handle), updatedAt: updatedAt.getTime() });
+        return row === undefined ? null : fromSandboxRow(row);
+      }),
+    transition: (id, from, to, updatedAt) =>
+      attempt(
+        () =>
+          transition.run({ id, from: JSON.stringify(from), to, updatedAt: updatedAt.getTime() }).changes ===
+          1,
+      ),
     get: (id, ownerId) =>
       attempt(() => {
         const row = ownerId === undefined ? byId.get(id) : byIdAndOwner.get(id, ownerId);

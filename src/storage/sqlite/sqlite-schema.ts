@@ -82,6 +82,33 @@ export const SQLITE_MIGRATIONS: readonly string[] = [
   CREATE INDEX IF NOT EXISTS start_tasks_unfinished
     ON start_tasks (created_at, id) WHERE status NOT IN ('READY', 'ERROR');
   `,
+  `
+  -- One row per server process, rewritten by the readiness check to prove that the database accepts writes.
+  CREATE TABLE IF NOT EXISTS heartbeats (
+    server_id TEXT PRIMARY KEY,
+    at INTEGER NOT NULL
+  ) STRICT;
+
+  -- Sandbox first: an owner-first index would be narrower than the listing indexes and win their counts.
+  CREATE INDEX IF NOT EXISTS conversations_sandbox_owner ON conversations (sandbox_id, owner_id);
+
+  -- Events as the agent servers report them: the JSON text as received, plus the columns searches use (ts in
+  -- microseconds). Every search starts with the owner; each filter combination is a range scan of one index.
+  CREATE TABLE IF NOT EXISTS events (
+    conversation_id TEXT NOT NULL,
+    id TEXT NOT NULL,
+    owner_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    ts INTEGER NOT NULL,
+    body TEXT NOT NULL
+  ) STRICT;
+  CREATE UNIQUE INDEX IF NOT EXISTS events_id_conversation ON events (id, conversation_id);
+  CREATE INDEX IF NOT EXISTS events_owner_conversation_ts ON events (owner_id, conversation_id, ts, id);
+  CREATE INDEX IF NOT EXISTS events_owner_conversation_kind_ts
+    ON events (owner_id, conversation_id, kind, ts, id);
+  CREATE INDEX IF NOT EXISTS events_owner_ts ON events (owner_id, ts, id);
+  CREATE INDEX IF NOT EXISTS events_owner_kind_ts ON events (owner_id, kind, ts, id);
+  `,
 ];
 
 /** The schema version this build writes. */

@@ -1,3 +1,5 @@
+import { chmodSync, closeSync, openSync } from "node:fs";
+import { hostname } from "node:os";
 import { resolve } from "node:path";
 import Database from "better-sqlite3";
 import { StorageUnavailableError } from "../../core/errors.ts";
@@ -5,6 +7,7 @@ import type { Storage } from "../../ports/storage.ts";
 import { createSqliteApiKeyRepository } from "./sqlite-api-key-repository.ts";
 import { createSqliteConversationRepository } from "./sqlite-conversation-repository.ts";
 import { attempt, toSqliteStorageError } from "./sqlite-errors.ts";
+import { createSqliteEventRepository } from "./sqlite-event-repository.ts";
 import { createSqliteSandboxRepository } from "./sqlite-sandbox-repository.ts";
 import { migrateSqliteSchema } from "./sqlite-schema.ts";
 import { createSqliteStartTaskRepository } from "./sqlite-start-task-repository.ts";
@@ -25,6 +28,22 @@ const BUSY_TIMEOUT_MS = 5000;
 const databases = new WeakMap<Storage, Database.Database>();
 
 /**
+ * Makes the database file readable by its owner only (0600) before SQLite opens it, creating it so if new; SQLite
+ * gives its -wal and -shm files the database file's mode. Existing files of an older install are tightened too.
+ */
+function restrictFileModes(path: string): void {
+  if (path === "" || path === ":memory:" || path.startsWith("file:")) return;
+  for (const suffix of ["", "-wal", "-shm"]) {
+    try {
+      chmodSync(`${path}${suffix}`, 0o600);
+    } catch (error: unknown) {
+      if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
+    }
+  }
+  closeSync(openSync(path, "a", 0o600));
+}
+
+/**
  * Opens (creating or migrating as needed) the embedded SQLite storage.
  *
  * The connection runs in WAL mode with `synchronous = FULL`, so a write is durable once its promise resolves, and
@@ -39,6 +58,7 @@ const databases = new WeakMap<Storage, Database.Database>();
 export function createSqliteStorage(options: SqliteStorageOptions): Storage {
   let db: Database.Database;
   try {
+    restrictFileModes(options.path);
     db = new Database(options.path, { timeout: BUSY_TIMEOUT_MS });
   } catch (error: unknown) {
     throw new StorageUnavailableError(error);
@@ -54,11 +74,16 @@ export function createSqliteStorage(options: SqliteStorageOptions): Storage {
   }
 
   const ping = db.prepare("SELECT 1");
+  const heartbeat = db.prepare<{ serverId: string; at: number }>(
+    "INSERT INTO heartbeats (server_id, at) VALUES (@serverId, @at) ON CONFLICT (server_id) DO UPDATE SET at = @at",
+  );
+  const serverId = serverIdentity();
   // Only a file database in WAL mode has a WAL to sync (SQLite falls back to a rollback journal where WAL cannot
   // work, e.g. some network file systems): otherwise every commit stays FULL, synced inline.
   const wal = !db.memory && db.pragma("journal_mode", { simple: true }) === "wal";
   const walSync = wal ? new WalSync(`${resolve(db.name)}-wal`, options.walFileOps) : null;
   const userData = createSqliteUserDataRepository(db, walSync);
+  const events = createSqliteEventRepository(db, walSync);
   const storage: Storage = {
     kind: "sqlite",
     userData,
@@ -66,14 +91,20 @@ export function createSqliteStorage(options: SqliteStorageOptions): Storage {
     sandboxes: createSqliteSandboxRepository(db),
     conversations: createSqliteConversationRepository(db),
     startTasks: createSqliteStartTaskRepository(db),
+    events,
     ping: () =>
       attempt(() => {
         ping.get();
+      }),
+    checkWritable: () =>
+      attempt(() => {
+        heartbeat.run({ serverId, at: Date.now() });
       }),
     close: () =>
       attempt(() => {
         if (!db.open) return;
         userData.flush();
+        events.flush();
         walSync?.close();
         try {
           // Keeps planner statistics fresh for long-lived files; cheap when nothing changed.
@@ -98,4 +129,9 @@ export function sqliteDatabaseOf(storage: Storage): Database.Database {
   const db = databases.get(storage);
   if (db === undefined) throw new TypeError("not a storage made by createSqliteStorage");
   return db;
+}
+
+/** Names this server process in heartbeat records: host and pid. */
+function serverIdentity(): string {
+  return `${hostname()}:${process.pid}`;
 }

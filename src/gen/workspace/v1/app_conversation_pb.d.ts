@@ -640,6 +640,13 @@ export declare type SearchAppConversationsRequest = Message<"workspace.v1.Search
    * @generated from field: optional int32 limit = 8;
    */
   limit?: number | undefined;
+
+  /**
+   * Only conversations in this sandbox.
+   *
+   * @generated from field: optional string sandbox_id_eq = 9;
+   */
+  sandboxIdEq?: string | undefined;
 };
 
 /**
@@ -710,6 +717,13 @@ export declare type CountAppConversationsRequest = Message<"workspace.v1.CountAp
    * @generated from field: optional bool include_sub_conversations = 6;
    */
   includeSubConversations?: boolean | undefined;
+
+  /**
+   * Only conversations in this sandbox.
+   *
+   * @generated from field: optional string sandbox_id_eq = 7;
+   */
+  sandboxIdEq?: string | undefined;
 };
 
 /**
@@ -953,6 +967,141 @@ export declare type BatchGetStartTasksResponse = Message<"workspace.v1.BatchGetS
  * Use `create(BatchGetStartTasksResponseSchema)` to create a new message.
  */
 export declare const BatchGetStartTasksResponseSchema: GenMessage<BatchGetStartTasksResponse>;
+
+/**
+ * GET /api/conversations/{conversation_id} (the legacy shape is made from this).
+ *
+ * @generated from message workspace.v1.GetAppConversationRequest
+ */
+export declare type GetAppConversationRequest = Message<"workspace.v1.GetAppConversationRequest"> & {
+  /**
+   * UUID, with or without dashes.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message workspace.v1.GetAppConversationRequest.
+ * Use `create(GetAppConversationRequestSchema)` to create a new message.
+ */
+export declare const GetAppConversationRequestSchema: GenMessage<GetAppConversationRequest>;
+
+/**
+ * At most one of the two is set.
+ *
+ * @generated from message workspace.v1.GetAppConversationResponse
+ */
+export declare type GetAppConversationResponse = Message<"workspace.v1.GetAppConversationResponse"> & {
+  /**
+   * @generated from field: optional workspace.v1.AppConversation conversation = 1;
+   */
+  conversation?: AppConversation | undefined;
+
+  /**
+   * The latest start task that named this conversation id, while the conversation does not exist yet.
+   *
+   * @generated from field: optional workspace.v1.AppConversationStartTask start_task = 2;
+   */
+  startTask?: AppConversationStartTask | undefined;
+};
+
+/**
+ * Describes the message workspace.v1.GetAppConversationResponse.
+ * Use `create(GetAppConversationResponseSchema)` to create a new message.
+ */
+export declare const GetAppConversationResponseSchema: GenMessage<GetAppConversationResponse>;
+
+/**
+ * PATCH /api/v1/app-conversations/{id} and PATCH /api/conversations/{id}.
+ *
+ * @generated from message workspace.v1.UpdateAppConversationRequest
+ */
+export declare type UpdateAppConversationRequest = Message<"workspace.v1.UpdateAppConversationRequest"> & {
+  /**
+   * UUID, with or without dashes.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * The new title, 1..200 characters after trimming.
+   *
+   * @generated from field: optional string title = 2;
+   */
+  title?: string | undefined;
+};
+
+/**
+ * Describes the message workspace.v1.UpdateAppConversationRequest.
+ * Use `create(UpdateAppConversationRequestSchema)` to create a new message.
+ */
+export declare const UpdateAppConversationRequestSchema: GenMessage<UpdateAppConversationRequest>;
+
+/**
+ * The conversation after the change.
+ *
+ * @generated from message workspace.v1.UpdateAppConversationResponse
+ */
+export declare type UpdateAppConversationResponse = Message<"workspace.v1.UpdateAppConversationResponse"> & {
+  /**
+   * @generated from field: workspace.v1.AppConversation conversation = 1;
+   */
+  conversation?: AppConversation | undefined;
+};
+
+/**
+ * Describes the message workspace.v1.UpdateAppConversationResponse.
+ * Use `create(UpdateAppConversationResponseSchema)` to create a new message.
+ */
+export declare const UpdateAppConversationResponseSchema: GenMessage<UpdateAppConversationResponse>;
+
+/**
+ * DELETE /api/conversations/{id}.
+ *
+ * @generated from message workspace.v1.DeleteAppConversationRequest
+ */
+export declare type DeleteAppConversationRequest = Message<"workspace.v1.DeleteAppConversationRequest"> & {
+  /**
+   * UUID, with or without dashes.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message workspace.v1.DeleteAppConversationRequest.
+ * Use `create(DeleteAppConversationRequestSchema)` to create a new message.
+ */
+export declare const DeleteAppConversationRequestSchema: GenMessage<DeleteAppConversationRequest>;
+
+/**
+ * REST returns `deleted` as a bare boolean.
+ *
+ * @generated from message workspace.v1.DeleteAppConversationResponse
+ */
+export declare type DeleteAppConversationResponse = Message<"workspace.v1.DeleteAppConversationResponse"> & {
+  /**
+   * @generated from field: bool deleted = 1;
+   */
+  deleted: boolean;
+
+  /**
+   * Whether the conversation's sandbox was deleted too (no other conversation used it).
+   *
+   * @generated from field: bool sandbox_deleted = 2;
+   */
+  sandboxDeleted: boolean;
+};
+
+/**
+ * Describes the message workspace.v1.DeleteAppConversationResponse.
+ * Use `create(DeleteAppConversationResponseSchema)` to create a new message.
+ */
+export declare const DeleteAppConversationResponseSchema: GenMessage<DeleteAppConversationResponse>;
 
 /**
  * State of an asynchronous conversation start. REST uses the unprefixed names ("READY").
@@ -1346,6 +1495,38 @@ export declare const AppConversationService: GenService<{
     methodKind: "unary";
     input: typeof BatchGetStartTasksRequestSchema;
     output: typeof BatchGetStartTasksResponseSchema;
+  },
+  /**
+   * One conversation by id; while a start that named this id is unfinished (or failed), its start task instead.
+   * Neither is set when the caller has no such conversation.
+   *
+   * @generated from rpc workspace.v1.AppConversationService.GetAppConversation
+   */
+  getAppConversation: {
+    methodKind: "unary";
+    input: typeof GetAppConversationRequestSchema;
+    output: typeof GetAppConversationResponseSchema;
+  },
+  /**
+   * Renames a conversation. NOT_FOUND for an unknown id, INVALID_ARGUMENT for an empty or too long title.
+   *
+   * @generated from rpc workspace.v1.AppConversationService.UpdateAppConversation
+   */
+  updateAppConversation: {
+    methodKind: "unary";
+    input: typeof UpdateAppConversationRequestSchema;
+    output: typeof UpdateAppConversationResponseSchema;
+  },
+  /**
+   * Deletes a conversation, its sub-conversations, its start tasks and its events, and its sandbox when no other
+   * conversation uses it. deleted is false for an unknown id.
+   *
+   * @generated from rpc workspace.v1.AppConversationService.DeleteAppConversation
+   */
+  deleteAppConversation: {
+    methodKind: "unary";
+    input: typeof DeleteAppConversationRequestSchema;
+    output: typeof DeleteAppConversationResponseSchema;
   },
 }>;
 

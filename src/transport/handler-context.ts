@@ -105,3 +105,26 @@ export function abortOnClientGone(res: ServerResponse, reason?: () => unknown): 
   else res.once("close", gone);
   return controller;
 }
+
+/** The same call context with another cancellation signal (e.g. one that also fires when the key is revoked). */
+export function withSignal(ctx: HandlerContext, signal: AbortSignal): HandlerContext {
+  return {
+    service: ctx.service,
+    method: ctx.method,
+    protocolName: ctx.protocolName,
+    requestMethod: ctx.requestMethod,
+    url: ctx.url,
+    values: ctx.values,
+    signal,
+    timeoutMs: () => ctx.timeoutMs(),
+    get requestHeader() {
+      return ctx.requestHeader;
+    },
+    get responseHeader() {
+      return ctx.responseHeader;
+    },
+    get responseTrailer() {
+      return ctx.responseTrailer;
+    },
+  };
+}

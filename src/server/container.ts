@@ -1,0 +1,230 @@
+import { Counter } from "prom-client";
+import type { Caller } from "../core/context.ts";
+import { PageTokens } from "../core/page-token.ts";
+import { RateLimiter } from "../core/rate-limiter.ts";
+import { SecretBox } from "../core/secret-box.ts";
+import { AppConversationService as AppConversationServiceDesc } from "../gen/workspace/v1/app_conversation_pb.js";
+import { EventService as EventServiceDesc } from "../gen/workspace/v1/event_pb.js";
+import { GitService as GitServiceDesc } from "../gen/workspace/v1/git_pb.js";
+import { SandboxService as SandboxServiceDesc } from "../gen/workspace/v1/sandbox_pb.js";
+import { SandboxSpecService as SandboxSpecServiceDesc } from "../gen/workspace/v1/sandbox_spec_pb.js";
+import { SecretsService as SecretsServiceDesc } from "../gen/workspace/v1/secrets_pb.js";
+import { SettingsService as SettingsServiceDesc } from "../gen/workspace/v1/settings_pb.js";
+import { HttpGitProviderClients } from "../integrations/git/provider-clients.ts";
+import { HttpAgentClient } from "../integrations/http-agent-client.ts";
+import type { AgentClient } from "../ports/agent-client.ts";
+import type { GitProviderClients } from "../ports/git-provider.ts";
+import type { GitProviderVerifier } from "../ports/git-provider-verifier.ts";
+import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
+import type { Storage } from "../ports/storage.ts";
+import {
+  AppConversationService,
+  type AppConversationServiceOptions,
+} from "../services/conversations/app-conversation-service.ts";
+import { EventService } from "../services/events/event-service.ts";
+import { GitService } from "../services/git/git-service.ts";
+import { ProviderHostPolicy } from "../services/git/provider-host.ts";
+import { ApiKeyService, DEFAULT_USER } from "../services/keys/api-key-service.ts";
+import { SandboxService } from "../services/sandboxes/sandbox-service.ts";
+import { type SandboxSpec, SandboxSpecService } from "../services/sandboxes/sandbox-spec-service.ts";
+import { SecretsService } from "../services/secrets/secrets-service.ts";
+import { SettingsService } from "../services/settings/settings-service.ts";
+import { UserDataStore } from "../services/user-data-store.ts";
+import { type Admission, type Admit, type Authenticate, createAdmission } from "../transport/admission.ts";
+import { BrowserSessions, type KeyOf } from "../transport/browser-session.ts";
+import type { TransportLimits } from "../transport/limits.ts";
+import { bind, type ServiceBinding } from "../transport/service-binding.ts";
+import { StreamLimits } from "../transport/streams.ts";
+import { instrumentStorage, Metrics } from "./metrics.ts";
+
+export interface ContainerDeps {
+  storage: Storage;
+  encryptionKey: Buffer;
+  /** null disables git token verification. */
+  verifier: GitProviderVerifier | null;
+  rateLimit: { perSecond: number; burst: number };
+  runtime: SandboxRuntime;
+  specs: readonly SandboxSpec[];
+  maxRunningSandboxes: number;
+  /** Sandboxes a user may have. */
+  maxSandboxesPerUser: number;
+  limits: TransportLimits;
+  /** Client of the sandboxes' agent servers (default: HTTP). */
+  agent?: AgentClient;
+  /**
+   * Git provider access: the allowed token hosts (default: public domain names only), the provider clients
+   * (default: over HTTP), one call's timeout and the repository cache (default 60 s).
+   */
+  git?: GitDeps;
+  /** Timeouts of conversation starts and live status. */
+  conversations?: Pick<AppConversationServiceOptions, "timeouts" | "liveStatusTimeoutMs" | "shutdownGraceMs">;
+  /**
+   * Base URL of this service as sandboxes reach it, read at each sandbox start (for their webhooks); undefined:
+   * sandboxes get no webhook URL.
+   */
+  webhookBaseUrl: () => string | undefined;
+  /** Service warnings (e.g. a conversation start that failed). */
+  log: (msg: string, data?: Record<string, unknown>) => void;
+  /** Browser sign-in: allowed origins, proxy trust, session lifetime, single-user mode. */
+  web: {
+    corsOrigins?: readonly string[];
+    trustProxy?: boolean;
+    singleUser?: boolean;
+    sessionMaxAgeSeconds?: number;
+  };
+}
+
+/** The services of one server, wired together, with what every transport needs to serve them. */
+/** See ContainerDeps.git. */
+export interface GitDeps {
+  hosts?: ProviderHostPolicy;
+  clients?: GitProviderClients;
+  timeoutMs?: number;
+  repositoryCacheSeconds?: number;
+}
+
+export interface Container {
+  storage: Storage;
+  metrics: Metrics;
+  keys: ApiKeyService;
+  services: {
+    settings: SettingsService;
+    secrets: SecretsService;
+    sandboxes: SandboxService;
+    specs: SandboxSpecService;
+    conversations: AppConversationService;
+    events: EventService;
+    git: GitService;
+  };
+  /** Every service with its descriptor, streaming methods under the stream caps. */
+  bindings: readonly ServiceBinding[];
+  /** Authentication and admission (rate limit) of a session key, for every transport. */
+  admission: Admission;
+  /** Its two steps, for routes outside the transports (sign-in, options). */
+  authenticate: Authenticate;
+  admit: Admit;
+  /** Browser sessions, and the session key of an HTTP request (header or session cookie). */
+  sessions: BrowserSessions;
+  keyOf: KeyOf;
+  streams: StreamLimits;
+}
+
+/** Builds the services on the given storage and runtime: no transports, no globals, no environment reads. */
+export function createContainer(deps: ContainerDeps): Container {
+  const metrics = new Metrics();
+  const storage = instrumentStorage(deps.storage, metrics);
+  const box = new SecretBox(deps.encryptionKey);
+  const pageTokens = new PageTokens(box.derive("page-tokens"));
+  const keys = new ApiKeyService(storage.apiKeys, { cacheTtlMs: deps.limits.keyRecheckMs });
+  const limiter = new RateLimiter(deps.rateLimit.perSecond, deps.rateLimit.burst);
+  const store = new UserDataStore(storage.userData);
+
+  const hosts = deps.git?.hosts ?? new ProviderHostPolicy();
+  const settings = new SettingsService({ store, box, verifier: deps.verifier, hosts });
+  const git = new GitService({
+    tokens: settings,
+    clients:
+      deps.git?.clients ?? new HttpGitProviderClients({ hosts, timeoutMs: deps.git?.timeoutMs ?? 5_000 }),
+    repositoryCacheSeconds: deps.git?.repositoryCacheSeconds ?? 60,
+  });
+  const secrets = new SecretsService({ store, box });
+  const specs = new SandboxSpecService(deps.specs, pageTokens);
+  const sandboxes = new SandboxService({
+    webhookBaseUrl: deps.webhookBaseUrl,
+    repo: storage.sandboxes,
+    runtime: deps.runtime,
+    specs,
+    box,
+    tokens: pageTokens,
+    maxRunning: deps.maxRunningSandboxes,
+    maxPerUser: deps.maxSandboxesPerUser,
+    log: deps.log,
+  });
+  const conversations = new AppConversationService({
+    conversations: storage.conversations,
+    startTasks: storage.startTasks,
+    sandboxes,
+    settings,
+    secrets,
+    agent: deps.agent ?? new HttpAgentClient(),
+    tokens: pageTokens,
+    ...deps.conversations,
+    events: storage.events,
+    log: deps.log,
+  });
+  const events = new EventService({
+    events: storage.events,
+    sandboxes: { get: (id) => storage.sandboxes.get(id), sessionKey: (r) => sandboxes.sessionKey(r) },
+    conversations: {
+      get: (id, ownerId) => conversations.getRecord(id, ownerId),
+      setTitle: (id, ownerId, title) => conversations.setTitle(id, ownerId, title),
+      applyAgentInfo: (id, ownerId, info) => conversations.applyAgentInfo(id, ownerId, info),
+      generateTitle: (record, maxLength) => conversations.generateTitle(record, maxLength),
+    },
+    tokens: pageTokens,
+    log: deps.log,
+  });
+
+  const taskTransitions = new Counter({
+    name: "start_task_transitions_total",
+    help: "Start-task state changes by the state entered (READY and ERROR are outcomes)",
+    labelNames: ["status"] as const,
+    registers: [metrics.registry],
+  });
+  conversations.onTaskChange((status) => taskTransitions.inc({ status }));
+  metrics.statusGauge("start_tasks_in_progress", "Unfinished start tasks by status (all users)", async () => {
+    const counts: Record<string, number> = {};
+    for (const t of await storage.startTasks.listUnfinished()) counts[t.status] = (counts[t.status] ?? 0) + 1;
+    return counts;
+  });
+  metrics.statusGauge("sandboxes", "Recorded sandboxes by status (all users)", async () => {
+    const counts: Record<string, number> = { STARTING: 0, RUNNING: 0, PAUSED: 0, ERROR: 0, MISSING: 0 };
+    for (const s of await storage.sandboxes.listAll()) counts[s.status] = (counts[s.status] ?? 0) + 1;
+    return counts;
+  });
+
+  const web = deps.web;
+  const sessions = new BrowserSessions({
+    box: new SecretBox(box.derive("browser-sessions")),
+    allowedOrigins: web.corsOrigins ?? [],
+    trustProxy: web.trustProxy ?? false,
+    maxAgeSeconds: web.sessionMaxAgeSeconds ?? 24 * 3600,
+    singleUser: web.singleUser ?? false,
+  });
+  const singleUser: Caller = { userId: DEFAULT_USER, keyId: "single-user" };
+  const authenticate: Authenticate =
+    web.singleUser === true
+      ? (key) => (key === undefined ? singleUser : keys.authenticate(key))
+      : (key) => keys.authenticate(key);
+  const admit: Admit = (caller) => limiter.admit(caller.keyId);
+  const streams = new StreamLimits({
+    perKey: deps.limits.maxStreamsPerKey,
+    total: deps.limits.maxStreams,
+    recheckMs: deps.limits.keyRecheckMs,
+    authenticate,
+  });
+  metrics.gauge("open_streams", "Open server-streaming calls (all protocols)", () => streams.open);
+  const bindings = [
+    bind(SettingsServiceDesc, settings),
+    bind(SecretsServiceDesc, secrets),
+    bind(SandboxSpecServiceDesc, specs),
+    bind(SandboxServiceDesc, sandboxes),
+    bind(AppConversationServiceDesc, conversations),
+    bind(EventServiceDesc, events),
+    bind(GitServiceDesc, git),
+  ].map((b) => streams.guard(b));
+
+  return {
+    storage,
+    metrics,
+    keys,
+    services: { settings, secrets, sandboxes, specs, conversations, events, git },
+    bindings,
+    admission: createAdmission(authenticate, admit),
+    authenticate,
+    admit,
+    sessions,
+    keyOf: (method, header) => sessions.keyOf(method, header),
+    streams,
+  };
+}

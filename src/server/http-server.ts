@@ -1,0 +1,214 @@
+import Fastify, {
+  type FastifyInstance,
+  type FastifyRequest,
+  type FastifyServerOptions,
+  LogController,
+} from "fastify";
+import type { Caller } from "../core/context.ts";
+import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
+import { eventRoutes } from "../rest/event-routes.ts";
+import { gitRoutes } from "../rest/git-routes.ts";
+import { legacyConversationRoutes } from "../rest/legacy-conversation-routes.ts";
+import { legacyRoutes } from "../rest/legacy-routes.ts";
+import { buildOpenApi } from "../rest/openapi.ts";
+import { type OptionsLists, optionsRoutes } from "../rest/options-routes.ts";
+import { frameworkError } from "../rest/rest-errors.ts";
+import { NO_CACHE, restGateway, type SandboxCallbackRoute } from "../rest/rest-gateway.ts";
+import type { RestRoute } from "../rest/rest-route.ts";
+import { SIGN_IN_PATH, sessionRoutes } from "../rest/session-routes.ts";
+import { v1ConversationRoutes } from "../rest/v1-conversation-routes.ts";
+import { v1SandboxRoutes } from "../rest/v1-sandbox-routes.ts";
+import { connectPlugin } from "../rpc/connect-plugin.ts";
+import { nodeHeaders } from "../transport/browser-session.ts";
+import { INTERNAL_MESSAGE } from "../transport/errors.ts";
+import type { TransportLimits } from "../transport/limits.ts";
+import type { Container } from "./container.ts";
+import { registerDocs } from "./docs.ts";
+import { registerUi } from "./ui-static.ts";
+
+export const VERSION = "0.1.0";
+/** Probe and scrape paths: counted in metrics, not logged on every call. */
+const QUIET_PATHS = new Set(["/alive", "/health", "/ready", "/metrics"]);
+/** How often Node checks running requests against the header and request timeouts. */
+const TIMEOUT_CHECK_MS = 1_000;
+
+export interface HttpServerOptions {
+  logger: FastifyServerOptions["logger"];
+  limits: TransportLimits;
+  runtime: SandboxRuntime;
+  /** What /server_info reports as the storage kind. */
+  storageKind: string;
+  /** How long Connect streams may run on once the server starts closing. */
+  shutdownTimeoutMs: number;
+  /** Browser-facing options: web UI folder, CORS origins, /api/options lists. */
+  web: { uiDir?: string | undefined; corsOrigins?: readonly string[]; options?: OptionsLists };
+}
+
+/** The REST routes, in registration order. */
+export const REST_ROUTES: readonly RestRoute[] = [
+  ...legacyRoutes,
+  ...legacyConversationRoutes,
+  ...v1SandboxRoutes,
+  ...v1ConversationRoutes,
+  ...eventRoutes,
+  ...gitRoutes,
+];
+
+/**
+ * The HTTP/1.1 server: REST (/api, /api/v1), Connect, gRPC-Web and Connect GET (/<package.Service>/<Method>),
+ * probes, metrics and docs. Every request gets a request id (x-request-id, honoured or generated, echoed), one
+ * access line and the HTTP metrics; bodies, connections and slow clients are limited as `limits` says.
+ */
+export async function createHttpServer(
+  container: Container,
+  options: HttpServerOptions,
+): Promise<FastifyInstance> {
+  const { limits, runtime } = options;
+  const { metrics, storage } = container;
+  const headersTimeout = Math.min(limits.headersTimeoutMs, limits.requestTimeoutMs);
+  const http = Fastify({
+    logger: options.logger ?? false,
+    bodyLimit: limits.maxMessageBytes,
+    requestIdHeader: "x-request-id",
+    // One access line per request (from the onResponse hook below) instead of Fastify's two.
+    logController: new LogController({ disableRequestLogging: true }),
+    return503OnClosing: true,
+    forceCloseConnections: "idle",
+    requestTimeout: limits.requestTimeoutMs,
+    http: {
+      headersTimeout,
+      requestTimeout: limits.requestTimeoutMs,
+      connectionsCheckingInterval: TIMEOUT_CHECK_MS,
+    },
+  });
+  http.server.maxConnections = limits.maxConnections;
+  http.setErrorHandler((err, req, reply) => {
+    const client = frameworkError(err, limits.maxMessageBytes);
+    if (client !== null) return reply.code(client.status).send(client.body);
+    req.log.error({ err }, "request failed");
+    return reply.code(500).send({ detail: INTERNAL_MESSAGE });
+  });
+  const { web } = options;
+  let spa: Awaited<ReturnType<typeof registerUi>> | undefined;
+  http.setNotFoundHandler(
+    (req, reply) => spa?.(req, reply) ?? reply.code(404).headers(NO_CACHE).send({ detail: "Not Found" }),
+  );
+  if ((web.corsOrigins ?? []).length > 0) {
+    const { default: cors } = await import("@fastify/cors");
+    await http.register(cors, {
+      origin: [...(web.corsOrigins ?? [])],
+      credentials: true,
+      methods: ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"],
+      exposedHeaders: ["x-request-id"],
+      maxAge: 600,
+    });
+  }
+  http.addHook("onRequest", (req, reply, done) => {
+    reply.header("x-request-id", req.id);
+    done();
+  });
+  http.addHook("onResponse", (req, reply, done) => {
+    const route = req.routeOptions.url ?? "unmatched";
+    metrics.http(req.method, route, reply.statusCode, reply.elapsedTime / 1000);
+    if (!QUIET_PATHS.has(route))
+      req.log.info(
+        { method: req.method, url: req.url, route, statusCode: reply.statusCode, ms: reply.elapsedTime },
+        "request completed",
+      );
+    done();
+  });
+
+  const started = Date.now();
+  http.get("/alive", async () => ({ status: "ok" }));
+  http.get("/health", async () => "OK");
+  // Readiness, separate from liveness: storage accepts a write and the runtime can start sandboxes.
+  http.get("/ready", async (_req, reply) => {
+    const check = async (fn: () => Promise<void>) =>
+      fn().then(
+        () => "ok",
+        (err: unknown) => `unavailable: ${err instanceof Error ? err.message : String(err)}`,
+      );
+    const [storageState, runtimeState] = await Promise.all([
+      check(() => storage.checkWritable()),
+      check(() => runtime.ping()),
+    ]);
+    const ready = storageState === "ok" && runtimeState === "ok";
+    return reply
+      .code(ready ? 200 : 503)
+      .send({ status: ready ? "ready" : "not ready", storage: storageState, runtime: runtimeState });
+  });
+  http.get("/metrics", async (_req, reply) =>
+    reply.header("content-type", metrics.registry.contentType).send(await metrics.registry.metrics()),
+  );
+  http.get("/server_info", async () => ({
+    name: "agent-workspace-service",
+    version: VERSION,
+    uptime: (Date.now() - started) / 1000,
+    storage: options.storageKind,
+    runtime: runtime.kind,
+  }));
+
+  // OpenAPI 3.1 from the route table (request models + proto responses), and Swagger UI at /docs.
+  registerDocs(http, () => buildOpenApi(REST_ROUTES, { title: "Agent Workspace Service", version: VERSION }));
+
+  const { events } = container.services;
+  // The agent servers' webhooks (OH_WEBHOOKS_0_BASE_URL = <service>/api/v1/webhooks/<sandbox id>).
+  const callbacks: SandboxCallbackRoute[] = [
+    {
+      method: "POST",
+      url: "/api/v1/webhooks/:sandbox_id/events/:conversation_id",
+      handle: ({ body, params, sessionKey }) =>
+        events.receiveEvents(params.sandbox_id ?? "", sessionKey, params.conversation_id ?? "", body),
+    },
+    {
+      method: "POST",
+      url: "/api/v1/webhooks/:sandbox_id/conversations",
+      handle: ({ body, params, sessionKey }) =>
+        events.receiveConversation(params.sandbox_id ?? "", sessionKey, body),
+    },
+  ];
+  await http.register(
+    restGateway({
+      routes: REST_ROUTES,
+      callbacks,
+      bindings: container.bindings,
+      admission: container.admission,
+      maxBodyBytes: limits.maxMessageBytes,
+      keyOf: container.keyOf,
+    }),
+  );
+  const { sessions, authenticate, admit, keyOf } = container;
+  await http.register(sessionRoutes({ sessions, authenticate, admit }));
+  /** The admitted caller of a request outside the gateway (throws as the gateway's auth step would). */
+  const requestCaller = async (req: FastifyRequest): Promise<Caller | null> => {
+    const caller = await authenticate(keyOf(req.method, nodeHeaders(req.headers)));
+    if (caller !== null) admit(caller);
+    return caller;
+  };
+  await http.register(optionsRoutes({ ...web.options, caller: requestCaller }));
+  if (web.uiDir !== undefined) {
+    spa = await registerUi(http, {
+      root: web.uiDir,
+      signInPath: SIGN_IN_PATH,
+      signedIn: async (req) => {
+        try {
+          return (await authenticate(keyOf("GET", nodeHeaders(req.headers)))) !== null;
+        } catch {
+          return false;
+        }
+      },
+    });
+  }
+  await http.register(
+    connectPlugin({
+      bindings: container.bindings,
+      admission: container.admission,
+      keyOf: container.keyOf,
+      maxMessageBytes: limits.maxMessageBytes,
+      onCall: (method, code, seconds) => metrics.rpc("connect", method, code, seconds),
+      onError: (err, method) => http.log.error({ err, method }, "rpc failed"),
+      shutdownTimeoutMs: options.shutdownTimeoutMs,
+    }),
+  );
+  return http;
+}
