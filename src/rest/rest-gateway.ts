@@ -187,10 +187,11 @@ export function restGateway(options: RestGatewayOptions) {
               : (frameworkError(err, options.maxBodyBytes) ??
                 toRestError(err, r.dialect, r.location ?? "body"));
           if (isInternal(err) && e.status >= 500) req.log.error({ err }, "request failed");
-          return reply
-            .code(e.status)
-            .headers({ ...NO_CACHE, ...e.headers })
-            .send(e.body);
+          reply.code(e.status).headers({ ...NO_CACHE, ...e.headers });
+          // A bare message (the git routes answer JSON strings, as the reference) is sent as JSON, not text.
+          if (typeof e.body === "string")
+            return reply.header("content-type", JSON_CONTENT_TYPE).send(JSON.stringify(e.body));
+          return reply.send(e.body);
         },
       });
     }

@@ -13,7 +13,7 @@ import type { ApiKeyService } from "../services/keys/api-key-service.ts";
 import type { SandboxSpec } from "../services/sandboxes/sandbox-spec-service.ts";
 import { DEFAULT_LIMITS, type TransportLimits } from "../transport/limits.ts";
 import type { ServiceBinding } from "../transport/service-binding.ts";
-import { type Container, createContainer } from "./container.ts";
+import { type Container, createContainer, type GitDeps } from "./container.ts";
 import { createHttpServer, REST_ROUTES } from "./http-server.ts";
 import type { Metrics } from "./metrics.ts";
 
@@ -46,6 +46,11 @@ export interface AppDeps {
    * with 127.0.0.1 for a wildcard host).
    */
   webhookBaseUrl?: string;
+  /**
+   * Git provider access: the allowed token hosts (default: public domain names only), the provider clients
+   * (default: over HTTP), one call's timeout and the repository cache (default 60 s).
+   */
+  git?: GitDeps;
   /** Timeouts of conversation starts and live status. */
   conversations?: Pick<AppConversationServiceOptions, "timeouts" | "liveStatusTimeoutMs" | "shutdownGraceMs">;
   /** Message size, stream, connection and timeout limits (defaults: DEFAULT_LIMITS). */
@@ -100,6 +105,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     limits,
     ...(deps.agent ? { agent: deps.agent } : {}),
     ...(deps.conversations ? { conversations: deps.conversations } : {}),
+    ...(deps.git ? { git: deps.git } : {}),
     webhookBaseUrl: () => deps.webhookBaseUrl ?? listenerUrl,
     log: (msg, data) => http?.log.warn(data ?? {}, msg),
     web: deps.web ?? {},

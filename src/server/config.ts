@@ -1,4 +1,5 @@
 import { isAbsolute, resolve } from "node:path";
+import { ProviderHostPolicy } from "../services/git/provider-host.ts";
 import { DEFAULT_LIMITS, type TransportLimits } from "../transport/limits.ts";
 import { loadWebConfig, WEB_ENV_DOC, type WebConfig } from "./web-config.ts";
 
@@ -33,6 +34,9 @@ export interface Config {
   readonly sessionApiKey: string | undefined;
   readonly gitProviderVerify: boolean;
   readonly gitProviderTimeoutMs: number;
+  /** Provider hosts allowed beyond public domain names (IP literals, internal names, plain HTTP). */
+  readonly gitProviderAllowedHosts: readonly string[];
+  readonly gitRepositoryCacheSeconds: number;
   /** 32-byte key from ENCRYPTION_KEY (base64 or hex), else read/created at ENCRYPTION_KEY_FILE. */
   readonly encryptionKey: Buffer | undefined;
   readonly encryptionKeyFile: string;
@@ -70,7 +74,12 @@ export const ENV_DOC: readonly [string, string][] = [
   ["MONGODB_DB", "database name (default: from the URI, else agent_workspace)"],
   ["SESSION_API_KEY", "a key of user 'default' (in addition to keys made with the CLI)"],
   ["GIT_PROVIDER_VERIFY", "verify git tokens with the provider before storing (default true)"],
-  ["GIT_PROVIDER_TIMEOUT_MS", "timeout of one provider check (default 5000)"],
+  ["GIT_PROVIDER_TIMEOUT_MS", "timeout of one git provider call (default 5000)"],
+  [
+    "GIT_PROVIDER_ALLOWED_HOSTS",
+    "comma-separated provider hosts allowed besides public domain names: host, host:port, http://host:port (default none)",
+  ],
+  ["GIT_REPOSITORY_CACHE_SECONDS", "seconds a user's repository listing is cached (default 60; 0 disables)"],
   ["ENCRYPTION_KEY", "32-byte key for secrets at rest, base64 or hex (default: key file)"],
   ["ENCRYPTION_KEY_FILE", "key file, created with mode 0600 on first start (default DATA_DIR/secret.key)"],
   ["RATE_LIMIT_PER_SECOND", "requests per second per API key (default 200; 0 disables)"],
@@ -154,6 +163,21 @@ function key(raw: string | undefined): Buffer | undefined {
   return buf;
 }
 
+function allowedHosts(raw: string | undefined): readonly string[] {
+  const entries = (raw ?? "")
+    .split(",")
+    .map((e) => e.trim())
+    .filter((e) => e !== "");
+  try {
+    new ProviderHostPolicy(entries);
+  } catch {
+    throw new ConfigError(
+      "GIT_PROVIDER_ALLOWED_HOSTS must list host, host:port or http://host:port entries, comma-separated",
+    );
+  }
+  return Object.freeze(entries);
+}
+
 /** Parses the environment once. Throws ConfigError with a clear message on any invalid value. */
 export function loadConfig(env: Env = process.env, cwd: string = process.cwd()): Readonly<Config> {
   const dataDir = resolve(cwd, env.DATA_DIR || "data");
@@ -213,6 +237,8 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     sessionApiKey,
     gitProviderVerify: flag(env, "GIT_PROVIDER_VERIFY", true),
     gitProviderTimeoutMs: int(env, "GIT_PROVIDER_TIMEOUT_MS", 5000, 100, 120_000),
+    gitProviderAllowedHosts: allowedHosts(env.GIT_PROVIDER_ALLOWED_HOSTS),
+    gitRepositoryCacheSeconds: int(env, "GIT_REPOSITORY_CACHE_SECONDS", 60, 0, 3600),
     encryptionKey: key(env.ENCRYPTION_KEY),
     encryptionKeyFile: isAbsolute(keyFile) ? keyFile : resolve(dataDir, keyFile),
     rateLimitPerSecond: int(env, "RATE_LIMIT_PER_SECOND", 200, 0, 1_000_000),

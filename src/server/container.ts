@@ -5,12 +5,15 @@ import { RateLimiter } from "../core/rate-limiter.ts";
 import { SecretBox } from "../core/secret-box.ts";
 import { AppConversationService as AppConversationServiceDesc } from "../gen/workspace/v1/app_conversation_pb.js";
 import { EventService as EventServiceDesc } from "../gen/workspace/v1/event_pb.js";
+import { GitService as GitServiceDesc } from "../gen/workspace/v1/git_pb.js";
 import { SandboxService as SandboxServiceDesc } from "../gen/workspace/v1/sandbox_pb.js";
 import { SandboxSpecService as SandboxSpecServiceDesc } from "../gen/workspace/v1/sandbox_spec_pb.js";
 import { SecretsService as SecretsServiceDesc } from "../gen/workspace/v1/secrets_pb.js";
 import { SettingsService as SettingsServiceDesc } from "../gen/workspace/v1/settings_pb.js";
+import { HttpGitProviderClients } from "../integrations/git/provider-clients.ts";
 import { HttpAgentClient } from "../integrations/http-agent-client.ts";
 import type { AgentClient } from "../ports/agent-client.ts";
+import type { GitProviderClients } from "../ports/git-provider.ts";
 import type { GitProviderVerifier } from "../ports/git-provider-verifier.ts";
 import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
 import type { Storage } from "../ports/storage.ts";
@@ -19,6 +22,8 @@ import {
   type AppConversationServiceOptions,
 } from "../services/conversations/app-conversation-service.ts";
 import { EventService } from "../services/events/event-service.ts";
+import { GitService } from "../services/git/git-service.ts";
+import { ProviderHostPolicy } from "../services/git/provider-host.ts";
 import { ApiKeyService, DEFAULT_USER } from "../services/keys/api-key-service.ts";
 import { SandboxService } from "../services/sandboxes/sandbox-service.ts";
 import { type SandboxSpec, SandboxSpecService } from "../services/sandboxes/sandbox-spec-service.ts";
@@ -46,6 +51,11 @@ export interface ContainerDeps {
   limits: TransportLimits;
   /** Client of the sandboxes' agent servers (default: HTTP). */
   agent?: AgentClient;
+  /**
+   * Git provider access: the allowed token hosts (default: public domain names only), the provider clients
+   * (default: over HTTP), one call's timeout and the repository cache (default 60 s).
+   */
+  git?: GitDeps;
   /** Timeouts of conversation starts and live status. */
   conversations?: Pick<AppConversationServiceOptions, "timeouts" | "liveStatusTimeoutMs" | "shutdownGraceMs">;
   /**
@@ -65,6 +75,14 @@ export interface ContainerDeps {
 }
 
 /** The services of one server, wired together, with what every transport needs to serve them. */
+/** See ContainerDeps.git. */
+export interface GitDeps {
+  hosts?: ProviderHostPolicy;
+  clients?: GitProviderClients;
+  timeoutMs?: number;
+  repositoryCacheSeconds?: number;
+}
+
 export interface Container {
   storage: Storage;
   metrics: Metrics;
@@ -76,6 +94,7 @@ export interface Container {
     specs: SandboxSpecService;
     conversations: AppConversationService;
     events: EventService;
+    git: GitService;
   };
   /** Every service with its descriptor, streaming methods under the stream caps. */
   bindings: readonly ServiceBinding[];
@@ -100,7 +119,14 @@ export function createContainer(deps: ContainerDeps): Container {
   const limiter = new RateLimiter(deps.rateLimit.perSecond, deps.rateLimit.burst);
   const store = new UserDataStore(storage.userData);
 
-  const settings = new SettingsService({ store, box, verifier: deps.verifier });
+  const hosts = deps.git?.hosts ?? new ProviderHostPolicy();
+  const settings = new SettingsService({ store, box, verifier: deps.verifier, hosts });
+  const git = new GitService({
+    tokens: settings,
+    clients:
+      deps.git?.clients ?? new HttpGitProviderClients({ hosts, timeoutMs: deps.git?.timeoutMs ?? 5_000 }),
+    repositoryCacheSeconds: deps.git?.repositoryCacheSeconds ?? 60,
+  });
   const secrets = new SecretsService({ store, box });
   const specs = new SandboxSpecService(deps.specs, pageTokens);
   const sandboxes = new SandboxService({
@@ -185,13 +211,14 @@ export function createContainer(deps: ContainerDeps): Container {
     bind(SandboxServiceDesc, sandboxes),
     bind(AppConversationServiceDesc, conversations),
     bind(EventServiceDesc, events),
+    bind(GitServiceDesc, git),
   ].map((b) => streams.guard(b));
 
   return {
     storage,
     metrics,
     keys,
-    services: { settings, secrets, sandboxes, specs, conversations, events },
+    services: { settings, secrets, sandboxes, specs, conversations, events, git },
     bindings,
     admission: createAdmission(authenticate, admit),
     authenticate,

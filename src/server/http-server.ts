@@ -7,6 +7,7 @@ import Fastify, {
 import type { Caller } from "../core/context.ts";
 import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
 import { eventRoutes } from "../rest/event-routes.ts";
+import { gitRoutes } from "../rest/git-routes.ts";
 import { legacyConversationRoutes } from "../rest/legacy-conversation-routes.ts";
 import { legacyRoutes } from "../rest/legacy-routes.ts";
 import { buildOpenApi } from "../rest/openapi.ts";
@@ -50,6 +51,7 @@ export const REST_ROUTES: readonly RestRoute[] = [
   ...v1SandboxRoutes,
   ...v1ConversationRoutes,
   ...eventRoutes,
+  ...gitRoutes,
 ];
 
 /**

@@ -4,6 +4,7 @@ import type { FastifyBaseLogger, FastifyServerOptions } from "fastify";
 import { HttpGitProviderVerifier } from "../integrations/http-git-provider-verifier.ts";
 import type { DockerRuntime } from "../sandbox/docker/docker-runtime.ts";
 import type { ProcessIsolation, ProcessRuntime } from "../sandbox/process/process-runtime.ts";
+import { ProviderHostPolicy } from "../services/git/provider-host.ts";
 import { buildApp } from "./app.ts";
 import type { Config } from "./config.ts";
 import { loadOrCreateKeyFile } from "./key-file.ts";
@@ -39,12 +40,18 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     key = k.key;
     keyCreated = k.created;
   }
+  const hosts = new ProviderHostPolicy(config.gitProviderAllowedHosts);
   const app = await buildApp({
     storage,
     encryptionKey: key,
     verifier: config.gitProviderVerify
-      ? new HttpGitProviderVerifier({ timeoutMs: config.gitProviderTimeoutMs })
+      ? new HttpGitProviderVerifier({ timeoutMs: config.gitProviderTimeoutMs, hosts })
       : null,
+    git: {
+      hosts,
+      timeoutMs: config.gitProviderTimeoutMs,
+      repositoryCacheSeconds: config.gitRepositoryCacheSeconds,
+    },
     rateLimit: { perSecond: config.rateLimitPerSecond, burst: config.rateLimitBurst },
     logger,
     runtime,

@@ -52,7 +52,7 @@ export function publicError(err: unknown): ConnectError {
  * Error body dialects of the reference: the legacy /api handlers answer {"error": ...} (and {"message": ...} for
  * "already exists"), the V1 routes and auth answer FastAPI's {"detail": ...}.
  */
-export type Dialect = "legacy" | "v1";
+export type Dialect = "legacy" | "v1" | "git";
 
 /** An error as REST answers it. */
 export interface RestError {
@@ -70,6 +70,7 @@ export function restDialectError(err: unknown, dialect: Dialect, location: strin
   const status = httpStatusOf(ce.code);
   if (status === 500) return { status, body: { detail: INTERNAL_MESSAGE } };
   const message = ce.rawMessage;
+  if (dialect === "git") return gitError(ce, status, location);
   if (ce.code === Code.ResourceExhausted) {
     return { status, body: { message }, headers: { "retry-after": "1" } };
   }
@@ -82,5 +83,29 @@ export function restDialectError(err: unknown, dialect: Dialect, location: strin
   if (dialect === "v1")
     return { status, body: { detail: ce.code === Code.NotFound ? "Not Found" : message } };
   if (ce.code === Code.AlreadyExists) return { status, body: { message } };
+  return { status, body: { error: message } };
+}
+
+/**
+ * The /api/user git routes: as the reference, a rejected or missing provider token is 401 and an unsupported
+ * provider 400, with the message as a JSON string; provider rate limits (429, Retry-After from the provider) and
+ * unreachable providers (503) answer {"error": message}.
+ */
+function gitError(err: ConnectError, status: number, location: string): RestError {
+  const message = err.rawMessage;
+  if (err.code === Code.Unauthenticated) return { status, body: message };
+  if (err.code === Code.InvalidArgument) {
+    if (err.details.length === 0) return { status: 400, body: message };
+    return {
+      status: 422,
+      body: { detail: [{ type: "value_error", loc: [location], msg: message, input: null }] },
+    };
+  }
+  if (err.code === Code.ResourceExhausted)
+    return {
+      status,
+      body: { error: message },
+      headers: { "retry-after": err.metadata.get("retry-after") ?? "1" },
+    };
   return { status, body: { error: message } };
 }

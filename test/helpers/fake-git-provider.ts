@@ -6,6 +6,7 @@ import { createServer, type Server } from "node:http";
  * others 401; `down` makes it answer 502 for everything, `slowMs` delays answers.
  */
 export interface FakeProvider {
+  /** 127.0.0.1:PORT, as a token's host holds it (the app must allow http://127.0.0.1). */
   host: string;
   valid: Set<string>;
   requests: { path: string; auth: string | undefined }[];
@@ -39,7 +40,7 @@ export async function startFakeProvider(valid: string[] = []): Promise<FakeProvi
   const address = server.address();
   const port = typeof address === "object" && address !== null ? address.port : 0;
   return {
-    host: `http://127.0.0.1:${port}`,
+    host: `127.0.0.1:${port}`,
     valid: validSet,
     requests,
     setDown: (d) => {

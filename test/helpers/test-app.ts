@@ -48,6 +48,8 @@ export interface TestAppOptions {
   logger?: AppDeps["logger"];
   /** Browser-facing options (UI folder, CORS, sign-in, single-user mode, options lists). */
   web?: AppDeps["web"];
+  /** Git provider hosts, clients, timeout and repository cache. */
+  git?: AppDeps["git"];
   /** Message size, stream, connection and timeout limits. */
   limits?: AppDeps["limits"];
 }
@@ -72,6 +74,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     ...(options.conversations ? { conversations: options.conversations } : {}),
     ...(options.logger ? { logger: options.logger } : {}),
     ...(options.web ? { web: options.web } : {}),
+    ...(options.git ? { git: options.git } : {}),
     ...(options.limits ? { limits: options.limits } : {}),
   });
   const ports = await app.listen("127.0.0.1", 0, 0);

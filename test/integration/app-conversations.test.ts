@@ -17,6 +17,7 @@ import type { ConversationRecord, StartTaskRecord } from "../../src/ports/conver
 import { createProcessRuntime, type ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
 import { INTERRUPTED_DETAIL } from "../../src/services/conversations/app-conversation-service.ts";
+import { ProviderHostPolicy } from "../../src/services/git/provider-host.ts";
 import { connectClient, grpcClient } from "../helpers/rpc-clients.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
 
@@ -183,6 +184,8 @@ beforeAll(async () => {
       ...defaultSpecs({ kind: "process" }, new Date()),
       { id: "hung-agent", command: HUNG_AGENT, initialEnv: {}, workingDir: "", createdAt: new Date() },
     ],
+    // A provider host on loopback (an unreachable port) must be allowed by the operator.
+    git: { hosts: new ProviderHostPolicy(["127.0.0.1"]) },
   });
 });
 afterAll(async () => {
@@ -386,7 +389,7 @@ describe("starting a conversation with a repository (local bare repository)", ()
     expect(repo.detail).toContain("Could not clone");
     // owner/repo goes to the provider's host with the token in the URL; the token never shows in the detail.
     await api(key, "POST", "/api/add-git-providers", {
-      provider_tokens: { gitlab: { token: "glpat-SECRET-TOKEN", host: "http://127.0.0.1:1" } },
+      provider_tokens: { gitlab: { token: "glpat-SECRET-TOKEN", host: "127.0.0.1:1" } },
     });
     const remote = await settle(key, (await start(key, { selected_repository: "group/app" })).id);
     expect(remote.status).toBe("ERROR");

@@ -4,6 +4,7 @@ import { fromJson } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SettingsSchema, SettingsService } from "../../src/gen/workspace/v1/settings_pb.js";
 import { HttpGitProviderVerifier } from "../../src/integrations/http-git-provider-verifier.ts";
+import { ProviderHostPolicy } from "../../src/services/git/provider-host.ts";
 import { type FakeProvider, startFakeProvider } from "../helpers/fake-git-provider.ts";
 import { connectClient } from "../helpers/rpc-clients.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
@@ -15,7 +16,12 @@ let bob: string;
 
 beforeAll(async () => {
   provider = await startFakeProvider(["ghp_good", "glpat_good"]);
-  t = await startTestApp({ verifier: new HttpGitProviderVerifier({ timeoutMs: 500 }) });
+  // The fake provider listens on 127.0.0.1: allowed here explicitly, over plain HTTP.
+  const hosts = new ProviderHostPolicy(["http://127.0.0.1"]);
+  t = await startTestApp({
+    verifier: new HttpGitProviderVerifier({ timeoutMs: 500, hosts }),
+    git: { hosts },
+  });
   alice = await t.keyFor("alice");
   bob = await t.keyFor("bob");
 });
@@ -313,7 +319,7 @@ describe("POST /api/add-git-providers", () => {
       provider.setDown(false);
     }
     const unreachable = await api(alice, "POST", "/api/add-git-providers", {
-      provider_tokens: { gitlab: { token: "glpat_good", host: "http://127.0.0.1:1" } },
+      provider_tokens: { gitlab: { token: "glpat_good", host: "127.0.0.1:1" } },
     });
     expect(unreachable.status).toBe(503);
   });

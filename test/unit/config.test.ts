@@ -20,12 +20,23 @@ describe("loadConfig", () => {
       storage: { kind: "sqlite", path: "/srv/data/workspace.sqlite" },
       runtime: { kind: "process" },
       gitProviderVerify: true,
+      gitProviderAllowedHosts: [],
+      gitRepositoryCacheSeconds: 60,
       maxRunningSandboxes: 5,
       maxSandboxesPerUser: 20,
       sweepIntervalMs: 30_000,
       encryptionKeyFile: "/srv/data/secret.key",
     });
     expect(Object.isFrozen(c)).toBe(true);
+  });
+
+  it("git provider hosts and repository cache", () => {
+    const c = loadConfig(
+      { GIT_PROVIDER_ALLOWED_HOSTS: " git.corp:8443, http://10.0.0.5 ,", GIT_REPOSITORY_CACHE_SECONDS: "0" },
+      "/srv",
+    );
+    expect(c.gitProviderAllowedHosts).toEqual(["git.corp:8443", "http://10.0.0.5"]);
+    expect(c.gitRepositoryCacheSeconds).toBe(0);
   });
 
   it("transport limits: defaults, overrides from the environment, and clear errors", () => {
@@ -125,6 +136,8 @@ describe("loadConfig", () => {
     [{ SESSION_API_KEY: "abc" }, "SESSION_API_KEY must be at least 8 characters"],
     [{ MAX_RUNNING_SANDBOXES: "0" }, "MAX_RUNNING_SANDBOXES must be an integer"],
     [{ LOG_LEVEL: "loud" }, "LOG_LEVEL"],
+    [{ GIT_PROVIDER_ALLOWED_HOSTS: "git.corp, http://x/path" }, "GIT_PROVIDER_ALLOWED_HOSTS must list"],
+    [{ GIT_REPOSITORY_CACHE_SECONDS: "-1" }, "GIT_REPOSITORY_CACHE_SECONDS must be an integer"],
     [{ SANDBOX_ISOLATION: "chroot" }, "SANDBOX_ISOLATION must be auto, bwrap or none"],
     [{ SANDBOX_UID_BASE: "0" }, "SANDBOX_UID_BASE must be an integer"],
     [{ SANDBOX_RUNTIME: "docker", SANDBOX_DOCKER_USER: "0:0" }, "SANDBOX_DOCKER_USER must be a non-root uid"],

@@ -20,6 +20,7 @@ import {
 } from "../../gen/workspace/v1/settings_pb.js";
 import type { GitProviderVerifier } from "../../ports/git-provider-verifier.ts";
 import type { StoredProviderToken, UserData } from "../../ports/user-data-repository.ts";
+import { ProviderHostPolicy } from "../git/provider-host.ts";
 import type { UserDataStore } from "../user-data-store.ts";
 import { type McpConfigInput, mcpConfigSchema } from "./mcp-model.ts";
 import {
@@ -56,7 +57,16 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
   /** The GetSettings answer of each recently read user, with the stored version it was built from. */
   readonly #views = new Map<string, { version: number; response: GetSettingsResponse }>();
 
-  constructor(deps: { store: UserDataStore; box: SecretBox; verifier: GitProviderVerifier | null }) {
+  readonly #hosts: ProviderHostPolicy;
+
+  constructor(deps: {
+    store: UserDataStore;
+    box: SecretBox;
+    verifier: GitProviderVerifier | null;
+    /** Which provider hosts tokens may name (default: public domain names only). */
+    hosts?: ProviderHostPolicy;
+  }) {
+    this.#hosts = deps.hosts ?? new ProviderHostPolicy();
     this.#store = deps.store;
     this.#box = deps.box;
     this.#verifier = deps.verifier;
@@ -122,6 +132,7 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
       (incoming.secrets_store as JsonObject | undefined)?.provider_tokens,
       ["secrets_store", "provider_tokens"],
       issues,
+      this.#hosts,
     );
     if (issues.length > 0) throw new ValidationError(issues);
 
@@ -170,6 +181,7 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
       ),
       ["provider_tokens"],
       issues,
+      this.#hosts,
     );
     const mcpJson = req.mcpConfig ? mcpConfigJson(req.mcpConfig) : undefined;
     const mcp =
@@ -211,11 +223,7 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
     const s = data?.settings ?? {};
     const text = (v: unknown): string | null => (typeof v === "string" && v !== "" ? v : null);
     const apiKey = text(s.llm_api_key);
-    const providerTokens: Record<string, { token: string; host: string | null }> = {};
-    for (const [provider, stored] of Object.entries(data?.providerTokens ?? {})) {
-      const token = this.openProviderToken(userId, stored);
-      if (token !== null && token !== "") providerTokens[provider] = { token, host: stored.host };
-    }
+    const providerTokens = this.#openTokens(userId, data);
     return {
       llmModel: text(s.llm_model),
       llmBaseUrl: text(s.llm_base_url),
@@ -228,6 +236,23 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
       mcpConfig: this.openMcp(userId, s.mcp_config),
       providerTokens,
     };
+  }
+
+  /** The caller's provider tokens holding a token, in plaintext, keyed by provider (for the git routes). */
+  async openProviderTokens(userId: string): Promise<Record<string, { token: string; host: string | null }>> {
+    return this.#openTokens(userId, (await this.#store.read(userId))?.value);
+  }
+
+  #openTokens(
+    userId: string,
+    data: UserData | undefined,
+  ): Record<string, { token: string; host: string | null }> {
+    const out: Record<string, { token: string; host: string | null }> = {};
+    for (const [provider, stored] of Object.entries(data?.providerTokens ?? {})) {
+      const token = this.openProviderToken(userId, stored);
+      if (token !== null && token !== "") out[provider] = { token, host: stored.host };
+    }
+    return out;
   }
 
   /** The plaintext of a stored provider token (for starting conversations). */
@@ -373,11 +398,15 @@ interface IncomingToken {
   user_id: string | null;
 }
 
-/** Checks provider names; returns the entries keyed by provider, or undefined when absent. */
+/**
+ * Checks provider names and hosts (a host name with an optional port, see ProviderHostPolicy); returns the
+ * entries keyed by provider, or undefined when absent.
+ */
 function validateProviderKeys(
   value: JsonValue | undefined,
   loc: (string | number)[],
   issues: FieldViolation[],
+  hosts: ProviderHostPolicy,
 ): Record<string, IncomingToken> | undefined {
   if (value === undefined || value === null) return undefined;
   const out: Record<string, IncomingToken> = {};
@@ -396,6 +425,16 @@ function validateProviderKeys(
       continue;
     }
     const v = (raw ?? {}) as JsonObject;
+    if (typeof v.host === "string" && v.host.trim() !== "") {
+      const checked = hosts.check(v.host);
+      if (typeof checked === "string")
+        issues.push({
+          loc: [...loc, key, "host"],
+          msg: `Value error, ${checked}`,
+          type: "value_error",
+          input: v.host,
+        });
+    }
     out[key] = {
       token: typeof v.token === "string" ? v.token : null,
       host: typeof v.host === "string" ? v.host : null,

@@ -1,0 +1,77 @@
+import type { GitProviderApi, GitProviderClients, GitProviderName } from "../../ports/git-provider.ts";
+import { ProviderHostPolicy } from "../../services/git/provider-host.ts";
+import { BitbucketApi } from "./bitbucket-api.ts";
+import { GitHubApi } from "./github-api.ts";
+import { GitLabApi } from "./gitlab-api.ts";
+import { ProviderHttp, RateLimitMemory } from "./provider-http.ts";
+
+/** Public hosts used when a token has no host. */
+export const PUBLIC_HOSTS: Record<string, string> = {
+  github: "github.com",
+  gitlab: "gitlab.com",
+  bitbucket: "bitbucket.org",
+  azure_devops: "dev.azure.com",
+};
+
+/**
+ * The API root of a provider for a token's host (null/"": the public service): GitHub → api.github.com or
+ * HOST/api/v3 (Enterprise Server), GitLab → HOST/api/v4, Bitbucket → api.bitbucket.org/2.0 or HOST/2.0, Azure
+ * DevOps → HOST. HTTPS unless the operator allowed the host with an http:// entry. Throws for a host the policy
+ * refuses (callers validate hosts before storing them; this is the last line).
+ */
+export function providerApiBase(provider: string, host: string | null, hosts: ProviderHostPolicy): string {
+  const written = host === null || host.trim() === "" ? (PUBLIC_HOSTS[provider] ?? "") : host;
+  const parsed = hosts.check(written);
+  if (typeof parsed === "string") throw new Error(`invalid ${provider} host: ${parsed}`);
+  const origin = `${hosts.scheme(parsed)}://${parsed.authority}`;
+  const isPublic = parsed.authority === PUBLIC_HOSTS[provider];
+  switch (provider) {
+    case "github":
+      return isPublic ? "https://api.github.com" : `${origin}/api/v3`;
+    case "gitlab":
+      return `${origin}/api/v4`;
+    case "bitbucket":
+      return isPublic ? "https://api.bitbucket.org/2.0" : `${origin}/2.0`;
+    default:
+      return origin;
+  }
+}
+
+export interface HttpGitProviderClientsOptions {
+  timeoutMs?: number;
+  hosts?: ProviderHostPolicy;
+  /** Host name → addresses (tests); default: the system resolver. */
+  resolve?: (hostname: string) => Promise<string[]>;
+}
+
+/** Provider clients over HTTP: Octokit for GitHub, the shared fetch client for GitLab and Bitbucket. */
+export class HttpGitProviderClients implements GitProviderClients {
+  readonly #hosts: ProviderHostPolicy;
+  readonly #timeoutMs: number;
+  readonly #rateLimits = new RateLimitMemory();
+  readonly #resolve: ((hostname: string) => Promise<string[]>) | undefined;
+
+  constructor(options: HttpGitProviderClientsOptions = {}) {
+    this.#hosts = options.hosts ?? new ProviderHostPolicy();
+    this.#timeoutMs = options.timeoutMs ?? 5_000;
+    this.#resolve = options.resolve;
+  }
+
+  client(provider: GitProviderName, token: string, host: string | null): GitProviderApi {
+    const base = providerApiBase(provider, host, this.#hosts);
+    const http = new ProviderHttp(provider, token, new URL(base).origin, {
+      timeoutMs: this.#timeoutMs,
+      hosts: this.#hosts,
+      rateLimits: this.#rateLimits,
+      ...(this.#resolve ? { resolve: this.#resolve } : {}),
+    });
+    switch (provider) {
+      case "github":
+        return new GitHubApi(token, base, http);
+      case "gitlab":
+        return new GitLabApi(token, base, http);
+      case "bitbucket":
+        return new BitbucketApi(token, base, http);
+    }
+  }
+}
