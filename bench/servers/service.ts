@@ -45,6 +45,8 @@ const app = await buildApp({
   // The load comes from one key: a limit far above what one core can serve keeps the limiter on the hot path
   // without ever answering 429.
   rateLimit: { perSecond: 10_000_000, burst: 10_000_000 },
+  // The sandbox benchmarks keep 50 paused sandboxes of the one bench user.
+  maxSandboxesPerUser: 100,
   logger:
     level === "silent"
       ? false
