@@ -1,14 +1,16 @@
-import type {
-  AgentClient,
-  AgentCommand,
-  AgentCommandResult,
-  AgentConversationInfo,
-  AgentEndpoint,
+import { randomBytes } from "node:crypto";
+import {
+  AgentCallError,
+  type AgentClient,
+  type AgentCommand,
+  type AgentCommandResult,
+  type AgentConversationInfo,
+  type AgentEndpoint,
 } from "../../../src/ports/agent-client.ts";
 
 /**
  * An agent client that talks to nothing. Commands are answered by `onCommand` (default: the prepare step's
- * project marker, exit 0), conversations are created with the requested id (or a fixed one), and
+ * project marker, exit 0), conversations are created with the requested id (or a fresh one), and
  * getConversations answers from `executionStatus`. Every call is recorded.
  */
 export class FakeAgentClient implements AgentClient {
@@ -23,7 +25,8 @@ export class FakeAgentClient implements AgentClient {
   onStart: (request: Record<string, unknown>) => AgentConversationInfo | Promise<AgentConversationInfo> = (
     request,
   ) => ({
-    id: typeof request.conversation_id === "string" ? request.conversation_id : "ab".repeat(16),
+    id:
+      typeof request.conversation_id === "string" ? request.conversation_id : randomBytes(16).toString("hex"),
     executionStatus: "idle",
   });
   /** Execution status by conversation id; ids not in it are unknown to the agent (null). */
@@ -43,12 +46,24 @@ export class FakeAgentClient implements AgentClient {
     return this.onStart(request);
   }
 
+  /** As the port says: rejects with AgentCallError when no answer came within timeoutMs. */
   async getConversations(
     agent: AgentEndpoint,
     ids: readonly string[],
+    timeoutMs: number,
   ): Promise<(AgentConversationInfo | null)[]> {
     this.lookUps.push({ agent, ids });
-    if (this.onGetConversations !== null) return this.onGetConversations(ids);
+    if (this.onGetConversations !== null) {
+      let timer: NodeJS.Timeout | undefined;
+      const timeout = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new AgentCallError("timed out", null)), timeoutMs);
+      });
+      try {
+        return await Promise.race([this.onGetConversations(ids), timeout]);
+      } finally {
+        clearTimeout(timer);
+      }
+    }
     return ids.map((id) => {
       const status = this.executionStatus.get(id);
       return status === undefined ? null : { id, executionStatus: status };
