@@ -81,7 +81,7 @@ describe("SettingsService", () => {
     expect((await read()).settings.enable_sound_notifications).toBe(false);
   });
 
-  it("secrets are write-only and sealed: absent keeps, '' clears, a new value replaces", async () => {
+  it("secrets are write-only and sealed: absent keeps, '' clears (search_api_key keeps), a new value replaces", async () => {
     await store({ llm_api_key: "sk-one", search_api_key: "tv-1" });
     const stored = repo.peek("alice")?.value.settings ?? {};
     expect(stored.llm_api_key).toMatch(/^v1\./); // sealed, never the plaintext
@@ -93,9 +93,10 @@ describe("SettingsService", () => {
     expect((await service.openConversationConfig("alice")).llmApiKey).toBe("sk-one");
     await store({ llm_api_key: "sk-two" });
     expect((await service.openConversationConfig("alice")).llmApiKey).toBe("sk-two");
-    await store({ llm_api_key: "", search_api_key: "  " }); // "" (or blank) clears
+    // "" (or blank) clears, except search_api_key, which the UI sends as "" with every save: it keeps.
+    await store({ llm_api_key: "", search_api_key: "  " });
     view = await read();
-    expect(view).toMatchObject({ llmApiKeySet: false, searchApiKeySet: false });
+    expect(view).toMatchObject({ llmApiKeySet: false, searchApiKeySet: true });
     expect((await service.openConversationConfig("alice")).llmApiKey).toBeNull();
   });
 
