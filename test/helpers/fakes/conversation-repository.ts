@@ -1,5 +1,6 @@
 import type {
   ConversationFilter,
+  ConversationPatch,
   ConversationRecord,
   ConversationRepository,
   StartTaskFilter,
@@ -11,6 +12,7 @@ import { byCreated, keysetPage } from "./keyset.ts";
 
 function matches(r: ConversationRecord, f: ConversationFilter): boolean {
   if (f.includeSubConversations !== true && r.parentConversationId !== null) return false;
+  if (f.sandboxIdEq !== undefined && r.sandboxId !== f.sandboxIdEq) return false;
   if (f.titleContains !== undefined && !(r.title ?? "").toLowerCase().includes(f.titleContains.toLowerCase()))
     return false;
   const t = (d: Date) => d.getTime();
@@ -62,6 +64,19 @@ export class InMemoryConversationRepository implements ConversationRepository {
 
   async count(ownerId: string, filter: ConversationFilter): Promise<number> {
     return this.#matching(ownerId, filter).length;
+  }
+
+  async update(id: string, ownerId: string, patch: ConversationPatch): Promise<boolean> {
+    const r = this.#rows.get(id);
+    if (r === undefined || r.ownerId !== ownerId) return false;
+    this.#rows.set(id, structuredClone({ ...r, ...patch }));
+    return true;
+  }
+
+  async delete(id: string, ownerId: string): Promise<boolean> {
+    const r = this.#rows.get(id);
+    if (r === undefined || r.ownerId !== ownerId) return false;
+    return this.#rows.delete(id);
   }
 
   #matching(ownerId: string, filter: ConversationFilter): ConversationRecord[] {

@@ -58,6 +58,11 @@ export class FakeSandboxRuntime implements SandboxRuntime {
     this.states.delete(id);
   }
 
+  async removeBySandboxId(sandboxId: string): Promise<number> {
+    this.calls.push(`removeBySandboxId:${sandboxId}`);
+    return this.states.delete(sandboxId) ? 1 : 0;
+  }
+
   async ping(): Promise<void> {}
   async close(): Promise<void> {}
 

@@ -87,7 +87,7 @@ describe("SandboxService", () => {
     expect(settled?.status).toBe("RUNNING");
   });
 
-  it("reconciles with the runtime on read: a vanished sandbox is MISSING, a crashed one ERROR", async () => {
+  it("reports the runtime's state on read (a vanished sandbox is MISSING, a crashed one ERROR) and reconciles the registry", async () => {
     const service = makeService();
     const a = await service.start("alice", undefined);
     const b = await service.start("alice", undefined);
@@ -98,8 +98,10 @@ describe("SandboxService", () => {
       alice,
     );
     expect(got.items.map((s) => s.sandbox?.status)).toEqual([SandboxStatus.MISSING, SandboxStatus.ERROR]);
-    expect(repo.peek(a.record.id)?.status).toBe("MISSING"); // the registry is brought up to date
+    // Reconciliation brings the registry up to date.
     expect(await service.reconcileAll()).toMatchObject({ MISSING: 1, ERROR: 1, RUNNING: 0 });
+    expect(repo.peek(a.record.id)?.status).toBe("MISSING");
+    expect(repo.peek(b.record.id)?.status).toBe("ERROR");
   });
 
   it("pauses the user's oldest running sandbox when a start would pass the running limit", async () => {
