@@ -211,35 +211,16 @@ describe("int (lax)", () => {
     expect(err(int({ bits: 32 }), -2147483649).ctx).toEqual({ ge: -2147483648 });
   });
 
-  it("reports ge / le / gt / lt with the original input and ctx", () => {
-    expect(err(int({ ge: 1 }), "0")).toEqual({
-      type: "greater_than_equal",
-      loc: LOC,
-      msg: "Input should be greater than or equal to 1",
-      input: "0",
-      ctx: { ge: 1 },
-    });
-    expect(err(int({ le: 100 }), 101)).toEqual({
-      type: "less_than_equal",
-      loc: LOC,
-      msg: "Input should be less than or equal to 100",
-      input: 101,
-      ctx: { le: 100 },
-    });
-    expect(err(int({ gt: 0 }), "0")).toEqual({
-      type: "greater_than",
-      loc: LOC,
-      msg: "Input should be greater than 0",
-      input: "0",
-      ctx: { gt: 0 },
-    });
-    expect(err(int({ lt: 10 }), 10)).toEqual({
-      type: "less_than",
-      loc: LOC,
-      msg: "Input should be less than 10",
-      input: 10,
-      ctx: { lt: 10 },
-    });
+  it.each<[bound: Record<string, number>, input: unknown, type: string, msg: string]>([
+    [{ ge: 1 }, "0", "greater_than_equal", "Input should be greater than or equal to 1"],
+    [{ le: 100 }, 101, "less_than_equal", "Input should be less than or equal to 100"],
+    [{ gt: 0 }, "0", "greater_than", "Input should be greater than 0"],
+    [{ lt: 10 }, 10, "less_than", "Input should be less than 10"],
+  ])("reports %j for %j as %s with the original input and ctx", (bound, input, type, msg) => {
+    expect(err(int(bound), input)).toEqual({ type, loc: LOC, msg, input, ctx: bound });
+  });
+
+  it("accepts values on an inclusive bound", () => {
     expect(ok(int({ ge: 1, le: 100 }), "100")).toBe(100);
   });
 });

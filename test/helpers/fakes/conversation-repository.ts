@@ -1,0 +1,160 @@
+import type {
+  ConversationFilter,
+  ConversationPatch,
+  ConversationRecord,
+  ConversationRepository,
+  StartTaskFilter,
+  StartTaskRecord,
+  StartTaskRepository,
+} from "../../../src/ports/conversation-repository.ts";
+import type { Page, PageQuery } from "../../../src/ports/page.ts";
+import { byCreated, keysetPage } from "./keyset.ts";
+
+function matches(r: ConversationRecord, f: ConversationFilter): boolean {
+  if (f.includeSubConversations !== true && r.parentConversationId !== null) return false;
+  if (f.sandboxIdEq !== undefined && r.sandboxId !== f.sandboxIdEq) return false;
+  if (f.titleContains !== undefined && !(r.title ?? "").toLowerCase().includes(f.titleContains.toLowerCase()))
+    return false;
+  const t = (d: Date) => d.getTime();
+  if (f.createdAtGte !== undefined && t(r.createdAt) < t(f.createdAtGte)) return false;
+  if (f.createdAtLt !== undefined && t(r.createdAt) >= t(f.createdAtLt)) return false;
+  if (f.updatedAtGte !== undefined && t(r.updatedAt) < t(f.updatedAtGte)) return false;
+  if (f.updatedAtLt !== undefined && t(r.updatedAt) >= t(f.updatedAtLt)) return false;
+  return true;
+}
+
+/** In-memory ConversationRepository: owner-scoped, filters as the adapters apply them (title case-insensitive). */
+export class InMemoryConversationRepository implements ConversationRepository {
+  readonly #rows = new Map<string, ConversationRecord>();
+
+  async insert(record: ConversationRecord): Promise<void> {
+    if (this.#rows.has(record.id)) throw new Error(`duplicate conversation ${record.id}`);
+    this.#rows.set(record.id, structuredClone(record));
+  }
+
+  async get(id: string, ownerId: string): Promise<ConversationRecord | null> {
+    const r = this.#rows.get(id);
+    return r === undefined || r.ownerId !== ownerId ? null : structuredClone(r);
+  }
+
+  async getMany(ids: readonly string[], ownerId: string): Promise<ConversationRecord[]> {
+    const out: ConversationRecord[] = [];
+    for (const id of new Set(ids)) {
+      const r = await this.get(id, ownerId);
+      if (r !== null) out.push(r);
+    }
+    return out;
+  }
+
+  async addSubConversation(parentId: string, childId: string, updatedAt: Date): Promise<boolean> {
+    const r = this.#rows.get(parentId);
+    if (r === undefined) return false;
+    r.subConversationIds.push(childId);
+    r.updatedAt = updatedAt;
+    return true;
+  }
+
+  async search(
+    ownerId: string,
+    filter: ConversationFilter,
+    page: PageQuery,
+  ): Promise<Page<ConversationRecord>> {
+    return keysetPage(this.#matching(ownerId, filter), page);
+  }
+
+  async count(ownerId: string, filter: ConversationFilter): Promise<number> {
+    return this.#matching(ownerId, filter).length;
+  }
+
+  async update(id: string, ownerId: string, patch: ConversationPatch): Promise<boolean> {
+    const r = this.#rows.get(id);
+    if (r === undefined || r.ownerId !== ownerId) return false;
+    this.#rows.set(id, structuredClone({ ...r, ...patch }));
+    return true;
+  }
+
+  async delete(id: string, ownerId: string): Promise<boolean> {
+    const r = this.#rows.get(id);
+    if (r === undefined || r.ownerId !== ownerId) return false;
+    return this.#rows.delete(id);
+  }
+
+  #matching(ownerId: string, filter: ConversationFilter): ConversationRecord[] {
+    return [...this.#rows.values()]
+      .filter((r) => r.ownerId === ownerId && matches(r, filter))
+      .sort(byCreated(false))
+      .map((r) => structuredClone(r));
+  }
+}
+
+/** In-memory StartTaskRepository; records every saved status in `history` (per task id, in order). */
+export class InMemoryStartTaskRepository implements StartTaskRepository {
+  readonly #rows = new Map<string, StartTaskRecord>();
+  readonly history = new Map<string, string[]>();
+
+  async insert(record: StartTaskRecord): Promise<void> {
+    if (this.#rows.has(record.id)) throw new Error(`duplicate task ${record.id}`);
+    this.#rows.set(record.id, structuredClone(record));
+    this.history.set(record.id, [record.status]);
+  }
+
+  async get(id: string, ownerId: string): Promise<StartTaskRecord | null> {
+    const r = this.#rows.get(id);
+    return r === undefined || r.ownerId !== ownerId ? null : structuredClone(r);
+  }
+
+  async getMany(ids: readonly string[], ownerId: string): Promise<StartTaskRecord[]> {
+    const out: StartTaskRecord[] = [];
+    for (const id of new Set(ids)) {
+      const r = await this.get(id, ownerId);
+      if (r !== null) out.push(r);
+    }
+    return out;
+  }
+
+  async update(
+    id: string,
+    patch: Partial<
+      Pick<
+        StartTaskRecord,
+        "status" | "detail" | "appConversationId" | "sandboxId" | "agentServerUrl" | "updatedAt"
+      >
+    >,
+  ): Promise<boolean> {
+    const r = this.#rows.get(id);
+    if (r === undefined) return false;
+    this.#rows.set(id, structuredClone({ ...r, ...patch }));
+    if (patch.status !== undefined && patch.status !== r.status) this.history.get(id)?.push(patch.status);
+    return true;
+  }
+
+  async search(
+    ownerId: string,
+    filter: StartTaskFilter,
+    page: PageQuery,
+    ascending: boolean,
+  ): Promise<Page<StartTaskRecord>> {
+    return keysetPage(this.#matching(ownerId, filter).sort(byCreated(ascending)), page, ascending);
+  }
+
+  async count(ownerId: string, filter: StartTaskFilter): Promise<number> {
+    return this.#matching(ownerId, filter).length;
+  }
+
+  async listUnfinished(): Promise<StartTaskRecord[]> {
+    return [...this.#rows.values()]
+      .filter((r) => r.status !== "READY" && r.status !== "ERROR")
+      .map((r) => structuredClone(r));
+  }
+
+  #matching(ownerId: string, f: StartTaskFilter): StartTaskRecord[] {
+    return [...this.#rows.values()]
+      .filter(
+        (r) =>
+          r.ownerId === ownerId &&
+          (f.conversationIdEq === undefined || r.appConversationId === f.conversationIdEq) &&
+          (f.createdAtGte === undefined || r.createdAt.getTime() >= f.createdAtGte.getTime()),
+      )
+      .map((r) => structuredClone(r));
+  }
+}

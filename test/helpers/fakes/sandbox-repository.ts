@@ -1,0 +1,129 @@
+import type { Page, PageQuery } from "../../../src/ports/page.ts";
+import {
+  ACTIVE_STATUSES,
+  type SandboxClaimOutcome,
+  type SandboxCreateOutcome,
+  type SandboxLimits,
+  type SandboxRecord,
+  type SandboxRepository,
+  type SandboxStatus,
+} from "../../../src/ports/sandbox-repository.ts";
+import { byCreated, keysetPage } from "./keyset.ts";
+
+const copy = (r: SandboxRecord): SandboxRecord => structuredClone(r);
+
+/**
+ * In-memory SandboxRepository: owner-scoped reads, newest-first keyset listings, copies in and out. create and claim
+ * decide and write without an await in between, so they are atomic as the port requires.
+ */
+export class InMemorySandboxRepository implements SandboxRepository {
+  readonly #rows = new Map<string, SandboxRecord>();
+
+  async insert(record: SandboxRecord): Promise<void> {
+    if (this.#rows.has(record.id)) throw new Error(`duplicate sandbox ${record.id}`);
+    this.#rows.set(record.id, copy(record));
+  }
+
+  async create(record: SandboxRecord, limits: SandboxLimits): Promise<SandboxCreateOutcome> {
+    const count = [...this.#rows.values()].filter((r) => r.ownerId === record.ownerId).length;
+    if (count >= limits.maxPerUser) return { created: false, count };
+    if (this.#rows.has(record.id)) throw new Error(`duplicate sandbox ${record.id}`);
+    const evicted = this.#evict(record.ownerId, record.id, limits.maxRunning - 1, record.createdAt);
+    this.#rows.set(record.id, copy({ ...record, status: "STARTING" }));
+    return { created: true, evicted };
+  }
+
+  async claim(
+    id: string,
+    ownerId: string,
+    maxRunning: number,
+    updatedAt: Date,
+  ): Promise<SandboxClaimOutcome | null> {
+    const r = this.#rows.get(id);
+    if (r === undefined || r.ownerId !== ownerId) return null;
+    if (ACTIVE_STATUSES.includes(r.status)) return { record: copy(r), claimed: false, evicted: [] };
+    const evicted = this.#evict(ownerId, id, maxRunning - 1, updatedAt);
+    const next = { ...r, status: "STARTING" as const, updatedAt };
+    this.#rows.set(id, copy(next));
+    return { record: copy(next), claimed: true, evicted };
+  }
+
+  async setHandle(
+    id: string,
+    handle: Record<string, unknown>,
+    updatedAt: Date,
+  ): Promise<SandboxRecord | null> {
+    const r = this.#rows.get(id);
+    if (r === undefined) return null;
+    const next = copy({ ...r, handle, updatedAt });
+    this.#rows.set(id, next);
+    return copy(next);
+  }
+
+  async transition(
+    id: string,
+    from: readonly SandboxStatus[],
+    to: SandboxStatus,
+    updatedAt: Date,
+  ): Promise<boolean> {
+    const r = this.#rows.get(id);
+    if (r === undefined || !from.includes(r.status)) return false;
+    this.#rows.set(id, copy({ ...r, status: to, updatedAt }));
+    return true;
+  }
+
+  /** Pauses the owner's oldest slot holders (other than `except`) so that at most `keep` hold one; returns them as they were. */
+  #evict(ownerId: string, except: string, keep: number, at: Date): SandboxRecord[] {
+    const holders = [...this.#rows.values()]
+      .filter((r) => r.ownerId === ownerId && r.id !== except && ACTIVE_STATUSES.includes(r.status))
+      .sort(byCreated(true));
+    const evicted = holders.slice(0, Math.max(0, holders.length - keep));
+    for (const r of evicted) this.#rows.set(r.id, copy({ ...r, status: "PAUSED", updatedAt: at }));
+    return evicted.map(copy);
+  }
+
+  async get(id: string, ownerId?: string): Promise<SandboxRecord | null> {
+    const r = this.#rows.get(id);
+    return r === undefined || (ownerId !== undefined && r.ownerId !== ownerId) ? null : copy(r);
+  }
+
+  async getMany(ids: readonly string[], ownerId: string): Promise<SandboxRecord[]> {
+    const out: SandboxRecord[] = [];
+    for (const id of new Set(ids)) {
+      const r = await this.get(id, ownerId);
+      if (r !== null) out.push(r);
+    }
+    return out;
+  }
+
+  async update(
+    id: string,
+    patch: Partial<Pick<SandboxRecord, "handle" | "status" | "updatedAt">>,
+  ): Promise<boolean> {
+    const r = this.#rows.get(id);
+    if (r === undefined) return false;
+    this.#rows.set(id, copy({ ...r, ...patch }));
+    return true;
+  }
+
+  async list(ownerId: string, page: PageQuery): Promise<Page<SandboxRecord>> {
+    return keysetPage(await this.listAll(ownerId), page);
+  }
+
+  async listAll(ownerId?: string): Promise<SandboxRecord[]> {
+    return [...this.#rows.values()]
+      .filter((r) => ownerId === undefined || r.ownerId === ownerId)
+      .sort(byCreated(false))
+      .map(copy);
+  }
+
+  async delete(id: string): Promise<boolean> {
+    return this.#rows.delete(id);
+  }
+
+  /** Test access: the stored record (a copy) or undefined. */
+  peek(id: string): SandboxRecord | undefined {
+    const r = this.#rows.get(id);
+    return r === undefined ? undefined : copy(r);
+  }
+}
