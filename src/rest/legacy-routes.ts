@@ -1,4 +1,4 @@
-import { create, fromJson, type JsonObject, toJson } from "@bufbuild/protobuf";
+import { create, fromJson, type JsonObject } from "@bufbuild/protobuf";
 import { invalid } from "../core/errors.ts";
 import {
   bool,

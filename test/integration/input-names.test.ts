@@ -240,7 +240,7 @@ describe("names that are Object.prototype's own", () => {
     expect(Object.getPrototypeOf(secrets)).toBe(Object.prototype);
     const opened = await t.app.services.secrets.openAll("proto-rest");
     expect(Object.hasOwn(opened, "__proto__")).toBe(true);
-    expect(opened.__proto__).toBe("v-__proto__");
+    expect(Object.getOwnPropertyDescriptor(opened, "__proto__")?.value).toBe("v-__proto__");
   });
 
   it("work as custom-secret keys, MCP server names and env keys in settings, over REST and Connect", async () => {
