@@ -10,7 +10,7 @@ import { abortOnClientGone, lazyHandlerContext } from "../transport/handler-cont
 import type { ServiceBinding } from "../transport/service-binding.ts";
 import { closeIfBodyUnread } from "../transport/unread-body.ts";
 import { frameworkError, toRestError, validationBody } from "./rest-errors.ts";
-import { JsonText, type RestRoute } from "./rest-route.ts";
+import type { RestRoute } from "./rest-route.ts";
 
 /** Reference headers on every API answer. */
 export const NO_CACHE = {
@@ -175,10 +175,10 @@ export function restGateway(options: RestGatewayOptions) {
           }
           const out = await impl(input, ctx);
           const shaped = r.shape(out as never);
-          reply.code(r.successStatus ?? 200).headers(NO_CACHE);
-          if (shaped instanceof JsonText)
-            return reply.header("content-type", JSON_CONTENT_TYPE).send(shaped.json);
-          return reply.send(shaped);
+          return reply
+            .code(r.successStatus ?? 200)
+            .headers(NO_CACHE)
+            .send(shaped);
         },
         errorHandler: (err, req, reply) => {
           const e =

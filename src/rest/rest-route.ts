@@ -45,18 +45,6 @@ export interface RestRoute {
   docs?: RouteDocs;
 }
 
-/**
- * A response body already serialized to JSON: a shaper may answer one when it keeps the same body for an
- * unchanged response (the gateway sends the text with the content type Fastify gives JSON, without serializing
- * it again).
- */
-export class JsonText {
-  readonly json: string;
-  constructor(json: string) {
-    this.json = json;
-  }
-}
-
 /** Routes that need no session key and map to no RPC (liveness, docs). */
 export interface PlainRoute {
   method: "GET";
