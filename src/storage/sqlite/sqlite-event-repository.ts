@@ -1,7 +1,8 @@
 import type Database from "better-sqlite3";
 import type { EventCursor, EventFilter, EventRecord, EventRepository } from "../../ports/event-repository.ts";
 import { checkPageLimit } from "../keyset-page.ts";
-import { attempt, toSqliteStorageError } from "./sqlite-errors.ts";
+import { attempt } from "./sqlite-errors.ts";
+import { createGroupCommit } from "./sqlite-group-commit.ts";
 import { createStatementCache, type SqliteQuery } from "./sqlite-statement-cache.ts";
 import type { WalSync } from "./sqlite-wal-sync.ts";
 
@@ -100,8 +101,7 @@ export function createSqliteEventRepository(
   const removeConversation = db.prepare<[string, string]>(
     "DELETE FROM events WHERE owner_id = ? AND conversation_id = ?",
   );
-  const syncNormal = db.prepare("PRAGMA synchronous = NORMAL");
-  const syncFull = db.prepare("PRAGMA synchronous = FULL");
+  const groupCommit = createGroupCommit(db, walSync);
   const prepared = createStatementCache(db);
 
   const write = (events: readonly EventRecord[]): EventRecord[] => {
@@ -121,30 +121,7 @@ export function createSqliteEventRepository(
     const batch = queue;
     if (batch.length === 0) return;
     queue = [];
-    let results: EventRecord[][];
-    try {
-      if (walSync === null) results = commitBatch(batch);
-      else {
-        syncNormal.run();
-        try {
-          results = commitBatch(batch);
-        } finally {
-          syncFull.run();
-        }
-      }
-    } catch (error: unknown) {
-      const mapped = toSqliteStorageError(error);
-      for (const a of batch) a.reject(mapped);
-      return;
-    }
-    const settle = (error: Error | null): void => {
-      batch.forEach((a, i) => {
-        if (error !== null) a.reject(error);
-        else a.resolve(results[i] ?? []);
-      });
-    };
-    if (walSync === null) settle(null);
-    else walSync.whenDurable(settle);
+    groupCommit(batch, commitBatch);
   };
 
   return {

@@ -1,6 +1,7 @@
 import type Database from "better-sqlite3";
 import type { UserData, UserDataRepository, Versioned } from "../../ports/user-data-repository.ts";
-import { attempt, toSqliteStorageError } from "./sqlite-errors.ts";
+import { attempt } from "./sqlite-errors.ts";
+import { createGroupCommit } from "./sqlite-group-commit.ts";
 import type { WalSync } from "./sqlite-wal-sync.ts";
 
 interface UserDataRow {
@@ -66,8 +67,7 @@ export function createSqliteUserDataRepository(
     "UPDATE user_data SET value = ?, version = version + 1 WHERE user_id = ? AND version = ?",
   );
   // The connection's other writes stay FULL (synced in their COMMIT); only the batches switch, around their commit.
-  const syncNormal = db.prepare("PRAGMA synchronous = NORMAL");
-  const syncFull = db.prepare("PRAGMA synchronous = FULL");
+  const groupCommit = createGroupCommit(db, walSync);
   const write = (userId: string, expected: number, value: string): boolean =>
     (expected === 0 ? insert.run(userId, value) : update.run(value, userId, expected)).changes === 1;
 
@@ -91,30 +91,7 @@ export function createSqliteUserDataRepository(
     if (batch.length === 0) return;
     queue = [];
     queuedState.clear();
-    let results: boolean[];
-    try {
-      if (walSync === null) results = commitBatch(batch);
-      else {
-        syncNormal.run();
-        try {
-          results = commitBatch(batch);
-        } finally {
-          syncFull.run();
-        }
-      }
-    } catch (error: unknown) {
-      const mapped = toSqliteStorageError(error);
-      for (const w of batch) w.reject(mapped);
-      return;
-    }
-    const settle = (error: Error | null): void => {
-      batch.forEach((w, i) => {
-        if (error !== null) w.reject(error);
-        else w.resolve(results[i] === true);
-      });
-    };
-    if (walSync === null) settle(null);
-    else walSync.whenDurable(settle);
+    groupCommit(batch, commitBatch);
   };
 
   /** The committed state of a user. */
