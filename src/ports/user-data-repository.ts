@@ -52,4 +52,11 @@ export interface UserDataRepository {
    * version conflict (the caller re-reads and retries); the write is durable when true is returned.
    */
   compareAndSet(userId: string, expectedVersion: number, next: UserData): Promise<boolean>;
+  /**
+   * A number that changes whenever a user document of this store may have changed: after every write of this
+   * repository, and after other processes' writes as far as the adapter can tell. An answer computed from a read
+   * stays valid while the token is the one taken before that read. An adapter that cannot tell answers a new
+   * number on every call (every read then asks the store). Synchronous and cheap: it is taken on every read.
+   */
+  changeToken(): number;
 }

@@ -69,23 +69,38 @@ export class Metrics {
     });
   }
 
+  /** prom-client's series of each label combination seen (labels() hashes its labels on every call). */
+  readonly #series = new Map<string, { duration: { observe(v: number): void }; total: { inc(): void } }>();
+
   /** One answered HTTP request. */
   http(method: string, route: string, status: number, seconds: number): void {
-    const labels = { method, route, status: String(status) };
-    this.#httpDuration.observe(labels, seconds);
-    this.#httpTotal.inc(labels);
+    const key = `http ${method} ${status} ${route}`;
+    let series = this.#series.get(key);
+    if (series === undefined) {
+      const labels = { method, route, status: String(status) };
+      series = { duration: this.#httpDuration.labels(labels), total: this.#httpTotal.labels(labels) };
+      this.#series.set(key, series);
+    }
+    series.duration.observe(seconds);
+    series.total.inc();
   }
 
   /** One finished RPC. */
   rpc(protocol: string, method: string, code: string, seconds: number): void {
-    const labels = { protocol, method, code };
-    this.#rpcDuration.observe(labels, seconds);
-    this.#rpcTotal.inc(labels);
+    const key = `rpc ${protocol} ${code} ${method}`;
+    let series = this.#series.get(key);
+    if (series === undefined) {
+      const labels = { protocol, method, code };
+      series = { duration: this.#rpcDuration.labels(labels), total: this.#rpcTotal.labels(labels) };
+      this.#series.set(key, series);
+    }
+    series.duration.observe(seconds);
+    series.total.inc();
   }
 }
 
 /**
- * The same storage with every repository method timed into `storage_operation_duration_seconds`
+ * The same storage with every repository method (but the user data's synchronous `changeToken`) timed into `storage_operation_duration_seconds`
  * (`operation` = "<repository>.<method>"). Behaviour is unchanged: results and errors pass through.
  */
 export function instrumentStorage(storage: Storage, metrics: Metrics): Storage {
@@ -113,13 +128,16 @@ export function instrumentStorage(storage: Storage, metrics: Metrics): Storage {
   };
   // A plain object with every method of the repository (own or inherited) wrapped once, up front: a Proxy would
   // run its trap on every method lookup of every request.
-  const wrap = <T extends object>(name: string, repo: T): T => {
+  // `untimed`: synchronous methods (not storage operations), passed through as they are.
+  const wrap = <T extends object>(name: string, repo: T, untimed: readonly string[] = []): T => {
     const out: Record<string, unknown> = {};
     for (let o: object | null = repo; o !== null && o !== Object.prototype; o = Object.getPrototypeOf(o)) {
       for (const key of Object.getOwnPropertyNames(o)) {
         if (key === "constructor" || Object.hasOwn(out, key)) continue;
         const value = (repo as Record<string, unknown>)[key];
-        if (typeof value === "function")
+        if (typeof value === "function" && untimed.includes(key))
+          out[key] = (value as (...a: unknown[]) => unknown).bind(repo);
+        else if (typeof value === "function")
           out[key] = timed(`${name}.${key}`, (value as (...a: unknown[]) => unknown).bind(repo));
         else
           Object.defineProperty(out, key, {
@@ -132,7 +150,7 @@ export function instrumentStorage(storage: Storage, metrics: Metrics): Storage {
   };
   return {
     kind: storage.kind,
-    userData: wrap("userData", storage.userData),
+    userData: wrap("userData", storage.userData, ["changeToken"]),
     apiKeys: wrap("apiKeys", storage.apiKeys),
     sandboxes: wrap("sandboxes", storage.sandboxes),
     conversations: wrap("conversations", storage.conversations),

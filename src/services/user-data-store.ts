@@ -15,6 +15,11 @@ export class UserDataStore {
     this.#repo = repo;
   }
 
+  /** See UserDataRepository.changeToken. */
+  changeToken(): number {
+    return this.#repo.changeToken();
+  }
+
   read(userId: string): Promise<Versioned<UserData> | null> {
     return this.#repo.get(userId);
   }

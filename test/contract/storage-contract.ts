@@ -260,6 +260,19 @@ export function describeStorageContract(name: string, make: () => Promise<Storag
         expect(await storage.userData.get(b)).toStrictEqual({ version: 2, value: userData(8) });
       });
 
+      it("changes its change token with every write of this repository, and after another connection's write", async () => {
+        const second = await open();
+        const user = newOwner();
+        const before = storage.userData.changeToken();
+        await storage.userData.compareAndSet(user, 0, userData(1));
+        const afterOwn = storage.userData.changeToken();
+        expect(afterOwn).not.toBe(before);
+        await second.userData.compareAndSet(user, 1, userData(2));
+        // Another connection's commit is seen from the next event-loop turn on (or at once).
+        await new Promise((resolve) => setImmediate(resolve));
+        expect(storage.userData.changeToken()).not.toBe(afterOwn);
+      });
+
       it("loses no write when 20 read-modify-write loops race over two connections", async () => {
         const second = await open();
         const user = newOwner();

@@ -213,6 +213,29 @@ describe("sqlite adapter", () => {
       await storage.close();
     });
 
+    it("keeps its change token while nothing is written, within a turn and across turns", async () => {
+      const path = join(dir, "token.db");
+      const storage = createSqliteStorage({ path });
+      await storage.userData.compareAndSet("u", 0, doc(1));
+      const token = storage.userData.changeToken();
+      expect(storage.userData.changeToken()).toBe(token);
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(storage.userData.changeToken()).toBe(token);
+      const other = new Database(path);
+      try {
+        // A write of another connection to any table, even one that keeps every version, changes it.
+        other.prepare("UPDATE user_data SET value = ? WHERE user_id = 'u'").run(JSON.stringify(doc(7)));
+        await new Promise((resolve) => setImmediate(resolve));
+        const next = storage.userData.changeToken();
+        expect(next).not.toBe(token);
+        await new Promise((resolve) => setImmediate(resolve));
+        expect(storage.userData.changeToken()).toBe(next);
+      } finally {
+        other.close();
+      }
+      await storage.close();
+    });
+
     it("keeps nothing read inside a transaction that rolls back", async () => {
       const storage = createSqliteStorage({ path: join(dir, "rolled-back.db") });
       await storage.userData.compareAndSet("u", 0, doc(1));

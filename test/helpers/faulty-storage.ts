@@ -11,6 +11,7 @@ const READS = new Set([
   "count",
   "findByHash",
   "listUnfinished",
+  "changeToken",
 ]);
 
 /** Which writes fail: none (null), all, or those a predicate picks (repository name, method name). */

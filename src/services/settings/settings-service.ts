@@ -54,8 +54,11 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
   readonly #store: UserDataStore;
   readonly #box: SecretBox;
   readonly #verifier: GitProviderVerifier | null;
-  /** The GetSettings answer of each recently read user, with the stored version it was built from. */
-  readonly #views = new Map<string, { version: number; response: GetSettingsResponse }>();
+  /**
+   * The GetSettings answer of each recently read user: the stored document's version it was built from, and the
+   * store's change token taken before that read (while the token is unchanged, the answer is served without a read).
+   */
+  readonly #views = new Map<string, { version: number; token: number; response: GetSettingsResponse }>();
 
   readonly #hosts: ProviderHostPolicy;
 
@@ -75,22 +78,31 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
   /**
    * NOT_FOUND "Settings not found" until the caller first stores settings. The answer is a function of the stored
    * document alone, so it is kept per user with the document's version (which every store changes): built once per
-   * stored version on every storage. Strings stored before they had to be well-formed are shown with U+FFFD.
+   * stored version on every storage, and answered without a read while the store's change token says that nothing
+   * changed. Strings stored before they had to be well-formed are shown with U+FFFD.
    */
   async getSettings(_req: GetSettingsRequest, ctx: HandlerContext): Promise<GetSettingsResponse> {
     const { userId } = requireCaller(ctx);
+    const token = this.#store.changeToken();
+    const cached = this.#views.get(userId);
+    if (cached !== undefined && cached.token === token) return cached.response;
     const doc = await this.#store.read(userId);
     const stored = doc?.value.settings;
-    if (doc === null || stored === null || stored === undefined) throw notFound("Settings not found");
-    const cached = this.#views.get(userId);
-    if (cached !== undefined && cached.version === doc.version) return cached.response;
+    if (doc === null || stored === null || stored === undefined) {
+      if (cached !== undefined) this.#views.delete(userId);
+      throw notFound("Settings not found");
+    }
+    if (cached !== undefined && cached.version === doc.version) {
+      cached.token = token;
+      return cached.response;
+    }
     const response = settingsView(doc.value, stored);
     if (cached !== undefined) this.#views.delete(userId);
     else if (this.#views.size >= CACHED_VIEWS) {
       const oldest = this.#views.keys().next();
       if (oldest.done !== true) this.#views.delete(oldest.value);
     }
-    this.#views.set(userId, { version: doc.version, response });
+    this.#views.set(userId, { version: doc.version, token, response });
     return response;
   }
 

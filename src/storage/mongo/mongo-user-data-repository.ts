@@ -11,7 +11,11 @@ import { DURABLE_WRITE } from "./mongo-write-concern.ts";
  */
 export function createMongoUserDataRepository(db: Db): UserDataRepository {
   const coll = db.collection<UserDataDoc>(COLLECTIONS.userData);
+  // Other servers' writes are not seen without a change stream (which needs a replica set): every token is new,
+  // so every read asks the server.
+  let token = 0;
   return {
+    changeToken: () => ++token,
     get: (userId) =>
       guarded(async () => {
         const doc = await coll.findOne({ _id: userId });

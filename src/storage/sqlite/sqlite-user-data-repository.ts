@@ -52,7 +52,11 @@ export interface SqliteUserDataRepository extends UserDataRepository {
  *
  * Reads are not cached: every read asks SQLite (one statement by primary key) and parses the stored JSON, so each
  * reader gets its own copy and sees commits of other connections (the CLI, a second server on the same file) at
- * once. What is worth keeping of a read is kept above the port (the settings service's answer per user version).
+ * once. What is worth keeping of a read is kept above the port (the settings service's answer per user version),
+ * checked against `changeToken()`: it changes when this repository commits, and when `PRAGMA data_version` shows
+ * that another connection committed. The pragma is asked at most once per event-loop turn (its read transaction
+ * costs two file-lock system calls, as a read does), so all requests of one turn share one check; a commit of
+ * another process is seen from the next turn on.
  */
 export function createSqliteUserDataRepository(
   db: Database.Database,
@@ -68,8 +72,38 @@ export function createSqliteUserDataRepository(
   );
   // The connection's other writes stay FULL (synced in their COMMIT); only the batches switch, around their commit.
   const groupCommit = createGroupCommit(db, walSync);
-  const write = (userId: string, expected: number, value: string): boolean =>
-    (expected === 0 ? insert.run(userId, value) : update.run(value, userId, expected)).changes === 1;
+  /** Bumped by every commit of this repository and when another connection's commit is seen. */
+  let token = 0;
+  const write = (userId: string, expected: number, value: string): boolean => {
+    token++;
+    return (expected === 0 ? insert.run(userId, value) : update.run(value, userId, expected)).changes === 1;
+  };
+
+  const dataVersion = db.prepare<[], number>("PRAGMA data_version").pluck();
+  let seenDataVersion = -1;
+  let probedThisTurn = false;
+  const endOfTurn = (): void => {
+    probedThisTurn = false;
+  };
+  const changeToken = (): number => {
+    if (!probedThisTurn) {
+      probedThisTurn = true;
+      setImmediate(endOfTurn);
+      let v: number;
+      try {
+        v = dataVersion.get() as number;
+      } catch {
+        // Unknown (the database is busy or closed): a new token sends the caller to a read, which reports it.
+        probedThisTurn = false;
+        return ++token;
+      }
+      if (v !== seenDataVersion) {
+        seenDataVersion = v;
+        token++;
+      }
+    }
+    return token;
+  };
 
   /** Queued, not yet committed writes, in order. */
   let queue: QueuedWrite[] = [];
@@ -98,6 +132,7 @@ export function createSqliteUserDataRepository(
   const durable = (userId: string): UserDataRow | null => select.get(userId) ?? null;
 
   return {
+    changeToken,
     get: (userId, options) =>
       attempt((): Versioned<UserData> | null => {
         // A read for update also sees the writes queued for the user (see above).

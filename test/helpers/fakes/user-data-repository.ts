@@ -13,7 +13,16 @@ export class InMemoryUserDataRepository implements UserDataRepository {
   /** Runs once before the next compareAndSet is decided (e.g. to slip in a competing write). */
   beforeNextCompareAndSet: (() => void) | null = null;
 
+  #token = 0;
+  /** Reads answered, for assertions. */
+  reads = 0;
+
+  changeToken(): number {
+    return this.#token;
+  }
+
   async get(userId: string): Promise<Versioned<UserData> | null> {
+    this.reads++;
     const doc = this.#docs.get(userId);
     return doc === undefined ? null : structuredClone(doc);
   }
@@ -28,6 +37,7 @@ export class InMemoryUserDataRepository implements UserDataRepository {
       return false;
     }
     this.#docs.set(userId, { value: structuredClone(next), version: current + 1 });
+    this.#token++;
     this.writes++;
     return true;
   }
@@ -42,5 +52,6 @@ export class InMemoryUserDataRepository implements UserDataRepository {
   put(userId: string, value: UserData): void {
     const version = (this.#docs.get(userId)?.version ?? 0) + 1;
     this.#docs.set(userId, { value: structuredClone(value), version });
+    this.#token++;
   }
 }

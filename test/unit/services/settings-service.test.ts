@@ -221,6 +221,23 @@ describe("SettingsService", () => {
     expect((await service.openConversationConfig("bob")).llmApiKey).toBeNull();
   });
 
+  it("answers GetSettings from its cache while the store's change token is unchanged, and reads again after a write", async () => {
+    await store({ language: "en" });
+    const first = await read();
+    const reads = repo.reads;
+    expect(await read()).toStrictEqual(first);
+    expect(repo.reads).toBe(reads); // no read: the token did not change
+    // A write the service did not make (another server): the store's token changes, the next answer reads it.
+    const doc = repo.peek("alice");
+    if (doc === undefined) throw new Error("missing");
+    repo.put("alice", { ...doc.value, settings: { ...doc.value.settings, language: "fr" } });
+    expect((await read()).settings).toMatchObject({ language: "fr" });
+    expect(repo.reads).toBe(reads + 1);
+    // Settings deleted under the cache (an operator's repair): NOT_FOUND, not the cached answer.
+    repo.put("alice", { ...doc.value, settings: null });
+    expect(await codeOf(read())).toBe(Code.NotFound);
+  });
+
   it("a write that loses a compare-and-set race is re-applied on the fresh document (no lost update)", async () => {
     await store({ language: "en" });
     // A competing writer changes llm_model between our read and our write.
