@@ -4,13 +4,19 @@ import { MethodOptions_IdempotencyLevel } from "@bufbuild/protobuf/wkt";
 import {
   Code,
   ConnectError,
+  createConnectRouter,
   type HandlerContext,
   type Interceptor,
   type StreamResponse,
   type UnaryResponse,
 } from "@connectrpc/connect";
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
-import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
+import {
+  compressionBrotli,
+  compressionGzip,
+  universalRequestFromNodeRequest,
+  universalResponseToNodeResponse,
+} from "@connectrpc/connect-node";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { type Caller, callerKey } from "../core/context.ts";
 import { type Admission, sessionKeyValue } from "../transport/admission.ts";
@@ -19,6 +25,7 @@ import { type CallObserver, errorCodeName } from "../transport/call-metrics.ts";
 import { INTERNAL_MESSAGE, isInternal, publicError } from "../transport/errors.ts";
 import type { ServiceBinding } from "../transport/service-binding.ts";
 import { closeIfBodyUnread } from "../transport/unread-body.ts";
+import { fastConnectUnary, unaryMethod } from "./connect-unary.ts";
 
 export interface ConnectPluginOptions {
   bindings: readonly ServiceBinding[];
@@ -36,8 +43,10 @@ export interface ConnectPluginOptions {
 }
 
 /**
- * Connect, gRPC-Web and Connect GET on the HTTP port, served by connect-fastify in an encapsulated Fastify plugin:
- * requests get the server's request ids, access lines and HTTP metrics like REST routes do. Around connect-node:
+ * Connect, gRPC-Web and Connect GET on the HTTP port, in an encapsulated Fastify plugin: streaming methods through
+ * connect-fastify; unary methods through connect-node's universal handler (as connect-fastify runs it), but for
+ * the everyday Connect unary call, which takes the fast path of connect-unary.ts. Requests get the server's request
+ * ids, access lines and HTTP metrics like REST routes do. Around connect-node:
  * the transport kit's admission as its request gate (before the body is read), call metrics and internal errors
  * masked as interceptors, and JSON Connect errors for the requests connect-node answers with an empty body
  * (a wrong HTTP method or content type) or with INTERNAL (a corrupt compressed body).
@@ -69,14 +78,62 @@ export function connectPlugin(options: ConnectPluginOptions) {
         return sendConnectError(reply, status, "invalid_argument", (err as Error).message);
       return sendConnectError(reply, 500, "internal", publicError(err).rawMessage);
     });
-    await app.register(fastifyConnectPlugin, {
-      routes: (router) => {
-        for (const b of options.bindings) router.service(b.desc, b.impl as never);
-      },
+    const handlerOptions = {
       requestGate: gate(options),
       interceptors: [callMetrics(options.onCall), maskInternal(options.onError)],
       readMaxBytes: options.maxMessageBytes,
       acceptCompression: [clientFault(compressionGzip), clientFault(compressionBrotli)],
+    };
+    // Unary methods: the everyday Connect call on the fast path (connect-unary.ts), every other request (GET,
+    // gRPC-Web, compressed bodies, timeouts) through connect-node's universal handler, as connect-fastify runs it.
+    const unary = createConnectRouter(handlerOptions);
+    const fast = new Map<string, NonNullable<ReturnType<typeof unaryMethod>>>();
+    for (const b of options.bindings)
+      for (const m of b.desc.methods) {
+        if (m.methodKind !== "unary") continue;
+        const entry = unaryMethod(m, b.impl as Record<string, unknown>);
+        if (entry === null) continue;
+        unary.rpc(m, entry.fn as never);
+        fast.set(`/${b.desc.typeName}/${m.name}`, entry);
+      }
+    // Bodies are read by the handlers (connect-node or the fast path), never by Fastify.
+    app.removeAllContentTypeParsers();
+    app.addContentTypeParser("*", (_req, _payload, done) => done(null, undefined));
+    const fastOptions = {
+      admission: options.admission,
+      keyOf: options.keyOf,
+      maxMessageBytes: options.maxMessageBytes,
+      onCall: options.onCall,
+      onError: options.onError,
+    };
+    for (const handler of unary.handlers) {
+      const entry = fast.get(handler.requestPath);
+      app.all(handler.requestPath, async (req, reply) => {
+        const served = entry === undefined ? false : fastConnectUnary(entry, req, reply, fastOptions);
+        if (served !== false) return served;
+        try {
+          const res = await handler(
+            universalRequestFromNodeRequest(req.raw, reply.raw, undefined, undefined),
+          );
+          for (const [key, value] of Object.entries(reply.getHeaders()))
+            if (value !== undefined) reply.raw.setHeader(key, value);
+          await universalResponseToNodeResponse(res, reply.raw);
+        } catch (e) {
+          if (ConnectError.from(e).code !== Code.Aborted) options.onError(e, methodName(handler.method));
+        }
+      });
+    }
+    // Streaming methods through connect-fastify.
+    await app.register(fastifyConnectPlugin, {
+      routes: (router) => {
+        for (const b of options.bindings)
+          for (const m of b.desc.methods) {
+            if (m.methodKind === "unary") continue;
+            const fn = (b.impl as Record<string, unknown>)[m.localName];
+            if (typeof fn === "function") router.rpc(m, fn.bind(b.impl) as never);
+          }
+      },
+      ...handlerOptions,
       shutdownTimeoutMs: options.shutdownTimeoutMs,
     });
   };

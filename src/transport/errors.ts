@@ -20,12 +20,40 @@ const HTTP_STATUS: Partial<Record<Code, number>> = {
   [Code.Canceled]: 499,
 };
 
+/**
+ * The HTTP status of a code in the Connect protocol (its specification's table; REST's differs where the reference
+ * answers otherwise, e.g. 422 for invalid arguments).
+ */
+const CONNECT_HTTP_STATUS: Record<Code, number> = {
+  [Code.Canceled]: 499,
+  [Code.Unknown]: 500,
+  [Code.InvalidArgument]: 400,
+  [Code.DeadlineExceeded]: 504,
+  [Code.NotFound]: 404,
+  [Code.AlreadyExists]: 409,
+  [Code.PermissionDenied]: 403,
+  [Code.ResourceExhausted]: 429,
+  [Code.FailedPrecondition]: 400,
+  [Code.Aborted]: 409,
+  [Code.OutOfRange]: 400,
+  [Code.Unimplemented]: 501,
+  [Code.Internal]: 500,
+  [Code.Unavailable]: 503,
+  [Code.DataLoss]: 500,
+  [Code.Unauthenticated]: 401,
+};
+
 /** What a client is told of an internal error, on every protocol (the cause goes to the log). */
 export const INTERNAL_MESSAGE = "Internal Server Error";
 
 /** The REST status of a code (500 for server faults). */
 export function httpStatusOf(code: Code): number {
   return HTTP_STATUS[code] ?? 500;
+}
+
+/** The HTTP status of a code in the Connect protocol. */
+export function connectHttpStatusOf(code: Code): number {
+  return CONNECT_HTTP_STATUS[code] ?? 500;
 }
 
 /** The gRPC status number of a code. */

@@ -1,0 +1,167 @@
+// The Connect unary fast path (src/rpc/connect-unary.ts) against connect-node's universal handler: the same
+// request is sent once with a Content-Length (the fast path takes it) and once chunked (the fast path declines it,
+// connect-node serves it), and the two answers must agree in status, headers and body.
+
+import { request } from "node:http";
+import { gunzipSync } from "node:zlib";
+import { fromBinary, toBinary } from "@bufbuild/protobuf";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  GetSettingsRequestSchema,
+  GetSettingsResponseSchema,
+} from "../../src/gen/workspace/v1/settings_pb.js";
+import { startTestApp, type TestApp } from "../helpers/test-app.ts";
+
+interface Answer {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: Buffer;
+}
+
+function send(
+  url: string,
+  path: string,
+  headers: Record<string, string>,
+  body: Buffer | string,
+  chunked: boolean,
+): Promise<Answer> {
+  const bytes = typeof body === "string" ? Buffer.from(body) : body;
+  return new Promise((resolve, reject) => {
+    const req = request(
+      `${url}${path}`,
+      {
+        method: "POST",
+        headers: chunked ? headers : { ...headers, "content-length": String(bytes.byteLength) },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("end", () =>
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }),
+        );
+        res.on("error", reject);
+      },
+    );
+    req.on("error", reject);
+    // Chunked: the body in two writes without a Content-Length (Transfer-Encoding: chunked).
+    if (chunked && bytes.byteLength > 1) {
+      req.write(bytes.subarray(0, 1));
+      req.end(bytes.subarray(1));
+    } else req.end(bytes);
+  });
+}
+
+/** What must agree between the two paths: status, the protocol's headers, trailers, and the body. */
+function comparable(a: Answer): unknown {
+  const headers: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(a.headers)) {
+    if (k === "date" || k === "x-request-id" || k === "keep-alive" || k === "transfer-encoding") continue;
+    if (k === "content-length") continue; // chunked on one side when connect-node streams it
+    headers[k] = v;
+  }
+  const body = a.headers["content-encoding"] === "gzip" ? gunzipSync(a.body) : a.body;
+  return { status: a.status, headers, body: body.toString("base64") };
+}
+
+describe("Connect unary fast path answers exactly as connect-node", () => {
+  let t: TestApp;
+  let key: string;
+  const path = (m: string) => `/workspace.v1.SettingsService/${m}`;
+  const both = async (method: string, headers: Record<string, string>, body: Buffer | string) => {
+    const fast = await send(t.url, path(method), headers, body, false);
+    const node = await send(t.url, path(method), headers, body, true);
+    expect(comparable(fast)).toStrictEqual(comparable(node));
+    return fast;
+  };
+  const json = () => ({ "x-session-api-key": key, "content-type": "application/json" });
+
+  beforeAll(async () => {
+    t = await startTestApp();
+    key = await t.keyFor("fast");
+    const stored = await send(
+      t.url,
+      path("StoreSettings"),
+      json(),
+      JSON.stringify({ settings: { language: "en", llmModel: "m".repeat(1500), maxIterations: 9 } }),
+      false,
+    );
+    expect(stored.status).toBe(200);
+  });
+  afterAll(() => t.close());
+
+  it("a JSON call, with the response message as connect writes it", async () => {
+    const a = await both("GetSettings", json(), "{}");
+    expect(a.status).toBe(200);
+    expect(a.headers["content-type"]).toBe("application/json");
+    const body = JSON.parse(a.body.toString()) as { settings: { maxIterations: number } };
+    expect(body.settings.maxIterations).toBe(9);
+  });
+
+  it("an empty JSON body (not a JSON value), unknown JSON fields and a charset parameter", async () => {
+    expect((await both("GetSettings", json(), "")).status).toBe(400);
+    expect((await both("GetSettings", json(), '{"noSuchField":1}')).status).toBe(200);
+    const charset = { ...json(), "content-type": "application/json; charset=utf-8" };
+    expect((await both("GetSettings", charset, "{}")).status).toBe(200);
+  });
+
+  it("a binary call", async () => {
+    const headers = { "x-session-api-key": key, "content-type": "application/proto" };
+    const a = await both(
+      "GetSettings",
+      headers,
+      Buffer.from(toBinary(GetSettingsRequestSchema, {} as never)),
+    );
+    expect(a.status).toBe(200);
+    expect(a.headers["content-type"]).toBe("application/proto");
+    expect(fromBinary(GetSettingsResponseSchema, a.body).settings?.maxIterations).toBe(9);
+  });
+
+  it("a response of 1 KiB or more compressed with the encoding the client accepts first", async () => {
+    const a = await both("GetSettings", { ...json(), "accept-encoding": "br, gzip" }, "{}");
+    expect(a.headers["content-encoding"]).toBe("br");
+    const g = await both("GetSettings", { ...json(), "accept-encoding": "deflate, gzip" }, "{}");
+    expect(g.headers["content-encoding"]).toBe("gzip");
+    const none = await both("GetSettings", { ...json(), "accept-encoding": "deflate" }, "{}");
+    expect(none.headers["content-encoding"]).toBeUndefined();
+  });
+
+  it("errors: unknown key, not found, bad JSON, a binary body that does not decode", async () => {
+    const bad = await both("GetSettings", { ...json(), "x-session-api-key": "ws_wrong_key_123" }, "{}");
+    expect(bad.status).toBe(401);
+    expect(JSON.parse(bad.body.toString())).toMatchObject({ code: "unauthenticated" });
+    const other = await t.keyFor("nobody");
+    const missing = await both("GetSettings", { ...json(), "x-session-api-key": other }, "{}");
+    expect(missing.status).toBe(404);
+    expect(JSON.parse(missing.body.toString())).toStrictEqual({
+      code: "not_found",
+      message: "Settings not found",
+    });
+    const broken = await both("GetSettings", json(), "{");
+    expect(broken.status).toBe(400);
+    expect(JSON.parse(broken.body.toString())).toMatchObject({ code: "invalid_argument" });
+    const garbage = await both(
+      "GetSettings",
+      { "x-session-api-key": key, "content-type": "application/proto" },
+      Buffer.from([0xff, 0xff, 0xff]),
+    );
+    expect(garbage.status).toBe(400);
+    expect(JSON.parse(garbage.body.toString())).toMatchObject({ code: "invalid_argument" });
+  });
+
+  it("INVALID_ARGUMENT with its BadRequest details (type, debug, unpadded base64 value), nothing stored", async () => {
+    const a = await both("StoreSettings", json(), JSON.stringify({ resetFields: ["no_such_field"] }));
+    expect(a.status).toBe(400);
+    const body = JSON.parse(a.body.toString()) as {
+      code: string;
+      details: { type: string; value: string; debug: unknown }[];
+    };
+    expect(body.code).toBe("invalid_argument");
+    expect(body.details[0]?.type).toBe("google.rpc.BadRequest");
+    expect(body.details[0]?.value).not.toMatch(/=$/);
+    expect(JSON.stringify(body.details[0]?.debug)).toMatch(/reset_fields\[0\]/);
+    const after = JSON.parse((await both("GetSettings", json(), "{}")).body.toString()) as {
+      settings: { maxIterations: number };
+    };
+    expect(after.settings.maxIterations).toBe(9);
+  });
+});
