@@ -7,7 +7,6 @@
 import type { ChildProcess } from "node:child_process";
 import { existsSync, statSync } from "node:fs";
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
-import { constants } from "node:os";
 import { delimiter, isAbsolute, join, relative, resolve } from "node:path";
 import { killTree } from "./proc-tree.ts";
 
@@ -65,13 +64,14 @@ export interface CommandResult {
   stderr: string;
 }
 
-// The agent's start is on every sandbox's critical path. A static `import { .. } from "node:http"` (likewise crypto
-// and child_process) makes the ESM loader read every export, which runs lazy getters such as http.WebSocket (loads
+// The agent's start is on every sandbox's critical path. A static `import { .. } from "node:http"` (likewise crypto,
+// child_process, os and module) makes the ESM loader read every export, which runs lazy getters such as http.WebSocket (loads
 // undici) and crypto.webcrypto: about 40 ms of a 70 ms start here. getBuiltinModule hands over the module object
 // without touching them.
 const { spawn } = process.getBuiltinModule("node:child_process");
 const { createHash, randomUUID, timingSafeEqual } = process.getBuiltinModule("node:crypto");
 const { createServer } = process.getBuiltinModule("node:http");
+const { constants } = process.getBuiltinModule("node:os");
 
 const MIB = 1024 * 1024;
 const DEFAULT_TIMEOUT_SECONDS = 60;

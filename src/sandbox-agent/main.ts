@@ -8,9 +8,12 @@
  * Exits 0 on SIGTERM/SIGINT after closing the listener and killing running commands; 2 on bad configuration.
  */
 import { mkdirSync } from "node:fs";
-import { flushCompileCache } from "node:module";
 import { resolve } from "node:path";
 import { createAgentServer, type WebhookOptions } from "./agent-server.ts";
+
+// Not a static import: the ESM loader would read every export of node:module, ~50 ms of the agent's start (see
+// agent-server.ts).
+const { flushCompileCache } = process.getBuiltinModule("node:module");
 
 /** Variables the agent reads and does not hand on to the commands it runs. */
 const PRIVATE_ENV = new Set(["SESSION_API_KEY", "OH_SESSION_API_KEYS_0", "NODE_COMPILE_CACHE"]);

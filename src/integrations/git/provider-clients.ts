@@ -1,7 +1,6 @@
 import type { GitProviderApi, GitProviderClients, GitProviderName } from "../../ports/git-provider.ts";
 import { ProviderHostPolicy } from "../../services/git/provider-host.ts";
 import { BitbucketApi } from "./bitbucket-api.ts";
-import { GitHubApi } from "./github-api.ts";
 import { GitLabApi } from "./gitlab-api.ts";
 import { ProviderHttp, RateLimitMemory } from "./provider-http.ts";
 
@@ -67,11 +66,32 @@ export class HttpGitProviderClients implements GitProviderClients {
     });
     switch (provider) {
       case "github":
-        return new GitHubApi(token, base, http);
+        return lazyGitHub(token, base, http);
       case "gitlab":
         return new GitLabApi(token, base, http);
       case "bitbucket":
         return new BitbucketApi(token, base, http);
     }
   }
+}
+
+/**
+ * The GitHub client, its module (and Octokit's ~8 MiB of endpoint tables) imported on its first call, so that a
+ * server whose users never ask GitHub does not hold it. Every method of the port is async, so each call waits
+ * for the import.
+ */
+function lazyGitHub(token: string, base: string, http: ProviderHttp): GitProviderApi {
+  let api: Promise<GitProviderApi> | undefined;
+  const load = (): Promise<GitProviderApi> =>
+    (api ??= import("./github-api.ts").then((m) => new m.GitHubApi(token, base, http)));
+  return new Proxy({} as GitProviderApi, {
+    get: (_target, name) =>
+      // Not a thenable: awaiting the client itself must not call into GitHub.
+      name === "then"
+        ? undefined
+        : async (...args: unknown[]) => {
+            const loaded = (await load()) as unknown as Record<PropertyKey, (...a: unknown[]) => unknown>;
+            return loaded[name]?.(...args);
+          },
+  });
 }
