@@ -1,3 +1,4 @@
+import { notFound } from "../core/errors.ts";
 import { newHexId } from "../core/ids.ts";
 import { anyValue, bool, int, list, nullable, object, refine, str, validate } from "../core/model.ts";
 import { uuidHex } from "../core/model-formats.ts";
@@ -331,6 +332,33 @@ export const legacyConversationRoutes: RestRoute[] = [
         : r.startTask
           ? shapeStartingInfo(r.startTask)
           : null,
+  }),
+  route({
+    method: "GET",
+    url: "/api/conversations/:conversation_id/config",
+    service: AppConversationService,
+    rpc: "getAppConversation",
+    dialect: "legacy",
+    location: "path",
+    // The reference's answer for a conversation it has not got (FastAPI HTTPException naming the id).
+    notFoundBody: (params: Record<string, string>) => ({
+      detail: `Conversation ${params.conversation_id} not found`,
+    }),
+    summary:
+      "The conversation's runtime config: {runtime_id: its sandbox id, session_id: its id}; 404 for an unknown id or one still starting",
+    docs: {
+      response: () => ({
+        type: "object",
+        required: ["runtime_id", "session_id"],
+        properties: { runtime_id: str$, session_id: str$ },
+      }),
+    },
+    bind: conversationIdParam,
+    // As the reference: only a conversation that exists has a config (not one whose start is still running).
+    shape: (r: { conversation?: AppConversation }) => {
+      if (r.conversation === undefined) throw notFound();
+      return { runtime_id: r.conversation.sandboxId, session_id: r.conversation.id };
+    },
   }),
   route({
     method: "PATCH",
