@@ -93,6 +93,11 @@ export interface AppConversationServiceOptions {
   log?: (msg: string, data?: Record<string, unknown>) => void;
   /** The conversations' events, deleted with them. */
   events?: Pick<EventRepository, "deleteConversation">;
+  /**
+   * Told of every conversation record the start flow creates, right after it is stored (the events service names
+   * the conversation from a first user message that arrived earlier). Must not throw.
+   */
+  onConversationCreated?: (record: ConversationRecord) => void;
 }
 
 interface RunningStart {
@@ -147,6 +152,9 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
       },
       log,
       unsaved: new Map(),
+      ...(options.onConversationCreated === undefined
+        ? {}
+        : { conversationCreated: options.onConversationCreated }),
     };
   }
 
