@@ -138,6 +138,33 @@ function bindList(query: RestInput["query"]) {
   };
 }
 
+const microagentQuery = object(
+  {
+    selected_repository: { schema: str(), required: true },
+    page_id: { schema: str() },
+    limit: { schema: int() },
+  },
+  { title: "MicroagentConversationsQuery" },
+);
+
+/** The microagent management listing's query (limit's range is the service's, for RPC callers too). */
+function bindMicroagentList(query: RestInput["query"]) {
+  const q = validate(
+    microagentQuery,
+    present({
+      selected_repository: single(query.selected_repository),
+      page_id: single(query.page_id),
+      limit: single(query.limit),
+    }),
+    ["query"],
+  );
+  return {
+    selectedRepository: q.selected_repository,
+    ...(q.page_id === undefined ? {} : { pageId: q.page_id }),
+    ...(q.limit === undefined ? {} : { limit: q.limit }),
+  };
+}
+
 const optStr = { schema: nullable(str()) };
 
 const suggestedTask = object(
@@ -386,6 +413,36 @@ export const legacyConversationRoutes: RestRoute[] = [
     docs: { response: () => ({ type: "boolean" }) },
     bind: conversationIdParam,
     shape: (r: { deleted: boolean }) => r.deleted,
+  }),
+  route({
+    method: "GET",
+    url: "/api/microagent-management/conversations",
+    service: AppConversationService,
+    rpc: "searchMicroagentConversations",
+    dialect: "legacy",
+    location: "query",
+    summary:
+      "The caller's microagent management conversations of one repository (legacy ConversationInfoResultSet, page size 20; closed pull requests left out)",
+    docs: {
+      query: {
+        selected_repository: { schema: { type: "string" }, required: true },
+        ...PAGE_QUERY,
+        limit: { schema: { type: "integer", minimum: 1, maximum: 100, default: 20 } },
+      },
+      response: () => ({
+        type: "object",
+        required: ["results", "next_page_id"],
+        properties: {
+          results: { type: "array", items: conversationInfoSchema },
+          next_page_id: nullable$(str$),
+        },
+      }),
+    },
+    bind: ({ query }) => bindMicroagentList(query),
+    shape: (r: { items: AppConversation[]; nextPageId?: string }) => ({
+      results: r.items.map(shapeConversationInfo),
+      next_page_id: r.nextPageId ?? null,
+    }),
   }),
   route({
     method: "POST",
