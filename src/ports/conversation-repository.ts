@@ -29,6 +29,10 @@ export interface ConversationFilter {
   includeSubConversations?: boolean;
   /** Only conversations in this sandbox. */
   sandboxIdEq?: string;
+  /** Only conversations started with this trigger (its lower-case name, e.g. "microagent_management"). */
+  triggerEq?: string;
+  /** Only conversations of exactly this repository ("owner/name"). */
+  selectedRepositoryEq?: string;
 }
 
 /** The fields of a conversation that change after it was created. */

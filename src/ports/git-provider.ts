@@ -99,6 +99,11 @@ export interface GitProviderApi {
   listFiles(repository: string, folder: string): Promise<{ name: string; path: string }[]>;
   /** Whether a file exists on the default branch. */
   hasFile(repository: string, path: string): Promise<boolean>;
+  /**
+   * Whether pull request (merge request) `number` of the repository is still open, not closed or merged; true
+   * when the provider's answer does not say.
+   */
+  pullRequestOpen(repository: string, number: number): Promise<boolean>;
 }
 
 /** Makes provider clients for a token (host: null for the public service). */

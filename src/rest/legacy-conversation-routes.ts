@@ -1,3 +1,4 @@
+import { notFound } from "../core/errors.ts";
 import { newHexId } from "../core/ids.ts";
 import { anyValue, bool, int, list, nullable, object, refine, str, validate } from "../core/model.ts";
 import { uuidHex } from "../core/model-formats.ts";
@@ -134,6 +135,33 @@ function bindList(query: RestInput["query"]) {
     ...(q.include_sub_conversations === undefined
       ? {}
       : { includeSubConversations: q.include_sub_conversations }),
+  };
+}
+
+const microagentQuery = object(
+  {
+    selected_repository: { schema: str(), required: true },
+    page_id: { schema: str() },
+    limit: { schema: int() },
+  },
+  { title: "MicroagentConversationsQuery" },
+);
+
+/** The microagent management listing's query (limit's range is the service's, for RPC callers too). */
+function bindMicroagentList(query: RestInput["query"]) {
+  const q = validate(
+    microagentQuery,
+    present({
+      selected_repository: single(query.selected_repository),
+      page_id: single(query.page_id),
+      limit: single(query.limit),
+    }),
+    ["query"],
+  );
+  return {
+    selectedRepository: q.selected_repository,
+    ...(q.page_id === undefined ? {} : { pageId: q.page_id }),
+    ...(q.limit === undefined ? {} : { limit: q.limit }),
   };
 }
 
@@ -333,6 +361,33 @@ export const legacyConversationRoutes: RestRoute[] = [
           : null,
   }),
   route({
+    method: "GET",
+    url: "/api/conversations/:conversation_id/config",
+    service: AppConversationService,
+    rpc: "getAppConversation",
+    dialect: "legacy",
+    location: "path",
+    // The reference's answer for a conversation it has not got (FastAPI HTTPException naming the id).
+    notFoundBody: (params: Record<string, string>) => ({
+      detail: `Conversation ${params.conversation_id} not found`,
+    }),
+    summary:
+      "The conversation's runtime config: {runtime_id: its sandbox id, session_id: its id}; 404 for an unknown id or one still starting",
+    docs: {
+      response: () => ({
+        type: "object",
+        required: ["runtime_id", "session_id"],
+        properties: { runtime_id: str$, session_id: str$ },
+      }),
+    },
+    bind: conversationIdParam,
+    // As the reference: only a conversation that exists has a config (not one whose start is still running).
+    shape: (r: { conversation?: AppConversation }) => {
+      if (r.conversation === undefined) throw notFound();
+      return { runtime_id: r.conversation.sandboxId, session_id: r.conversation.id };
+    },
+  }),
+  route({
     method: "PATCH",
     url: "/api/conversations/:conversation_id",
     service: AppConversationService,
@@ -358,6 +413,36 @@ export const legacyConversationRoutes: RestRoute[] = [
     docs: { response: () => ({ type: "boolean" }) },
     bind: conversationIdParam,
     shape: (r: { deleted: boolean }) => r.deleted,
+  }),
+  route({
+    method: "GET",
+    url: "/api/microagent-management/conversations",
+    service: AppConversationService,
+    rpc: "searchMicroagentConversations",
+    dialect: "legacy",
+    location: "query",
+    summary:
+      "The caller's microagent management conversations of one repository (legacy ConversationInfoResultSet, page size 20; closed pull requests left out)",
+    docs: {
+      query: {
+        selected_repository: { schema: { type: "string" }, required: true },
+        ...PAGE_QUERY,
+        limit: { schema: { type: "integer", minimum: 1, maximum: 100, default: 20 } },
+      },
+      response: () => ({
+        type: "object",
+        required: ["results", "next_page_id"],
+        properties: {
+          results: { type: "array", items: conversationInfoSchema },
+          next_page_id: nullable$(str$),
+        },
+      }),
+    },
+    bind: ({ query }) => bindMicroagentList(query),
+    shape: (r: { items: AppConversation[]; nextPageId?: string }) => ({
+      results: r.items.map(shapeConversationInfo),
+      next_page_id: r.nextPageId ?? null,
+    }),
   }),
   route({
     method: "POST",

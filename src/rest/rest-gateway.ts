@@ -183,7 +183,7 @@ export function restGateway(options: RestGatewayOptions) {
         errorHandler: (err, req, reply) => {
           const e =
             r.notFoundBody !== undefined && isNotFound(err)
-              ? { status: 404, body: r.notFoundBody, headers: {} }
+              ? { status: 404, body: notFoundBodyOf(r, req), headers: {} }
               : (frameworkError(err, options.maxBodyBytes) ??
                 toRestError(err, r.dialect, r.location ?? "body"));
           if (isInternal(err) && e.status >= 500) req.log.error({ err }, "request failed");
@@ -279,6 +279,12 @@ async function writeJsonArray(
       res.end("]");
     }
   }
+}
+
+function notFoundBodyOf(r: RestRoute, req: FastifyRequest): unknown {
+  const body = r.notFoundBody;
+  if (typeof body !== "function") return body;
+  return (body as (params: Record<string, string>) => unknown)(req.params as Record<string, string>);
 }
 
 function isNotFound(err: unknown): boolean {

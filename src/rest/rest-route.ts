@@ -31,7 +31,10 @@ export interface RestRoute {
   /** Where violations raised by the service are located (default "body"). */
   location?: "body" | "query" | "path";
   successStatus?: number;
-  /** The body of a 404 (NOT_FOUND from the service), where the reference answers its own shape. */
+  /**
+   * The body of a 404 (NOT_FOUND from the service or the shaper), where the reference answers its own shape; a
+   * function builds it from the request's path parameters (the reference names the id it did not find).
+   */
   notFoundBody?: unknown;
   /** The body must be present (FastAPI: missing body → 422 at ["body"]). */
   bodyRequired?: boolean;

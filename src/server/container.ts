@@ -151,6 +151,9 @@ export function createContainer(deps: ContainerDeps): Container {
     ...deps.conversations,
     events: storage.events,
     log: deps.log,
+    pullRequests: { open: (userId, prs) => git.pullRequestsOpen(userId, prs) },
+    // The events service is made below; a record is only created once a start runs, long after this returns.
+    onConversationCreated: (record) => events.conversationCreated(record),
   });
   const events = new EventService({
     events: storage.events,

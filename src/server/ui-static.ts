@@ -14,7 +14,7 @@ const SERVICE_PREFIXES = ["/api/", "/docs", "/socket.io", "/openapi.json", "/met
 const SERVICE_PATHS: ReadonlySet<string> = new Set(["/api", "/alive", "/health", "/ready"]);
 
 export interface UiOptions {
-  /** The built frontend (build/client: index.html, assets/...). */
+  /** The built frontend: the folder holding index.html and assets/ (frontend/build). */
   root: string;
   /** Whether the request is signed in (a key, a session cookie, or single-user mode). */
   signedIn: (req: FastifyRequest) => Promise<boolean>;

@@ -3,7 +3,7 @@ import { resolve } from "node:path";
 
 /** The browser-facing settings: web UI folder, CORS, sign-in cookies, single-user mode, /api/options lists. */
 export interface WebConfig {
-  /** A built OpenHands frontend (its build/client folder) served at "/". */
+  /** A built OpenHands frontend (the folder holding its index.html, e.g. frontend/build) served at "/". */
   readonly uiDir: string | undefined;
   /** Other origins allowed to call the API with credentials (CORS) and to send cookie-authenticated mutations. */
   readonly corsOrigins: readonly string[];
@@ -21,7 +21,7 @@ export interface WebConfig {
 }
 
 export const WEB_ENV_DOC: readonly [string, string][] = [
-  ["UI_DIR", "serve this built OpenHands frontend (its build/client folder) at / (default: none)"],
+  ["UI_DIR", "serve the built OpenHands frontend in this folder (holding index.html: frontend/build) at /"],
   ["CORS_ORIGINS", "comma list of other origins allowed to call the API with credentials (default none)"],
   ["TRUST_PROXY", "trust X-Forwarded-Proto/-Host of a TLS-terminating proxy: Secure cookie (default false)"],
   [
@@ -55,15 +55,28 @@ function commaList(env: Env, name: string): string[] | undefined {
   return [...new Set(items)];
 }
 
+function holdsIndexHtml(dir: string): boolean {
+  return existsSync(resolve(dir, "index.html")) && statSync(dir).isDirectory();
+}
+
+/**
+ * Why UI_DIR is refused, with the folder that would do where one is near: the frontend checkout itself (its build
+ * is in build/) or a build/client folder that the frontend's build moved up into build/.
+ */
+function uiDirProblem(dir: string): string {
+  const near = [resolve(dir, "build"), resolve(dir, "..")].find(holdsIndexHtml);
+  return (
+    `UI_DIR must be the folder holding the built frontend's index.html (frontend/build after \`npm run build\` ` +
+    `in the OpenHands frontend), got ${dir}${near === undefined ? "" : `; did you mean ${near}?`}`
+  );
+}
+
 /** Parses the web settings; `error` builds the ConfigError of config.ts. */
 export function loadWebConfig(env: Env, host: string, cwd: string, error: (msg: string) => Error): WebConfig {
   let uiDir: string | undefined;
   if (env.UI_DIR !== undefined && env.UI_DIR.trim() !== "") {
     uiDir = resolve(cwd, env.UI_DIR.trim());
-    if (!existsSync(resolve(uiDir, "index.html")) || !statSync(uiDir).isDirectory())
-      throw error(
-        `UI_DIR must be a folder holding index.html (a built frontend's build/client), got ${uiDir}`,
-      );
+    if (!holdsIndexHtml(uiDir)) throw error(uiDirProblem(uiDir));
   }
   const corsOrigins = commaList(env, "CORS_ORIGINS") ?? [];
   for (const origin of corsOrigins) {

@@ -872,6 +872,49 @@ export function describeStorageContract(name: string, make: () => Promise<Storag
         expect(await storage.conversations.count(owner, { sandboxIdEq: "sbx-c" })).toBe(0);
       });
 
+      it("filters by trigger and by exact repository in search and count", async () => {
+        const owner = newOwner();
+        const mine = conversation(owner, at(1), {
+          trigger: "microagent_management",
+          selectedRepository: "octo/app",
+        });
+        const otherRepo = conversation(owner, at(2), {
+          trigger: "microagent_management",
+          selectedRepository: "octo/app-2",
+        });
+        const gui = conversation(owner, at(3), { trigger: "gui", selectedRepository: "octo/app" });
+        const newer = conversation(owner, at(4), {
+          trigger: "microagent_management",
+          selectedRepository: "octo/app",
+        });
+        const sub = conversation(owner, at(5), {
+          trigger: "microagent_management",
+          selectedRepository: "octo/app",
+          parentConversationId: mine.id,
+        });
+        for (const c of [mine, otherRepo, gui, newer, sub]) await storage.conversations.insert(c);
+        await storage.conversations.insert(
+          conversation(newOwner(), at(6), {
+            trigger: "microagent_management",
+            selectedRepository: "octo/app",
+          }),
+        );
+        const filter = { triggerEq: "microagent_management", selectedRepositoryEq: "octo/app" };
+        const first = await storage.conversations.search(owner, filter, { limit: 1, after: null });
+        expect(ids(first.items)).toStrictEqual([newer.id]);
+        const second = await storage.conversations.search(owner, filter, { limit: 1, after: first.next });
+        expect(ids(second.items)).toStrictEqual([mine.id]);
+        expect(second.next).toBeNull();
+        expect(await storage.conversations.count(owner, filter)).toBe(2);
+        expect(await storage.conversations.count(owner, { ...filter, includeSubConversations: true })).toBe(
+          3,
+        );
+        expect(await storage.conversations.count(owner, { triggerEq: "gui" })).toBe(1);
+        // Exact, case-sensitive: no prefix or other case matches.
+        expect(await storage.conversations.count(owner, { selectedRepositoryEq: "octo/ap" })).toBe(0);
+        expect(await storage.conversations.count(owner, { selectedRepositoryEq: "Octo/App" })).toBe(0);
+      });
+
       it("updates only the patched fields of the owner's conversation; false otherwise", async () => {
         const owner = newOwner();
         const c = conversation(owner, at(1));

@@ -61,6 +61,7 @@ describe("sqlite conversation search at 100,000 rows of one user", () => {
         includeSubConversations: true,
       },
       { titleContains: "x", createdAtGte: new Date(SYNTHETIC_T0), updatedAtLt: new Date(SYNTHETIC_T0 + 1) },
+      { triggerEq: "microagent_management", selectedRepositoryEq: "octo/repo" },
     ];
     for (const filter of filters) {
       for (const page of [...pages, null]) {

@@ -3,9 +3,13 @@
  * request against a real server with real sandboxes (process runtime, built-in agent reporting its events through
  * the webhooks): create (V1 and legacy), open, the event count, rename, list, delete. Each request is the one the
  * UI's code sends (frontend/src/api/conversation-service/*, event-service, hooks/*), and every field the UI reads
- * is asserted. Header auth (X-Session-API-Key).
+ * is asserted. The first suite authenticates with the X-Session-API-Key header (as scripts do); the second is the
+ * browser as the UI runs in it: signed in through the sign-in endpoint, then only the session cookie, with the
+ * Origin header a browser adds to mutations, including the stop/resume flow and the conversation panel's
+ * start-task search.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Browser } from "../helpers/browser.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
 
 let t: TestApp;
@@ -365,4 +369,288 @@ describe("UI replay: conversations", () => {
       ((await api("GET", "/api/conversations?limit=20")).body as { results: unknown[] }).results,
     ).toEqual([]);
   }, 60_000);
+});
+
+describe("UI replay: conversations as a signed-in browser (session cookie only)", () => {
+  let b: Browser;
+  let v1Id = "";
+  let v1Sandbox = "";
+  let legacyId = "";
+  let taskId = "";
+  const firstMessage = "Write a README for the deploy scripts";
+
+  interface StartTask {
+    id: string;
+    created_by_user_id: string | null;
+    status: string;
+    detail: string | null;
+    app_conversation_id: string | null;
+    sandbox_id: string | null;
+    agent_server_url: string | null;
+    request: {
+      title?: string | null;
+      selected_repository?: string | null;
+      selected_branch?: string | null;
+      git_provider?: string | null;
+    };
+    created_at: string;
+    updated_at: string;
+  }
+
+  interface AppConversation {
+    id: string;
+    sandbox_id: string;
+    title: string | null;
+    sandbox_status: string;
+    execution_status: string | null;
+    conversation_url: string | null;
+    session_api_key: string | null;
+  }
+
+  /** The conversation panel's useStartTasks(): limit 10, created in the last 20 minutes. */
+  const searchStartTasks = async (since = new Date(Date.now() - 20 * 60 * 1000)) => {
+    const params = new URLSearchParams();
+    params.append("limit", "10");
+    params.append("created_at__gte", since.toISOString());
+    const r = await b.request("GET", `/api/v1/app-conversations/start-tasks/search?${params.toString()}`);
+    expect(r.status).toBe(200);
+    return r.body as { items: StartTask[]; next_page_id: string | null };
+  };
+
+  /** conversation-mutation-utils fetchV1ConversationData: the batch get, element 0. */
+  const fetchV1ConversationData = async (id: string) => {
+    const r = await b.request("GET", `/api/v1/app-conversations?ids=${id}`);
+    expect(r.status).toBe(200);
+    const [app] = r.body as (AppConversation | null)[];
+    expect(app).not.toBeNull();
+    return app as AppConversation;
+  };
+
+  const getConversation = async (id: string) => {
+    const r = await b.request("GET", `/api/conversations/${id}`);
+    expect(r.status).toBe(200);
+    return r.body as ConversationInfo;
+  };
+
+  beforeAll(async () => {
+    b = new Browser(t.url);
+    // The sign-in page posts the key once; from then on the browser holds only the HttpOnly cookie.
+    await b.signIn(await t.keyFor("carol"));
+    expect([...b.cookies.keys()]).toEqual(["aws_session"]);
+    b.log.length = 0;
+  });
+
+  it("creates a V1 conversation, finds its task in the conversation panel's search, and opens it", async () => {
+    const created = await b.request("POST", "/api/v1/app-conversations", {
+      parent_conversation_id: null,
+      initial_message: { role: "user", content: [{ type: "text", text: firstMessage }] },
+    });
+    expect(created.status).toBe(200);
+    const task = created.body as StartTask;
+    taskId = task.id;
+    expect(task.status).toBe("WORKING");
+    expect(task.created_by_user_id).toBe("carol");
+
+    // The panel lists the caller's recent tasks (it hides READY and ERROR ones itself): every field it reads.
+    const panel = await searchStartTasks();
+    expect(panel.next_page_id).toBeNull();
+    const listed = panel.items.find((x) => x.id === taskId);
+    expect(listed).toBeDefined();
+    for (const field of ["id", "status", "detail", "created_at", "request"] as const)
+      expect(listed, field).toHaveProperty(field);
+    expect(new Date(listed?.created_at ?? "").toISOString()).toBe(listed?.created_at);
+    // StartTaskCard: request.title || detail || ..., and the repository line from request's three fields.
+    expect(listed?.request).toMatchObject({
+      title: null,
+      selected_repository: null,
+      selected_branch: null,
+      git_provider: null,
+    });
+    expect(listed?.detail ?? null).toBeNull();
+    // created_at__gte filters: a task from before the bound is not listed.
+    expect((await searchStartTasks(new Date(Date.now() + 60_000))).items).toEqual([]);
+
+    // useTaskPolling: start-tasks?ids=<id> until READY.
+    const polled = await until(
+      async () =>
+        (await b.request("GET", `/api/v1/app-conversations/start-tasks?ids=${taskId}`)).body as StartTask[],
+      (x) => x[0]?.status === "READY" || x[0]?.status === "ERROR",
+    );
+    expect(polled[0]?.detail ?? null).toBeNull();
+    expect(polled[0]?.status).toBe("READY");
+    v1Id = polled[0]?.app_conversation_id ?? "";
+    expect(v1Id).toMatch(/^[0-9a-f]{32}$/);
+    // Once READY the panel's search still answers it, with the status it filters on.
+    expect((await searchStartTasks()).items.find((x) => x.id === taskId)?.status).toBe("READY");
+
+    // useActiveConversation, then (runtime ready) useConversationConfig and the event count.
+    const c = await getConversation(v1Id);
+    expectConversationShape(c);
+    expect(c.status).toBe("RUNNING");
+    expect(c.runtime_status).toBe("STATUS$READY");
+    expect(c.url).toContain(`/api/conversations/${v1Id}`);
+    expect(c.session_api_key).toMatch(/^[A-Za-z0-9]{20,}$/);
+    const app = await fetchV1ConversationData(v1Id);
+    v1Sandbox = app.sandbox_id;
+    const config = await b.request("GET", `/api/conversations/${v1Id}/config`);
+    expect(config.status).toBe(200);
+    expect(config.body).toEqual({ runtime_id: v1Sandbox, session_id: v1Id });
+    const count = await until(
+      async () => (await b.request("GET", `/api/v1/events/count?conversation_id__eq=${v1Id}`)).body,
+      (n) => n === 2,
+    );
+    expect(count).toBe(2);
+    // Named after the first message, read by the 30 s poll.
+    const titled = await until(
+      () => getConversation(v1Id),
+      (x) => x.title !== `Conversation ${v1Id}`,
+    );
+    expect(titled.title).toBe(firstMessage);
+  }, 60_000);
+
+  it("creates through the legacy POST and opens it while it starts", async () => {
+    // ConversationService.createConversation with only a message: the undefined fields are not sent.
+    const created = await b.request("POST", "/api/conversations", {
+      initial_user_msg: "Hello from a browser",
+    });
+    expect(created.status).toBe(200);
+    legacyId = (created.body as { conversation_id: string }).conversation_id;
+    expect(created.body).toEqual({
+      status: "ok",
+      conversation_id: expect.stringMatching(/^[0-9a-f]{32}$/),
+      message: null,
+      conversation_status: "STARTING",
+    });
+    const first = await getConversation(legacyId);
+    expectConversationShape(first);
+    expect(["STARTING", "RUNNING"]).toContain(first.status);
+    const running = await until(
+      () => getConversation(legacyId),
+      (x) => x.status !== "STARTING",
+    );
+    expect(running.status).toBe("RUNNING");
+    expect(running.runtime_status).toBe("STATUS$READY");
+  }, 60_000);
+
+  it("renames (PATCH → true) and lists (limit=20) with the cookie", async () => {
+    const renamed = await b.request("PATCH", `/api/conversations/${v1Id}`, { title: "Deploy README" });
+    expect(renamed.status).toBe(200);
+    expect(renamed.body).toBe(true);
+    const list = await b.request("GET", "/api/conversations?limit=20");
+    expect(list.status).toBe(200);
+    const body = list.body as { results: ConversationInfo[]; next_page_id: string | null };
+    expect(body.results.map((x) => [x.conversation_id, x.title])).toEqual([
+      [legacyId, expect.any(String)],
+      [v1Id, "Deploy README"],
+    ]);
+    for (const x of body.results) expectConversationShape(x);
+    expect(body.next_page_id).toBeNull();
+  });
+
+  it("refuses every cookie mutation from a foreign origin (CSRF) and changes nothing", async () => {
+    const evil = new Browser(t.url, "http://evil.example");
+    for (const [name, value] of b.cookies) evil.cookies.set(name, value);
+    // Reads with the cookie are allowed (SameSite keeps other sites from making them); writes are not.
+    for (const [method, path, body] of [
+      ["PATCH", `/api/conversations/${v1Id}`, { title: "pwned" }],
+      ["DELETE", `/api/conversations/${v1Id}`, undefined],
+      ["POST", `/api/v1/sandboxes/${v1Sandbox}/pause`, {}],
+      ["POST", "/api/conversations", { initial_user_msg: "x" }],
+      ["POST", "/api/v1/app-conversations", {}],
+    ] as const) {
+      const r = await evil.request(method, path, body);
+      expect(r.status, `${method} ${path}`).toBe(403);
+      expect(JSON.stringify(r.body)).toContain("Cross-origin request refused");
+    }
+    const c = await getConversation(v1Id);
+    expect(c.title).toBe("Deploy README");
+    expect(c.status).toBe("RUNNING");
+    expect(
+      ((await b.request("GET", "/api/conversations?limit=20")).body as { results: unknown[] }).results,
+    ).toHaveLength(2);
+    expect((await b.request("GET", "/api/v1/app-conversations/start-tasks/count")).body).toBe(2);
+  });
+
+  it("stops as useUnifiedPauseConversationSandbox does: the conversation reads STOPPED with no runtime", async () => {
+    const before = b.log.length;
+    const { sandbox_id } = await fetchV1ConversationData(v1Id);
+    expect(sandbox_id).toBe(v1Sandbox);
+    const paused = await b.request("POST", `/api/v1/sandboxes/${sandbox_id}/pause`, {});
+    expect(paused.status).toBe(200);
+    expect(paused.body).toEqual({ success: true });
+    // onSettled: the conversation, the list and the batch get are fetched again.
+    const c = await getConversation(v1Id);
+    expectConversationShape(c);
+    expect(c.status).toBe("STOPPED");
+    expect(c.runtime_status).toBeNull();
+    expect(c.url).toBeNull();
+    expect(c.session_api_key).toBeNull();
+    const listed = (
+      (await b.request("GET", "/api/conversations?limit=20")).body as { results: ConversationInfo[] }
+    ).results;
+    expect(listed.find((x) => x.conversation_id === v1Id)?.status).toBe("STOPPED");
+    expect(listed.find((x) => x.conversation_id === legacyId)?.status).toBe("RUNNING");
+    const app = await fetchV1ConversationData(v1Id);
+    expect(app.sandbox_status).toBe("PAUSED");
+    expect(app.execution_status).toBeNull();
+    expect(app.conversation_url).toBeNull();
+    expect(app.session_api_key).toBeNull();
+    // The config still names the sandbox (the conversation exists).
+    expect((await b.request("GET", `/api/conversations/${v1Id}/config`)).body).toEqual({
+      runtime_id: v1Sandbox,
+      session_id: v1Id,
+    });
+    expect(b.log.slice(before)).toEqual([
+      `GET /api/v1/app-conversations?ids=${v1Id}`,
+      `POST /api/v1/sandboxes/${v1Sandbox}/pause`,
+      `GET /api/conversations/${v1Id}`,
+      "GET /api/conversations?limit=20",
+      `GET /api/v1/app-conversations?ids=${v1Id}`,
+      `GET /api/conversations/${v1Id}/config`,
+    ]);
+  }, 30_000);
+
+  it("resumes as useUnifiedResumeConversationSandbox does: RUNNING again, with its agent reachable", async () => {
+    const { sandbox_id } = await fetchV1ConversationData(v1Id);
+    const resumed = await b.request("POST", `/api/v1/sandboxes/${sandbox_id}/resume`, {});
+    expect(resumed.status).toBe(200);
+    expect(resumed.body).toEqual({ success: true });
+    // useActiveConversation polls every 3 s while STARTING.
+    const c = await until(
+      () => getConversation(v1Id),
+      (x) => x.status === "RUNNING",
+    );
+    expectConversationShape(c);
+    expect(c.status).toBe("RUNNING");
+    expect(c.runtime_status).toBe("STATUS$READY");
+    expect(c.url).toContain(`/api/conversations/${v1Id}`);
+    const app = await fetchV1ConversationData(v1Id);
+    expect(app.sandbox_status).toBe("RUNNING");
+    expect(app.conversation_url).toBe(c.url);
+    expect(app.session_api_key).toBe(c.session_api_key);
+    expect(app.execution_status).toBe("idle");
+    const agent = await fetch(c.url as string, {
+      headers: { "x-session-api-key": c.session_api_key as string },
+    });
+    expect(agent.status).toBe(200);
+  }, 30_000);
+
+  it("deletes both conversations with the cookie; the list ends empty", async () => {
+    for (const id of [legacyId, v1Id]) {
+      const r = await b.request("DELETE", `/api/conversations/${id}`);
+      expect(r.status).toBe(200);
+      expect(r.body).toBe(true);
+      expect((await b.request("GET", `/api/conversations/${id}`)).body).toBeNull();
+      expect((await b.request("GET", `/api/conversations/${id}/config`)).status).toBe(404);
+    }
+    expect(
+      ((await b.request("GET", "/api/conversations?limit=20")).body as { results: unknown[] }).results,
+    ).toEqual([]);
+    expect(((await b.request("GET", `/api/v1/sandboxes?id=${v1Sandbox}`)).body as unknown[])[0]).toBeNull();
+    // Not one request of this browser carried the key: each was authenticated by the cookie alone.
+    expect((await b.request("GET", "/api/auth/session")).body).toEqual({
+      user_id: "carol",
+      authenticated_by: "cookie",
+    });
+  }, 30_000);
 });

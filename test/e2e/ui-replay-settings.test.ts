@@ -551,3 +551,54 @@ describe("UI replay: settings flows, in the order a new user meets them", () => 
     await expectNoSecretLost();
   });
 });
+
+describe("UI replay: the first-run modal saved with its API key field left empty", () => {
+  it('posts llm_api_key "" onto the defaults: 200, no key stored or reported, and a later key is kept', async () => {
+    const user = "ui-user-no-key";
+    const fresh = new Browser(t.url);
+    await fresh.signIn(await t.keyFor(user));
+    // The sidebar opens the modal on this 404; use-settings then answers DEFAULT_SETTINGS.
+    expect((await fresh.request("GET", "/api/settings")).status).toBe(404);
+    // SettingsForm → extractSettings: no advanced fields in this form, so base URL and analyzer are undefined
+    // (left out of the JSON); an empty password input is "" and use-save-settings posts it as "".
+    const modal = {
+      LLM_MODEL: "anthropic/claude-sonnet-4-5-20250929",
+      LLM_API_KEY_SET: false,
+      AGENT: "CodeActAgent",
+      LANGUAGE: "en",
+      LLM_BASE_URL: undefined,
+      CONFIRMATION_MODE: false,
+      SECURITY_ANALYZER: undefined,
+      ENABLE_DEFAULT_CONDENSER: true,
+      llm_api_key: "",
+    };
+    const body = toPostBody({ ...UI_DEFAULTS, ...modal });
+    expect(body.llm_api_key).toBe("");
+    expect("llm_base_url" in body).toBe(false);
+    const saved = await fresh.request("POST", "/api/settings", body);
+    expect(saved.status, saved.text).toBe(200);
+    expect(saved.body).toEqual({ message: "Settings stored" });
+    const read = await fresh.request("GET", "/api/settings");
+    expect(read.status).toBe(200); // the modal does not open again
+    const api = read.body as Json;
+    expect(api).toMatchObject({
+      llm_model: "anthropic/claude-sonnet-4-5-20250929",
+      llm_api_key: null,
+      llm_api_key_set: false,
+      search_api_key_set: false,
+      llm_base_url: null,
+    });
+    // Nothing invented in storage: no sealed key, and a conversation would start without one.
+    const stored = (await t.storage.userData.get(user))?.value.settings as Json | undefined;
+    expect(stored).toBeDefined();
+    expect(stored?.llm_api_key ?? null).toBeNull();
+    expect((await t.app.services.settings.openConversationConfig(user)).llmApiKey).toBeNull();
+    // The LLM page's later save with a key stores it, and the next App save (no llm_api_key) keeps it.
+    const withKey = toPostBody({ ...fromApi(api), llm_api_key: "sk-later" });
+    expect((await fresh.request("POST", "/api/settings", withKey)).status).toBe(200);
+    const appSave = toPostBody({ ...fromApi((await fresh.request("GET", "/api/settings")).body as Json) });
+    expect("llm_api_key" in appSave).toBe(false);
+    expect((await fresh.request("POST", "/api/settings", appSave)).status).toBe(200);
+    expect((await t.app.services.settings.openConversationConfig(user)).llmApiKey).toBe("sk-later");
+  });
+});

@@ -39,6 +39,11 @@ export interface FakeAccount {
   issues?: [string, number, string][];
   workspaces?: string[];
   installations?: { id: number; repos: string[] }[];
+  /**
+   * Pull (merge) requests by "owner/name#number", in the provider's own state words (GitHub open/closed, GitLab
+   * opened/closed/merged, Bitbucket OPEN/MERGED/DECLINED); a GitHub entry "merged" answers closed with merged true.
+   */
+  pullRequests?: Record<string, string>;
 }
 
 export interface FakeGitProvider {
@@ -263,6 +268,17 @@ export async function startFakeGitProvider(
         dir.files.map((f) => ({ type: "file", name: f.split("/").at(-1), path: f, sha: SHA(f) })),
       );
     }
+    const pull = /^\/repos\/([^/]+\/[^/]+)\/pulls\/(\d+)$/.exec(p);
+    if (pull !== null) {
+      const state = a.pullRequests?.[`${pull[1]}#${pull[2]}`];
+      if (state === undefined) return json(res, 404, { message: "Not Found" });
+      return json(res, 200, {
+        number: Number(pull[2]),
+        state: state === "merged" ? "closed" : state,
+        merged: state === "merged",
+        closed_at: state === "open" ? null : DATE,
+      });
+    }
     if (p === "/search/repositories") {
       const q = url.searchParams.get("q") ?? "";
       const term = /in:name (\S+)/.exec(q)?.[1] ?? "";
@@ -378,6 +394,12 @@ export async function startFakeGitProvider(
         content: "",
       });
     }
+    const mr = /^\/projects\/([^/]+)\/merge_requests\/(\d+)$/.exec(p);
+    if (mr !== null) {
+      const state = a.pullRequests?.[`${decodeURIComponent(mr[1] ?? "")}#${mr[2]}`];
+      if (state === undefined) return json(res, 404, { message: "404 Not found" });
+      return json(res, 200, { iid: Number(mr[2]), state });
+    }
     if (p === "/merge_requests" || p === "/issues") {
       const list = p === "/merge_requests" ? (a.prs ?? []) : (a.issues ?? []);
       return json(
@@ -458,6 +480,13 @@ export async function startFakeGitProvider(
           .filter((b) => nameFilter(b))
           .map((b) => ({ type: "branch", name: b, target: { type: "commit", hash: SHA(b), date: DATE } })),
       );
+    }
+    const pr = /^\/repositories\/([^/]+\/[^/]+)\/pullrequests\/(\d+)$/.exec(p);
+    if (pr !== null) {
+      const state = a.pullRequests?.[`${decodeURIComponent(pr[1] ?? "")}#${pr[2]}`];
+      if (state === undefined)
+        return json(res, 404, { type: "error", error: { message: "Pull request not found" } });
+      return json(res, 200, { type: "pullrequest", id: Number(pr[2]), state });
     }
     const src = /^\/repositories\/([^/]+\/[^/]+)\/src\/HEAD\/(.*)$/.exec(p);
     if (src !== null) {

@@ -52,6 +52,8 @@ export interface TestAppOptions {
   git?: AppDeps["git"];
   /** Message size, stream, connection and timeout limits. */
   limits?: AppDeps["limits"];
+  /** Client of the sandboxes' agent servers (default: HTTP). */
+  agent?: AppDeps["agent"];
 }
 
 /** A real server on free loopback ports over a SQLite file in a temporary folder. */
@@ -76,6 +78,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     ...(options.web ? { web: options.web } : {}),
     ...(options.git ? { git: options.git } : {}),
     ...(options.limits ? { limits: options.limits } : {}),
+    ...(options.agent ? { agent: options.agent } : {}),
   });
   const ports = await app.listen("127.0.0.1", 0, 0);
   const keys = new Map<string, string>();

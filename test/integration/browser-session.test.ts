@@ -295,6 +295,28 @@ describe("CORS", () => {
     expect(other.headers.get("access-control-allow-origin")).toBeNull();
   });
 
+  it("the UI dev server's /api proxy (Host rewritten, the browser's Origin forwarded) signs in only when listed", async () => {
+    // Through the proxy the server sees its own Host and the dev server's Origin: the listed one is accepted for
+    // sign-in and mutations, and its cookie then authenticates.
+    const dev = new Browser(t.url, UI_ORIGIN);
+    await dev.signIn(aliceKey);
+    expect((await dev.request("POST", "/api/settings", { language: "fr" })).status).toBe(200);
+    expect(((await dev.request("GET", "/api/settings")).body as { language: string }).language).toBe("fr");
+    // A dev server whose origin is not in CORS_ORIGINS: sign-in is refused (no cookie), so is a mutation.
+    const unlisted = new Browser(t.url, "http://localhost:3999");
+    const refused = await unlisted.request("POST", "/api/auth/session", { key: aliceKey });
+    expect(refused.status).toBe(403);
+    expect(unlisted.setCookies).toEqual([]);
+    const signedElsewhere = new Browser(t.url, "http://localhost:3999");
+    signedElsewhere.cookies.set(...([...dev.cookies][0] as [string, string]));
+    expect((await signedElsewhere.request("POST", "/api/settings", { language: "xx" })).status).toBe(403);
+    // The UI calling the API directly from another origin sends no cookie (axios without withCredentials):
+    // that is an anonymous request, 401 even from a listed origin.
+    const direct = await fetch(`${t.url}/api/settings`, { headers: { origin: UI_ORIGIN } });
+    expect(direct.status).toBe(401);
+    expect(((await dev.request("GET", "/api/settings")).body as { language: string }).language).toBe("fr");
+  });
+
   it("without CORS_ORIGINS there is no CORS answer at all", async () => {
     const plain = await startTestApp();
     try {

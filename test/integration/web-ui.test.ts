@@ -10,13 +10,16 @@ const INDEX =
   "<!doctype html><html><head><script type=module src=/assets/app-abc123.js></script></head></html>";
 const APP_JS = "console.log('app');";
 let t: TestApp;
+let checkout: string;
 let ui: string;
 let key: string;
 
 beforeAll(async () => {
-  // A fake build/client folder, as react-router builds the OpenHands frontend.
-  ui = mkdtempSync(join(tmpdir(), "aws-ui-"));
-  mkdirSync(join(ui, "assets"));
+  // A fake frontend/build folder, as the OpenHands frontend's `npm run build` leaves it (its react-router config
+  // moves build/client up into build/).
+  checkout = mkdtempSync(join(tmpdir(), "aws-ui-"));
+  ui = join(checkout, "frontend", "build");
+  mkdirSync(join(ui, "assets"), { recursive: true });
   writeFileSync(join(ui, "index.html"), INDEX);
   writeFileSync(join(ui, "assets", "app-abc123.js"), APP_JS);
   writeFileSync(join(ui, "assets", "style-def456.css"), "body{}");
@@ -32,7 +35,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await t.close();
-  rmSync(ui, { recursive: true, force: true });
+  rmSync(checkout, { recursive: true, force: true });
 });
 
 describe("UI_DIR", () => {

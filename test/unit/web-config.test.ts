@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -55,12 +55,36 @@ describe("web configuration", () => {
     [{ CORS_ORIGINS: "*" }, /CORS_ORIGINS entries must be origins/],
     [{ CORS_ORIGINS: "https://a.example.com/path" }, /CORS_ORIGINS/],
     [{ CORS_ORIGINS: "ftp://a.example.com" }, /CORS_ORIGINS/],
-    [{ UI_DIR: "/nonexistent-ui-dir" }, /UI_DIR must be a folder holding index.html/],
+    [{ UI_DIR: "/nonexistent-ui-dir" }, /UI_DIR must be the folder holding the built frontend's index.html/],
     [{ TRUST_PROXY: "maybe" }, /TRUST_PROXY/],
     [{ SESSION_MAX_AGE_HOURS: "0" }, /SESSION_MAX_AGE_HOURS/],
   ])("refuses %j", (env, message) => {
     expect(() => loadConfig(env, "/tmp")).toThrow(ConfigError);
     expect(() => loadConfig(env, "/tmp")).toThrow(message);
+  });
+
+  it("UI_DIR: the folder holding index.html (frontend/build); a folder next to it is refused naming it", () => {
+    const checkout = mkdtempSync(join(tmpdir(), "aws-ui-cfg-"));
+    try {
+      const build = join(checkout, "frontend", "build");
+      mkdirSync(join(build, "assets"), { recursive: true });
+      writeFileSync(join(build, "index.html"), "<html></html>");
+      expect(loadConfig({ UI_DIR: "frontend/build" }, checkout).web.uiDir).toBe(build);
+      // The frontend checkout itself, and the build/client folder older builds made: refused, pointing at build.
+      for (const wrong of [join(checkout, "frontend"), join(build, "client"), join(build, "assets")]) {
+        const load = () => loadConfig({ UI_DIR: wrong }, "/tmp");
+        expect(load).toThrow(ConfigError);
+        expect(load).toThrow(`UI_DIR must be the folder holding the built frontend's index.html`);
+        expect(load).toThrow(`frontend/build after \`npm run build\``);
+        expect(load).toThrow(`did you mean ${build}?`);
+      }
+      // A file named like the folder is no folder.
+      const file = join(checkout, "index.html");
+      writeFileSync(file, "x");
+      expect(() => loadConfig({ UI_DIR: file }, "/tmp")).toThrow(/UI_DIR must be the folder/);
+    } finally {
+      rmSync(checkout, { recursive: true, force: true });
+    }
   });
 
   it("single-user is accepted on every loopback HOST", () => {

@@ -224,6 +224,14 @@ export class BitbucketApi implements GitProviderApi {
       .map((i) => ({ name: i.path.split("/").at(-1) ?? i.path, path: i.path }));
   }
 
+  /** Bitbucket's states: OPEN, MERGED, DECLINED, SUPERSEDED. */
+  async pullRequestOpen(repository: string, number: number): Promise<boolean> {
+    const { data } = await this.#get<{ state?: unknown }>(
+      this.#url(`/repositories/${repoPath(repository)}/pullrequests/${number}`),
+    );
+    return typeof data.state === "string" ? data.state === "OPEN" : true;
+  }
+
   async hasFile(repository: string, path: string): Promise<boolean> {
     try {
       const res = await this.#http.fetch(

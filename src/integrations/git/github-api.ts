@@ -222,6 +222,16 @@ export class GitHubApi implements GitProviderApi {
     return data.filter((i) => i.type === "file").map((i) => ({ name: i.name, path: i.path }));
   }
 
+  async pullRequestOpen(repository: string, number: number): Promise<boolean> {
+    const { data } = await this.#call(() =>
+      this.#octokit.rest.pulls.get({ ...split(repository), pull_number: number }),
+    );
+    const pr = data as { state?: unknown; merged?: unknown; closed_at?: unknown };
+    if (typeof pr.state === "string") return pr.state === "open";
+    if ("merged" in pr && "closed_at" in pr) return !(pr.merged === true || pr.closed_at);
+    return true;
+  }
+
   async hasFile(repository: string, path: string): Promise<boolean> {
     try {
       await this.#call(() => this.#octokit.rest.repos.getContent({ ...split(repository), path }));

@@ -216,6 +216,15 @@ export class GitLabApi implements GitProviderApi {
     return data.filter((i) => i.type === "blob").map((i) => ({ name: i.name, path: i.path }));
   }
 
+  async pullRequestOpen(repository: string, number: number): Promise<boolean> {
+    const { data } = await this.#get<{ state?: unknown; merged_at?: unknown; closed_at?: unknown }>(
+      `/projects/${encodeURIComponent(repository)}/merge_requests/${number}`,
+    );
+    if (typeof data.state === "string") return data.state === "opened";
+    if ("merged_at" in data && "closed_at" in data) return !(data.merged_at || data.closed_at);
+    return true;
+  }
+
   async hasFile(repository: string, path: string): Promise<boolean> {
     try {
       await this.#get(

@@ -31,6 +31,8 @@ import {
   type GetAppConversationResponse,
   type SearchAppConversationsRequest,
   type SearchAppConversationsResponse,
+  type SearchMicroagentConversationsRequest,
+  type SearchMicroagentConversationsResponse,
   type SearchStartTasksRequest,
   type SearchStartTasksResponse,
   type StartAppConversationRequest,
@@ -93,7 +95,28 @@ export interface AppConversationServiceOptions {
   log?: (msg: string, data?: Record<string, unknown>) => void;
   /** The conversations' events, deleted with them. */
   events?: Pick<EventRepository, "deleteConversation">;
+  /**
+   * Told of every conversation record the start flow creates, right after it is stored (the events service names
+   * the conversation from a first user message that arrived earlier). Must not throw.
+   */
+  onConversationCreated?: (record: ConversationRecord) => void;
+  /** Pull request states, for the microagent management listing (default: every pull request counts as open). */
+  pullRequests?: PullRequestStates;
 }
+
+/** Whether pull requests are still open, as a user's own git provider tokens see them. */
+export interface PullRequestStates {
+  /** Aligned with `prs`; true where the state cannot be told. Never rejects. */
+  open(
+    userId: string,
+    prs: readonly { provider: string; repository: string; number: number }[],
+  ): Promise<boolean[]>;
+}
+
+/** The trigger of conversations started from the UI's microagent management page. */
+const MICROAGENT_TRIGGER = "microagent_management";
+/** The microagent management listing's default page size (the reference's). */
+const MICROAGENT_PAGE = 20;
 
 interface RunningStart {
   done: Promise<void>;
@@ -147,6 +170,9 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
       },
       log,
       unsaved: new Map(),
+      ...(options.onConversationCreated === undefined
+        ? {}
+        : { conversationCreated: options.onConversationCreated }),
     };
   }
 
@@ -310,6 +336,51 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
     return {
       $typeName: "workspace.v1.GetAppConversationResponse",
       ...(task === null ? {} : { startTask: toTask(task) }),
+    };
+  }
+
+  /**
+   * The caller's microagent management conversations of one repository, newest first: trigger
+   * MICROAGENT_MANAGEMENT and exactly that repository, without sub-conversations, leaving out those whose last
+   * pull request is closed or merged (checked only when the conversation names a repository, a provider and a
+   * pull request, as the reference does). INVALID_ARGUMENT for a missing repository or bad paging.
+   */
+  async searchMicroagentConversations(
+    req: SearchMicroagentConversationsRequest,
+    ctx: HandlerContext,
+  ): Promise<SearchMicroagentConversationsResponse> {
+    const { userId } = requireCaller(ctx);
+    const repository = req.selectedRepository;
+    if (repository.trim() === "")
+      throw new ValidationError([
+        { type: "missing", loc: ["query", "selected_repository"], msg: "Field required", input: null },
+      ]);
+    const scope = `microagent-conversations:${userId}:${repository}`;
+    const page = readPage(this.#o.tokens, scope, req.pageId, req.limit ?? MICROAGENT_PAGE);
+    const result = await this.#o.conversations.search(
+      userId,
+      { includeSubConversations: false, triggerEq: MICROAGENT_TRIGGER, selectedRepositoryEq: repository },
+      page,
+    );
+    const checked = result.items.filter(
+      (r) => r.prNumber.length > 0 && r.selectedRepository !== null && r.gitProvider !== null,
+    );
+    const open = await (this.#o.pullRequests?.open(
+      userId,
+      checked.map((r) => ({
+        provider: r.gitProvider ?? "",
+        repository: r.selectedRepository ?? "",
+        number: r.prNumber.at(-1) ?? 0,
+      })),
+    ) ?? Promise.resolve(checked.map(() => true)));
+    const closed = new Set(checked.filter((_, i) => open[i] === false).map((r) => r.id));
+    return {
+      $typeName: "workspace.v1.SearchMicroagentConversationsResponse",
+      items: await this.#withLiveStatus(
+        userId,
+        result.items.filter((r) => !closed.has(r.id)),
+      ),
+      ...(result.next ? { nextPageId: this.#o.tokens.encode(result.next, scope) } : {}),
     };
   }
 

@@ -55,6 +55,11 @@ export interface StartFlowDeps {
   timeouts: StartFlowTimeouts;
   /** Called with a copy of the task after each saved state. */
   onChange: (task: StartTaskRecord) => void;
+  /**
+   * Called once a conversation's record exists (the events service names it from a first user message that the
+   * agent posted before the record was created). Must not throw.
+   */
+  conversationCreated?: (record: ConversationRecord) => void;
   /** Final states (READY/ERROR) whose save failed, by task id: {@link sweepStartTasks} saves them later. */
   unsaved?: Map<string, StartTaskRecord>;
   log: (msg: string, data?: Record<string, unknown>) => void;
@@ -313,6 +318,7 @@ class StartFlow {
       if (err instanceof StorageUnavailableError) throw err;
       throw new StartError(`Conversation ${id} already exists`);
     }
+    this.#d.conversationCreated?.(record);
     if (eff.parent !== null) await this.#d.conversations.addSubConversation(eff.parent.id, id, now);
     await this.#save({ status: "READY", appConversationId: id });
   }

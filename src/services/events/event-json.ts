@@ -168,3 +168,13 @@ export function messageText(json: string): string | null {
     return null;
   }
 }
+
+/** The `source` of an event (agent, user, environment), or null. */
+export function eventSource(json: string): string | null {
+  try {
+    const source = (JSON.parse(json) as { source?: unknown }).source;
+    return typeof source === "string" ? source : null;
+  } catch {
+    return null;
+  }
+}

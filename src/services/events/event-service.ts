@@ -23,7 +23,7 @@ import type { ConversationRecord } from "../../ports/conversation-repository.ts"
 import type { EventCursor, EventFilter, EventRecord, EventRepository } from "../../ports/event-repository.ts";
 import type { SandboxRecord } from "../../ports/sandbox-repository.ts";
 import { checkBatch, readPage } from "../paging.ts";
-import { checkEventBatch, eventFromRecord, messageText, timestampUsOf } from "./event-json.ts";
+import { checkEventBatch, eventFromRecord, eventSource, messageText, timestampUsOf } from "./event-json.ts";
 
 /** What the event service needs of the sandboxes: the registry (any owner) and their session keys. */
 export interface SandboxKeys {
@@ -83,7 +83,8 @@ export class EventService implements ServiceImpl<typeof EventServiceDesc> {
   readonly #o: EventServiceOptions;
   readonly #emitter = new EventEmitter({ captureRejections: false });
   readonly #verified = new Map<string, VerifiedSandbox>();
-  readonly #titling = new Set<string>();
+  /** Conversations being named ("<owner>:<id>"); `again`: named once more after the run in flight. */
+  readonly #titling = new Map<string, { again: boolean }>();
   /** "<owner>:<conversation>" → the sandbox the conversation lives in (never changes once it exists). */
   readonly #homes = new Map<string, { sandboxId: string; until: number }>();
   readonly #log: (msg: string, data?: Record<string, unknown>) => void;
@@ -247,9 +248,22 @@ export class EventService implements ServiceImpl<typeof EventServiceDesc> {
     const stored = await this.#o.events.append(records);
     if (stored.length > 0) this.#emitter.emit(`${sandbox.ownerId}:${conversationId}`, stored);
     const firstUserMessage = firstUser && stored.find((r) => r.id === firstUser.id);
-    if (firstUserMessage !== undefined && conversation !== null)
-      this.#maybeSetTitle(conversation, firstUserMessage);
+    // Without a record yet the conversation may still be starting (the record is inserted once the agent's start
+    // call answers, and the agent posts the first message before that): the naming run reads the record again,
+    // now that this batch is stored. conversationCreated covers the other order.
+    if (firstUserMessage !== undefined && (conversation === null || hasDefaultTitle(conversation)))
+      this.#nameLater(sandbox.ownerId, conversationId, firstUserMessage);
     return { success: true };
+  }
+
+  /**
+   * A conversation's record was just created. The start flow creates it only once the agent server's start call
+   * has answered, and the agent may post the first user message before that: the conversation is then named from
+   * the first user message already stored, as if that message arrived now. Never rejects (naming runs in the
+   * background).
+   */
+  conversationCreated(record: ConversationRecord): void {
+    if (hasDefaultTitle(record)) this.#nameLater(record.ownerId, record.id, null);
   }
 
   /**
@@ -313,26 +327,62 @@ export class EventService implements ServiceImpl<typeof EventServiceDesc> {
     return verified;
   }
 
-  /** Names a conversation that still has its default title after its first user message (in the background). */
-  #maybeSetTitle(conversation: ConversationRecord, event: EventRecord): void {
-    const defaultTitle = `Conversation ${conversation.id}`;
-    if (conversation.title !== null && conversation.title !== defaultTitle) return;
-    const key = `${conversation.ownerId}:${conversation.id}`;
-    if (this.#titling.has(key)) return;
-    this.#titling.add(key);
-    const run = async () => {
-      let title = await this.#o.conversations.generateTitle(conversation, TITLE_LENGTH).catch(() => null);
-      if (title === null || title.trim() === "") title = fallbackTitle(messageText(event.body), TITLE_LENGTH);
-      if (title === null) return;
-      // Only while the title is still the default: a rename that happened meanwhile wins.
-      const current = await this.#o.conversations.get(conversation.id, conversation.ownerId);
-      if (current === null || (current.title !== null && current.title !== defaultTitle)) return;
-      await this.#o.conversations.setTitle(conversation.id, conversation.ownerId, title.trim().slice(0, 200));
+  /**
+   * Names a conversation that still has its default title from its first user message (`message`, else the first
+   * one stored), in the background. A request while a run for the same conversation is in flight makes that run go
+   * once more, reading everything again, so that no order of webhook and record creation loses the title.
+   */
+  #nameLater(ownerId: string, conversationId: string, message: EventRecord | null): void {
+    const key = `${ownerId}:${conversationId}`;
+    const busy = this.#titling.get(key);
+    if (busy !== undefined) {
+      busy.again = true;
+      return;
+    }
+    const run = { again: false };
+    this.#titling.set(key, run);
+    const loop = async () => {
+      let first = message;
+      do {
+        run.again = false;
+        await this.#name(ownerId, conversationId, first);
+        first = null;
+      } while (run.again);
     };
-    run()
+    loop()
       .catch((err: unknown) => this.#log("could not set the conversation title", { error: String(err) }))
       .finally(() => this.#titling.delete(key));
   }
+
+  async #name(ownerId: string, conversationId: string, message: EventRecord | null): Promise<void> {
+    const conversation = await this.#o.conversations.get(conversationId, ownerId);
+    if (conversation === null || !hasDefaultTitle(conversation)) return;
+    const event = message ?? (await this.#firstStoredUserMessage(ownerId, conversationId));
+    if (event === null) return;
+    let title = await this.#o.conversations.generateTitle(conversation, TITLE_LENGTH).catch(() => null);
+    if (title === null || title.trim() === "") title = fallbackTitle(messageText(event.body), TITLE_LENGTH);
+    if (title === null) return;
+    // Only while the title is still the default: a rename that happened meanwhile wins.
+    const current = await this.#o.conversations.get(conversationId, ownerId);
+    if (current === null || !hasDefaultTitle(current)) return;
+    await this.#o.conversations.setTitle(conversationId, ownerId, title.trim().slice(0, 200));
+  }
+
+  /** The conversation's earliest stored user MessageEvent (looked for among its first 100 messages), or null. */
+  async #firstStoredUserMessage(ownerId: string, conversationId: string): Promise<EventRecord | null> {
+    const page = await this.#o.events.search(
+      ownerId,
+      { conversationIdEq: conversationId, kindEq: "MessageEvent" },
+      { limit: 100, after: null },
+      false,
+    );
+    return page.items.find((r) => eventSource(r.body) === "user") ?? null;
+  }
+}
+
+/** Whether the conversation still has the title it was created with (`Conversation <id>`), or none. */
+function hasDefaultTitle(c: ConversationRecord): boolean {
+  return c.title === null || c.title === `Conversation ${c.id}`;
 }
 
 /** The SDK's fallback title: the message, trimmed, cut to maxLength with "..." at the end. */

@@ -551,4 +551,40 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
       ),
     });
   }
+
+  // ---- used by the conversation service ----
+
+  /**
+   * Whether each pull request (its provider's lower-case name, "owner/name", number) is still open, as the user's
+   * own tokens see it; aligned with `prs`. True where that cannot be told (no token for the provider, a provider
+   * not served here, a repository name that is not one, the provider failing or not answering): the reference
+   * keeps such conversations in its listings "to be safe". Never rejects.
+   */
+  async pullRequestsOpen(
+    userId: string,
+    prs: readonly { provider: string; repository: string; number: number }[],
+  ): Promise<boolean[]> {
+    if (prs.length === 0) return [];
+    let stored: Record<string, { token: string; host: string | null }>;
+    try {
+      stored = await this.#tokens.openProviderTokens(userId);
+    } catch {
+      return prs.map(() => true);
+    }
+    return Promise.all(
+      prs.map(async ({ provider, repository, number }) => {
+        const t = stored[provider];
+        if (!(PROVIDERS as readonly string[]).includes(provider) || t === undefined || t.token === "")
+          return true;
+        if (!REPOSITORY.test(repository) || !Number.isSafeInteger(number) || number < 1) return true;
+        try {
+          return await this.#clients
+            .client(provider as GitProviderName, t.token, t.host)
+            .pullRequestOpen(repository, number);
+        } catch {
+          return true;
+        }
+      }),
+    );
+  }
 }

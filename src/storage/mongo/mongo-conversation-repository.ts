@@ -29,6 +29,8 @@ export function toConversationFilter(ownerId: string, filter: ConversationFilter
   const f: Filter<ConversationDoc> = { ownerId };
   if (filter.includeSubConversations !== true) f.parentConversationId = null;
   if (filter.sandboxIdEq !== undefined) f.sandboxId = filter.sandboxIdEq;
+  if (filter.triggerEq !== undefined) f.trigger = filter.triggerEq;
+  if (filter.selectedRepositoryEq !== undefined) f.selectedRepository = filter.selectedRepositoryEq;
   if (filter.titleContains !== undefined)
     f.title = { $regex: escapeRegExp(filter.titleContains), $options: "i" };
   const created = range(filter.createdAtGte, filter.createdAtLt);

@@ -33,6 +33,14 @@ export function buildConversationQuery(
     where.push("sandbox_id = @sandboxId");
     params.sandboxId = filter.sandboxIdEq;
   }
+  if (filter.triggerEq !== undefined) {
+    where.push("conversation_trigger = @trigger");
+    params.trigger = filter.triggerEq;
+  }
+  if (filter.selectedRepositoryEq !== undefined) {
+    where.push("selected_repository = @repository");
+    params.repository = filter.selectedRepositoryEq;
+  }
   if (filter.titleContains !== undefined) {
     where.push("title LIKE @title ESCAPE '\\'");
     params.title = likeSubstring(filter.titleContains);

@@ -13,6 +13,8 @@ import { byCreated, keysetPage } from "./keyset.ts";
 function matches(r: ConversationRecord, f: ConversationFilter): boolean {
   if (f.includeSubConversations !== true && r.parentConversationId !== null) return false;
   if (f.sandboxIdEq !== undefined && r.sandboxId !== f.sandboxIdEq) return false;
+  if (f.triggerEq !== undefined && r.trigger !== f.triggerEq) return false;
+  if (f.selectedRepositoryEq !== undefined && r.selectedRepository !== f.selectedRepositoryEq) return false;
   if (f.titleContains !== undefined && !(r.title ?? "").toLowerCase().includes(f.titleContains.toLowerCase()))
     return false;
   const t = (d: Date) => d.getTime();

@@ -8,6 +8,7 @@ import { SettingsService as SettingsServiceDesc } from "../../../src/gen/workspa
 export { FakeAgentClient } from "./agent-client.ts";
 export { InMemoryApiKeyRepository } from "./api-key-repository.ts";
 export { InMemoryConversationRepository, InMemoryStartTaskRepository } from "./conversation-repository.ts";
+export { InMemoryEventRepository } from "./event-repository.ts";
 export { FakeGitVerifier } from "./git-verifier.ts";
 export { InMemorySandboxRepository } from "./sandbox-repository.ts";
 export { FakeSandboxRuntime } from "./sandbox-runtime.ts";

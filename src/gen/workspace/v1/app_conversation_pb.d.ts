@@ -1104,6 +1104,62 @@ export declare type DeleteAppConversationResponse = Message<"workspace.v1.Delete
 export declare const DeleteAppConversationResponseSchema: GenMessage<DeleteAppConversationResponse>;
 
 /**
+ * GET /api/microagent-management/conversations (REST returns the legacy ConversationInfoResultSet).
+ *
+ * @generated from message workspace.v1.SearchMicroagentConversationsRequest
+ */
+export declare type SearchMicroagentConversationsRequest = Message<"workspace.v1.SearchMicroagentConversationsRequest"> & {
+  /**
+   * The repository ("owner/name"), matched exactly. Required.
+   *
+   * @generated from field: string selected_repository = 1;
+   */
+  selectedRepository: string;
+
+  /**
+   * @generated from field: optional string page_id = 2;
+   */
+  pageId?: string | undefined;
+
+  /**
+   * 1..100, default 20.
+   *
+   * @generated from field: optional int32 limit = 3;
+   */
+  limit?: number | undefined;
+};
+
+/**
+ * Describes the message workspace.v1.SearchMicroagentConversationsRequest.
+ * Use `create(SearchMicroagentConversationsRequestSchema)` to create a new message.
+ */
+export declare const SearchMicroagentConversationsRequestSchema: GenMessage<SearchMicroagentConversationsRequest>;
+
+/**
+ * One page, newest first. Conversations whose pull request is closed are left out after paging, as the reference
+ * does, so a page may hold fewer than `limit` conversations while next_page_id is set.
+ *
+ * @generated from message workspace.v1.SearchMicroagentConversationsResponse
+ */
+export declare type SearchMicroagentConversationsResponse = Message<"workspace.v1.SearchMicroagentConversationsResponse"> & {
+  /**
+   * @generated from field: repeated workspace.v1.AppConversation items = 1;
+   */
+  items: AppConversation[];
+
+  /**
+   * @generated from field: optional string next_page_id = 2;
+   */
+  nextPageId?: string | undefined;
+};
+
+/**
+ * Describes the message workspace.v1.SearchMicroagentConversationsResponse.
+ * Use `create(SearchMicroagentConversationsResponseSchema)` to create a new message.
+ */
+export declare const SearchMicroagentConversationsResponseSchema: GenMessage<SearchMicroagentConversationsResponse>;
+
+/**
  * State of an asynchronous conversation start. REST uses the unprefixed names ("READY").
  *
  * @generated from enum workspace.v1.AppConversationStartTaskStatus
@@ -1527,6 +1583,18 @@ export declare const AppConversationService: GenService<{
     methodKind: "unary";
     input: typeof DeleteAppConversationRequestSchema;
     output: typeof DeleteAppConversationResponseSchema;
+  },
+  /**
+   * The caller's conversations started from the microagent management page (trigger MICROAGENT_MANAGEMENT) of one
+   * repository, newest first, leaving out those whose last pull request is closed or merged (as the reference's
+   * microagent management page lists them). INVALID_ARGUMENT for a missing repository or bad paging.
+   *
+   * @generated from rpc workspace.v1.AppConversationService.SearchMicroagentConversations
+   */
+  searchMicroagentConversations: {
+    methodKind: "unary";
+    input: typeof SearchMicroagentConversationsRequestSchema;
+    output: typeof SearchMicroagentConversationsResponseSchema;
   },
 }>;
 
