@@ -52,7 +52,8 @@ export type GitProviderFailure =
   | "not_found"
   | "rate_limited"
   | "timeout"
-  | "unavailable";
+  | "unavailable"
+  | "cancelled";
 
 export class GitProviderError extends Error {
   override name = "GitProviderError";
@@ -101,7 +102,10 @@ export interface GitProviderApi {
   hasFile(repository: string, path: string): Promise<boolean>;
 }
 
-/** Makes provider clients for a token (host: null for the public service). */
+/**
+ * Makes provider clients for a token (host: null for the public service). `signal` is the caller's cancellation:
+ * once it aborts, the client's calls stop waiting and fail with `cancelled`.
+ */
 export interface GitProviderClients {
-  client(provider: GitProviderName, token: string, host: string | null): GitProviderApi;
+  client(provider: GitProviderName, token: string, host: string | null, signal?: AbortSignal): GitProviderApi;
 }
