@@ -37,9 +37,13 @@ export interface GitUserRecord {
   email: string | null;
 }
 
+/**
+ * A suggestion: an open PR/MR of the user's that needs work (conflicts, failing checks, unresolved review), or an
+ * open issue assigned to them. A plain open PR is not a suggestion.
+ */
 export interface SuggestedTaskRecord {
   provider: GitProviderName;
-  taskType: "OPEN_PR" | "OPEN_ISSUE" | "MERGE_CONFLICTS" | "FAILING_CHECKS" | "UNRESOLVED_COMMENTS";
+  taskType: "OPEN_ISSUE" | "MERGE_CONFLICTS" | "FAILING_CHECKS" | "UNRESOLVED_COMMENTS";
   repo: string;
   issueNumber: number;
   title: string;
@@ -100,6 +104,8 @@ export interface GitProviderApi {
   listFiles(repository: string, folder: string): Promise<{ name: string; path: string }[]>;
   /** Whether a file exists on the default branch. */
   hasFile(repository: string, path: string): Promise<boolean>;
+  /** A file's text on the default branch; not_found when absent (or a folder). */
+  readFile(repository: string, path: string): Promise<string>;
 }
 
 /**
