@@ -37,9 +37,13 @@ export interface GitUserRecord {
   email: string | null;
 }
 
+/**
+ * A suggestion: an open PR/MR of the user's that needs work (conflicts, failing checks, unresolved review), or an
+ * open issue assigned to them. A plain open PR is not a suggestion.
+ */
 export interface SuggestedTaskRecord {
   provider: GitProviderName;
-  taskType: "OPEN_PR" | "OPEN_ISSUE" | "MERGE_CONFLICTS" | "FAILING_CHECKS" | "UNRESOLVED_COMMENTS";
+  taskType: "OPEN_ISSUE" | "MERGE_CONFLICTS" | "FAILING_CHECKS" | "UNRESOLVED_COMMENTS";
   repo: string;
   issueNumber: number;
   title: string;
@@ -52,7 +56,8 @@ export type GitProviderFailure =
   | "not_found"
   | "rate_limited"
   | "timeout"
-  | "unavailable";
+  | "unavailable"
+  | "cancelled";
 
 export class GitProviderError extends Error {
   override name = "GitProviderError";
@@ -104,9 +109,14 @@ export interface GitProviderApi {
    * when the provider's answer does not say.
    */
   pullRequestOpen(repository: string, number: number): Promise<boolean>;
+  /** A file's text on the default branch; not_found when absent (or a folder). */
+  readFile(repository: string, path: string): Promise<string>;
 }
 
-/** Makes provider clients for a token (host: null for the public service). */
+/**
+ * Makes provider clients for a token (host: null for the public service). `signal` is the caller's cancellation:
+ * once it aborts, the client's calls stop waiting and fail with `cancelled`.
+ */
 export interface GitProviderClients {
-  client(provider: GitProviderName, token: string, host: string | null): GitProviderApi;
+  client(provider: GitProviderName, token: string, host: string | null, signal?: AbortSignal): GitProviderApi;
 }

@@ -1,5 +1,6 @@
 import { enumOf, int, object, str, validate } from "../core/model.ts";
 import {
+  type GetMicroagentContentResponse,
   type GetUserInfoResponse,
   type GitBranch,
   type GitRepository,
@@ -74,6 +75,8 @@ const branchesQuery = object(
   { repository: { schema: str(), required: true }, page: { schema: int32 }, per_page: { schema: int32 } },
   { extra: "ignore" },
 );
+
+const contentQuery = object({ file_path: { schema: str(), required: true } }, { extra: "ignore" });
 
 const providerDoc = { schema: { type: "string", enum: [...PROVIDER_NAMES] } };
 const intDoc = (min: number, max: number, def?: number) => ({
@@ -298,14 +301,36 @@ export const gitRoutes: RestRoute[] = [
   }),
   route({
     method: "GET",
-    url: "/api/user/repository/:owner/:repo/microagents",
+    url: "/api/user/repository/{repository_name:path}/microagents",
     service: GitService,
     rpc: "listMicroagents",
     dialect: "git",
     location: "path",
+    fieldLocations: { repository: ["path", "repository_name"] },
     summary: "Microagent files of a repository (names and paths, no content)",
-    bind: ({ params }) => ({ repository: `${params.owner ?? ""}/${params.repo ?? ""}` }),
+    bind: ({ params }) => ({ repository: params.repository_name ?? "" }),
     shape: (res: ListMicroagentsResponse) =>
       res.microagents.map((m) => ({ name: m.name, path: m.path, created_at: m.createdAt })),
+  }),
+  route({
+    method: "GET",
+    url: "/api/user/repository/{repository_name:path}/microagents/content",
+    service: GitService,
+    rpc: "getMicroagentContent",
+    dialect: "git",
+    location: "query",
+    fieldLocations: { repository: ["path", "repository_name"] },
+    summary: "One microagent file of a repository: its content and triggers",
+    docs: docs({ file_path: { ...strDoc, required: true } }),
+    bind: ({ params, query: q }) => {
+      const v = query<{ file_path: string }>(contentQuery, q, ["file_path"]);
+      return { repository: params.repository_name ?? "", filePath: v.file_path };
+    },
+    shape: (res: GetMicroagentContentResponse) => ({
+      content: res.content,
+      path: res.path,
+      triggers: res.triggers,
+      git_provider: providerName(res.gitProvider),
+    }),
   }),
 ];

@@ -126,6 +126,11 @@ const ERROR_BODY: JsonSchema = {
   properties: { error: { type: "string" }, message: { type: "string" }, detail: { type: "string" } },
 };
 
+/** A route url as an OpenAPI path template: `:name` and FastAPI's `{name:path}` become `{name}`. */
+export function openApiPath(url: string): string {
+  return url.replace(/\{([A-Za-z_]+):path\}/g, "{$1}").replace(/:([A-Za-z_]+)/g, "{$1}");
+}
+
 /**
  * The OpenAPI 3.1 document of the REST routes: request bodies and query parameters from the models the gateway
  * validates with, responses from the proto messages the services return.
@@ -137,16 +142,17 @@ export function buildOpenApi(
   const s = new SchemaBuilder();
   const paths: Record<string, Record<string, unknown>> = {};
   for (const r of routes) {
-    const path = r.url.replace(/:([A-Za-z_]+)/g, "{$1}");
+    const path = openApiPath(r.url);
     const method = r.service.methods.find((m) => m.localName === r.rpc);
     const docs = r.docs ?? {};
     const response = docs.response ? docs.response(s) : method ? s.message(method.output) : {};
     const parameters = [
-      ...[...r.url.matchAll(/:([A-Za-z_]+)/g)].map((m) => ({
+      ...[...path.matchAll(/\{([A-Za-z_]+)\}/g)].map((m) => ({
         name: m[1],
         in: "path",
         required: true,
         schema: { type: "string" },
+        ...(r.url.includes(`{${m[1]}:path}`) ? { description: "May span several path segments" } : {}),
       })),
       ...Object.entries(docs.query ?? {}).map(([name, q]) => ({
         name,

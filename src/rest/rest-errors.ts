@@ -4,22 +4,32 @@ import { DEFAULT_LIMITS } from "../transport/limits.ts";
 
 export type { Dialect, RestError };
 
+/** Where a route bound service fields from when not `location` + the field name (e.g. a path parameter). */
+export type FieldLocations = Readonly<Record<string, FieldViolation["loc"]>>;
+
 /** loc of a service-level violation, prefixed with where the REST route bound that field from. */
-function restLoc(loc: FieldViolation["loc"], location: "body" | "query" | "path"): FieldViolation["loc"] {
+function restLoc(
+  loc: FieldViolation["loc"],
+  location: "body" | "query" | "path",
+  fields?: FieldLocations,
+): FieldViolation["loc"] {
   const first = loc[0];
-  return first === "body" || first === "query" || first === "path" ? loc : [location, ...loc];
+  if (first === "body" || first === "query" || first === "path") return loc;
+  const bound = first === undefined ? undefined : fields?.[String(first)];
+  return bound === undefined ? [location, ...loc] : [...bound, ...loc.slice(1)];
 }
 
 /** FastAPI's 422 body: every problem, in order. */
 export function validationBody(
   violations: readonly FieldViolation[],
   location: "body" | "query" | "path" = "body",
+  fields?: FieldLocations,
 ) {
   return {
     detail: violations.map((v) => {
       const item: Record<string, unknown> = {
         type: v.type,
-        loc: restLoc(v.loc, location),
+        loc: restLoc(v.loc, location, fields),
         msg: v.msg,
         input: v.input,
       };
@@ -34,8 +44,10 @@ export function toRestError(
   err: unknown,
   dialect: Dialect,
   location: "body" | "query" | "path" = "body",
+  fields?: FieldLocations,
 ): RestError {
-  if (err instanceof ValidationError) return { status: 422, body: validationBody(err.violations, location) };
+  if (err instanceof ValidationError)
+    return { status: 422, body: validationBody(err.violations, location, fields) };
   return restDialectError(err, dialect, location);
 }
 

@@ -1,3 +1,4 @@
+import type { DescMethod } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Caller } from "../core/context.ts";
@@ -128,6 +129,9 @@ export function restGateway(options: RestGatewayOptions) {
 
     for (const r of options.callbacks ?? []) registerCallback(app, r);
 
+    // Routes sharing a Fastify url (FastAPI `{name:path}` parameters become one wildcard) are registered once and
+    // told apart by what follows the parameter, in table order as Starlette tries them.
+    const groups = new Map<string, { url: string; entries: RouteEntry[] }>();
     for (const r of options.routes) {
       const binding = impls.get(r.service.typeName);
       const method = r.service.methods.find((m) => m.localName === r.rpc);
@@ -135,12 +139,29 @@ export function restGateway(options: RestGatewayOptions) {
         throw new Error(`route ${r.method} ${r.url}: no ${r.service.typeName}.${r.rpc}`);
       const fn = (binding.impl as Record<string, (req: unknown, ctx: unknown) => unknown>)[r.rpc];
       if (fn === undefined) throw new Error(`no implementation of ${r.rpc}`);
-      const impl = fn.bind(binding.impl);
+      const span = pathParameter(r.url);
+      const url = span === null ? r.url : `${span.prefix}*`;
+      const key = `${r.method} ${url}`;
+      const group = groups.get(key) ?? { url, entries: [] };
+      const first = group.entries[0]?.route;
+      if (first !== undefined && span === null)
+        throw new Error(`routes ${first.url} and ${r.url} share ${key}`);
+      group.entries.push({ route: r, method, impl: fn.bind(binding.impl), span });
+      groups.set(key, group);
+    }
+
+    for (const { url, entries } of groups.values()) {
+      const r0 = (entries[0] as RouteEntry).route;
       app.route({
-        method: r.method,
-        url: r.url,
+        method: r0.method,
+        url,
         onRequest: authenticate,
         handler: async (req, reply) => {
+          const params = req.params as Record<string, string>;
+          const matched = matchEntry(entries, params);
+          if (matched === null) return reply.callNotFound();
+          const { route: r, method, impl } = matched.entry;
+          if (entries.length > 1) matchedRoutes.set(req, r);
           const body = req.body as unknown;
           if (typeof body === "object" && body !== null && INVALID_JSON in body) {
             throw new ValidationError([(body as InvalidJson)[INVALID_JSON]]);
@@ -154,7 +175,7 @@ export function restGateway(options: RestGatewayOptions) {
           const input = r.bind({
             body,
             query: req.query as Record<string, string | string[] | undefined>,
-            params: req.params as Record<string, string>,
+            params: matched.params,
             values,
           });
           const ctx = lazyHandlerContext({
@@ -181,11 +202,12 @@ export function restGateway(options: RestGatewayOptions) {
             .send(shaped);
         },
         errorHandler: (err, req, reply) => {
+          const r = matchedRoutes.get(req) ?? r0;
           const e =
             r.notFoundBody !== undefined && isNotFound(err)
               ? { status: 404, body: notFoundBodyOf(r, req), headers: {} }
               : (frameworkError(err, options.maxBodyBytes) ??
-                toRestError(err, r.dialect, r.location ?? "body"));
+                toRestError(err, r.dialect, r.location ?? "body", r.fieldLocations));
           if (isInternal(err) && e.status >= 500) req.log.error({ err }, "request failed");
           reply.code(e.status).headers({ ...NO_CACHE, ...e.headers });
           // A bare message (the git routes answer JSON strings, as the reference) is sent as JSON, not text.
@@ -196,6 +218,45 @@ export function restGateway(options: RestGatewayOptions) {
       });
     }
   };
+}
+
+/** The route a shared url matched, for its error handler (only set when several routes share the url). */
+const matchedRoutes = new WeakMap<FastifyRequest, RestRoute>();
+
+interface RouteEntry {
+  route: RestRoute;
+  method: DescMethod;
+  impl: (req: unknown, ctx: unknown) => unknown;
+  span: PathParameter | null;
+}
+
+/** A FastAPI `{name:path}` parameter in a route url: it spans segments up to the fixed `suffix`. */
+interface PathParameter {
+  prefix: string;
+  name: string;
+  suffix: string;
+}
+
+/** The `{name:path}` parameter of a url (at most one), or null. */
+export function pathParameter(url: string): PathParameter | null {
+  const m = /^([^{]*)\{([A-Za-z_]+):path\}([^{*:]*)$/.exec(url);
+  if (m === null) return null;
+  return { prefix: m[1] ?? "", name: m[2] ?? "", suffix: m[3] ?? "" };
+}
+
+/** The first route whose fixed ending follows a non-empty path parameter, with that parameter; else null. */
+function matchEntry(
+  entries: readonly RouteEntry[],
+  params: Record<string, string>,
+): { entry: RouteEntry; params: Record<string, string> } | null {
+  for (const entry of entries) {
+    if (entry.span === null) return { entry, params };
+    const rest = params["*"] ?? "";
+    const { name, suffix } = entry.span;
+    if (rest.length > suffix.length && rest.endsWith(suffix))
+      return { entry, params: { [name]: rest.slice(0, rest.length - suffix.length) } };
+  }
+  return null;
 }
 
 function registerCallback(app: FastifyInstance, r: SandboxCallbackRoute): void {

@@ -1,7 +1,7 @@
 import type { DescService } from "@bufbuild/protobuf";
 import type { ContextValues } from "@connectrpc/connect";
 import type { RouteDocs } from "./openapi.ts";
-import type { Dialect } from "./rest-errors.ts";
+import type { Dialect, FieldLocations } from "./rest-errors.ts";
 
 /** What a REST binder sees of a request. */
 export interface RestInput {
@@ -23,6 +23,10 @@ export interface RestInput {
  */
 export interface RestRoute {
   method: "GET" | "POST" | "PUT" | "DELETE" | "PATCH";
+  /**
+   * Fastify path (`:name` parameters), or FastAPI's `{name:path}` for one parameter spanning segments followed by
+   * a fixed ending (routes sharing the part before it are told apart by that ending, in table order).
+   */
   url: string;
   service: DescService;
   /** Local name of the method on the service implementation, e.g. "getSettings". */
@@ -30,6 +34,8 @@ export interface RestRoute {
   dialect: Dialect;
   /** Where violations raised by the service are located (default "body"). */
   location?: "body" | "query" | "path";
+  /** Service fields bound from elsewhere than `location` (e.g. `{repository: ["path", "repository_name"]}`). */
+  fieldLocations?: FieldLocations;
   successStatus?: number;
   /**
    * The body of a 404 (NOT_FOUND from the service or the shaper), where the reference answers its own shape; a

@@ -128,10 +128,16 @@ function cancelSignal(call: Call): () => AbortSignal {
   };
 }
 
+/** Trailers grpc-js writes itself or that would break the protocol. */
+const RESERVED_TRAILER = /^(grpc-|:|content-type$|te$|user-agent$)|-bin$/i;
+
 function toServiceError(err: unknown, method: string, options: GrpcServerOptions): grpc.ServiceError {
   if (isInternal(err)) options.onError?.(err, method);
   const ce = publicError(err);
   const metadata = new grpc.Metadata();
+  // What the service attached to the error (e.g. retry-after of a rate limit) goes out as trailers, as
+  // Connect and gRPC-Web send it; internal errors carry nothing of their cause.
+  if (!isInternal(err)) for (const [k, v] of ce.metadata) if (!RESERVED_TRAILER.test(k)) metadata.set(k, v);
   const details = encodeErrorDetails(ce);
   if (details !== null) metadata.set("grpc-status-details-bin", details);
   return Object.assign(new Error(ce.rawMessage), {

@@ -116,8 +116,8 @@ export function restDialectError(err: unknown, dialect: Dialect, location: strin
 
 /**
  * The /api/user git routes: as the reference, a rejected or missing provider token is 401 and an unsupported
- * provider 400, with the message as a JSON string; provider rate limits (429, Retry-After from the provider) and
- * unreachable providers (503) answer {"error": message}.
+ * provider 400, with the message as a JSON string; provider rate limits (429, with Retry-After when the provider
+ * said when) and unreachable providers (503) answer {"error": message}.
  */
 function gitError(err: ConnectError, status: number, location: string): RestError {
   const message = err.rawMessage;
@@ -129,11 +129,14 @@ function gitError(err: ConnectError, status: number, location: string): RestErro
       body: { detail: [{ type: "value_error", loc: [location], msg: message, input: null }] },
     };
   }
-  if (err.code === Code.ResourceExhausted)
+  if (err.code === Code.ResourceExhausted) {
+    // The provider's wait when it said one; no made-up Retry-After otherwise.
+    const retryAfter = err.metadata.get("retry-after");
     return {
       status,
       body: { error: message },
-      headers: { "retry-after": err.metadata.get("retry-after") ?? "1" },
+      ...(retryAfter === null ? {} : { headers: { "retry-after": retryAfter } }),
     };
+  }
   return { status, body: { error: message } };
 }

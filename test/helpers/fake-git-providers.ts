@@ -2,12 +2,15 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 
 /**
  * Fake GitHub, GitLab and Bitbucket Cloud APIs on loopback, answering with the shapes of the providers' public
- * REST documentation (GitHub REST v3 under /api/v3 as on Enterprise Server, GitLab v4 under /api/v4, Bitbucket
- * 2.0 under /2.0): the current user, repositories with the providers' own paging (GitHub Link headers, GitLab
- * X-Next-Page/X-Total and Link, Bitbucket `next` URLs), installations/workspaces, branches, branch and
- * repository search, and the searches behind suggested tasks. Switches: an account's token expired (401),
- * rate limiting (GitHub 403 + x-ratelimit-remaining: 0, GitLab and Bitbucket 429 + Retry-After), hanging
- * (never answers), a redirect. Every request is recorded with its Authorization header.
+ * REST and GraphQL documentation (GitHub REST v3 under /api/v3 and GraphQL at /api/graphql as on Enterprise
+ * Server, GitLab v4 under /api/v4 and GraphQL at /api/graphql, Bitbucket 2.0 under /2.0): the current user,
+ * repositories with the providers' own paging (GitHub Link headers, GitLab X-Next-Page/X-Total and Link,
+ * Bitbucket `next` URLs), installations/workspaces, organisations, branches, branch and repository search, file
+ * contents, and the queries behind suggested tasks. Switches: an account's token expired (401), rate limiting
+ * (GitHub 403 + x-ratelimit-remaining: 0, GitLab and Bitbucket 429 + Retry-After), GitHub's secondary limit (a
+ * bare 403 whose message says so), a 403 that is not a limit, a GraphQL RATE_LIMITED error, 5xx answers,
+ * hanging (never answers), a redirect, and paging links pointing at another host. Every request is recorded with
+ * its Authorization header and body.
  */
 export type FakeKind = "github" | "gitlab" | "bitbucket";
 
@@ -19,6 +22,8 @@ export interface FakeRepo {
   branches?: string[];
   /** File paths on the default branch. */
   files?: string[];
+  /** Text of some of those files (others read "rules for PATH"). */
+  contents?: Record<string, string>;
 }
 
 /** Files directly in a folder, and whether the folder exists. */
@@ -28,14 +33,30 @@ function folderOf(r: FakeRepo, folder: string): { files: string[]; exists: boole
   return { files: inside.filter((f) => !f.slice(prefix.length).includes("/")), exists: inside.length > 0 };
 }
 
+/** An open pull/merge request the account authored, with what the suggestion classification reads. */
+export interface FakePr {
+  repo: string;
+  number: number;
+  title: string;
+  /** GitHub mergeable CONFLICTING / GitLab conflicts: true. */
+  conflicts?: boolean;
+  /** State of the last commit's checks (GitHub statusCheckRollup) / latest pipeline (GitLab: FAILURE → FAILED). */
+  checks?: "SUCCESS" | "FAILURE" | "PENDING";
+  /** GitHub review states (CHANGES_REQUESTED, COMMENTED, APPROVED). */
+  reviews?: string[];
+  /** GitLab: a resolvable note left unresolved. */
+  unresolved?: boolean;
+}
+
 export interface FakeAccount {
   token: string;
   login: string;
   id: number;
   repos: FakeRepo[];
   expired?: boolean;
-  /** Open PRs authored / issues assigned: [repo, number, title]. */
-  prs?: [string, number, string][];
+  /** Open PRs/MRs authored. */
+  prs?: FakePr[];
+  /** Open issues assigned: [repo, number, title]. */
   issues?: [string, number, string][];
   workspaces?: string[];
   installations?: { id: number; repos: string[] }[];
@@ -44,6 +65,29 @@ export interface FakeAccount {
    * opened/closed/merged, Bitbucket OPEN/MERGED/DECLINED); a GitHub entry "merged" answers closed with merged true.
    */
   pullRequests?: Record<string, string>;
+  /** GitHub organisations the user belongs to (their repositories are those of `repos` owned by them). */
+  orgs?: string[];
+  /** Branches covered by a protection rule (GitHub), by name. */
+  protectedBranches?: string[];
+}
+
+/** Text of a fake file: `contents[path]`, else "rules for PATH". */
+export const fileText = (r: FakeRepo, path: string): string => r.contents?.[path] ?? `rules for ${path}`;
+
+export interface FakeMode {
+  rateLimited?: boolean;
+  /** GitHub: 403 "You have exceeded a secondary rate limit" without any rate-limit header. */
+  secondaryRateLimited?: boolean;
+  /** GitHub GraphQL: 200 with a RATE_LIMITED error. */
+  graphqlRateLimited?: boolean;
+  /** Every answer is this 5xx status. */
+  serverError?: number;
+  /** Every answer is a 403 that is not a rate limit (a token lacking a permission). */
+  forbidden?: boolean;
+  hang?: boolean;
+  redirect?: boolean;
+  /** Paging links (GitHub Link, Bitbucket next) point at another host. */
+  foreignLinks?: boolean;
 }
 
 export interface FakeGitProvider {
@@ -51,10 +95,12 @@ export interface FakeGitProvider {
   /** 127.0.0.1:PORT (what a token's host holds). */
   host: string;
   port: number;
-  requests: { method: string; path: string; auth: string | undefined }[];
+  requests: { method: string; path: string; auth: string | undefined; body: string }[];
   /** Requests whose path (without query) matches. */
   count(pathPrefix: string): number;
-  set(mode: { rateLimited?: boolean; hang?: boolean; redirect?: boolean }): void;
+  /** Hanging requests whose client went away before an answer. */
+  abandoned(): number;
+  set(mode: FakeMode): void;
   close(): Promise<void>;
 }
 
@@ -65,10 +111,22 @@ export async function startFakeGitProvider(
   kind: FakeKind,
   accounts: FakeAccount[],
 ): Promise<FakeGitProvider> {
-  const mode = { rateLimited: false, hang: false, redirect: false };
+  const mode: Required<FakeMode> = {
+    rateLimited: false,
+    secondaryRateLimited: false,
+    graphqlRateLimited: false,
+    serverError: 0,
+    forbidden: false,
+    hang: false,
+    redirect: false,
+    foreignLinks: false,
+  };
   const requests: FakeGitProvider["requests"] = [];
   const hanging = new Set<ServerResponse>();
+  let abandoned = 0;
   let origin = "";
+  /** Where paging links point when foreignLinks is on. */
+  const FOREIGN = "http://127.0.0.2:9";
 
   const tokenOf = (req: IncomingMessage): string => {
     const auth = req.headers.authorization ?? "";
@@ -84,16 +142,33 @@ export async function startFakeGitProvider(
       .end(JSON.stringify(body));
 
   const server: Server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => answer(req, res, Buffer.concat(chunks).toString()));
+  });
+
+  function answer(req: IncomingMessage, res: ServerResponse, body: string) {
     const url = new URL(req.url ?? "/", origin);
     requests.push({
       method: req.method ?? "",
       path: url.pathname + url.search,
       auth: req.headers.authorization,
+      body,
     });
     if (mode.hang) {
       hanging.add(res);
+      res.on("close", () => {
+        if (hanging.delete(res)) abandoned++;
+      });
       return;
     }
+    if (mode.serverError > 0) return json(res, mode.serverError, { message: "Server Error" });
+    if (mode.forbidden)
+      return json(res, 403, {
+        message: "Resource not accessible by personal access token",
+        documentation_url:
+          "https://docs.github.com/rest/repos/repos#list-repositories-for-the-authenticated-user",
+      });
     if (mode.redirect) {
       res.writeHead(302, { location: `${origin}/redirected${url.pathname}` }).end();
       return;
@@ -108,6 +183,13 @@ export async function startFakeGitProvider(
       if (kind === "gitlab") return json(res, 401, { message: "401 Unauthorized" });
       return json(res, 401, { type: "error", error: { message: "Access token expired." } });
     }
+    if (mode.secondaryRateLimited && kind === "github")
+      return json(res, 403, {
+        message:
+          "You have exceeded a secondary rate limit. Please wait a few minutes before you try again. If you reach out to GitHub Support for help, please include the request ID.",
+        documentation_url:
+          "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api#about-secondary-rate-limits",
+      });
     if (mode.rateLimited) {
       const reset = String(Math.floor(Date.now() / 1000) + 30);
       if (kind === "github")
@@ -144,9 +226,20 @@ export async function startFakeGitProvider(
         { "retry-after": "30" },
       );
     }
+    if (req.method === "POST" && url.pathname === "/api/graphql") {
+      let parsed: { query?: string; variables?: Record<string, unknown> };
+      try {
+        parsed = JSON.parse(body) as typeof parsed;
+      } catch {
+        return json(res, 400, { message: "Problems parsing JSON" });
+      }
+      return kind === "github"
+        ? githubGraphql(parsed.query ?? "", parsed.variables ?? {}, account, res)
+        : gitlabGraphql(parsed.query ?? "", account, res);
+    }
     const handler = kind === "github" ? github : kind === "gitlab" ? gitlab : bitbucket;
     handler(url, account, res);
-  });
+  }
 
   const pageOf = (url: URL, perPageName: string, def: number) => {
     const page = Math.max(1, Number(url.searchParams.get("page") ?? "1") || 1);
@@ -159,7 +252,7 @@ export async function startFakeGitProvider(
   });
   const linkHeader = (url: URL, page: number, last: number) => {
     const at = (p: number) => {
-      const u = new URL(url.toString());
+      const u = new URL(mode.foreignLinks ? `${FOREIGN}${url.pathname}${url.search}` : url.toString());
       u.searchParams.set("page", String(p));
       return u.toString();
     };
@@ -229,24 +322,6 @@ export async function startFakeGitProvider(
         })),
       );
     }
-    const refs = /^\/repos\/([^/]+\/[^/]+)\/git\/matching-refs\/heads\/(.*)$/.exec(p);
-    if (refs !== null) {
-      const r = a.repos.find((x) => x.name === decodeURIComponent(refs[1] ?? ""));
-      if (r === undefined) return json(res, 404, { message: "Not Found" });
-      const prefix = decodeURIComponent(refs[2] ?? "");
-      return json(
-        res,
-        200,
-        (r.branches ?? ["main"])
-          .filter((b) => b.startsWith(prefix))
-          .map((b) => ({
-            ref: `refs/heads/${b}`,
-            node_id: "x",
-            url: "",
-            object: { sha: SHA(b), type: "commit", url: "" },
-          })),
-      );
-    }
     const contents = /^\/repos\/([^/]+\/[^/]+)\/contents\/(.+)$/.exec(p);
     if (contents !== null) {
       const r = a.repos.find((x) => x.name === contents[1]);
@@ -258,7 +333,12 @@ export async function startFakeGitProvider(
           name: path.split("/").at(-1),
           path,
           encoding: "base64",
-          content: "",
+          // GitHub wraps the base64 body at 60 characters.
+          content: (
+            Buffer.from(fileText(r, path))
+              .toString("base64")
+              .match(/.{1,60}/g) ?? []
+          ).join("\n"),
         });
       const dir = folderOf(r, path);
       if (!dir.exists) return json(res, 404, { message: "Not Found" });
@@ -279,29 +359,160 @@ export async function startFakeGitProvider(
         closed_at: state === "open" ? null : DATE,
       });
     }
+    if (p === "/user/orgs")
+      return json(
+        res,
+        200,
+        (a.orgs ?? []).map((login, i) => ({ login, id: 9000 + i, url: `${origin}/api/v3/orgs/${login}` })),
+      );
     if (p === "/search/repositories") {
-      const q = url.searchParams.get("q") ?? "";
-      const term = /in:name (\S+)/.exec(q)?.[1] ?? "";
+      // Qualifiers user:, org:, in:name and is:public; the other words must appear in the repository name.
+      const words = (url.searchParams.get("q") ?? "").split(/\s+/).filter((w) => w !== "");
+      const owners = words.filter((w) => /^(user|org):/.test(w)).map((w) => w.slice(w.indexOf(":") + 1));
+      const terms = words.filter((w) => !w.includes(":")).map((w) => w.split("/").at(-1) ?? "");
+      const perPage = Number(url.searchParams.get("per_page") ?? "30");
       const items = a.repos
-        .filter((r) => r.name.split("/")[1]?.includes(term.split("/").at(-1) ?? ""))
+        .filter((r) => owners.every((o) => r.name.split("/")[0] === o))
+        .filter((r) => terms.every((term) => (r.name.split("/")[1] ?? "").includes(term)))
+        .slice(0, perPage)
         .map(ghRepo);
       return json(res, 200, { total_count: items.length, incomplete_results: false, items });
     }
-    if (p === "/search/issues") {
-      const q = url.searchParams.get("q") ?? "";
-      const list = q.includes("is:pr") ? (a.prs ?? []) : (a.issues ?? []);
+    return json(res, 404, { message: "Not Found" });
+  }
+
+  function githubGraphql(query: string, vars: Record<string, unknown>, a: FakeAccount, res: ServerResponse) {
+    if (mode.graphqlRateLimited)
+      return json(
+        res,
+        200,
+        {
+          errors: [{ type: "RATE_LIMITED", message: `API rate limit exceeded for user ID ${a.id}.` }],
+        },
+        {
+          "x-ratelimit-limit": "5000",
+          "x-ratelimit-remaining": "0",
+          "x-ratelimit-reset": String(Math.floor(Date.now() / 1000) + 40),
+        },
+      );
+    if (query.includes("pullRequests(")) {
+      if (vars.login !== a.login) return json(res, 200, { data: { user: null } });
       return json(res, 200, {
-        total_count: list.length,
-        incomplete_results: false,
-        items: list.map(([repo, number, title]) => ({
-          number,
-          title,
-          state: "open",
-          repository_url: `${origin}/api/v3/repos/${repo}`,
-        })),
+        data: {
+          user: {
+            pullRequests: {
+              nodes: (a.prs ?? []).map((pr) => ({
+                number: pr.number,
+                title: pr.title,
+                mergeable: pr.conflicts === true ? "CONFLICTING" : "MERGEABLE",
+                repository: { nameWithOwner: pr.repo },
+                commits: {
+                  nodes: [
+                    { commit: { statusCheckRollup: pr.checks === undefined ? null : { state: pr.checks } } },
+                  ],
+                },
+                // The query asks for CHANGES_REQUESTED and COMMENTED reviews only.
+                reviews: {
+                  nodes: (pr.reviews ?? [])
+                    .filter((s) => s === "CHANGES_REQUESTED" || s === "COMMENTED")
+                    .map((state) => ({ state })),
+                },
+              })),
+            },
+          },
+        },
       });
     }
-    return json(res, 404, { message: "Not Found" });
+    if (query.includes("issues(")) {
+      if (vars.login !== a.login) return json(res, 200, { data: { user: null } });
+      return json(res, 200, {
+        data: {
+          user: {
+            issues: {
+              nodes: (a.issues ?? []).map(([repo, number, title]) => ({
+                number,
+                title,
+                repository: { nameWithOwner: repo },
+              })),
+            },
+          },
+        },
+      });
+    }
+    if (query.includes("refs(")) {
+      const r = a.repos.find((x) => x.name === `${String(vars.owner)}/${String(vars.name)}`);
+      if (r === undefined)
+        return json(res, 200, {
+          data: { repository: null },
+          errors: [
+            {
+              type: "NOT_FOUND",
+              path: ["repository"],
+              message: `Could not resolve to a Repository with the name '${String(vars.owner)}/${String(vars.name)}'.`,
+            },
+          ],
+        });
+      const text = String(vars.text ?? "");
+      const first = Number(vars.first ?? 100);
+      const nodes = (r.branches ?? ["main"])
+        .filter((b) => b.includes(text))
+        .sort()
+        .slice(0, first)
+        .map((b) => {
+          const rule = (a.protectedBranches ?? []).includes(b) ? { id: `BPR_${b}`, pattern: b } : null;
+          return {
+            name: b,
+            branchProtectionRule: rule === null ? null : { id: rule.id },
+            refUpdateRule: rule === null ? null : { pattern: rule.pattern },
+            target: { __typename: "Commit", oid: SHA(b), committedDate: DATE },
+          };
+        });
+      return json(res, 200, { data: { repository: { refs: { nodes } } } });
+    }
+    return json(res, 200, { errors: [{ message: "Field is not supported by this fake" }] });
+  }
+
+  function gitlabGraphql(query: string, a: FakeAccount, res: ServerResponse) {
+    if (!query.includes("authoredMergeRequests"))
+      return json(res, 200, { errors: [{ message: "Field is not supported by this fake" }] });
+    return json(res, 200, {
+      data: {
+        currentUser: {
+          authoredMergeRequests: {
+            nodes: (a.prs ?? []).map((pr) => ({
+              iid: String(pr.number),
+              title: pr.title,
+              conflicts: pr.conflicts === true,
+              project: { fullPath: pr.repo },
+              pipelines: {
+                nodes:
+                  pr.checks === undefined
+                    ? []
+                    : [
+                        {
+                          status:
+                            pr.checks === "FAILURE"
+                              ? "FAILED"
+                              : pr.checks === "SUCCESS"
+                                ? "SUCCESS"
+                                : "RUNNING",
+                        },
+                      ],
+              },
+              discussions: {
+                nodes: [
+                  { notes: { nodes: [{ resolvable: false, resolved: false }] } },
+                  ...(pr.unresolved === true
+                    ? [{ notes: { nodes: [{ resolvable: true, resolved: false }] } }]
+                    : []),
+                  { notes: { nodes: [{ resolvable: true, resolved: true }] } },
+                ],
+              },
+            })),
+          },
+        },
+      },
+    });
   }
 
   function gitlab(url: URL, a: FakeAccount, res: ServerResponse) {
@@ -381,6 +592,15 @@ export async function startFakeGitProvider(
         })),
       );
     }
+    const raw = /^\/projects\/([^/]+)\/repository\/files\/([^/]+)\/raw$/.exec(p);
+    if (raw !== null) {
+      const r = a.repos.find((x) => x.name === decodeURIComponent(raw[1] ?? ""));
+      const path = decodeURIComponent(raw[2] ?? "");
+      if (r === undefined || !(r.files ?? []).includes(path))
+        return json(res, 404, { message: "404 File Not Found" });
+      res.writeHead(200, { "content-type": "text/plain; charset=utf-8" }).end(fileText(r, path));
+      return;
+    }
     const file = /^\/projects\/([^/]+)\/repository\/files\/([^/]+)$/.exec(p);
     if (file !== null) {
       const r = a.repos.find((x) => x.name === decodeURIComponent(file[1] ?? ""));
@@ -400,18 +620,20 @@ export async function startFakeGitProvider(
       if (state === undefined) return json(res, 404, { message: "404 Not found" });
       return json(res, 200, { iid: Number(mr[2]), state });
     }
-    if (p === "/merge_requests" || p === "/issues") {
-      const list = p === "/merge_requests" ? (a.prs ?? []) : (a.issues ?? []);
+    if (p === "/issues") {
+      const assignee = url.searchParams.get("assignee_username");
+      const mine =
+        url.searchParams.get("scope") === "assigned_to_me" && (assignee === null || assignee === a.login);
       return json(
         res,
         200,
-        list.map(([repo, iid, title]) => ({
+        (mine ? (a.issues ?? []) : []).map(([repo, iid, title]) => ({
           id: iid * 100,
           iid,
           title,
           state: "opened",
-          web_url: `https://gitlab.example/${repo}/-/${p === "/issues" ? "issues" : "merge_requests"}/${iid}`,
-          references: { full: `${repo}${p === "/issues" ? "#" : "!"}${iid}` },
+          web_url: `https://gitlab.example/${repo}/-/issues/${iid}`,
+          references: { short: `#${iid}`, relative: `#${iid}`, full: `${repo}#${iid}` },
         })),
       );
     }
@@ -433,7 +655,7 @@ export async function startFakeGitProvider(
     const paged = (items: unknown[]) => {
       const { page, perPage } = pageOf(url, "pagelen", 10);
       const s = slice(items, page, perPage);
-      const next = new URL(url.toString());
+      const next = new URL(mode.foreignLinks ? `${FOREIGN}${url.pathname}${url.search}` : url.toString());
       next.searchParams.set("page", String(page + 1));
       return json(res, 200, {
         pagelen: perPage,
@@ -488,14 +710,17 @@ export async function startFakeGitProvider(
         return json(res, 404, { type: "error", error: { message: "Pull request not found" } });
       return json(res, 200, { type: "pullrequest", id: Number(pr[2]), state });
     }
-    const src = /^\/repositories\/([^/]+\/[^/]+)\/src\/HEAD\/(.*)$/.exec(p);
+    const src = /^\/repositories\/([^/]+\/[^/]+)\/src\/([^/]+)\/(.*)$/.exec(p);
     if (src !== null) {
       const r = a.repos.find((x) => x.name === src[1]);
-      const path = decodeURIComponent(src[2] ?? "");
+      const path = decodeURIComponent(src[3] ?? "").replace(/\/$/, "");
       if (r === undefined)
         return json(res, 404, { type: "error", error: { message: "Repository not found" } });
+      // Files are on the main branch only.
+      if (decodeURIComponent(src[2] ?? "") !== (r.branches?.[0] ?? "main"))
+        return json(res, 404, { type: "error", error: { message: "Commit not found" } });
       if ((r.files ?? []).includes(path)) {
-        res.writeHead(200, { "content-type": "text/plain" }).end("rules");
+        res.writeHead(200, { "content-type": "text/plain; charset=utf-8" }).end(fileText(r, path));
         return;
       }
       const dir = folderOf(r, path);
@@ -523,6 +748,7 @@ export async function startFakeGitProvider(
     port,
     requests,
     count: (prefix) => requests.filter((r) => r.path.split("?")[0]?.startsWith(prefix)).length,
+    abandoned: () => abandoned,
     set(m) {
       Object.assign(mode, m);
       if (m.hang === false) {

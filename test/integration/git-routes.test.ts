@@ -28,7 +28,16 @@ const ALICE_GL = "glpat_alice_SECRET_3";
 const ALICE_BB = "bb_alice_SECRET_4";
 const EXPIRED_GH = "ghp_expired_SECRET_5";
 const RL_GL = "glpat_rl_SECRET_7";
-const TOKENS = [ALICE_GH, BOB_GH, ALICE_GL, ALICE_BB, EXPIRED_GH, "ghp_dave_SECRET_6", RL_GL];
+const TOKENS = [
+  ALICE_GH,
+  BOB_GH,
+  ALICE_GL,
+  ALICE_BB,
+  EXPIRED_GH,
+  "ghp_dave_SECRET_6",
+  RL_GL,
+  "ghp_erin_SECRET_8",
+];
 
 const aliceGh: FakeAccount = {
   token: ALICE_GH,
@@ -43,11 +52,35 @@ const aliceGh: FakeAccount = {
     { name: "alice/tools", files: [".openhands/microagents/lint.md", ".openhands/microagents/data.json"] },
   ],
   installations: [{ id: 77, repos: ["alice/repo-1", "alice/repo-2"] }],
-  prs: [["alice/repo-1", 12, "Fix the parser"]],
+  protectedBranches: ["main", "fix-1"],
+  prs: [
+    { repo: "alice/repo-1", number: 12, title: "Fix the parser", conflicts: true },
+    { repo: "alice/repo-2", number: 13, title: "Speed up", checks: "FAILURE", reviews: ["COMMENTED"] },
+    { repo: "alice/repo-3", number: 14, title: "Docs", checks: "SUCCESS", reviews: ["CHANGES_REQUESTED"] },
+    { repo: "alice/repo-4", number: 15, title: "Plain", checks: "SUCCESS", reviews: ["APPROVED"] },
+    { repo: "alice/repo-5", number: 16, title: "Pending", checks: "PENDING" },
+  ],
   issues: [["alice/repo-2", 7, "Crash on start"]],
 };
 const bobGh: FakeAccount = { token: BOB_GH, login: "bob", id: 202, repos: repos("bob", 2) };
 const daveGh: FakeAccount = { token: "ghp_dave_SECRET_6", login: "dave", id: 404, repos: repos("dave", 1) };
+const FRANK_GH = "ghp_frank_SECRET_9";
+const frankGh: FakeAccount = {
+  token: FRANK_GH,
+  login: "frank",
+  id: 606,
+  orgs: ["acme-corp", "open-tools"],
+  repos: [
+    { name: "frank/parser-cli" },
+    { name: "frank/notes" },
+    { name: "acme-corp/parser-lib", org: true },
+    { name: "acme-corp/website", org: true },
+    { name: "acme-corp/infra", org: true },
+    { name: "open-tools/lint", org: true },
+    { name: "stranger/parser-x" },
+  ],
+};
+const erinGh: FakeAccount = { token: "ghp_erin_SECRET_8", login: "erin", id: 505, repos: [] };
 
 const expiredGh: FakeAccount = { token: EXPIRED_GH, login: "carol", id: 303, repos: [], expired: true };
 
@@ -60,7 +93,7 @@ let bob: string;
 const logs: string[] = [];
 
 beforeAll(async () => {
-  gh = await startFakeGitProvider("github", [aliceGh, bobGh, expiredGh, daveGh]);
+  gh = await startFakeGitProvider("github", [aliceGh, bobGh, expiredGh, daveGh, erinGh, frankGh]);
   gl = await startFakeGitProvider("gitlab", [
     {
       token: ALICE_GL,
@@ -71,7 +104,13 @@ beforeAll(async () => {
         { name: "alice-gl/proj-b", private: true },
         { name: "group/proj-c", org: true },
       ],
-      prs: [["group/sub/proj-a", 3, "Add CI"]],
+      prs: [
+        { repo: "group/sub/proj-a", number: 3, title: "Add CI", checks: "FAILURE" },
+        { repo: "group/sub/proj-a", number: 4, title: "Rebase me", conflicts: true, checks: "FAILURE" },
+        { repo: "group/proj-c", number: 5, title: "Review me", checks: "SUCCESS", unresolved: true },
+        { repo: "group/proj-c", number: 6, title: "Ready", checks: "SUCCESS" },
+      ],
+      issues: [["group/proj-c", 9, "Broken link"]],
     },
     { token: RL_GL, login: "rl", id: 12, repos: [{ name: "group/proj-c", org: true }] },
   ]);
@@ -347,6 +386,67 @@ describe("installations, branches, search, suggested tasks", () => {
     expect(bad.status).toBe(422);
   });
 
+  it("search/branches on GitHub: partial names anywhere in the name, protection and head commit date (GraphQL)", async () => {
+    const r = await get(
+      alice,
+      "/api/user/search/branches?repository=alice/repo-1&query=ix&selected_provider=github&per_page=5",
+    );
+    expect(r.status, r.text).toBe(200);
+    expect(r.body).toEqual([
+      {
+        name: "fix-1",
+        commit_sha: expect.stringMatching(/^[0-9a-f]{40}$/),
+        protected: true,
+        last_push_date: "2024-05-01T10:00:00Z",
+      },
+    ]);
+    const ea = (await get(alice, "/api/user/search/branches?repository=alice/repo-1&query=ea")).body as {
+      name: string;
+      protected: boolean;
+    }[];
+    expect(ea).toEqual([
+      expect.objectContaining({ name: "feature-a", protected: false }),
+      expect.objectContaining({ name: "feature-b", protected: false }),
+    ]);
+    const sent = gh.requests.filter((q) => q.path === "/api/graphql" && q.body.includes("refs("));
+    expect(sent.at(-1)?.body).toContain('"text":"ea"');
+    // A repository GitHub does not have (GraphQL NOT_FOUND): no branches, as the reference.
+    const none = await get(
+      alice,
+      "/api/user/search/branches?repository=alice/nope&query=a&selected_provider=github",
+    );
+    expect([none.status, none.body]).toEqual([200, []]);
+  });
+
+  it("search/repositories with a plain name on GitHub: the user's and each organisation's repositories", async () => {
+    const key = await t.keyFor("frank");
+    await api(key, "POST", "/api/add-git-providers", {
+      provider_tokens: { github: { token: FRANK_GH, host: gh.host } },
+    });
+    const from = gh.requests.length;
+    const r = await get(
+      key,
+      "/api/user/search/repositories?query=parser&selected_provider=github&per_page=10",
+    );
+    expect(r.status, r.text).toBe(200);
+    const names = (r.body as { full_name: string }[]).map((x) => x.full_name).sort();
+    expect(names).toEqual(["acme-corp/parser-lib", "frank/parser-cli"]);
+    const qs = gh.requests
+      .slice(from)
+      .filter((q) => q.path.startsWith("/api/v3/search/repositories"))
+      .map((q) => new URL(q.path, "http://x").searchParams.get("q"));
+    expect(qs.sort()).toEqual(["in:name parser user:frank", "parser org:acme-corp", "parser org:open-tools"]);
+    // A query resembling an organisation's name also brings that organisation's two most starred repositories.
+    const acme = (await get(key, "/api/user/search/repositories?query=ACME&selected_provider=github"))
+      .body as {
+      full_name: string;
+    }[];
+    expect(acme.map((x) => x.full_name)).toEqual(["acme-corp/parser-lib", "acme-corp/website"]);
+    const top = gh.requests.at(-1)?.path ?? "";
+    expect(new URL(top, "http://x").searchParams.get("q")).toBe("org:acme-corp");
+    expect(new URL(top, "http://x").searchParams.get("per_page")).toBe("2");
+  });
+
   it("search/branches and search/repositories", async () => {
     const sr = await get(
       alice,
@@ -373,34 +473,61 @@ describe("installations, branches, search, suggested tasks", () => {
     expect((await get(alice, "/api/user/search/repositories")).status).toBe(422);
   });
 
-  it("suggested tasks from every provider", async () => {
+  it("suggested tasks: open PRs/MRs classified as the reference does (plain ones left out), assigned issues", async () => {
     const r = await get(alice, "/api/user/suggested-tasks");
     expect(r.status).toBe(200);
-    expect(r.body).toEqual(
-      expect.arrayContaining([
-        {
-          git_provider: "github",
-          task_type: "OPEN_PR",
-          repo: "alice/repo-1",
-          issue_number: 12,
-          title: "Fix the parser",
-        },
-        {
-          git_provider: "github",
-          task_type: "OPEN_ISSUE",
-          repo: "alice/repo-2",
-          issue_number: 7,
-          title: "Crash on start",
-        },
-        {
-          git_provider: "gitlab",
-          task_type: "OPEN_PR",
-          repo: "group/sub/proj-a",
-          issue_number: 3,
-          title: "Add CI",
-        },
-      ]),
+    const task = (
+      git_provider: string,
+      task_type: string,
+      repo: string,
+      issue_number: number,
+      title: string,
+    ) => ({
+      git_provider,
+      task_type,
+      repo,
+      issue_number,
+      title,
+    });
+    // Bitbucket suggests nothing (as the reference); its API is not even asked.
+    expect(r.body).toEqual([
+      task("github", "MERGE_CONFLICTS", "alice/repo-1", 12, "Fix the parser"),
+      task("github", "FAILING_CHECKS", "alice/repo-2", 13, "Speed up"),
+      task("github", "UNRESOLVED_COMMENTS", "alice/repo-3", 14, "Docs"),
+      task("github", "OPEN_ISSUE", "alice/repo-2", 7, "Crash on start"),
+      task("gitlab", "FAILING_CHECKS", "group/sub/proj-a", 3, "Add CI"),
+      task("gitlab", "MERGE_CONFLICTS", "group/sub/proj-a", 4, "Rebase me"),
+      task("gitlab", "UNRESOLVED_COMMENTS", "group/proj-c", 5, "Review me"),
+      task("gitlab", "OPEN_ISSUE", "group/proj-c", 9, "Broken link"),
+    ]);
+    // The UI's task types have no OPEN_PR.
+    expect(JSON.stringify(r.body)).not.toContain("OPEN_PR");
+    // GitHub through GraphQL (the user's login as variable), GitLab's issues with the reference's filter.
+    const gql = gh.requests.filter((q) => q.method === "POST" && q.path === "/api/graphql");
+    expect(gql.some((q) => q.body.includes("pullRequests(") && q.body.includes('"login":"alice"'))).toBe(
+      true,
     );
+    expect(
+      gl.requests.some(
+        (q) => q.path.startsWith("/api/v4/issues?") && q.path.includes("assignee_username=alice-gl"),
+      ),
+    ).toBe(true);
+  });
+
+  it("suggested tasks: GitHub GraphQL's RATE_LIMITED error is a 429 with the reset time", async () => {
+    gh.set({ graphqlRateLimited: true });
+    try {
+      const key = await t.keyFor("tasks-rl");
+      await api(key, "POST", "/api/add-git-providers", {
+        provider_tokens: { github: { token: "ghp_erin_SECRET_8", host: gh.host } },
+      });
+      // Both GraphQL queries are refused (200 with errors): the only provider failed, so the limit is answered.
+      const r = await get(key, "/api/user/suggested-tasks");
+      expect(r.status, r.text).toBe(429);
+      expect(Number(r.headers.get("retry-after"))).toBeGreaterThan(0);
+    } finally {
+      gh.set({ graphqlRateLimited: false });
+    }
   });
 });
 

@@ -1,6 +1,7 @@
 import { Ajv2020 } from "ajv/dist/2020.js";
 import addFormats from "ajv-formats";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { openApiPath } from "../../src/rest/openapi.ts";
 import { RPC_ONLY } from "../../src/rest/rest-route.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
 
@@ -71,7 +72,7 @@ describe("OpenAPI document", () => {
   it("is OpenAPI 3.1 and documents every REST route of the route table", () => {
     expect((doc as unknown as { openapi: string }).openapi).toBe("3.1.0");
     for (const r of t.app.routes) {
-      const path = r.url.replace(/:([A-Za-z_]+)/g, "{$1}");
+      const path = openApiPath(r.url);
       expect(doc.paths[path]?.[r.method.toLowerCase()], `${r.method} ${path}`).toBeDefined();
     }
   });

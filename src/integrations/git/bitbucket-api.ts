@@ -73,8 +73,9 @@ export class BitbucketApi implements GitProviderApi {
   readonly #base: string;
   readonly #http: ProviderHttp;
   readonly #auth: Record<string, string>;
+  readonly #mainBranches = new Map<string, Promise<string>>();
 
-  /** base: https://api.bitbucket.org/2.0 or https://HOST/2.0. */
+  /** base: https://api.bitbucket.org/2.0 or https://api.HOST/2.0 (see providerApiBase). */
   constructor(token: string, base: string, http: ProviderHttp) {
     this.#base = base;
     this.#http = http;
@@ -214,9 +215,34 @@ export class BitbucketApi implements GitProviderApi {
     return data.values.map(toBranch);
   }
 
+  /** The repository's main branch, as the reference reads files from it; not_found when it has none. */
+  #mainBranch(repository: string): Promise<string> {
+    let branch = this.#mainBranches.get(repository);
+    if (branch === undefined) {
+      branch = this.#get<BitbucketRepo>(this.#url(`/repositories/${repoPath(repository)}`)).then(
+        ({ data }) => {
+          const name = data.mainbranch?.name;
+          if (name === undefined || name === "")
+            throw new GitProviderError("bitbucket", "not_found", "Bitbucket repository has no main branch");
+          return name;
+        },
+      );
+      this.#mainBranches.set(repository, branch);
+    }
+    return branch;
+  }
+
+  /** `src/{main branch}/{path}` of a repository. */
+  async #src(repository: string, path: string): Promise<string> {
+    const branch = await this.#mainBranch(repository);
+    return this.#url(
+      `/repositories/${repoPath(repository)}/src/${encodeURIComponent(branch)}/${repoPath(path)}`,
+    );
+  }
+
   async listFiles(repository: string, folder: string): Promise<{ name: string; path: string }[]> {
     const values = await this.#collect<{ type: string; path: string }>(
-      this.#url(`/repositories/${repoPath(repository)}/src/HEAD/${repoPath(folder)}/`, { pagelen: 100 }),
+      `${await this.#src(repository, folder)}/?pagelen=100`,
       1000,
     );
     return values
@@ -234,12 +260,7 @@ export class BitbucketApi implements GitProviderApi {
 
   async hasFile(repository: string, path: string): Promise<boolean> {
     try {
-      const res = await this.#http.fetch(
-        this.#url(`/repositories/${repoPath(repository)}/src/HEAD/${repoPath(path)}`),
-        {
-          headers: this.#auth,
-        },
-      );
+      const res = await this.#http.fetch(await this.#src(repository, path), { headers: this.#auth });
       await res.body?.cancel();
       return true;
     } catch (err) {
@@ -248,7 +269,12 @@ export class BitbucketApi implements GitProviderApi {
     }
   }
 
-  /** Bitbucket has no search across workspaces for the user's work: no suggestions. */
+  /** The raw file on the main branch (`src/{branch}/{path}`). */
+  async readFile(repository: string, path: string): Promise<string> {
+    return this.#http.getText(await this.#src(repository, path), this.#auth);
+  }
+
+  /** No suggestions from Bitbucket, as the reference (its suggested tasks are not implemented there). */
   async listSuggestedTasks(): Promise<SuggestedTaskRecord[]> {
     return [];
   }

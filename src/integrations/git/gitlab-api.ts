@@ -56,7 +56,45 @@ function toBranch(b: GitLabBranch): BranchRecord {
   };
 }
 
-/** GitLab REST v4 (gitlab.com or self-managed) over the shared provider HTTP client. */
+/** The user's open merge requests with what the suggestion needs: conflicts, latest pipeline, notes. */
+const AUTHORED_MERGE_REQUESTS = `
+query AuthoredMergeRequests {
+  currentUser {
+    authoredMergeRequests(state: opened, sort: UPDATED_DESC, first: 100) {
+      nodes {
+        iid
+        title
+        conflicts
+        project { fullPath }
+        pipelines(first: 1) { nodes { status } }
+        discussions(first: 100) { nodes { notes { nodes { resolvable resolved } } } }
+      }
+    }
+  }
+}`;
+
+interface MergeRequestNode {
+  iid: string;
+  title?: string;
+  conflicts?: boolean | null;
+  project?: { fullPath?: string } | null;
+  pipelines?: { nodes?: ({ status?: string } | null)[] } | null;
+  discussions?: {
+    nodes?: ({ notes?: { nodes?: ({ resolvable?: boolean; resolved?: boolean } | null)[] } } | null)[];
+  } | null;
+}
+
+/** The reference's classification of an open MR; null for a plain open MR (not a suggestion). */
+export function classifyMergeRequest(mr: MergeRequestNode): SuggestedTaskRecord["taskType"] | null {
+  if (mr.conflicts === true) return "MERGE_CONFLICTS";
+  if (mr.pipelines?.nodes?.[0]?.status === "FAILED") return "FAILING_CHECKS";
+  const unresolved = (mr.discussions?.nodes ?? []).some((d) =>
+    (d?.notes?.nodes ?? []).some((n) => n?.resolvable === true && n.resolved !== true),
+  );
+  return unresolved ? "UNRESOLVED_COMMENTS" : null;
+}
+
+/** GitLab REST v4 (gitlab.com or self-managed) over the shared provider HTTP client, GraphQL for suggestions. */
 export class GitLabApi implements GitProviderApi {
   readonly provider = "gitlab" as const;
   readonly #base: string;
@@ -74,6 +112,19 @@ export class GitLabApi implements GitProviderApi {
     const url = new URL(`${this.#base}${path}`);
     for (const [k, v] of Object.entries(params)) url.searchParams.set(k, String(v));
     return this.#http.getJson<T>(url.toString(), this.#auth);
+  }
+
+  /** A GitLab GraphQL query (HOST/api/graphql); an answer with `errors` is a failure. */
+  async #graphql<T>(query: string, variables: Record<string, unknown> = {}): Promise<T> {
+    const url = this.#base.replace(/\/api\/v4$/, "/api/graphql");
+    const body = await this.#http.postJson<{ data?: T | null; errors?: unknown[] }>(
+      url,
+      { query, variables },
+      this.#auth,
+    );
+    if ((body.errors?.length ?? 0) > 0 || body.data === undefined || body.data === null)
+      throw new GitProviderError("gitlab", "unavailable", "GitLab answered the query with errors");
+    return body.data;
   }
 
   /** The Link header GitLab sends, or one made from X-Next-Page (some instances omit Link). */
@@ -185,27 +236,53 @@ export class GitLabApi implements GitProviderApi {
     return data.map(toBranch);
   }
 
-  /** Open merge requests the user authored and open issues assigned to them. */
+  /**
+   * The reference's suggestions: the user's open merge requests (GraphQL) that have conflicts, a failed latest
+   * pipeline or an unresolved resolvable note (plain open MRs are left out), and the open issues assigned to them
+   * (REST). When one of the two fails the other's answer is kept; when both fail, the first failure is thrown.
+   */
   async listSuggestedTasks(): Promise<SuggestedTaskRecord[]> {
-    type Item = { iid: number; title: string; web_url: string; references?: { full?: string } };
-    const repoOf = (i: Item): string => {
-      const full = i.references?.full;
-      if (full !== undefined) return full.replace(/[!#]\d+$/, "");
-      return new URL(i.web_url).pathname.split("/-/")[0]?.replace(/^\//, "") ?? "";
-    };
-    const [mrs, issues] = await Promise.all([
-      this.#get<Item[]>("/merge_requests", { state: "opened", scope: "created_by_me", per_page: 30 }),
-      this.#get<Item[]>("/issues", { state: "opened", scope: "assigned_to_me", per_page: 30 }),
+    const [mrs, issues] = await Promise.allSettled([
+      this.#graphql<{
+        currentUser: { authoredMergeRequests?: { nodes?: (MergeRequestNode | null)[] } } | null;
+      }>(AUTHORED_MERGE_REQUESTS),
+      this.getUser().then(({ login }) =>
+        this.#get<{ iid: number; title: string; references?: { full?: string } }[]>("/issues", {
+          assignee_username: login,
+          state: "opened",
+          scope: "assigned_to_me",
+        }),
+      ),
     ]);
-    const map = (items: Item[], taskType: SuggestedTaskRecord["taskType"]) =>
-      items.map((i) => ({
-        provider: "gitlab" as const,
-        taskType,
-        repo: repoOf(i),
-        issueNumber: i.iid,
-        title: i.title,
-      }));
-    return [...map(mrs.data, "OPEN_PR"), ...map(issues.data, "OPEN_ISSUE")];
+    if (mrs.status === "rejected" && issues.status === "rejected") throw mrs.reason;
+    const tasks: SuggestedTaskRecord[] = [];
+    if (mrs.status === "fulfilled") {
+      for (const mr of mrs.value.currentUser?.authoredMergeRequests?.nodes ?? []) {
+        if (mr === null) continue;
+        const taskType = classifyMergeRequest(mr);
+        const number = Number(mr.iid);
+        if (taskType === null || !Number.isSafeInteger(number)) continue;
+        tasks.push({
+          provider: "gitlab",
+          taskType,
+          repo: mr.project?.fullPath ?? "",
+          issueNumber: number,
+          title: mr.title ?? "",
+        });
+      }
+    }
+    if (issues.status === "fulfilled") {
+      for (const issue of issues.value.data) {
+        tasks.push({
+          provider: "gitlab",
+          taskType: "OPEN_ISSUE",
+          repo: (issue.references?.full ?? "").split("#")[0]?.trim() ?? "",
+          issueNumber: issue.iid,
+          title: issue.title,
+        });
+      }
+    }
+    return tasks;
   }
 
   async listFiles(repository: string, folder: string): Promise<{ name: string; path: string }[]> {
@@ -223,6 +300,15 @@ export class GitLabApi implements GitProviderApi {
     if (typeof data.state === "string") return data.state === "opened";
     if ("merged_at" in data && "closed_at" in data) return !(data.merged_at || data.closed_at);
     return true;
+  }
+
+  /** The raw file (`repository/files/:path/raw`) on the default branch. */
+  async readFile(repository: string, path: string): Promise<string> {
+    const url = new URL(
+      `${this.#base}/projects/${encodeURIComponent(repository)}/repository/files/${encodeURIComponent(path)}/raw`,
+    );
+    url.searchParams.set("ref", "HEAD");
+    return this.#http.getText(url.toString(), this.#auth);
   }
 
   async hasFile(repository: string, path: string): Promise<boolean> {

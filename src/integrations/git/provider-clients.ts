@@ -1,5 +1,6 @@
+import { isIP } from "node:net";
 import type { GitProviderApi, GitProviderClients, GitProviderName } from "../../ports/git-provider.ts";
-import { ProviderHostPolicy } from "../../services/git/provider-host.ts";
+import { ProviderHostPolicy, parseHost } from "../../services/git/provider-host.ts";
 import { BitbucketApi } from "./bitbucket-api.ts";
 import { GitLabApi } from "./gitlab-api.ts";
 import { ProviderHttp, RateLimitMemory } from "./provider-http.ts";
@@ -14,9 +15,11 @@ export const PUBLIC_HOSTS: Record<string, string> = {
 
 /**
  * The API root of a provider for a token's host (null/"": the public service): GitHub → api.github.com or
- * HOST/api/v3 (Enterprise Server), GitLab → HOST/api/v4, Bitbucket → api.bitbucket.org/2.0 or HOST/2.0, Azure
- * DevOps → HOST. HTTPS unless the operator allowed the host with an http:// entry. Throws for a host the policy
- * refuses (callers validate hosts before storing them; this is the last line).
+ * HOST/api/v3 (Enterprise Server), GitLab → HOST/api/v4, Bitbucket → api.bitbucket.org/2.0 or api.HOST/2.0 (the
+ * reference's address for a custom Bitbucket domain; an IP literal, which only an operator can allow, has no
+ * subdomain and is used as is), Azure DevOps → HOST. HTTPS unless the operator allowed the contacted host with an
+ * http:// entry. Throws for a host the policy refuses (callers validate hosts before storing them; this is the
+ * last line).
  */
 export function providerApiBase(provider: string, host: string | null, hosts: ProviderHostPolicy): string {
   const written = host === null || host.trim() === "" ? (PUBLIC_HOSTS[provider] ?? "") : host;
@@ -29,8 +32,13 @@ export function providerApiBase(provider: string, host: string | null, hosts: Pr
       return isPublic ? "https://api.github.com" : `${origin}/api/v3`;
     case "gitlab":
       return `${origin}/api/v4`;
-    case "bitbucket":
-      return isPublic ? "https://api.bitbucket.org/2.0" : `${origin}/2.0`;
+    case "bitbucket": {
+      if (isPublic) return "https://api.bitbucket.org/2.0";
+      if (isIP(parsed.hostname) !== 0) return `${origin}/2.0`;
+      const api = parseHost(`api.${parsed.authority}`);
+      if (typeof api === "string") throw new Error(`invalid ${provider} host: ${api}`);
+      return `${hosts.scheme(api)}://${api.authority}/2.0`;
+    }
     default:
       return origin;
   }
@@ -56,13 +64,19 @@ export class HttpGitProviderClients implements GitProviderClients {
     this.#resolve = options.resolve;
   }
 
-  client(provider: GitProviderName, token: string, host: string | null): GitProviderApi {
+  client(
+    provider: GitProviderName,
+    token: string,
+    host: string | null,
+    signal?: AbortSignal,
+  ): GitProviderApi {
     const base = providerApiBase(provider, host, this.#hosts);
     const http = new ProviderHttp(provider, token, new URL(base).origin, {
       timeoutMs: this.#timeoutMs,
       hosts: this.#hosts,
       rateLimits: this.#rateLimits,
       ...(this.#resolve ? { resolve: this.#resolve } : {}),
+      ...(signal ? { signal } : {}),
     });
     switch (provider) {
       case "github":

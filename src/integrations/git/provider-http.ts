@@ -43,6 +43,8 @@ export class RateLimitMemory {
 
 export interface ProviderHttpOptions {
   timeoutMs: number;
+  /** The caller's cancellation: an aborted call stops waiting for the provider at once. */
+  signal?: AbortSignal;
   hosts: ProviderHostPolicy;
   rateLimits: RateLimitMemory;
   /** Host name → addresses (default: the system resolver). */
@@ -53,8 +55,11 @@ export interface ProviderHttpOptions {
 const systemResolve = async (hostname: string): Promise<string[]> =>
   (await lookup(hostname, { all: true })).map((a) => a.address);
 
-/** Seconds until a rate limit resets, from Retry-After or the provider's reset header (epoch seconds). */
-function retryAfterSeconds(headers: Headers, now: number): number {
+/**
+ * Seconds until a rate limit resets, from Retry-After or the provider's reset header (epoch seconds); null when
+ * the answer says neither.
+ */
+function retryAfterSeconds(headers: Headers, now: number): number | null {
   const retry = headers.get("retry-after");
   if (retry !== null) {
     const s = Number(retry);
@@ -64,34 +69,78 @@ function retryAfterSeconds(headers: Headers, now: number): number {
   }
   const reset = headers.get("x-ratelimit-reset") ?? headers.get("ratelimit-reset");
   if (reset !== null && /^\d+$/.test(reset)) return clamp(Math.ceil(Number(reset) - now / 1000));
-  return 60;
+  return null;
 }
 const clamp = (s: number) => Math.min(3600, Math.max(1, s));
 
 /**
- * The one HTTP client every provider adapter uses (Octokit gets it as its `fetch`): a timeout on every call, no
+ * How long a token stays blocked when a limit says no time: GitHub's guidance for secondary rate limits without
+ * headers is to wait at least one minute.
+ */
+const UNKNOWN_WAIT_SECONDS = 60;
+
+/** Bytes of a refusal's body read to tell a rate limit from a permission problem. */
+const REFUSAL_BODY_BYTES = 16 * 1024;
+
+/** A 403 whose message says rate limit or abuse detection (GitHub's secondary limits may send no headers). */
+const RATE_LIMIT_MESSAGE = /rate[ -]?limit|abuse/i;
+
+/** The provider's message in a refusal body (JSON `message` / `error.message`, else the text), bounded. */
+async function refusalMessage(res: Response): Promise<string> {
+  let text = "";
+  try {
+    const reader = res.body?.getReader();
+    if (reader !== undefined) {
+      const decoder = new TextDecoder();
+      let read = 0;
+      while (read < REFUSAL_BODY_BYTES) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        read += value.byteLength;
+        text += decoder.decode(value, { stream: true });
+      }
+      await reader.cancel().catch(() => {});
+    }
+  } catch {
+    return "";
+  }
+  try {
+    const body = JSON.parse(text) as { message?: unknown; error?: { message?: unknown } };
+    const message = body.message ?? body.error?.message;
+    return typeof message === "string" ? message : "";
+  } catch {
+    return text.slice(0, 1000);
+  }
+}
+
+/**
+ * The one HTTP client every provider adapter uses (Octokit gets it as its `fetch`): a timeout on every call, the
+ * caller's cancellation, calls only to the API's own origin (a paging link to another host is not followed), no
  * redirects followed (a 3xx is a failure), the host checked against the operator's policy (names resolving to
- * internal addresses refused unless allowed), rate-limit headers remembered per token, and provider statuses
- * mapped to GitProviderError. Errors never carry the token, the request's query or the provider's body.
+ * internal addresses refused unless allowed), rate limits remembered per token, and provider statuses mapped to
+ * GitProviderError. Errors never carry the token, the request's query or the provider's body.
  */
 export class ProviderHttp {
   readonly provider: string;
+  /** The API's origin: the only one calls go to. */
+  readonly origin: string;
   readonly #options: ProviderHttpOptions;
   readonly #key: string;
   readonly #checked = new Map<string, Promise<void>>();
 
   constructor(provider: string, token: string, origin: string, options: ProviderHttpOptions) {
     this.provider = provider;
+    this.origin = origin;
     this.#options = options;
     this.#key = createHash("sha256").update(`${provider}\0${origin}\0${token}`).digest("base64url");
   }
 
-  #fail(kind: GitProviderError["kind"], message: string, retryAfter?: number): GitProviderError {
+  #fail(kind: GitProviderError["kind"], message: string, retryAfter?: number | null): GitProviderError {
     return new GitProviderError(
       this.provider,
       kind,
       `${LABELS[this.provider] ?? this.provider} ${message}`,
-      retryAfter,
+      retryAfter ?? undefined,
     );
   }
 
@@ -123,6 +172,8 @@ export class ProviderHttp {
 
   /** `fetch` with the rules above; answers only 2xx responses. */
   readonly fetch = async (input: string | URL | Request, init?: RequestInit): Promise<Response> => {
+    const cancelled = this.#options.signal;
+    if (cancelled?.aborted === true) throw this.#fail("cancelled", "call was cancelled by the client");
     const now = (this.#options.now ?? Date.now)();
     const wait = this.#options.rateLimits.blockedFor(this.#key, now);
     if (wait > 0)
@@ -132,19 +183,25 @@ export class ProviderHttp {
         Math.ceil(wait / 1000),
       );
     const url = new URL(input instanceof Request ? input.url : input.toString());
-    // One deadline for the name check and the call.
+    if (url.origin !== this.origin)
+      throw this.#fail("unavailable", "pointed the call at another host, which is not followed");
+    // One deadline for the name check and the call; the caller's cancellation ends both too.
     const timeout = AbortSignal.timeout(this.#options.timeoutMs);
+    const stop = cancelled === undefined ? timeout : AbortSignal.any([cancelled, timeout]);
+    const stopped = (): GitProviderError =>
+      cancelled?.aborted === true
+        ? this.#fail("cancelled", "call was cancelled by the client")
+        : this.#fail("timeout", `did not answer within ${this.#options.timeoutMs} ms`);
     await new Promise<void>((resolve, reject) => {
-      const onTimeout = () =>
-        reject(this.#fail("timeout", `did not answer within ${this.#options.timeoutMs} ms`));
-      timeout.addEventListener("abort", onTimeout, { once: true });
+      const onStop = () => reject(stopped());
+      stop.addEventListener("abort", onStop, { once: true });
       this.#checkHost(url).then(
         () => {
-          timeout.removeEventListener("abort", onTimeout);
+          stop.removeEventListener("abort", onStop);
           resolve();
         },
         (err: unknown) => {
-          timeout.removeEventListener("abort", onTimeout);
+          stop.removeEventListener("abort", onStop);
           reject(err);
         },
       );
@@ -154,27 +211,32 @@ export class ProviderHttp {
       res = await fetch(input, {
         ...init,
         redirect: "manual",
-        signal: init?.signal ? AbortSignal.any([init.signal, timeout]) : timeout,
+        signal: init?.signal ? AbortSignal.any([init.signal, stop]) : stop,
       });
     } catch (err) {
-      if (timeout.aborted) throw this.#fail("timeout", `did not answer within ${this.#options.timeoutMs} ms`);
+      if (stop.aborted) throw stopped();
       if ((err as { name?: unknown }).name === "AbortError") throw err;
       throw this.#fail("unavailable", "could not be reached");
     }
     const status = res.status;
     const remaining = res.headers.get("x-ratelimit-remaining") ?? res.headers.get("ratelimit-remaining");
-    const limited =
-      status === 429 || (status === 403 && (remaining === "0" || res.headers.has("retry-after")));
+    let limited = status === 429 || (status === 403 && (remaining === "0" || res.headers.has("retry-after")));
+    // GitHub's secondary limits (and older abuse detection) can be a bare 403 whose message says so.
+    let refusal: string | null = null;
+    if (status === 403 && !limited) {
+      refusal = await refusalMessage(res);
+      limited = RATE_LIMIT_MESSAGE.test(refusal);
+    }
     if (limited || (remaining === "0" && status < 300)) {
       const seconds = retryAfterSeconds(res.headers, now);
-      this.#options.rateLimits.block(this.#key, now + seconds * 1000);
+      this.#options.rateLimits.block(this.#key, now + (seconds ?? UNKNOWN_WAIT_SECONDS) * 1000);
       if (limited) {
-        await res.body?.cancel();
+        if (refusal === null) await res.body?.cancel();
         throw this.#fail("rate_limited", "rate limit reached for this token; try again later", seconds);
       }
     }
     if (status >= 200 && status < 300) return res;
-    await res.body?.cancel();
+    if (refusal === null) await res.body?.cancel();
     if (status === 401) throw this.#fail("unauthorized", "rejected the token (invalid, expired or revoked)");
     if (status === 403) throw this.#fail("forbidden", "denied access with this token");
     if (status === 404) throw this.#fail("not_found", "found no such resource for this token");
@@ -187,8 +249,32 @@ export class ProviderHttp {
   /** GET a JSON document. */
   async getJson<T>(url: string, headers: Record<string, string>): Promise<{ data: T; headers: Headers }> {
     const res = await this.fetch(url, { headers: { accept: "application/json", ...headers } });
+    return { data: await this.#json<T>(res), headers: res.headers };
+  }
+
+  /** POST a JSON body, answer the JSON document (GraphQL). */
+  async postJson<T>(url: string, body: unknown, headers: Record<string, string>): Promise<T> {
+    const res = await this.fetch(url, {
+      method: "POST",
+      headers: { accept: "application/json", "content-type": "application/json", ...headers },
+      body: JSON.stringify(body),
+    });
+    return this.#json<T>(res);
+  }
+
+  /** GET a file's raw text. */
+  async getText(url: string, headers: Record<string, string>): Promise<string> {
+    const res = await this.fetch(url, { headers });
     try {
-      return { data: (await res.json()) as T, headers: res.headers };
+      return await res.text();
+    } catch {
+      throw this.#fail("unavailable", "broke off the answer");
+    }
+  }
+
+  async #json<T>(res: Response): Promise<T> {
+    try {
+      return (await res.json()) as T;
     } catch {
       throw this.#fail("unavailable", "answered with a body that is not JSON");
     }
@@ -203,6 +289,21 @@ export function providerErrorIn(err: unknown): GitProviderError | null {
     e = (e as { cause?: unknown }).cause;
   }
   return null;
+}
+
+/** A Link header keeping only the links on `origin` (null when none is left). */
+export function sameOriginLinks(link: string | null, origin: string): string | null {
+  if (link === null) return null;
+  const kept = [...link.matchAll(/<([^>]*)>((?:\s*;\s*[^,;<]+)*)/g)]
+    .filter((m) => {
+      try {
+        return new URL(m[1] ?? "").origin === origin;
+      } catch {
+        return false;
+      }
+    })
+    .map((m) => `<${m[1]}>${m[2] ?? ""}`);
+  return kept.length === 0 ? null : kept.join(", ");
 }
 
 /** The URL of the `rel="next"` link in a Link header, or null. */

@@ -4,6 +4,9 @@ import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@conn
 import { requireCaller } from "../../core/context.ts";
 import { type FieldViolation, ValidationError } from "../../core/errors.ts";
 import {
+  type GetMicroagentContentRequest,
+  type GetMicroagentContentResponse,
+  GetMicroagentContentResponseSchema,
   type GetUserInfoResponse,
   GetUserInfoResponseSchema,
   GitBranchSchema,
@@ -43,6 +46,7 @@ import {
   type GitProviderName,
   type RepositoryRecord,
 } from "../../ports/git-provider.ts";
+import { MicroagentParseError, parseMicroagent } from "./microagent-content.ts";
 
 /** The caller's provider tokens in plaintext, keyed by lower-case provider name (see SettingsService). */
 export interface ProviderTokenSource {
@@ -95,9 +99,14 @@ function toConnectError(err: unknown): ConnectError {
     case "not_found":
       return new ConnectError(err.message, Code.NotFound);
     case "rate_limited":
-      return new ConnectError(err.message, Code.ResourceExhausted, {
-        "retry-after": String(err.retryAfterSeconds ?? 60),
-      });
+      // Retry-After only when the provider (or the remembered limit) said when.
+      return new ConnectError(
+        err.message,
+        Code.ResourceExhausted,
+        err.retryAfterSeconds === null ? undefined : { "retry-after": String(err.retryAfterSeconds) },
+      );
+    case "cancelled":
+      return new ConnectError(err.message, Code.Canceled);
     default:
       return new ConnectError(err.message, Code.Unavailable);
   }
@@ -180,6 +189,25 @@ function repositoryName(value: string, issues: FieldViolation[]): string {
   return value;
 }
 
+/** A path inside a repository: relative, "/"-separated, no empty, "." or ".." segments, no control characters. */
+function filePath(value: string, issues: FieldViolation[]): string {
+  const segments = value.split("/");
+  if (
+    value.length === 0 ||
+    value.length > 1024 ||
+    value.includes("\\") ||
+    [...value].some((c) => c < " " || c === "\u007f") ||
+    segments.some((s) => s === "" || s === "." || s === "..")
+  )
+    issues.push({
+      loc: ["file_path"],
+      msg: "file_path must be a relative path in the repository",
+      type: value.length === 0 ? "missing" : "value_error",
+      input: value,
+    });
+  return value;
+}
+
 /**
  * The UI's repository, branch and account routes (/api/user/*) over the caller's own provider tokens. Providers
  * without a stored token are skipped; listings across providers keep what the providers that answered returned.
@@ -202,7 +230,8 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
     this.#now = options.now ?? Date.now;
   }
 
-  async #userTokens(ctx: HandlerContext, required = TOKEN_REQUIRED): Promise<Tokens> {
+  /** The caller's usable tokens in provider order (possibly none). */
+  async #storedTokens(ctx: HandlerContext): Promise<Tokens> {
     const { userId } = requireCaller(ctx);
     const stored = await this.#tokens.openProviderTokens(userId);
     const out: Tokens = [];
@@ -210,15 +239,22 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
       const t = stored[p];
       if (t !== undefined && t.token !== "") out.push([p, t]);
     }
+    return out;
+  }
+
+  /** The caller's tokens; UNAUTHENTICATED `required` when there are none. */
+  async #userTokens(ctx: HandlerContext, required = TOKEN_REQUIRED): Promise<Tokens> {
+    const out = await this.#storedTokens(ctx);
     if (out.length === 0) throw new ConnectError(required, Code.Unauthenticated);
     return out;
   }
 
-  #client(tokens: Tokens, provider: GitProviderName): GitProviderApi {
+  /** A client for one of the caller's tokens; `signal` (the call's cancellation) stops its provider calls. */
+  #client(tokens: Tokens, provider: GitProviderName, signal?: AbortSignal): GitProviderApi {
     const t = tokens.find(([p]) => p === provider)?.[1];
     if (t === undefined) throw new ConnectError(`No ${provider} token is stored`, Code.Unauthenticated);
     try {
-      return this.#clients.client(provider, t.token, t.host);
+      return this.#clients.client(provider, t.token, t.host, signal);
     } catch {
       throw new ConnectError(
         `The stored ${provider} host is not allowed; store the token again`,
@@ -253,8 +289,9 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
     tokens: Tokens,
     fn: (client: GitProviderApi) => Promise<T[]>,
     allRejected: string,
+    signal?: AbortSignal,
   ): Promise<T[]> {
-    const results = await Promise.allSettled(tokens.map(async ([p]) => fn(this.#client(tokens, p))));
+    const results = await Promise.allSettled(tokens.map(async ([p]) => fn(this.#client(tokens, p, signal))));
     const out: T[] = [];
     const failures: unknown[] = [];
     for (const r of results) {
@@ -266,11 +303,15 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
   }
 
   /** Tries providers in order; the first answer wins, "not found" moves on. null when none has it. */
-  async #firstProvider<T>(tokens: Tokens, fn: (client: GitProviderApi) => Promise<T>): Promise<T | null> {
+  async #firstProvider<T>(
+    tokens: Tokens,
+    fn: (client: GitProviderApi) => Promise<T>,
+    signal?: AbortSignal,
+  ): Promise<T | null> {
     const failures: unknown[] = [];
     for (const [p] of tokens) {
       try {
-        return await fn(this.#client(tokens, p));
+        return await fn(this.#client(tokens, p, signal));
       } catch (err) {
         failures.push(err);
       }
@@ -322,7 +363,7 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
     if (name !== "github" && name !== "bitbucket")
       throw new ConnectError(`Provider ${name} doesn't support installations`, Code.InvalidArgument);
     if (!tokens.some(([p]) => p === name)) return create(ListInstallationsResponseSchema, {});
-    const ids = await this.#call(() => this.#client(tokens, name).listInstallations());
+    const ids = await this.#call(() => this.#client(tokens, name, ctx.signal).listInstallations());
     return create(ListInstallationsResponseSchema, { installationIds: ids });
   }
 
@@ -371,6 +412,8 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
     const fingerprint = createHash("sha256");
     for (const [p, t] of used) fingerprint.update(`${p}\0${t.host ?? ""}\0${t.token}\0`);
     const key = `${userId}\0${fingerprint.digest("base64url")}\0${selected}\0${sort}\0${page}\0${perPage}\0${installationId}`;
+    // A cached listing is shared by concurrent callers: one caller going away must not cancel it for the others
+    // (the provider timeout still bounds it), so it gets no caller's signal.
     const repositories = await this.#cached(key, () =>
       selected === null
         ? this.#everyProvider(
@@ -391,7 +434,7 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
     const failures: unknown[] = [];
     for (const [p] of tokens) {
       try {
-        const u = await this.#client(tokens, p).getUser();
+        const u = await this.#client(tokens, p, ctx.signal).getUser();
         return create(GetUserInfoResponseSchema, {
           user: {
             id: u.id,
@@ -433,7 +476,7 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
     const q = { query, perPage, sort, order };
     let found: RepositoryRecord[];
     if (selected !== null) {
-      found = await this.#call(() => this.#client(tokens, selected).searchRepositories(q));
+      found = await this.#call(() => this.#client(tokens, selected, ctx.signal).searchRepositories(q));
       const seen = new Set<string>();
       found = found.filter((r) => !seen.has(r.fullName) && seen.add(r.fullName) !== undefined);
     } else {
@@ -441,6 +484,7 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
         tokens,
         (c) => c.searchRepositories(q),
         "Git provider token required.",
+        ctx.signal,
       );
     }
     return create(SearchRepositoriesResponseSchema, { repositories: found.map(repositoryMessage) });
@@ -454,10 +498,19 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
     const selected = this.#selected(req.selectedProvider, issues);
     if (issues.length > 0) throw new ValidationError(issues);
     const tokens = await this.#userTokens(ctx, "Git provider token required.");
+    // A repository the provider does not have is no branches, with or without a selected provider.
     const branches =
       selected !== null
-        ? await this.#call(() => this.#client(tokens, selected).searchBranches(repository, query, perPage))
-        : ((await this.#firstProvider(tokens, (c) => c.searchBranches(repository, query, perPage))) ?? []);
+        ? ((await this.#firstProvider(
+            tokens.filter(([p]) => p === selected),
+            (c) => c.searchBranches(repository, query, perPage),
+            ctx.signal,
+          )) ?? [])
+        : ((await this.#firstProvider(
+            tokens,
+            (c) => c.searchBranches(repository, query, perPage),
+            ctx.signal,
+          )) ?? []);
     return create(SearchBranchesResponseSchema, { branches: branches.map(branchMessage) });
   }
 
@@ -469,7 +522,11 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
     const perPage = intIn(req.perPage, 30, 1, 100, "per_page", issues);
     if (issues.length > 0) throw new ValidationError(issues);
     const tokens = await this.#userTokens(ctx);
-    const found = await this.#firstProvider(tokens, (c) => c.listBranches(repository, page, perPage));
+    const found = await this.#firstProvider(
+      tokens,
+      (c) => c.listBranches(repository, page, perPage),
+      ctx.signal,
+    );
     if (found === null)
       return create(ListBranchesResponseSchema, {
         branches: [],
@@ -490,13 +547,15 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
   /**
    * The reference's microagent scan: `.cursorrules` plus the .md files (README.md excepted) of `microagents/` in
    * a repository named `.openhands` or `openhands-config`, else of `.openhands/microagents/`. The first provider
-   * with files answers; UNAUTHENTICATED "Unable to fetch microagents for R" when none can be read.
+   * with files answers; empty when the caller has no token (as the reference) or no provider has files;
+   * UNAUTHENTICATED "Unable to fetch microagents for R" when every provider failed (a rate limit or an
+   * unreachable provider is answered as such).
    */
   async listMicroagents(req: ListMicroagentsRequest, ctx: HandlerContext): Promise<ListMicroagentsResponse> {
     const issues: FieldViolation[] = [];
     const repository = repositoryName(req.repository, issues);
     if (issues.length > 0) throw new ValidationError(issues);
-    const tokens = await this.#userTokens(ctx);
+    const tokens = await this.#storedTokens(ctx);
     const name = repository.split("/").at(-1) ?? "";
     const folder =
       name === ".openhands" || name === "openhands-config" ? "microagents" : ".openhands/microagents";
@@ -504,7 +563,7 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
     const failures: unknown[] = [];
     for (const [p] of tokens) {
       try {
-        const client = this.#client(tokens, p);
+        const client = this.#client(tokens, p, ctx.signal);
         const [cursor, files] = await Promise.all([
           client.hasFile(repository, ".cursorrules"),
           client.listFiles(repository, folder).catch((err: unknown) => {
@@ -529,16 +588,66 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
     const telling = failures.find(
       (f) =>
         f instanceof GitProviderError &&
-        (f.kind === "rate_limited" || f.kind === "timeout" || f.kind === "unavailable"),
+        (f.kind === "rate_limited" ||
+          f.kind === "timeout" ||
+          f.kind === "unavailable" ||
+          f.kind === "cancelled"),
     );
     if (telling !== undefined) throw toConnectError(telling);
     if (failures.length === 0) return create(ListMicroagentsResponseSchema, {});
     throw new ConnectError(`Unable to fetch microagents for ${repository}`, Code.Unauthenticated);
   }
 
+  /**
+   * One microagent file, from the first provider that has it (the reference's MicroagentContentResponse). A
+   * provider that lacks the file, cannot parse it or rejects the token is passed over; when none answers:
+   * UNAUTHENTICATED "Microagent file F not found in R" (also with no token at all), except that a rate limit or an
+   * unreachable provider is answered as such.
+   */
+  async getMicroagentContent(
+    req: GetMicroagentContentRequest,
+    ctx: HandlerContext,
+  ): Promise<GetMicroagentContentResponse> {
+    const issues: FieldViolation[] = [];
+    const repository = repositoryName(req.repository, issues);
+    const path = filePath(req.filePath, issues);
+    if (issues.length > 0) throw new ValidationError(issues);
+    const tokens = await this.#storedTokens(ctx);
+    const failures: unknown[] = [];
+    for (const [p] of tokens) {
+      try {
+        const text = await this.#client(tokens, p, ctx.signal).readFile(repository, path);
+        const parsed = parseMicroagent(path, text);
+        return create(GetMicroagentContentResponseSchema, {
+          content: parsed.content,
+          path,
+          triggers: parsed.triggers,
+          gitProvider: TYPES[p],
+        });
+      } catch (err) {
+        if (!(err instanceof MicroagentParseError)) failures.push(err);
+      }
+    }
+    const telling = failures.find(
+      (f) =>
+        f instanceof GitProviderError &&
+        (f.kind === "rate_limited" ||
+          f.kind === "timeout" ||
+          f.kind === "unavailable" ||
+          f.kind === "cancelled"),
+    );
+    if (telling !== undefined) throw toConnectError(telling);
+    throw new ConnectError(`Microagent file ${path} not found in ${repository}`, Code.Unauthenticated);
+  }
+
   async listSuggestedTasks(_req: unknown, ctx: HandlerContext): Promise<ListSuggestedTasksResponse> {
     const tokens = await this.#userTokens(ctx, "No providers set.");
-    const tasks = await this.#everyProvider(tokens, (c) => c.listSuggestedTasks(), "No providers set.");
+    const tasks = await this.#everyProvider(
+      tokens,
+      (c) => c.listSuggestedTasks(),
+      "No providers set.",
+      ctx.signal,
+    );
     return create(ListSuggestedTasksResponseSchema, {
       tasks: tasks.map((t) =>
         create(SuggestedTaskSchema, {

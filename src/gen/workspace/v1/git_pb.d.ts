@@ -98,6 +98,8 @@ export declare type GitBranch = Message<"workspace.v1.GitBranch"> & {
   commitSha: string;
 
   /**
+   * Whether a branch protection rule covers the branch.
+   *
    * @generated from field: bool protected = 3;
    */
   protected: boolean;
@@ -160,7 +162,8 @@ export declare type GitUser = Message<"workspace.v1.GitUser"> & {
 export declare const GitUserSchema: GenMessage<GitUser>;
 
 /**
- * Work the provider reports for the caller (open PRs they authored, issues assigned to them).
+ * Work the provider reports for the caller: an open PR/MR they authored that has merge conflicts, failing checks
+ * or unresolved review comments, or an open issue assigned to them.
  *
  * @generated from message workspace.v1.SuggestedTask
  */
@@ -176,7 +179,7 @@ export declare type SuggestedTask = Message<"workspace.v1.SuggestedTask"> & {
   taskType: TaskType;
 
   /**
-   * "owner/name" of the repository.
+   * "owner/name" of the repository (GitLab: the full project path).
    *
    * @generated from field: string repo = 3;
    */
@@ -593,13 +596,13 @@ export declare type Microagent = Message<"workspace.v1.Microagent"> & {
 export declare const MicroagentSchema: GenMessage<Microagent>;
 
 /**
- * GET /api/user/repository/{owner}/{repo}/microagents.
+ * GET /api/user/repository/{repository_name:path}/microagents.
  *
  * @generated from message workspace.v1.ListMicroagentsRequest
  */
 export declare type ListMicroagentsRequest = Message<"workspace.v1.ListMicroagentsRequest"> & {
   /**
-   * "owner/name".
+   * "owner/name", or the full project path of a GitLab subgroup project ("group/subgroup/name").
    *
    * @generated from field: string repository = 1;
    */
@@ -631,6 +634,74 @@ export declare type ListMicroagentsResponse = Message<"workspace.v1.ListMicroage
 export declare const ListMicroagentsResponseSchema: GenMessage<ListMicroagentsResponse>;
 
 /**
+ * GET /api/user/repository/{repository_name:path}/microagents/content?file_path=.
+ *
+ * @generated from message workspace.v1.GetMicroagentContentRequest
+ */
+export declare type GetMicroagentContentRequest = Message<"workspace.v1.GetMicroagentContentRequest"> & {
+  /**
+   * "owner/name", or the full project path of a GitLab subgroup project.
+   *
+   * @generated from field: string repository = 1;
+   */
+  repository: string;
+
+  /**
+   * Path of the file in the repository (e.g. ".openhands/microagents/deploy.md"); no "." or ".." segments.
+   *
+   * @generated from field: string file_path = 2;
+   */
+  filePath: string;
+};
+
+/**
+ * Describes the message workspace.v1.GetMicroagentContentRequest.
+ * Use `create(GetMicroagentContentRequestSchema)` to create a new message.
+ */
+export declare const GetMicroagentContentRequestSchema: GenMessage<GetMicroagentContentRequest>;
+
+/**
+ * The reference's MicroagentContentResponse.
+ *
+ * @generated from message workspace.v1.GetMicroagentContentResponse
+ */
+export declare type GetMicroagentContentResponse = Message<"workspace.v1.GetMicroagentContentResponse"> & {
+  /**
+   * The file's text without its YAML front matter (whole for .cursorrules, agents.md and agent.md).
+   *
+   * @generated from field: string content = 1;
+   */
+  content: string;
+
+  /**
+   * The requested path.
+   *
+   * @generated from field: string path = 2;
+   */
+  path: string;
+
+  /**
+   * The front matter's triggers ("/name" added for a task microagent with inputs).
+   *
+   * @generated from field: repeated string triggers = 3;
+   */
+  triggers: string[];
+
+  /**
+   * The provider the file was read from.
+   *
+   * @generated from field: workspace.v1.ProviderType git_provider = 4;
+   */
+  gitProvider: ProviderType;
+};
+
+/**
+ * Describes the message workspace.v1.GetMicroagentContentResponse.
+ * Use `create(GetMicroagentContentResponseSchema)` to create a new message.
+ */
+export declare const GetMicroagentContentResponseSchema: GenMessage<GetMicroagentContentResponse>;
+
+/**
  * Who owns a repository.
  *
  * @generated from enum workspace.v1.OwnerType
@@ -658,7 +729,9 @@ export enum OwnerType {
 export declare const OwnerTypeSchema: GenEnum<OwnerType>;
 
 /**
- * Kind of a suggested task (REST: the unprefixed names, e.g. "OPEN_PR").
+ * Kind of a suggested task (REST: the unprefixed names, e.g. "FAILING_CHECKS"). Suggestions carry
+ * MERGE_CONFLICTS, FAILING_CHECKS, UNRESOLVED_COMMENTS (open PRs/MRs of the caller that need work) or OPEN_ISSUE;
+ * OPEN_PR and CREATE_MICROAGENT exist in the reference's enum but are never suggested.
  *
  * @generated from enum workspace.v1.TaskType
  */
@@ -754,7 +827,8 @@ export declare const GitService: GenService<{
     output: typeof SearchRepositoriesResponseSchema;
   },
   /**
-   * Branches of a repository whose name contains the query.
+   * Branches of a repository whose name contains the query (anywhere in the name), with protection and, where
+   * the provider reports it, the head commit's date.
    *
    * @generated from rpc workspace.v1.GitService.SearchBranches
    */
@@ -774,7 +848,9 @@ export declare const GitService: GenService<{
     output: typeof ListBranchesResponseSchema;
   },
   /**
-   * Open pull/merge requests authored by the caller and open issues assigned to them, on every provider.
+   * The caller's open pull/merge requests that need work (merge conflicts, failing checks, unresolved review
+   * comments; plain open ones are left out) and open issues assigned to them, on GitHub and GitLab (Bitbucket
+   * suggests nothing, as in the reference).
    *
    * @generated from rpc workspace.v1.GitService.ListSuggestedTasks
    */
@@ -785,7 +861,8 @@ export declare const GitService: GenService<{
   },
   /**
    * Microagent files of a repository (`.cursorrules` and the .md files of its microagents folder), from the
-   * first provider that has the repository. UNAUTHENTICATED when none does.
+   * first provider that has any. Empty when the caller has no provider token or no provider has any;
+   * UNAUTHENTICATED when every provider failed.
    *
    * @generated from rpc workspace.v1.GitService.ListMicroagents
    */
@@ -793,6 +870,17 @@ export declare const GitService: GenService<{
     methodKind: "unary";
     input: typeof ListMicroagentsRequestSchema;
     output: typeof ListMicroagentsResponseSchema;
+  },
+  /**
+   * One microagent file's content and triggers, from the first provider that has the file. UNAUTHENTICATED
+   * "Microagent file F not found in R" when none has it (or the caller has no provider token), as the reference.
+   *
+   * @generated from rpc workspace.v1.GitService.GetMicroagentContent
+   */
+  getMicroagentContent: {
+    methodKind: "unary";
+    input: typeof GetMicroagentContentRequestSchema;
+    output: typeof GetMicroagentContentResponseSchema;
   },
 }>;
 
