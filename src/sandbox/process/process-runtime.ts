@@ -488,8 +488,10 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       }
       if (own?.exit) return own.exit.code === 0 ? "missing" : "error";
       if (!stat || stat.startTime !== data.startTimeTicks) return "missing";
-      // Dead, and its parent (not us) has not reaped it: judge by its exit status, as for our own children.
-      if (stat.state === "Z" || stat.state === "X") return stat.exitStatus === 0 ? "missing" : "error";
+      // Dead, and its parent (not us) has not reaped it: judge by its exit status, as for our own children; a
+      // sandbox whose workspace is gone was removed (stopped by a signal), not crashed.
+      if (stat.state === "Z" || stat.state === "X")
+        return stat.exitStatus === 0 || !existsSync(data.workspace) ? "missing" : "error";
       if (stat.state === "T" || stat.state === "t") return "paused";
       return (await probeAlive(handle.agentUrl, probeTimeoutMs)) ? "running" : "starting";
     },
