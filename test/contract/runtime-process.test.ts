@@ -225,7 +225,7 @@ describe("process runtime specifics", () => {
     await runtime.remove(handle);
   });
 
-  it("judges a dead process nobody reaped (a zombie) by its exit status", async () => {
+  it("judges a dead process nobody reaped (a zombie) by its exit status, or as removed once its workspace is gone", async () => {
     // `exec sleep` replaces the parent shell with a process that never waits: its children stay zombies.
     const parent = spawn("/bin/sh", ["-c", "sh -c 'exit 3' & sh -c 'exit 0' & exec sleep 30"], {
       stdio: "ignore",
@@ -248,8 +248,13 @@ describe("process runtime specifics", () => {
         agentUrl: "http://127.0.0.1:9",
         port: 9,
       });
+      mkdirSync(join(root, "zombie"), { recursive: true });
       const states = await Promise.all(zombies.map((z) => makeRuntime().inspect(handleOf(z))));
       expect(states.sort()).toEqual(["error", "missing"]);
+      // Its workspace gone, the sandbox was removed: the one that failed is missing too, not an error.
+      rmSync(join(root, "zombie"), { recursive: true, force: true });
+      const removed = await Promise.all(zombies.map((z) => makeRuntime().inspect(handleOf(z))));
+      expect(removed).toEqual(["missing", "missing"]);
       expect(zombies.map((z) => z.exitStatus).sort()).toEqual([0, 3 << 8]);
     } finally {
       parent.kill("SIGKILL");
