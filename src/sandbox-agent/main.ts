@@ -2,7 +2,7 @@
  * Entry point of the built-in sandbox agent: `node src/sandbox-agent/main.ts [--port N]`.
  *
  * Environment: PORT (or `--port N`; default 8000), HOST (default 127.0.0.1; 0.0.0.0 in a container with its own
- * network), SESSION_API_KEY or OH_SESSION_API_KEYS_0 (required), WORKSPACE_DIR (default: the current directory),
+ * network), LISTEN_FD (an inherited listening socket to serve on instead of binding HOST:PORT), SESSION_API_KEY or OH_SESSION_API_KEYS_0 (required), WORKSPACE_DIR (default: the current directory),
  * OH_WEBHOOKS_0_BASE_URL (report conversations and events there) with OH_WEBHOOKS_0_EVENT_BUFFER_SIZE,
  * OH_WEBHOOKS_0_FLUSH_DELAY and OH_WEBHOOKS_0_RETRY_DELAY (seconds) and OH_WEBHOOKS_0_NUM_RETRIES.
  * Exits 0 on SIGTERM/SIGINT after closing the listener and killing running commands; 2 on bad configuration.
@@ -16,7 +16,7 @@ import { createAgentServer, type WebhookOptions } from "./agent-server.ts";
 const { flushCompileCache } = process.getBuiltinModule("node:module");
 
 /** Variables the agent reads and does not hand on to the commands it runs. */
-const PRIVATE_ENV = new Set(["SESSION_API_KEY", "OH_SESSION_API_KEYS_0", "NODE_COMPILE_CACHE"]);
+const PRIVATE_ENV = new Set(["SESSION_API_KEY", "OH_SESSION_API_KEYS_0", "NODE_COMPILE_CACHE", "LISTEN_FD"]);
 const SHUTDOWN_GRACE_MS = 2000;
 
 function fail(message: string): never {
@@ -79,7 +79,12 @@ server.on("error", (e: Error) => {
   process.stderr.write(`sandbox-agent: ${e.message}\n`);
   process.exit(1);
 });
-server.listen(port, host, () => {
+// LISTEN_FD: a socket the runtime already listens on (inherited), so the port cannot be lost in between and no
+// address lookup is needed; otherwise bind HOST:PORT.
+const listenFd = process.env.LISTEN_FD === undefined ? undefined : Number(process.env.LISTEN_FD);
+if (listenFd !== undefined && !(Number.isInteger(listenFd) && listenFd > 2))
+  fail("LISTEN_FD must be a descriptor above 2");
+const onListening = (): void => {
   const address = server.address();
   const bound = typeof address === "object" && address ? address.port : port;
   process.stdout.write(
@@ -87,7 +92,9 @@ server.listen(port, host, () => {
   );
   // With NODE_COMPILE_CACHE set (the process runtime sets it), the next agent starts from the cached compilation.
   flushCompileCache();
-});
+};
+if (listenFd !== undefined) server.listen({ fd: listenFd }, onListening);
+else server.listen(port, host, onListening);
 
 const shutdown = (): void => {
   server.close();

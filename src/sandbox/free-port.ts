@@ -1,4 +1,4 @@
-import { createServer } from "node:net";
+import { createServer, type Server } from "node:net";
 
 /**
  * A TCP port that is free on `host` right now: binds port 0, reads the port the kernel chose and closes.
@@ -21,4 +21,24 @@ export function freePort(host: string): Promise<number> {
 /** The command with every `{port}` placeholder replaced by the port. */
 export function withPort(command: readonly string[], port: number): string[] {
   return command.map((arg) => arg.replaceAll("{port}", String(port)));
+}
+
+/**
+ * A TCP socket listening on a free port of `host`, to hand to a sandbox agent as an inherited descriptor (the
+ * agent's LISTEN_FD): the port cannot be taken in between, and connections made before the agent runs wait in the
+ * socket's backlog until it accepts them. The caller passes the server in `stdio` and closes its own copy right
+ * after the spawn, before its event loop could accept anything on it.
+ */
+export function listeningSocket(host: string): Promise<{ server: Server; port: number }> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.unref();
+    server.once("error", reject);
+    server.listen({ host, port: 0, exclusive: true }, () => {
+      const address = server.address();
+      const port = typeof address === "object" && address ? address.port : 0;
+      if (port > 0) resolve({ server, port });
+      else server.close(() => reject(new Error("no port assigned")));
+    });
+  });
 }

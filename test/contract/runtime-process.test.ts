@@ -261,6 +261,20 @@ describe("process runtime specifics", () => {
     }
   });
 
+  it("hands the built-in agent its socket already listening: a probe sent at once waits instead of being refused", async () => {
+    const handle = await runtime.start({
+      sandboxId: "handed-socket",
+      spec: spec([BUILTIN_AGENT_COMMAND]),
+      sessionApiKey: key,
+    });
+    // No health wait first: the connection is queued in the socket's backlog until the agent accepts it.
+    const res = await fetch(`${handle.agentUrl}/alive`, { signal: AbortSignal.timeout(30_000) });
+    expect(res.status).toBe(200);
+    // The server's own copy is closed: only the sandbox holds the port, and it is gone with it.
+    await runtime.remove(handle);
+    await expect(fetch(`${handle.agentUrl}/alive`)).rejects.toThrow();
+  });
+
   it("reports a live process that does not answer /alive as starting", async () => {
     const handle = await runtime.start({
       sandboxId: "silent",

@@ -16,6 +16,7 @@ import {
   statSync,
   writeFileSync,
 } from "node:fs";
+import type { Server } from "node:net";
 import { dirname, isAbsolute, join, relative, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { failedPrecondition } from "../../core/errors.ts";
@@ -28,7 +29,7 @@ import type {
 import { BUILTIN_AGENT_MAIN, isBuiltinAgentCommand } from "../../sandbox-agent/builtin-agent.ts";
 import { descendantsOf, type ProcStat, readProcStat, signal } from "../../sandbox-agent/proc-tree.ts";
 import { pollAlive, probeAlive } from "../agent-health.ts";
-import { freePort, withPort } from "../free-port.ts";
+import { freePort, listeningSocket, withPort } from "../free-port.ts";
 import {
   bwrapArgs,
   findExecutable,
@@ -369,58 +370,76 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
         throw new Error(`working dir outside the workspace: ${spec.workingDir}`);
       checkSingleUser(request.ownerId);
       mkdirSync(logDir, { recursive: true, mode: 0o700 });
-      const port = await freePort(host);
-      // From here to the spawn nothing awaits: the uid chosen is owned by the new workspace before anyone looks again.
-      const isolated = isolation.mode === "bwrap";
-      const user = isolated ? (reusableUser(workspace) ?? allocateUser()) : ownUser;
-      mkdirSync(workspace, { recursive: true, mode: 0o700 });
-      chmodSync(workspace, 0o700);
-      mkdirSync(cwd, { recursive: true });
-      if (isolated && asRoot) {
-        for (let dir = cwd; dir.startsWith(workspace); dir = dirname(dir)) chownSync(dir, user.uid, user.gid);
-      }
       const builtin = isBuiltinAgentCommand(spec.command);
-      const command = withPort(builtin ? [...agentCommand, ...spec.command.slice(1)] : spec.command, port);
-      const env: Record<string, string> = {
-        ...baseEnv,
-        HOME: workspace,
-        ...spec.initialEnv,
-        SESSION_API_KEY: sessionApiKey,
-        OH_SESSION_API_KEYS_0: sessionApiKey,
-        PORT: String(port),
-        HOST: host,
-        WORKSPACE_DIR: cwd,
-      };
-      const readOnly = [...readOnlyPaths];
-      if (builtin) {
-        readOnly.push(...agentFiles);
-        if (compileCacheDir) {
-          mkdirSync(compileCacheDir, { recursive: true });
-          env.NODE_COMPILE_CACHE = compileCacheDir;
-          // Shared by every sandbox, so isolated ones only read it; the server fills it (see warmCompileCache).
-          if (isolated) {
-            readOnly.push(compileCacheDir);
-            warmCompileCache(compileCacheDir);
-            shareCompileCache(compileCacheDir, user.uid);
+      // The built-in agent is handed its socket already listening (LISTEN_FD): no port race, and health probes
+      // made before it runs wait in the backlog instead of being refused. Other commands bind {port} themselves.
+      const listener = builtin ? await inheritableListener(host) : null;
+      const port = listener?.port ?? (await freePort(host));
+      let child: ChildProcess;
+      let isolated: boolean;
+      let user: SandboxUser;
+      try {
+        // From here to the spawn nothing awaits: the uid chosen is owned by the new workspace before anyone looks again.
+        isolated = isolation.mode === "bwrap";
+        user = isolated ? (reusableUser(workspace) ?? allocateUser()) : ownUser;
+        mkdirSync(workspace, { recursive: true, mode: 0o700 });
+        chmodSync(workspace, 0o700);
+        mkdirSync(cwd, { recursive: true });
+        if (isolated && asRoot) {
+          for (let dir = cwd; dir.startsWith(workspace); dir = dirname(dir))
+            chownSync(dir, user.uid, user.gid);
+        }
+        const command = withPort(builtin ? [...agentCommand, ...spec.command.slice(1)] : spec.command, port);
+        const env: Record<string, string> = {
+          ...baseEnv,
+          HOME: workspace,
+          ...spec.initialEnv,
+          SESSION_API_KEY: sessionApiKey,
+          OH_SESSION_API_KEYS_0: sessionApiKey,
+          PORT: String(port),
+          HOST: host,
+          WORKSPACE_DIR: cwd,
+          ...(listener ? { LISTEN_FD: "3" } : {}),
+        };
+        const readOnly = [...readOnlyPaths];
+        if (builtin) {
+          readOnly.push(...agentFiles);
+          if (compileCacheDir) {
+            mkdirSync(compileCacheDir, { recursive: true });
+            env.NODE_COMPILE_CACHE = compileCacheDir;
+            // Shared by every sandbox, so isolated ones only read it; the server fills it (see warmCompileCache).
+            if (isolated) {
+              readOnly.push(compileCacheDir);
+              warmCompileCache(compileCacheDir);
+              shareCompileCache(compileCacheDir, user.uid);
+            }
           }
         }
-      }
-      const argv = isolated
-        ? [...bwrapArgs(bwrapTools(), { workspace, cwd, readOnly, user, asRoot }), ...command]
-        : command;
-      const [file, ...args] = argv;
-      if (file === undefined || command[0] === undefined) throw new Error("empty sandbox command");
-      // bwrap starts whatever it is given and fails later: check the command is there first, as spawn does.
-      if (isolated && !findExecutable(command[0], env.PATH ?? DEFAULT_PATH, cwd)) {
-        rmSync(workspace, { recursive: true, force: true });
-        throw Object.assign(new Error(`spawn ${command[0]} ENOENT`), { code: "ENOENT" });
-      }
-      const logFd = openSync(join(logDir, `${sandboxId}.log`), "a");
-      let child: ChildProcess;
-      try {
-        child = spawn(file, args, { cwd, env, detached: true, stdio: ["ignore", logFd, logFd] });
+        const argv = isolated
+          ? [...bwrapArgs(bwrapTools(), { workspace, cwd, readOnly, user, asRoot }), ...command]
+          : command;
+        const [file, ...args] = argv;
+        if (file === undefined || command[0] === undefined) throw new Error("empty sandbox command");
+        // bwrap starts whatever it is given and fails later: check the command is there first, as spawn does.
+        if (isolated && !findExecutable(command[0], env.PATH ?? DEFAULT_PATH, cwd)) {
+          rmSync(workspace, { recursive: true, force: true });
+          throw Object.assign(new Error(`spawn ${command[0]} ENOENT`), { code: "ENOENT" });
+        }
+        const logFd = openSync(join(logDir, `${sandboxId}.log`), "a");
+        try {
+          child = spawn(file, args, {
+            cwd,
+            env,
+            detached: true,
+            stdio: listener ? ["ignore", logFd, logFd, listener.fd] : ["ignore", logFd, logFd],
+          });
+        } finally {
+          closeSync(logFd);
+        }
       } finally {
-        closeSync(logFd);
+        // The sandbox holds its own copy (or never started); this one is closed before the event loop could accept
+        // on it.
+        listener?.server.close();
       }
       // Read the start time at once: the process exists (at worst as a zombie) until the event loop reaps it.
       const stat = child.pid === undefined ? null : readProcStat(child.pid);
@@ -461,7 +480,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
         sandboxId,
         pid,
         port,
-        command: builtin ? "built-in agent" : command[0],
+        command: builtin ? "built-in agent" : spec.command[0],
         isolation: isolated ? { bwrap: true, uid: user.uid } : "none",
       });
       return handle;
@@ -603,4 +622,19 @@ function parseHandleData(data: Record<string, unknown>): ProcessHandleData | nul
     startTimeTicks,
     ...(isolation === "bwrap" && isInt(uid) ? { isolation: "bwrap" as const, uid } : {}),
   };
+}
+
+/**
+ * A listening loopback socket and its descriptor, to pass to the agent as fd 3; null when the descriptor cannot be
+ * read (the agent then binds the port itself). Node has no public accessor for a server's descriptor, so its
+ * handle's `fd` is read, and anything but a descriptor number falls back to the agent binding the port.
+ */
+async function inheritableListener(
+  host: string,
+): Promise<{ server: Server; port: number; fd: number } | null> {
+  const { server, port } = await listeningSocket(host);
+  const fd = (server as unknown as { _handle?: { fd?: unknown } })._handle?.fd;
+  if (typeof fd === "number" && fd > 2) return { server, port, fd };
+  server.close();
+  return null;
 }
