@@ -1,5 +1,5 @@
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
-import type { Server } from "node:http";
+import { createServer, type Server } from "node:http";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -226,6 +226,62 @@ describe("agent server: conversations", () => {
     expect(res.status).toBe(200);
     const list = res.json as ({ id: string } | null)[];
     expect(list.map((c) => c?.id ?? null)).toEqual([a.id, null, null, a.id]);
+  });
+});
+
+describe("agent server: webhooks", () => {
+  it("posts the conversation with its key over node:http, retrying a failed post, and events in batches", async () => {
+    const posts: { path: string; key: string | undefined; body: unknown }[] = [];
+    let failFirst = true;
+    const receiver = createServer((req, res) => {
+      let text = "";
+      req.on("data", (c: Buffer) => {
+        text += c.toString();
+      });
+      req.on("end", () => {
+        posts.push({
+          path: req.url ?? "",
+          key: req.headers["x-session-api-key"] as string,
+          body: JSON.parse(text),
+        });
+        if (failFirst) {
+          failFirst = false;
+          res.writeHead(500).end();
+        } else res.writeHead(200, { "content-type": "application/json" }).end("{}");
+      });
+    });
+    const hookBase = await listen(receiver);
+    const agent = createAgentServer({
+      sessionApiKey: KEY,
+      workspaceDir: workspace,
+      webhook: { baseUrl: `${hookBase}/api/v1/webhooks/sbx/`, retryDelayMs: 10, flushDelayMs: 10 },
+    });
+    const url = await listen(agent);
+    try {
+      const created = await request("/api/conversations", {
+        url,
+        body: JSON.stringify({ initial_message: { role: "user", content: [{ type: "text", text: "hi" }] } }),
+      });
+      const id = (created.json as { id: string }).id;
+      const conversations = () => posts.filter((p) => p.path === "/api/v1/webhooks/sbx/conversations");
+      for (
+        let i = 0;
+        i < 300 && (conversations().length < 2 || !posts.some((p) => p.path.includes("/events/")));
+        i++
+      )
+        await new Promise((r) => setTimeout(r, 10));
+      expect(posts[0]?.path).toBe("/api/v1/webhooks/sbx/conversations"); // sent at once, answered 500
+      expect(conversations().length).toBe(2); // and retried
+      expect(conversations()[1]?.key).toBe(KEY);
+      expect(conversations()[1]?.body).toMatchObject({ id });
+      const events = posts.find((p) => p.path === `/api/v1/webhooks/sbx/events/${id}`);
+      expect(Array.isArray(events?.body)).toBe(true);
+    } finally {
+      agent.closeAllConnections();
+      await new Promise((resolve) => agent.close(resolve));
+      receiver.closeAllConnections();
+      await new Promise((resolve) => receiver.close(resolve));
+    }
   });
 });
 
