@@ -327,20 +327,10 @@ export const legacyConversationRoutes: RestRoute[] = [
         limit: { schema: { type: "integer", minimum: 1, maximum: 100, default: 20 } },
         include_sub_conversations: { schema: { type: "boolean", default: false } },
       },
-      response: () => ({
-        type: "object",
-        required: ["results", "next_page_id"],
-        properties: {
-          results: { type: "array", items: conversationInfoSchema },
-          next_page_id: nullable$(str$),
-        },
-      }),
+      response: conversationInfoResultSet,
     },
     bind: ({ query }) => bindList(query),
-    shape: (r: { items: AppConversation[]; nextPageId?: string }) => ({
-      results: r.items.map(shapeConversationInfo),
-      next_page_id: r.nextPageId ?? null,
-    }),
+    shape: shapeConversationInfoResultSet,
   }),
   route({
     method: "GET",
@@ -429,20 +419,10 @@ export const legacyConversationRoutes: RestRoute[] = [
         ...PAGE_QUERY,
         limit: { schema: { type: "integer", minimum: 1, maximum: 100, default: 20 } },
       },
-      response: () => ({
-        type: "object",
-        required: ["results", "next_page_id"],
-        properties: {
-          results: { type: "array", items: conversationInfoSchema },
-          next_page_id: nullable$(str$),
-        },
-      }),
+      response: conversationInfoResultSet,
     },
     bind: ({ query }) => bindMicroagentList(query),
-    shape: (r: { items: AppConversation[]; nextPageId?: string }) => ({
-      results: r.items.map(shapeConversationInfo),
-      next_page_id: r.nextPageId ?? null,
-    }),
+    shape: shapeConversationInfoResultSet,
   }),
   route({
     method: "POST",
@@ -475,3 +455,20 @@ export const legacyConversationRoutes: RestRoute[] = [
     }),
   }),
 ];
+
+/** The reference's ConversationInfoResultSet (OpenAPI schema). */
+function conversationInfoResultSet() {
+  return {
+    type: "object",
+    required: ["results", "next_page_id"],
+    properties: {
+      results: { type: "array", items: conversationInfoSchema },
+      next_page_id: nullable$(str$),
+    },
+  };
+}
+
+/** A page of conversations as the reference's ConversationInfoResultSet. */
+function shapeConversationInfoResultSet(r: { items: AppConversation[]; nextPageId?: string }) {
+  return { results: r.items.map(shapeConversationInfo), next_page_id: r.nextPageId ?? null };
+}

@@ -585,15 +585,7 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
         failures.push(err);
       }
     }
-    const telling = failures.find(
-      (f) =>
-        f instanceof GitProviderError &&
-        (f.kind === "rate_limited" ||
-          f.kind === "timeout" ||
-          f.kind === "unavailable" ||
-          f.kind === "cancelled"),
-    );
-    if (telling !== undefined) throw toConnectError(telling);
+    throwTellingFailure(failures);
     if (failures.length === 0) return create(ListMicroagentsResponseSchema, {});
     throw new ConnectError(`Unable to fetch microagents for ${repository}`, Code.Unauthenticated);
   }
@@ -628,15 +620,7 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
         if (!(err instanceof MicroagentParseError)) failures.push(err);
       }
     }
-    const telling = failures.find(
-      (f) =>
-        f instanceof GitProviderError &&
-        (f.kind === "rate_limited" ||
-          f.kind === "timeout" ||
-          f.kind === "unavailable" ||
-          f.kind === "cancelled"),
-    );
-    if (telling !== undefined) throw toConnectError(telling);
+    throwTellingFailure(failures);
     throw new ConnectError(`Microagent file ${path} not found in ${repository}`, Code.Unauthenticated);
   }
 
@@ -696,4 +680,20 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
       }),
     );
   }
+}
+
+/**
+ * Of the failures of several providers, one that says more than "not found" (a rate limit, a provider that did
+ * not answer in time or at all, a cancelled call) is answered as such.
+ */
+function throwTellingFailure(failures: readonly unknown[]): void {
+  const telling = failures.find(
+    (f) =>
+      f instanceof GitProviderError &&
+      (f.kind === "rate_limited" ||
+        f.kind === "timeout" ||
+        f.kind === "unavailable" ||
+        f.kind === "cancelled"),
+  );
+  if (telling !== undefined) throw toConnectError(telling);
 }
