@@ -47,7 +47,11 @@ export interface SandboxRuntime {
   /** Resolves true once the agent server answers its health check, false after timeoutMs. */
   waitHealthy(handle: RuntimeHandle, timeoutMs: number): Promise<boolean>;
   /** Current state; never throws for a vanished sandbox (returns "missing"). */
-  inspect(handle: RuntimeHandle): Promise<RuntimeState>;
+  /**
+   * With `probe: false` a live sandbox is reported "running" without asking its agent (for callers that only need
+   * to know whether it ended: paused, crashed or gone are told as always).
+   */
+  inspect(handle: RuntimeHandle, options?: { probe?: boolean }): Promise<RuntimeState>;
   pause(handle: RuntimeHandle): Promise<void>;
   /** Resumes a paused (or stopped) sandbox; may return an updated handle. */
   resume(handle: RuntimeHandle): Promise<RuntimeHandle>;

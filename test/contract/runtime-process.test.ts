@@ -283,6 +283,11 @@ describe("process runtime specifics", () => {
     });
     expect(await runtime.waitHealthy(handle, 100)).toBe(false);
     expect(await runtime.inspect(handle)).toBe("starting");
+    // Without a probe it is only known to be alive.
+    expect(await runtime.inspect(handle, { probe: false })).toBe("running");
+    await runtime.pause(handle);
+    expect(await runtime.inspect(handle, { probe: false })).toBe("paused");
+    await runtime.resume(handle);
     await runtime.remove(handle);
     expect(alive(handle)).toBe(false);
   });

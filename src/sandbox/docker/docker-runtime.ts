@@ -365,7 +365,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
       });
     },
 
-    async inspect(handle: RuntimeHandle): Promise<RuntimeState> {
+    async inspect(handle: RuntimeHandle, options?: { probe?: boolean }): Promise<RuntimeState> {
       const data = parseHandleData(handle.data);
       const info = data && (await inspectManaged(data));
       if (!data || !info) return "missing";
@@ -373,7 +373,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
       switch (state.Status) {
         case "running":
           if (state.Paused) return "paused";
-          if (!data.reachable) return "running";
+          if (!data.reachable || options?.probe === false) return "running";
           return (await probeAlive(handle.agentUrl, probeTimeoutMs)) ? "running" : "starting";
         case "paused":
           return "paused";

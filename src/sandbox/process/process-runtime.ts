@@ -495,7 +495,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       });
     },
 
-    async inspect(handle: RuntimeHandle): Promise<RuntimeState> {
+    async inspect(handle: RuntimeHandle, options?: { probe?: boolean }): Promise<RuntimeState> {
       const data = parseHandleData(handle.data);
       if (!data) return "missing";
       const own = ownChild(data);
@@ -512,6 +512,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       if (stat.state === "Z" || stat.state === "X")
         return stat.exitStatus === 0 || !existsSync(data.workspace) ? "missing" : "error";
       if (stat.state === "T" || stat.state === "t") return "paused";
+      if (options?.probe === false) return "running";
       return (await probeAlive(handle.agentUrl, probeTimeoutMs)) ? "running" : "starting";
     },
 

@@ -524,7 +524,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
   }
 
   /** The live status of a record from the runtime's state; writes nothing. */
-  async #observe(record: SandboxRecord): Promise<Observed> {
+  async #observe(record: SandboxRecord, probe = true): Promise<Observed> {
     const handle = handleOrNull(record);
     if (handle === null) {
       const status = record.status === "RUNNING" || record.status === "MISSING" ? "MISSING" : record.status;
@@ -532,7 +532,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     }
     let runtime: SandboxStatus;
     try {
-      runtime = FROM_RUNTIME[await this.#o.runtime.inspect(handle)];
+      runtime = FROM_RUNTIME[await this.#o.runtime.inspect(handle, { probe })];
     } catch {
       runtime = "ERROR";
     }
@@ -593,7 +593,8 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     );
     await Promise.all(
       holders.map(async (r) => {
-        const ended = definiteEnd(r.status, (await this.#observe(r)).runtime);
+        // Only an end matters here, which the runtime tells without asking the agents (a probe each).
+        const ended = definiteEnd(r.status, (await this.#observe(r, false)).runtime);
         if (ended !== null) await this.#transition(r, [r.status], ended);
       }),
     );

@@ -35,8 +35,10 @@ export class FakeSandboxRuntime implements SandboxRuntime {
     return ok;
   }
 
-  async inspect(handle: RuntimeHandle): Promise<RuntimeState> {
-    return this.states.get(FakeSandboxRuntime.idOf(handle)) ?? "missing";
+  async inspect(handle: RuntimeHandle, options?: { probe?: boolean }): Promise<RuntimeState> {
+    const state = this.states.get(FakeSandboxRuntime.idOf(handle)) ?? "missing";
+    // Without a probe, a live sandbox that does not answer yet is not told from one that does.
+    return options?.probe === false && state === "starting" ? "running" : state;
   }
 
   async pause(handle: RuntimeHandle): Promise<void> {
