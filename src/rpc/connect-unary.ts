@@ -21,23 +21,7 @@ import { type CallObserver, codeName } from "../transport/call-metrics.ts";
 import { connectHttpStatusOf, isInternal, publicError } from "../transport/errors.ts";
 import { abortOnClientGone, LazyHandlerContext } from "../transport/handler-context.ts";
 
-/**
- * The everyday Connect unary call — POST, `application/json` or `application/proto`, a Content-Length within the
- * limit, no request compression, no Connect-Timeout-Ms — served inside the Fastify route straight to the service
- * implementation; `fastConnectUnary` answers false for every other request, which then goes to connect-node.
- *
- * What it earns: connect-node's universal handler (fetch-style Headers, URL parsing, linked AbortControllers
- * aborted with a DOMException on every call, async-iterable bodies) costs ~130 µs of CPU per call on the project's
- * machines, five times a whole bare Fastify request; through it the Connect benchmark runs at ~0.6× bare
- * connect-node against a 0.9× goal. This path runs the same call at the cost of a REST call.
- *
- * It speaks the Connect protocol (connectrpc.com/docs/protocol) with public APIs only: protobuf-es JSON and
- * binary (unknown JSON fields ignored, as connect), connect-node's gzip/brotli for responses of 1 KiB or more when
- * the client accepts them, the protocol's code → HTTP status table and error JSON, response headers and
- * `trailer-`-prefixed trailers. Admission, call metrics and internal-error masking are the transport kit's, as on
- * the connect-node path; a binary body that does not decode is INVALID_ARGUMENT there too.
- * test/integration/connect-unary.test.ts sends the same requests through both paths and compares the answers.
- */
+/** What the fast path needs of the transport kit. */
 export interface ConnectUnaryOptions {
   admission: Admission;
   keyOf: KeyOf;
@@ -84,7 +68,23 @@ export function unaryMethod(method: DescMethod, impl: Record<string, unknown>): 
   };
 }
 
-/** Serves the call if it is an everyday unary Connect call (see above); false, touching nothing, otherwise. */
+/**
+ * The everyday Connect unary call — POST, `application/json` or `application/proto`, a Content-Length within the
+ * limit, no request compression, no Connect-Timeout-Ms — served inside the Fastify route straight to the service
+ * implementation; `fastConnectUnary` answers false for every other request, which then goes to connect-node.
+ *
+ * What it earns: connect-node's universal handler (fetch-style Headers, URL parsing, linked AbortControllers
+ * aborted with a DOMException on every call, async-iterable bodies) costs ~130 µs of CPU per call on the project's
+ * machines, five times a whole bare Fastify request; through it the Connect benchmark runs at ~0.6× bare
+ * connect-node against a 0.9× goal. This path runs the same call at the cost of a REST call.
+ *
+ * It speaks the Connect protocol (connectrpc.com/docs/protocol) with public APIs only: protobuf-es JSON and
+ * binary (unknown JSON fields ignored, as connect), connect-node's gzip/brotli for responses of 1 KiB or more when
+ * the client accepts them, the protocol's code → HTTP status table and error JSON, response headers and
+ * `trailer-`-prefixed trailers. Admission, call metrics and internal-error masking are the transport kit's, as on
+ * the connect-node path; a binary body that does not decode is INVALID_ARGUMENT there too.
+ * test/integration/connect-unary.test.ts sends the same requests through both paths and compares the answers.
+ */
 export function fastConnectUnary(
   m: UnaryMethod,
   req: FastifyRequest,
@@ -196,7 +196,7 @@ function readBody(req: IncomingMessage, length: number): Promise<Buffer | null> 
   });
 }
 
-/** The request message, as connect parses it (JSON: unknown fields ignored; an empty body is the empty message). */
+/** The request message, as connect parses it (JSON: unknown fields ignored; an empty binary body is the empty message). */
 function decode(method: DescMethod, binary: boolean, body: Buffer): Message {
   if (binary) {
     try {
