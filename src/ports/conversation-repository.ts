@@ -85,20 +85,55 @@ export interface StartTaskFilter {
   createdAtGte?: Date;
 }
 
+/** Who runs a start task, until when (see {@link StartTaskRepository}). */
+export interface StartTaskLease {
+  owner: string;
+  expiresAt: Date;
+}
+
+/** Ids a start chose before using them, so that a server resuming it uses the same ones (no second sandbox). */
+export interface StartTaskPlan {
+  sandboxId?: string;
+  conversationId?: string;
+}
+
+/** An unfinished task a server took over (see {@link StartTaskRepository.claimExpired}). */
+export interface ClaimedStartTask {
+  task: StartTaskRecord;
+  plan: StartTaskPlan;
+  /** How many servers have taken it over so far, this one included. */
+  attempts: number;
+}
+
+/** The fields of a start task that change while it runs. */
+export type StartTaskPatch = Partial<
+  Pick<
+    StartTaskRecord,
+    "status" | "detail" | "appConversationId" | "sandboxId" | "agentServerUrl" | "updatedAt"
+  >
+> & { plan?: StartTaskPlan };
+
+/**
+ * Start tasks. An unfinished task is leased to the server running it, which renews the lease while it works;
+ * once a lease expires (its server died or was cut off), any server may claim the task and resume it. Every
+ * write of a running start names its lease owner, so a server that lost its lease cannot overwrite the work of
+ * the one that took over.
+ */
 export interface StartTaskRepository {
-  insert(record: StartTaskRecord): Promise<void>;
+  /** Stores a new task, leased to `lease.owner` (claimable at once without a lease), with its plan. */
+  insert(record: StartTaskRecord, lease?: StartTaskLease, plan?: StartTaskPlan): Promise<void>;
+  /**
+   * The owner's newest task that planned this conversation id and is not READY (a start that named its
+   * conversation and has not created it yet, or failed to); null when there is none.
+   */
+  findPending(ownerId: string, conversationId: string): Promise<StartTaskRecord | null>;
   get(id: string, ownerId: string): Promise<StartTaskRecord | null>;
   getMany(ids: readonly string[], ownerId: string): Promise<StartTaskRecord[]>;
-  /** Applies the patch; false when the task does not exist. */
-  update(
-    id: string,
-    patch: Partial<
-      Pick<
-        StartTaskRecord,
-        "status" | "detail" | "appConversationId" | "sandboxId" | "agentServerUrl" | "updatedAt"
-      >
-    >,
-  ): Promise<boolean>;
+  /**
+   * Applies the patch; false when the task does not exist or, with `leaseOwner`, when its lease belongs to
+   * another server (compare-and-set on the lease owner).
+   */
+  update(id: string, patch: StartTaskPatch, leaseOwner?: string): Promise<boolean>;
   /** Ordered by createdAt (desc unless ascending is true), then id in the same direction. */
   search(
     ownerId: string,
@@ -107,6 +142,16 @@ export interface StartTaskRepository {
     ascending: boolean,
   ): Promise<Page<StartTaskRecord>>;
   count(ownerId: string, filter: StartTaskFilter): Promise<number>;
-  /** Tasks of every owner not in READY or ERROR (for restart recovery). */
+  /** Tasks of every owner not in READY or ERROR (metrics, tests). */
   listUnfinished(): Promise<StartTaskRecord[]>;
+  /** Extends the leases `owner` still holds on these unfinished tasks; returns the ids it still holds. */
+  renewLeases(owner: string, ids: readonly string[], expiresAt: Date): Promise<string[]>;
+  /** Lets the leases `owner` holds on these tasks expire now (a graceful shutdown hands them over). */
+  releaseLeases(owner: string, ids: readonly string[]): Promise<void>;
+  /**
+   * Takes over, in one compare-and-set per task, up to `limit` unfinished tasks whose lease expired before `now`
+   * (oldest lease first): each becomes leased to `owner` until `expiresAt` and its attempts grow by one. Two
+   * servers claiming at once never both get the same task.
+   */
+  claimExpired(owner: string, now: Date, expiresAt: Date, limit: number): Promise<ClaimedStartTask[]>;
 }

@@ -1,4 +1,5 @@
 import type { ApiKeyRepository } from "./api-key-repository.ts";
+import type { ChangeLog } from "./change-log.ts";
 import type { ConversationRepository, StartTaskRepository } from "./conversation-repository.ts";
 import type { EventRepository } from "./event-repository.ts";
 import type { SandboxRepository } from "./sandbox-repository.ts";
@@ -13,6 +14,8 @@ export interface Storage {
   readonly conversations: ConversationRepository;
   readonly startTasks: StartTaskRepository;
   readonly events: EventRepository;
+  /** The change log every server sharing the store appends to and follows (watches). */
+  readonly changes: ChangeLog;
   /** Resolves when storage answers (readiness). Rejects otherwise. */
   ping(): Promise<void>;
   /** Resolves when storage accepts a write: rewrites one tiny heartbeat record of this server (readiness). */

@@ -21,6 +21,8 @@ export { VERSION } from "./http-server.ts";
 
 /** How long running calls may go on once the server starts closing. */
 const SHUTDOWN_GRACE_MS = 5_000;
+/** How long the change log keeps an entry: a watch resuming from an older revision gets OUT_OF_RANGE. */
+const CHANGE_RETENTION_MS = 60 * 60_000;
 
 export interface AppDeps {
   storage: Storage;
@@ -35,9 +37,13 @@ export interface AppDeps {
   maxSandboxesPerUser?: number;
   /**
    * Period of the background sweep: sandboxes reconciled with the runtime (crash leftovers removed), stuck start
-   * tasks saved or ended (default 30 s; 0: no timer, tests call {@link App.sweep}).
+   * task ends saved, old change log entries pruned (default 30 s; 0: no timer, tests call {@link App.sweep}).
    */
   sweepIntervalMs?: number;
+  /** Lease of this server on the conversation starts it runs (default 15 s; see AppConversationService). */
+  leaseMs?: number;
+  /** How long a sandbox may take to start before it is ERROR (default 120 s). */
+  sandboxStartTimeoutMs?: number;
   logger?: FastifyServerOptions["logger"];
   /** Client of the sandboxes' agent servers (default: HTTP). */
   agent?: AgentClient;
@@ -52,7 +58,10 @@ export interface AppDeps {
    */
   git?: GitDeps;
   /** Timeouts of conversation starts and live status. */
-  conversations?: Pick<AppConversationServiceOptions, "timeouts" | "liveStatusTimeoutMs" | "shutdownGraceMs">;
+  conversations?: Pick<
+    AppConversationServiceOptions,
+    "timeouts" | "liveStatusTimeoutMs" | "shutdownGraceMs" | "leaseMs" | "maxAttempts"
+  >;
   /** Message size, stream, connection and timeout limits (defaults: DEFAULT_LIMITS). */
   limits?: Partial<TransportLimits>;
   /** Browser-facing options: web UI folder, CORS, sign-in cookie, single-user mode, /api/options lists. */
@@ -104,7 +113,13 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     maxSandboxesPerUser: deps.maxSandboxesPerUser ?? 20,
     limits,
     ...(deps.agent ? { agent: deps.agent } : {}),
-    ...(deps.conversations ? { conversations: deps.conversations } : {}),
+    conversations: {
+      ...(deps.leaseMs === undefined ? {} : { leaseMs: deps.leaseMs }),
+      ...deps.conversations,
+    },
+    ...(deps.sandboxStartTimeoutMs === undefined
+      ? {}
+      : { sandboxStartTimeoutMs: deps.sandboxStartTimeoutMs }),
     ...(deps.git ? { git: deps.git } : {}),
     webhookBaseUrl: () => deps.webhookBaseUrl ?? listenerUrl,
     log: (msg, data) => http?.log.warn(data ?? {}, msg),
@@ -129,10 +144,13 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   addReflection(grpcServer, container.bindings);
 
   const { sandboxes, conversations } = container.services;
+  // Resumes at once what an earlier run of this server (or another server that died) left unfinished.
+  conversations.startLeases();
   const sweep = async (): Promise<void> => {
     try {
       await sandboxes.reconcileAll();
       await conversations.sweepStartTasks();
+      await container.changes.prune(new Date(Date.now() - CHANGE_RETENTION_MS));
     } catch (err) {
       log.warn({ error: String(err) }, "sweep failed; the next one retries");
     }
@@ -184,6 +202,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       if (sweepTimer !== null) clearInterval(sweepTimer);
       await sweeping;
       await container.services.conversations.shutdown();
+      container.changes.close();
       // Connections that become idle while in-flight calls finish are closed too (Node closes the idle ones once,
       // when closing starts).
       const idle = setInterval(() => server.server.closeIdleConnections(), 100);

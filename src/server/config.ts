@@ -46,6 +46,10 @@ export interface Config {
   readonly maxSandboxesPerUser: number;
   /** Period of the background sweep (sandbox reconciliation, stuck start tasks); 0: off. */
   readonly sweepIntervalMs: number;
+  /** How long a server's lease on a conversation start lasts before another server resumes it. */
+  readonly leaseMs: number;
+  /** How long a sandbox may take to start before it is ERROR (also the grace of crash leftovers). */
+  readonly sandboxStartTimeoutMs: number;
   readonly sandboxSpecsFile: string | undefined;
   readonly logLevel: string;
   /** Web UI, CORS, browser sign-in, single-user mode, /api/options lists (web-config.ts). */
@@ -58,6 +62,8 @@ export interface Config {
   readonly sandboxIsolation: "auto" | "bwrap" | "none";
   /** As root, isolated process sandbox n runs as uid/gid sandboxUidBase + n. */
   readonly sandboxUidBase: number;
+  /** Server processes sharing the ports (node:cluster, src/server/cluster.ts); 1: this process alone. */
+  readonly workers: number;
 }
 
 export class ConfigError extends Error {
@@ -69,6 +75,7 @@ export const ENV_DOC: readonly [string, string][] = [
   ["HOST", "interface to listen on (default 127.0.0.1)"],
   ["PORT", "HTTP/1.1 port: REST, Connect, gRPC-Web (default 3000)"],
   ["GRPC_PORT", "HTTP/2 cleartext port for gRPC (default 3001)"],
+  ["WORKERS", "server processes sharing PORT and GRPC_PORT, 1-64 (default 1: no cluster; docs/workers.md)"],
   ["DATA_DIR", "where SQLite, the key file and process sandboxes live (default ./data)"],
   ["MONGODB_URI", "use MongoDB at this URI instead of SQLite"],
   ["MONGODB_DB", "database name (default: from the URI, else agent_workspace)"],
@@ -93,6 +100,14 @@ export const ENV_DOC: readonly [string, string][] = [
   [
     "SWEEP_INTERVAL_MS",
     "period of the background sweep: sandboxes reconciled with the runtime, crash leftovers removed, stuck start tasks ended (default 30000; 0: off)",
+  ],
+  [
+    "LEASE_MS",
+    "lease of a server on a conversation start it runs; renewed every third of it, and once it expires (the server died) another server sharing the store resumes the start (default 15000)",
+  ],
+  [
+    "SANDBOX_START_TIMEOUT_MS",
+    "time a sandbox may take to start before it is ERROR; also how old a crash's leftover sandbox record must be before it is cleaned up (default 120000)",
   ],
   ["SANDBOX_SPECS_FILE", "JSON file with the sandbox spec list (overrides the defaults)"],
   ["DOCKER_SOCKET", "Docker socket path (default: DOCKER_HOST or /var/run/docker.sock)"],
@@ -246,6 +261,8 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     maxRunningSandboxes: int(env, "MAX_RUNNING_SANDBOXES", 5, 1, 1000),
     maxSandboxesPerUser: int(env, "MAX_SANDBOXES_PER_USER", 20, 1, 100_000),
     sweepIntervalMs: int(env, "SWEEP_INTERVAL_MS", 30_000, 0, 86_400_000),
+    leaseMs: int(env, "LEASE_MS", 15_000, 300, 3_600_000),
+    sandboxStartTimeoutMs: int(env, "SANDBOX_START_TIMEOUT_MS", 120_000, 1000, 3_600_000),
     sandboxSpecsFile: env.SANDBOX_SPECS_FILE || undefined,
     logLevel: level,
     web: loadWebConfig(env, host, cwd, (msg) => new ConfigError(msg)),
@@ -261,6 +278,7 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     webhookBaseUrl,
     sandboxIsolation: isolation,
     sandboxUidBase: int(env, "SANDBOX_UID_BASE", 1_000_000_000, 1000, 4_000_000_000),
+    workers: int(env, "WORKERS", 1, 1, 64),
   };
   return Object.freeze(config);
 }

@@ -1,3 +1,5 @@
+import { randomBytes } from "node:crypto";
+import { hostname } from "node:os";
 import { Counter } from "prom-client";
 import type { Caller } from "../core/context.ts";
 import { PageTokens } from "../core/page-token.ts";
@@ -17,6 +19,7 @@ import type { GitProviderClients } from "../ports/git-provider.ts";
 import type { GitProviderVerifier } from "../ports/git-provider-verifier.ts";
 import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
 import type { Storage } from "../ports/storage.ts";
+import { ChangeFeed } from "../services/change-feed.ts";
 import {
   AppConversationService,
   type AppConversationServiceOptions,
@@ -56,8 +59,13 @@ export interface ContainerDeps {
    * (default: over HTTP), one call's timeout and the repository cache (default 60 s).
    */
   git?: GitDeps;
-  /** Timeouts of conversation starts and live status. */
-  conversations?: Pick<AppConversationServiceOptions, "timeouts" | "liveStatusTimeoutMs" | "shutdownGraceMs">;
+  /** Timeouts of conversation starts and live status, and how long a server's lease on a start lasts. */
+  conversations?: Pick<
+    AppConversationServiceOptions,
+    "timeouts" | "liveStatusTimeoutMs" | "shutdownGraceMs" | "leaseMs" | "maxAttempts"
+  >;
+  /** How long a sandbox may take to start before it is ERROR (default 120 s). */
+  sandboxStartTimeoutMs?: number;
   /**
    * Base URL of this service as sandboxes reach it, read at each sandbox start (for their webhooks); undefined:
    * sandboxes get no webhook URL.
@@ -85,6 +93,8 @@ export interface GitDeps {
 
 export interface Container {
   storage: Storage;
+  /** The store's change log as this server follows it (watches). */
+  changes: ChangeFeed;
   metrics: Metrics;
   keys: ApiKeyService;
   services: {
@@ -118,6 +128,9 @@ export function createContainer(deps: ContainerDeps): Container {
   const keys = new ApiKeyService(storage.apiKeys, { cacheTtlMs: deps.limits.keyRecheckMs });
   const limiter = new RateLimiter(deps.rateLimit.perSecond, deps.rateLimit.burst);
   const store = new UserDataStore(storage.userData);
+  const changes = new ChangeFeed(storage.changes, { log: deps.log });
+  // Names this server in start task leases: host, process, and a random part (a pid may be reused).
+  const leaseOwner = `${hostname()}:${process.pid}:${randomBytes(4).toString("hex")}`;
 
   const hosts = deps.git?.hosts ?? new ProviderHostPolicy();
   const settings = new SettingsService({ store, box, verifier: deps.verifier, hosts });
@@ -138,6 +151,8 @@ export function createContainer(deps: ContainerDeps): Container {
     tokens: pageTokens,
     maxRunning: deps.maxRunningSandboxes,
     maxPerUser: deps.maxSandboxesPerUser,
+    ...(deps.sandboxStartTimeoutMs === undefined ? {} : { startTimeoutMs: deps.sandboxStartTimeoutMs }),
+    changes,
     log: deps.log,
   });
   const conversations = new AppConversationService({
@@ -149,6 +164,12 @@ export function createContainer(deps: ContainerDeps): Container {
     agent: deps.agent ?? new HttpAgentClient(),
     tokens: pageTokens,
     ...deps.conversations,
+    timeouts: {
+      ...(deps.sandboxStartTimeoutMs === undefined ? {} : { sandboxStartMs: deps.sandboxStartTimeoutMs }),
+      ...deps.conversations?.timeouts,
+    },
+    changes,
+    leaseOwner,
     events: storage.events,
     log: deps.log,
     pullRequests: { open: (userId, prs) => git.pullRequestsOpen(userId, prs) },
@@ -165,6 +186,7 @@ export function createContainer(deps: ContainerDeps): Container {
       generateTitle: (record, maxLength) => conversations.generateTitle(record, maxLength),
     },
     tokens: pageTokens,
+    changes,
     log: deps.log,
   });
 
@@ -219,6 +241,7 @@ export function createContainer(deps: ContainerDeps): Container {
 
   return {
     storage,
+    changes,
     metrics,
     keys,
     services: { settings, secrets, sandboxes, specs, conversations, events, git },

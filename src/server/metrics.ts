@@ -156,6 +156,7 @@ export function instrumentStorage(storage: Storage, metrics: Metrics): Storage {
     conversations: wrap("conversations", storage.conversations),
     startTasks: wrap("startTasks", storage.startTasks),
     events: wrap("events", storage.events),
+    changes: wrap("changes", storage.changes, ["subscribe"]),
     ping: () => storage.ping(),
     checkWritable: () => storage.checkWritable(),
     close: () => storage.close(),

@@ -61,6 +61,8 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     limits: config.limits,
     maxSandboxesPerUser: config.maxSandboxesPerUser,
     sweepIntervalMs: config.sweepIntervalMs,
+    leaseMs: config.leaseMs,
+    sandboxStartTimeoutMs: config.sandboxStartTimeoutMs,
     ...(config.webhookBaseUrl === undefined ? {} : { webhookBaseUrl: config.webhookBaseUrl }),
   });
   const log = app.http.log;
@@ -68,9 +70,6 @@ export async function serve(config: Readonly<Config>): Promise<void> {
   if (runtime.kind === "process") warnIsolation(runtime.isolation, log);
   const counts = await app.services.sandboxes.reconcileAll();
   log.info({ sandboxes: counts }, "reconciled recorded sandboxes with the runtime");
-  const interrupted = await app.services.conversations.recoverInterrupted();
-  if (interrupted > 0)
-    log.warn({ startTasks: interrupted }, "marked conversation starts interrupted by the restart as ERROR");
   if (config.web.singleUser)
     log.warn({ host: config.host }, "AUTH_MODE=single-user: requests without a key act as user default");
   if (keyCreated) log.info({ file: config.encryptionKeyFile }, "created encryption key file (mode 0600)");

@@ -1207,6 +1207,93 @@ export function describeStorageContract(name: string, make: () => Promise<Storag
       });
     });
 
+    describe("start task leases", () => {
+      it("the lease owner renews and writes; another name cannot write; release makes it claimable", async () => {
+        const owner = newOwner();
+        const t = startTask(owner, at(1));
+        const until = new Date(Date.now() + 60_000);
+        await storage.startTasks.insert(t, { owner: "server-a", expiresAt: until });
+        expect(await storage.startTasks.update(t.id, { status: "WAITING_FOR_SANDBOX" }, "server-a")).toBe(
+          true,
+        );
+        expect(await storage.startTasks.update(t.id, { status: "ERROR" }, "server-b")).toBe(false);
+        expect((await storage.startTasks.get(t.id, owner))?.status).toBe("WAITING_FOR_SANDBOX");
+        expect(await storage.startTasks.renewLeases("server-a", [t.id, hex()], until)).toStrictEqual([t.id]);
+        expect(await storage.startTasks.renewLeases("server-b", [t.id], until)).toStrictEqual([]);
+        const claimedBefore = await storage.startTasks.claimExpired("server-b", new Date(), until, 1000);
+        expect(claimedBefore.map((c) => c.task.id)).not.toContain(t.id);
+        await storage.startTasks.releaseLeases("server-a", [t.id]);
+        const claimed = await storage.startTasks.claimExpired("server-b", new Date(), until, 1000);
+        const mine = claimed.find((c) => c.task.id === t.id);
+        expect(mine?.task).toStrictEqual({ ...t, status: "WAITING_FOR_SANDBOX" });
+        expect(mine?.attempts).toBe(1);
+        expect(await storage.startTasks.update(t.id, { detail: "late" }, "server-a")).toBe(false);
+        expect(await storage.startTasks.update(t.id, { detail: "mine" }, "server-b")).toBe(true);
+      });
+
+      it("an expired lease is claimed by exactly one of concurrent claimers, with the plan saved", async () => {
+        const owner = newOwner();
+        const t = startTask(owner, at(1));
+        await storage.startTasks.insert(t, { owner: "dead", expiresAt: new Date(Date.now() - 1000) });
+        expect(
+          await storage.startTasks.update(t.id, { plan: { sandboxId: "s1", conversationId: hex() } }, "dead"),
+        ).toBe(true);
+        const until = new Date(Date.now() + 60_000);
+        const results = await Promise.all(
+          ["c1", "c2", "c3", "c4"].map((name) =>
+            storage.startTasks.claimExpired(name, new Date(), until, 1000),
+          ),
+        );
+        const winners = results.flatMap((r, i) => (r.some((c) => c.task.id === t.id) ? [i] : []));
+        expect(winners).toHaveLength(1);
+        const won = results[winners[0] ?? 0]?.find((c) => c.task.id === t.id);
+        expect(won?.plan).toMatchObject({ sandboxId: "s1" });
+        // Finished tasks are never claimed, whatever their lease.
+        const done = startTask(owner, at(2), { status: "READY" });
+        await storage.startTasks.insert(done);
+        const later = await storage.startTasks.claimExpired("c5", new Date(), until, 1000);
+        expect(later.map((c) => c.task.id)).not.toContain(done.id);
+      });
+    });
+
+    describe("change log", () => {
+      it("hands out increasing numbers, reads in order after a position, prunes by age", async () => {
+        const owner = newOwner();
+        const base = await storage.changes.head();
+        const seqs = await storage.changes.append([
+          { ownerId: owner, topic: "sandbox", key: "a", body: '{"n":1}' },
+          { ownerId: owner, topic: "start-task", key: "b", body: '{"n":2}' },
+        ]);
+        const more = await Promise.all(
+          [3, 4, 5].map((n) =>
+            storage.changes.append([{ ownerId: owner, topic: "events", key: "c", body: `{"n":${n}}` }]),
+          ),
+        );
+        const all = [...seqs, ...more.flat()];
+        expect(all.every((n, i) => i === 0 || n > (all[i - 1] ?? 0))).toBe(true);
+        expect(new Set(all).size).toBe(5);
+        expect(seqs[0]).toBeGreaterThan(base);
+        expect(await storage.changes.head()).toBe(Math.max(...all));
+        const read = (await storage.changes.read(base, 100)).filter((c) => c.ownerId === owner);
+        expect(read.map((c) => c.seq)).toStrictEqual(all);
+        expect(read.map((c) => JSON.parse(c.body).n)).toStrictEqual([1, 2, 3, 4, 5]);
+        expect(read[0]).toMatchObject({ topic: "sandbox", key: "a" });
+        expect((await storage.changes.read(all[2] ?? 0, 1)).map((c) => c.seq)).toStrictEqual([all[3]]);
+
+        expect(await storage.changes.prune(new Date(Date.now() - 60_000))).toBe(0);
+        expect(await storage.changes.floor()).toBeLessThan(all[0] ?? 0);
+        await new Promise((r) => setTimeout(r, 5));
+        expect(await storage.changes.prune(new Date())).toBeGreaterThanOrEqual(5);
+        expect(await storage.changes.floor()).toBeGreaterThanOrEqual(Math.max(...all));
+        expect(await storage.changes.read(base, 100)).toStrictEqual([]);
+        // Numbers are never handed out again after pruning.
+        const [next] = await storage.changes.append([
+          { ownerId: owner, topic: "sandbox", key: "d", body: "{}" },
+        ]);
+        expect(next).toBeGreaterThan(Math.max(...all));
+      });
+    });
+
     describe("durability", () => {
       it("keeps every kind of data across close and reopen", async () => {
         const first = await make();

@@ -77,7 +77,10 @@ export const git = (cwd: string, ...args: string[]) =>
     stdio: ["ignore", "pipe", "pipe"],
   });
 
-/** A bare repository with branches: main (setup + pre-commit scripts), feature, broken (failing setup), slow. */
+/**
+ * A bare repository with branches: main (setup + pre-commit scripts), feature, broken (failing setup), slow, and
+ * slow-once (a setup script that is slow only the first time it runs in a workspace).
+ */
 export function createRepository(root: string): string {
   const work = join(root, "work");
   const bareDir = join(root, "project.git");
@@ -101,6 +104,9 @@ export function createRepository(root: string): string {
     ".openhands/setup.sh": '#!/bin/bash\necho "installing deps"\necho "npm ERR! boom" >&2\nexit 3\n',
   });
   onBranch("slow", { ".openhands/setup.sh": "#!/bin/bash\nsleep 30\n" });
+  onBranch("slow-once", {
+    ".openhands/setup.sh": "#!/bin/bash\nif [ ! -f ../.slow-once ]; then touch ../.slow-once; sleep 30; fi\n",
+  });
   git(work, "checkout", "-q", "main");
   mkdirSync(join(work, ".openhands"));
   writeFileSync(
@@ -114,7 +120,7 @@ export function createRepository(root: string): string {
   git(work, "add", ".");
   git(work, "commit", "-q", "-m", "openhands scripts");
   git(work, "remote", "add", "origin", bareDir);
-  git(work, "push", "-q", "origin", "main", "feature", "broken", "slow");
+  git(work, "push", "-q", "origin", "main", "feature", "broken", "slow", "slow-once");
   return bareDir;
 }
 

@@ -12,6 +12,10 @@ const READS = new Set([
   "findByHash",
   "listUnfinished",
   "changeToken",
+  "read",
+  "head",
+  "floor",
+  "subscribe",
 ]);
 
 /** Which writes fail: none (null), all, or those a predicate picks (repository name, method name). */
@@ -55,6 +59,7 @@ export function withWriteFaults(storage: Storage): { storage: Storage; faults: W
       conversations: guard("conversations", storage.conversations),
       startTasks: guard("startTasks", storage.startTasks),
       events: guard("events", storage.events),
+      changes: guard("changes", storage.changes),
       ping: () => storage.ping(),
       checkWritable: () =>
         faults.fail?.("storage", "checkWritable")

@@ -20,6 +20,8 @@ export interface StandinCall {
   op:
     | "createIndex"
     | "insertOne"
+    | "insertMany"
+    | "findOneAndUpdate"
     | "findOne"
     | "find"
     | "updateOne"
@@ -180,6 +182,56 @@ export class MongoStandinCollection {
     this.#checkUnique(stored, undefined);
     this.documents.push(stored);
     return { acknowledged: true, insertedId: stored._id };
+  }
+
+  /** Ordered: stops at the first failure, keeping the documents inserted before it (the driver's default). */
+  async insertMany(
+    docs: StandinDoc[],
+    options: StandinDoc = {},
+  ): Promise<{ acknowledged: true; insertedCount: number }> {
+    await tick();
+    this.#record({ op: "insertMany", options: clone(options) });
+    for (const doc of docs) {
+      const stored = clone(doc);
+      if (stored._id === undefined) stored._id = new ObjectId();
+      this.#checkUnique(stored, undefined);
+      this.documents.push(stored);
+    }
+    return { acknowledged: true, insertedCount: docs.length };
+  }
+
+  /** Atomic (no other call runs between the match and the write); returns the document before or after. */
+  async findOneAndUpdate(
+    filter: StandinDoc,
+    modifier: StandinDoc,
+    options: StandinDoc = {},
+  ): Promise<StandinDoc | null> {
+    await tick();
+    this.#record({
+      op: "findOneAndUpdate",
+      filter: clone(filter),
+      update: clone(modifier),
+      options: clone(options),
+    });
+    const query = new Query<StandinDoc>(filter, {});
+    const position = this.documents.findIndex((d) => query.test(d));
+    const current = this.documents[position];
+    if (current === undefined) {
+      if (options.upsert !== true) return null;
+      const created: StandinDoc = {};
+      for (const [k, v] of Object.entries(filter))
+        if (!k.startsWith("$") && !isOperatorObject(v)) created[k] = clone(v);
+      update(created, clone(modifier));
+      if (created._id === undefined) created._id = new ObjectId();
+      this.#checkUnique(created, undefined);
+      this.documents.push(created);
+      return options.returnDocument === "after" ? clone(created) : null;
+    }
+    const next = clone(current);
+    update(next, clone(modifier));
+    this.#checkUnique(next, position);
+    this.documents[position] = next;
+    return clone(options.returnDocument === "after" ? next : current);
   }
 
   async findOne(filter: StandinDoc = {}): Promise<StandinDoc | null> {

@@ -6,10 +6,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { newHexId } from "../../src/core/ids.ts";
-import type { StartTaskRecord } from "../../src/ports/conversation-repository.ts";
 import { createProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
-import { INTERRUPTED_DETAIL } from "../../src/services/conversations/app-conversation-service.ts";
 import {
   settle,
   startConversationApp,
@@ -25,7 +22,7 @@ beforeAll(async () => {
 afterAll(stopConversationApp);
 
 describe("restart safety", () => {
-  it("a start cut off by a shutdown ends in ERROR; unfinished tasks found at start-up are marked ERROR", async () => {
+  it("a start cut off by a shutdown is handed over: the restarted server resumes it in the same sandbox", async () => {
     const dir = mkdtempSync(join(tmpdir(), "aws-restart-"));
     const encryptionKey = randomBytes(32);
     const unisolated = () =>
@@ -40,16 +37,17 @@ describe("restart safety", () => {
     const key = await first.keyFor("frank");
     const r = await call(first.url, key, "POST", "/api/v1/app-conversations", {
       selected_repository: bare,
-      selected_branch: "slow",
+      selected_branch: "slow-once",
     });
     const id = (r.body as Task).id;
     const deadline = Date.now() + 10_000;
+    let cut: Task | undefined;
     for (;;) {
-      const task = (
+      cut = (
         (await call(first.url, key, "GET", `/api/v1/app-conversations/start-tasks?ids=${id}`)).body as Task[]
       )[0];
-      if (task?.status === "RUNNING_SETUP_SCRIPT") break;
-      if (Date.now() > deadline) throw new Error(`setup script not reached: ${JSON.stringify(task)}`);
+      if (cut?.status === "RUNNING_SETUP_SCRIPT") break;
+      if (Date.now() > deadline) throw new Error(`setup script not reached: ${JSON.stringify(cut)}`);
       await new Promise((r) => setTimeout(r, 10));
     }
     const stopping = Date.now();
@@ -60,31 +58,20 @@ describe("restart safety", () => {
     const second = await startTestApp({ dir, encryptionKey, runtime: secondRuntime });
     try {
       const key2 = await second.keyFor("frank");
-      const cut = await settle(key2, id, 1000, second);
-      expect(cut.status).toBe("ERROR");
-      expect(cut.detail).toContain("the server shut down");
-      // A task left behind by a process that died without a shutdown (written directly, as it would be found).
-      const orphan: StartTaskRecord = {
-        id: newHexId(),
-        ownerId: "frank",
-        status: "PREPARING_REPOSITORY",
-        detail: null,
-        appConversationId: null,
-        sandboxId: cut.sandbox_id,
-        agentServerUrl: null,
-        request: {},
-        createdAt: new Date(),
-        updatedAt: new Date(),
+      // The restarted server took the task over at once and ran it on from its last state.
+      const resumed = await settle(key2, id, 20_000, second);
+      expect(resumed).toMatchObject({ status: "READY", sandbox_id: cut.sandbox_id });
+      const sandboxes = (await call(second.url, key2, "GET", "/api/v1/sandboxes/search")).body as {
+        items: { id: string }[];
       };
-      await second.storage.startTasks.insert(orphan);
-      expect(await second.app.services.conversations.recoverInterrupted()).toBe(1);
-      const recovered = await settle(key2, orphan.id, 1000, second);
-      expect(recovered).toMatchObject({ status: "ERROR", detail: INTERRUPTED_DETAIL });
-      expect(await second.app.services.conversations.recoverInterrupted()).toBe(0);
-      // The sandbox kept across the restart is still the user's and can be removed.
-      expect((await call(second.url, key2, "DELETE", `/api/v1/sandboxes/${cut.sandbox_id}`)).body).toEqual({
-        success: true,
-      });
+      expect(sandboxes.items.map((s) => s.id)).toEqual([cut.sandbox_id]);
+      const conversation = await call(
+        second.url,
+        key2,
+        "GET",
+        `/api/v1/app-conversations?ids=${resumed.app_conversation_id}`,
+      );
+      expect((conversation.body as { sandbox_id: string }[])[0]?.sandbox_id).toBe(cut.sandbox_id);
       // New starts work on the restarted server.
       const again = await settle(
         key2,
@@ -93,6 +80,11 @@ describe("restart safety", () => {
         second,
       );
       expect(again.status).toBe("READY");
+      // The sandboxes kept across the restart are still the user's and can be removed.
+      for (const sandboxId of [cut.sandbox_id, again.sandbox_id])
+        expect((await call(second.url, key2, "DELETE", `/api/v1/sandboxes/${sandboxId}`)).body).toEqual({
+          success: true,
+        });
     } finally {
       await second.close();
       await secondRuntime.killAll();

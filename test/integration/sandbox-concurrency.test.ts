@@ -14,7 +14,6 @@ import { probeAlive } from "../../src/sandbox/agent-health.ts";
 import { createProcessRuntime, type ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { readProcStat } from "../../src/sandbox-agent/proc-tree.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
-import { STUCK_DETAIL } from "../../src/services/conversations/conversation-start.ts";
 import { type WriteFaults, withWriteFaults } from "../helpers/faulty-storage.ts";
 import { connectClient, grpcClient } from "../helpers/rpc-clients.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
@@ -283,27 +282,36 @@ describe("per-user cap, crash leftovers, storage faults", () => {
     });
   }, 60_000);
 
-  it("a start task left unfinished by a start that is no longer running ends in ERROR through the sweep", async () => {
+  it("a start task left by a server that died (its lease expired) is resumed by this one, to READY", async () => {
     const old = new Date(Date.now() - 10 * 60_000);
     const id = randomBytes(16).toString("hex");
-    await t.storage.startTasks.insert({
-      id,
-      ownerId: "capped",
-      status: "PREPARING_REPOSITORY",
-      detail: null,
-      appConversationId: null,
-      sandboxId: null,
-      agentServerUrl: null,
-      request: {},
-      createdAt: old,
-      updatedAt: old,
-    });
-    await t.app.sweep();
-    expect(await t.storage.startTasks.get(id, "capped")).toMatchObject({
-      status: "ERROR",
-      detail: STUCK_DETAIL,
-    });
-  });
+    await t.storage.startTasks.insert(
+      {
+        id,
+        ownerId: "resumer",
+        status: "PREPARING_REPOSITORY",
+        detail: null,
+        appConversationId: null,
+        sandboxId: null,
+        agentServerUrl: null,
+        request: {},
+        createdAt: old,
+        updatedAt: old,
+      },
+      { owner: "a-server-that-died", expiresAt: new Date(Date.now() - 1000) },
+    );
+    expect(await t.app.services.conversations.maintainLeases()).toBe(1);
+    const deadline = Date.now() + 30_000;
+    let task = await t.storage.startTasks.get(id, "resumer");
+    while (task?.status !== "READY" && task?.status !== "ERROR" && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 50));
+      task = await t.storage.startTasks.get(id, "resumer");
+    }
+    expect(task).toMatchObject({ status: "READY", detail: null });
+    expect(await t.storage.conversations.get(task?.appConversationId ?? "", "resumer")).not.toBeNull();
+    // The task is this server's now: the dead server's name no longer writes it.
+    expect(await t.storage.startTasks.update(id, { detail: "late" }, "a-server-that-died")).toBe(false);
+  }, 40_000);
 
   it("/ready answers 503 while storage refuses writes, 200 once it accepts them", async () => {
     expect((await call(t.url, undefined, "GET", "/ready")).body).toMatchObject({

@@ -57,6 +57,7 @@ describe("instrumentStorage", () => {
         conversations: plain,
         startTasks: plain,
         events: plain,
+        changes: plain,
         ping: async () => {},
         close: async () => {},
       } as unknown as Storage,

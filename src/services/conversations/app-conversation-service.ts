@@ -1,4 +1,4 @@
-import { EventEmitter, on } from "node:events";
+import { EventEmitter } from "node:events";
 import { setTimeout as sleep } from "node:timers/promises";
 import { create } from "@bufbuild/protobuf";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
@@ -45,6 +45,7 @@ import {
 import { SandboxStatus } from "../../gen/workspace/v1/sandbox_pb.js";
 import type { AgentClient } from "../../ports/agent-client.ts";
 import type {
+  ClaimedStartTask,
   ConversationFilter,
   ConversationRecord,
   ConversationRepository,
@@ -53,6 +54,7 @@ import type {
   StartTaskRepository,
 } from "../../ports/conversation-repository.ts";
 import type { EventRepository } from "../../ports/event-repository.ts";
+import type { ChangeFeed } from "../change-feed.ts";
 import { checkBatch, readPage } from "../paging.ts";
 import type { LiveSandbox, SandboxService } from "../sandboxes/sandbox-service.ts";
 import type { SecretsService } from "../secrets/secrets-service.ts";
@@ -67,16 +69,18 @@ import {
   triggerFromName,
 } from "./conversation-json.ts";
 import {
+  HAND_OVER,
   runStartFlow,
   SHUTDOWN_DETAIL,
   type StartFlowDeps,
   type StartFlowTimeouts,
-  sweepStartTasks,
+  saveUnsavedEnds,
 } from "./conversation-start.ts";
 import { branchProblem, repositoryProblem } from "./workspace-commands.ts";
 
-/** The detail of a task found unfinished when the server starts. */
-export const INTERRUPTED_DETAIL = "Interrupted by a server restart; start the conversation again";
+/** The detail of a task whose start was cut off too many times to go on. */
+export const TOO_MANY_ATTEMPTS_DETAIL =
+  "The start was interrupted too many times (each server running it stopped); start the conversation again";
 
 export interface AppConversationServiceOptions {
   conversations: ConversationRepository;
@@ -102,6 +106,17 @@ export interface AppConversationServiceOptions {
   onConversationCreated?: (record: ConversationRecord) => void;
   /** Pull request states, for the microagent management listing (default: every pull request counts as open). */
   pullRequests?: PullRequestStates;
+  /** The store's change feed: start task states are published there, and stream-start follows it. */
+  changes: ChangeFeed;
+  /** This server's name as the owner of start task leases (unique per process). */
+  leaseOwner: string;
+  /**
+   * How long a lease lasts (default 15 s): renewed every third of it while the start runs; once expired, any
+   * server resumes the task. Also the period of that check.
+   */
+  leaseMs?: number;
+  /** How many servers may take a task over before it ends in ERROR (default 3). */
+  maxAttempts?: number;
 }
 
 /** Whether pull requests are still open, as a user's own git provider tokens see them. */
@@ -124,8 +139,6 @@ interface RunningStart {
 }
 
 const TERMINAL = new Set(["READY", "ERROR"]);
-/** Starts that named their conversation id, remembered (by owner and id) until READY; failed ones are kept too. */
-const PENDING_STARTS = 1000;
 const MAX_TITLE = 200;
 
 /**
@@ -137,16 +150,19 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
   readonly #o: AppConversationServiceOptions;
   readonly #clock: Clock;
   readonly #flow: StartFlowDeps;
+  /** Local listeners of task states (metrics). */
   readonly #events = new EventEmitter({ captureRejections: false });
   readonly #running = new Map<string, RunningStart>();
-  /** "<owner>:<conversation id>" → id of the latest start task that named that conversation id. */
-  readonly #pendingByConversation = new Map<string, string>();
+  readonly #leaseMs: number;
+  #leaseTimer: NodeJS.Timeout | null = null;
+  #leaseTick: Promise<void> | null = null;
   #closing = false;
 
   constructor(options: AppConversationServiceOptions) {
     this.#o = options;
     this.#clock = options.clock ?? systemClock;
     this.#events.setMaxListeners(0);
+    this.#leaseMs = options.leaseMs ?? 15_000;
     const log = options.log ?? (() => {});
     this.#flow = {
       startTasks: options.startTasks,
@@ -162,13 +178,9 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
         setupScriptSeconds: 600,
         ...options.timeouts,
       },
-      onChange: (task) => {
-        if (task.status === "READY" && task.appConversationId !== null)
-          this.#pendingByConversation.delete(`${task.ownerId}:${task.appConversationId}`);
-        this.#events.emit(`task:${task.id}`, task);
-        this.#events.emit("task-status", task.status);
-      },
+      onChange: (task) => this.#changed(task),
       log,
+      leaseOwner: options.leaseOwner,
       unsaved: new Map(),
       ...(options.onConversationCreated === undefined
         ? {}
@@ -176,12 +188,55 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
     };
   }
 
-  /** The periodic start-task sweep (see {@link sweepStartTasks}); returns how many tasks it ended. */
-  sweepStartTasks(graceMs?: number): Promise<number> {
-    return sweepStartTasks(this.#flow, this.#running, graceMs);
+  /** The periodic sweep: saves start ends whose save failed; returns how many it saved. */
+  sweepStartTasks(): Promise<number> {
+    return saveUnsavedEnds(this.#flow);
   }
 
-  /** Persists a start task (WORKING) and returns it; the start runs in the background. */
+  /**
+   * Keeps this server's leases and takes over expired ones, every third of the lease (until shutdown); the first
+   * round runs at once, so a restarted server resumes what it left.
+   */
+  startLeases(): void {
+    if (this.#leaseTimer !== null || this.#closing) return;
+    const tick = () => {
+      this.#leaseTick ??= this.maintainLeases()
+        .then(
+          () => undefined,
+          (err: unknown) => this.#flow.log("start task leases could not be kept", { error: String(err) }),
+        )
+        .finally(() => {
+          this.#leaseTick = null;
+        });
+    };
+    this.#leaseTimer = setInterval(tick, Math.max(50, Math.floor(this.#leaseMs / 3))).unref();
+    tick();
+  }
+
+  /**
+   * One lease round: renews the leases of the starts running here (a start whose lease another server took is
+   * stopped), then claims the unfinished tasks whose lease expired and resumes each from its last saved state.
+   * Returns how many it resumed.
+   */
+  async maintainLeases(): Promise<number> {
+    const owner = this.#flow.leaseOwner;
+    const now = this.#clock.now();
+    const expiresAt = new Date(now.getTime() + this.#leaseMs);
+    const mine = [...this.#running.keys()];
+    if (mine.length > 0) {
+      const held = new Set(await this.#o.startTasks.renewLeases(owner, mine, expiresAt));
+      for (const id of mine)
+        if (!held.has(id) && this.#running.has(id)) {
+          this.#flow.log("start task lease lost; stopping this run", { taskId: id });
+          this.#running.get(id)?.abort.abort(HAND_OVER);
+        }
+    }
+    if (this.#closing) return 0;
+    const claimed = await this.#o.startTasks.claimExpired(owner, now, expiresAt, 20);
+    for (const c of claimed) await this.#resume(c);
+    return claimed.length;
+  }
+
   /** Calls `listener` with the state a start task enters, on every change (metrics). */
   onTaskChange(listener: (status: string) => void): void {
     this.#events.on("task-status", listener);
@@ -197,7 +252,10 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
     return { $typeName: "workspace.v1.StartAppConversationResponse", task: toTask(task) };
   }
 
-  /** Starts like startAppConversation, then streams every state of the task until READY or ERROR. */
+  /**
+   * Starts like startAppConversation, then streams every state of the task until READY or ERROR, whichever server
+   * runs it (a server that resumes it after this one stopped included).
+   */
   async *streamStartAppConversation(
     req: StreamStartAppConversationRequest,
     ctx: HandlerContext,
@@ -205,27 +263,29 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
     const { userId } = requireCaller(ctx);
     const request = checkStartRequest(req.request);
     const id = newHexId();
-    // Subscribe before the start runs, so that no state is missed.
-    const changes = on(this.#events, `task:${id}`, { signal: ctx.signal }) as AsyncIterableIterator<
-      [StartTaskRecord]
-    >;
     const wrap = (t: StartTaskRecord): StreamStartAppConversationResponse => ({
       $typeName: "workspace.v1.StreamStartAppConversationResponse",
       task: toTask(t),
     });
+    // The log position before the start runs, so that no state is missed.
+    const from = await this.#o.changes.head();
+    const task = await this.#begin(userId, request, id);
+    yield wrap(task);
+    if (TERMINAL.has(task.status)) return;
     try {
-      const task = await this.#begin(userId, request, id);
-      yield wrap(task);
-      if (TERMINAL.has(task.status)) return;
-      for await (const [t] of changes) {
+      for await (const c of this.#o.changes.follow(
+        from,
+        (c) => c.topic === "start-task" && c.key === id && c.ownerId === userId,
+        ctx.signal,
+      )) {
+        const t = parseTaskChange(c.body);
+        if (t === null) continue;
         yield wrap(t);
         if (TERMINAL.has(t.status)) return;
       }
     } catch (err) {
       // The client went away: the start goes on in the background.
       if ((err as { name?: string }).name !== "AbortError") throw err;
-    } finally {
-      await changes.return?.();
     }
   }
 
@@ -331,8 +391,7 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
         ...(conversation ? { conversation } : {}),
       };
     }
-    const taskId = this.#pendingByConversation.get(`${userId}:${id}`);
-    const task = taskId === undefined ? null : await this.#o.startTasks.get(taskId, userId);
+    const task = await this.#o.startTasks.findPending(userId, id);
     return {
       $typeName: "workspace.v1.GetAppConversationResponse",
       ...(task === null ? {} : { startTask: toTask(task) }),
@@ -448,7 +507,6 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
       await this.#o.events?.deleteConversation(cid, userId);
       const gone = await this.#o.conversations.delete(cid, userId);
       if (cid === id) deleted = gone;
-      this.#pendingByConversation.delete(`${userId}:${cid}`);
     }
     let sandboxDeleted = false;
     const others = await this.#o.conversations.count(userId, {
@@ -456,7 +514,7 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
       sandboxIdEq: record.sandboxId,
     });
     // A start still running in the sandbox will use it too.
-    const starting = this.#running.size > 0 && (await this.#startingIn(userId, record.sandboxId));
+    const starting = await this.#startingIn(userId, record.sandboxId);
     if (others === 0 && !starting) {
       try {
         await this.#o.sandboxes.deleteSandbox(
@@ -505,35 +563,26 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
   // ---- lifecycle ----
 
   /**
-   * Start-up recovery: every task left unfinished by an earlier server process (found in storage, not running
-   * here) is set to ERROR with {@link INTERRUPTED_DETAIL}, so no client waits for it forever. Returns how many.
-   * Assumes one server per data store, as sandbox reconciliation does.
-   */
-  async recoverInterrupted(): Promise<number> {
-    let n = 0;
-    for (const t of await this.#o.startTasks.listUnfinished()) {
-      if (this.#running.has(t.id)) continue;
-      const updatedAt = this.#clock.now();
-      if (await this.#o.startTasks.update(t.id, { status: "ERROR", detail: INTERRUPTED_DETAIL, updatedAt })) {
-        this.#events.emit(`task:${t.id}`, { ...t, status: "ERROR", detail: INTERRUPTED_DETAIL, updatedAt });
-        this.#events.emit("task-status", "ERROR");
-        n++;
-      }
-    }
-    return n;
-  }
-
-  /**
-   * Refuses new starts, lets running ones finish for up to `graceMs` (default: the option), then cuts the rest
-   * off: they end in ERROR ("Interrupted: the server shut down ..."). Resolves once every start has saved its end.
+   * Refuses new starts, lets running ones finish for up to `graceMs` (default: the option), then hands the rest
+   * over: each stops where it is and its lease is released at once, so that another server sharing the store (or
+   * this one, restarted) resumes it. Resolves once every start here has stopped.
    */
   async shutdown(graceMs = this.#o.shutdownGraceMs ?? 10_000): Promise<void> {
     this.#closing = true;
+    if (this.#leaseTimer !== null) clearInterval(this.#leaseTimer);
+    this.#leaseTimer = null;
+    await this.#leaseTick;
     // No start begins from now on (#begin refuses or ends them), so the running set only shrinks.
     const all = () => Promise.all([...this.#running.values()].map((r) => r.done));
     if (this.#running.size > 0) await Promise.race([all(), sleep(graceMs, undefined, { ref: false })]);
-    for (const r of this.#running.values()) r.abort.abort(new Error("server shutdown"));
+    const cut = [...this.#running.keys()];
+    for (const r of this.#running.values()) r.abort.abort(HAND_OVER);
     await all();
+    if (cut.length > 0)
+      await this.#o.startTasks.releaseLeases(this.#flow.leaseOwner, cut).catch((err: unknown) =>
+        // They expire on their own; another server resumes them then.
+        this.#flow.log("start task leases could not be released", { error: String(err) }),
+      );
   }
 
   // ---- internals ----
@@ -553,31 +602,83 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
       createdAt: now,
       updatedAt: now,
     };
-    await this.#o.startTasks.insert(task);
-    if (request.conversationId !== undefined) {
-      if (this.#pendingByConversation.size >= PENDING_STARTS) {
-        const oldest = this.#pendingByConversation.keys().next();
-        if (oldest.done !== true) this.#pendingByConversation.delete(oldest.value);
-      }
-      this.#pendingByConversation.set(`${userId}:${request.conversationId}`, id);
-    }
+    // The conversation id is chosen now and stored with the task: any server finds the start by it (the legacy
+    // create names its conversation) and a resumed start asks the agent for the same one.
+    const plan = { conversationId: request.conversationId ?? newHexId() };
+    await this.#o.startTasks.insert(
+      task,
+      { owner: this.#flow.leaseOwner, expiresAt: new Date(now.getTime() + this.#leaseMs) },
+      plan,
+    );
     if (this.#closing) {
       // Shutdown began while the task was being saved: end it rather than start work nobody waits for.
       await this.#o.startTasks.update(id, { status: "ERROR", detail: SHUTDOWN_DETAIL, updatedAt: now });
       return { ...task, status: "ERROR", detail: SHUTDOWN_DETAIL };
     }
-    const abort = new AbortController();
-    const done = runStartFlow(this.#flow, task, request, abort.signal).finally(() =>
-      this.#running.delete(id),
-    );
-    this.#running.set(id, { done, abort });
+    this.#run(task, request, { task, plan, attempts: 0 });
     return task;
   }
 
-  /** Whether one of the user's running starts is using the sandbox. */
+  /** Runs a start here: a new one (attempts 0) or one taken over (from the state it had reached). */
+  #run(task: StartTaskRecord, request: AppConversationStartRequest, from: ClaimedStartTask): void {
+    const abort = new AbortController();
+    const done = runStartFlow(this.#flow, task, request, abort.signal, {
+      plan: from.plan,
+      reached: from.attempts === 0 ? null : from.task.status,
+    }).finally(() => this.#running.delete(task.id));
+    this.#running.set(task.id, { done, abort });
+  }
+
+  /** Resumes a task this server just claimed (its lease had expired): from its last saved state. */
+  async #resume(claimed: ClaimedStartTask): Promise<void> {
+    const t = claimed.task;
+    if (this.#running.has(t.id)) return;
+    const maxAttempts = this.#o.maxAttempts ?? 3;
+    if (claimed.attempts > maxAttempts) {
+      const ended = {
+        ...t,
+        status: "ERROR" as const,
+        detail: TOO_MANY_ATTEMPTS_DETAIL,
+        updatedAt: this.#clock.now(),
+      };
+      if (
+        await this.#o.startTasks.update(
+          t.id,
+          { status: ended.status, detail: ended.detail, updatedAt: ended.updatedAt },
+          this.#flow.leaseOwner,
+        )
+      )
+        this.#changed(ended);
+      return;
+    }
+    this.#flow.log("resuming start task", {
+      taskId: t.id,
+      status: t.status,
+      attempt: claimed.attempts,
+      plan: claimed.plan,
+    });
+    let request: AppConversationStartRequest;
+    try {
+      request = checkStartRequest(startRequestFromJson(t.request));
+    } catch {
+      request = create(AppConversationStartRequestSchema);
+    }
+    this.#run(t, request, claimed);
+  }
+
+  /** A task entered a state (saved by this server): tell watchers on every server, and local listeners. */
+  #changed(task: StartTaskRecord): void {
+    this.#events.emit("task-status", task.status);
+    void this.#o.changes.publish([
+      { ownerId: task.ownerId, topic: "start-task", key: task.id, body: JSON.stringify(task) },
+    ]);
+  }
+
+  /** Whether one of the user's unfinished starts is using the sandbox. */
   async #startingIn(userId: string, sandboxId: string): Promise<boolean> {
-    const tasks = await this.#o.startTasks.getMany([...this.#running.keys()], userId);
-    return tasks.some((t) => t.sandboxId === sandboxId && !TERMINAL.has(t.status));
+    // Any server's: unfinished tasks are few (they end within minutes).
+    const tasks = await this.#o.startTasks.listUnfinished();
+    return tasks.some((t) => t.ownerId === userId && t.sandboxId === sandboxId);
   }
 
   /** Stored conversations plus live sandbox status and, for RUNNING sandboxes, the agent's execution status. */
@@ -643,6 +744,16 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
         : {}),
       ...(running && info?.sessionApiKey !== undefined ? { sessionApiKey: info.sessionApiKey } : {}),
     };
+  }
+}
+
+/** A start task as logged by {@link AppConversationService} (JSON of the record), or null. */
+function parseTaskChange(body: string): StartTaskRecord | null {
+  try {
+    const t = JSON.parse(body) as StartTaskRecord & { createdAt: string; updatedAt: string };
+    return { ...t, createdAt: new Date(t.createdAt), updatedAt: new Date(t.updatedAt) };
+  } catch {
+    return null;
   }
 }
 

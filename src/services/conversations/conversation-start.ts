@@ -7,16 +7,19 @@ import type { JsonObject } from "@bufbuild/protobuf";
 import { ConnectError } from "@connectrpc/connect";
 import type { Clock } from "../../core/clock.ts";
 import { StorageUnavailableError } from "../../core/errors.ts";
-import { parseHexId } from "../../core/ids.ts";
+import { newHexId, parseHexId } from "../../core/ids.ts";
 import type { AppConversationStartRequest } from "../../gen/workspace/v1/app_conversation_pb.js";
 import { AgentCallError, type AgentClient, type AgentEndpoint } from "../../ports/agent-client.ts";
 import type {
   ConversationRecord,
   ConversationRepository,
+  StartTaskPatch,
+  StartTaskPlan,
   StartTaskRecord,
   StartTaskRepository,
+  StartTaskStatus,
 } from "../../ports/conversation-repository.ts";
-import type { LiveSandbox, SandboxService } from "../sandboxes/sandbox-service.ts";
+import { type LiveSandbox, newSandboxId, type SandboxService } from "../sandboxes/sandbox-service.ts";
 import type { SecretsService } from "../secrets/secrets-service.ts";
 import { PROVIDERS } from "../settings/settings-fields.ts";
 import type { ConversationConfig, SettingsService } from "../settings/settings-service.ts";
@@ -63,7 +66,36 @@ export interface StartFlowDeps {
   /** Final states (READY/ERROR) whose save failed, by task id: {@link sweepStartTasks} saves them later. */
   unsaved?: Map<string, StartTaskRecord>;
   log: (msg: string, data?: Record<string, unknown>) => void;
+  /** This server's lease owner name: every save is a compare-and-set on it (see StartTaskRepository). */
+  leaseOwner: string;
 }
+
+/** Where a start resumes: the ids it had planned and the last state it saved (null: a new start). */
+export interface StartResume {
+  plan: StartTaskPlan;
+  reached: StartTaskStatus | null;
+}
+
+/** The steps in order; a resumed start skips the completed ones that need not run again. */
+const STEPS: readonly StartTaskStatus[] = [
+  "WORKING",
+  "WAITING_FOR_SANDBOX",
+  "PREPARING_REPOSITORY",
+  "RUNNING_SETUP_SCRIPT",
+  "SETTING_UP_GIT_HOOKS",
+  "SETTING_UP_SKILLS",
+  "STARTING_CONVERSATION",
+];
+
+/** Raised when a save finds the task's lease taken by another server: this run stops, the other one goes on. */
+export class LeaseLostError extends Error {
+  constructor(taskId: string) {
+    super(`start task ${taskId} is now run by another server`);
+  }
+}
+
+/** Why a start was aborted: a shutdown hands it over (its lease is released, another server resumes it). */
+export const HAND_OVER = new Error("server shutdown: the start is handed over");
 
 /** A failure whose message is meant for the user (it becomes the task's detail as is). */
 export class StartError extends Error {}
@@ -72,63 +104,43 @@ export class StartError extends Error {}
 export const SHUTDOWN_DETAIL =
   "Interrupted: the server shut down before the conversation was ready; start the conversation again";
 
-/** The detail of a task the sweep found unfinished, not running and not updated for a while. */
-export const STUCK_DETAIL =
-  "The start stopped making progress (its state could not be saved); start the conversation again";
-
-/** How long an unfinished task not running on this server may go without an update before the sweep ends it. */
-export const STUCK_TASK_GRACE_MS = 60_000;
-
 /**
- * The start-task sweep (periodic): saves the final states whose save failed (kept in `deps.unsaved`), then ends
- * in ERROR ({@link STUCK_DETAIL}) every unfinished task that is not running here (`running`) and was not updated
- * for `graceMs`: its start was cut off without its end being saved. Each write is retried at the next sweep if it
- * fails. Like start-up recovery, assumes one server per data store. Returns how many tasks it ended.
+ * Saves the final states whose save failed (kept in `deps.unsaved`); each is retried at the next sweep while it
+ * still fails. Returns how many were saved.
  */
-export async function sweepStartTasks(
-  deps: Pick<StartFlowDeps, "startTasks" | "clock" | "onChange" | "log" | "unsaved">,
-  running: { has(id: string): boolean },
-  graceMs = STUCK_TASK_GRACE_MS,
+export async function saveUnsavedEnds(
+  deps: Pick<StartFlowDeps, "startTasks" | "log" | "unsaved" | "leaseOwner">,
 ): Promise<number> {
-  let ended = 0;
+  let saved = 0;
   for (const [id, task] of deps.unsaved ?? []) {
     try {
-      await deps.startTasks.update(id, {
-        status: task.status,
-        detail: task.detail,
-        updatedAt: task.updatedAt,
-      });
+      await deps.startTasks.update(
+        id,
+        { status: task.status, detail: task.detail, updatedAt: task.updatedAt },
+        deps.leaseOwner,
+      );
       deps.unsaved?.delete(id);
-      ended++;
+      saved++;
     } catch (err) {
       deps.log("start task end still cannot be saved", { taskId: id, error: String(err) });
     }
   }
-  const before = deps.clock.now().getTime() - graceMs;
-  for (const t of await deps.startTasks.listUnfinished()) {
-    if (running.has(t.id) || deps.unsaved?.has(t.id) || t.updatedAt.getTime() >= before) continue;
-    const updatedAt = deps.clock.now();
-    try {
-      if (await deps.startTasks.update(t.id, { status: "ERROR", detail: STUCK_DETAIL, updatedAt })) {
-        deps.log("ended a stuck start task", { taskId: t.id, status: t.status });
-        deps.onChange({ ...t, status: "ERROR", detail: STUCK_DETAIL, updatedAt });
-        ended++;
-      }
-    } catch (err) {
-      deps.log("stuck start task cannot be ended yet", { taskId: t.id, error: String(err) });
-    }
-  }
-  return ended;
+  return saved;
 }
 
-/** Runs one start to READY or ERROR. Never rejects; the task's final state is saved (and reported) either way. */
+/**
+ * Runs one start (new, or resumed from `resume`) to READY or ERROR. Never rejects; the task's final state is saved
+ * (and reported) either way, except when the run stops because another server took the task over or because a
+ * shutdown handed it over ({@link HAND_OVER}): then whoever resumes it saves its end.
+ */
 export async function runStartFlow(
   deps: StartFlowDeps,
   task: StartTaskRecord,
   request: AppConversationStartRequest,
   signal: AbortSignal,
+  resume: StartResume = { plan: {}, reached: null },
 ): Promise<void> {
-  const flow = new StartFlow(deps, task, request, signal);
+  const flow = new StartFlow(deps, task, request, signal, resume);
   await flow.run();
 }
 
@@ -147,6 +159,9 @@ class StartFlow {
   readonly #task: StartTaskRecord;
   readonly #req: AppConversationStartRequest;
   readonly #signal: AbortSignal;
+  readonly #plan: StartTaskPlan;
+  /** Index in STEPS of the last state saved before this run (-1: a new start). */
+  readonly #reached: number;
   /** Secret values in play (tokens, keys): never written into a detail or a log line. */
   readonly #secrets: string[] = [];
 
@@ -155,17 +170,34 @@ class StartFlow {
     task: StartTaskRecord,
     request: AppConversationStartRequest,
     signal: AbortSignal,
+    resume: StartResume,
   ) {
     this.#d = deps;
     this.#task = { ...task };
     this.#req = request;
     this.#signal = signal;
+    this.#plan = { ...resume.plan };
+    this.#reached = resume.reached === null ? -1 : STEPS.indexOf(resume.reached);
+  }
+
+  /** Whether a resumed start had finished `step` (it had saved a later state). */
+  #past(step: StartTaskStatus): boolean {
+    return this.#reached > STEPS.indexOf(step);
   }
 
   async run(): Promise<void> {
     try {
       await this.#steps();
     } catch (err) {
+      if (err instanceof LeaseLostError || (this.#signal.aborted && this.#signal.reason === HAND_OVER)) {
+        this.#d.log(
+          err instanceof LeaseLostError
+            ? "start task taken over by another server; this run stops"
+            : "start task handed over at shutdown",
+          { taskId: this.#task.id, status: this.#task.status },
+        );
+        return;
+      }
       // An agent's error answer may echo the request, which carries tokens and keys.
       const detail = redact(this.#detailOf(err), this.#secrets);
       if (!(err instanceof StartError))
@@ -202,15 +234,20 @@ class StartFlow {
     return `Internal error while starting the conversation (task ${this.#task.id}); see the server log`;
   }
 
-  async #save(
-    patch: Partial<
-      Pick<StartTaskRecord, "status" | "detail" | "appConversationId" | "sandboxId" | "agentServerUrl">
-    >,
-  ): Promise<void> {
+  /** Saves a state (compare-and-set on this server's lease) and reports it. */
+  async #save(patch: Omit<StartTaskPatch, "updatedAt" | "plan">): Promise<void> {
     const updatedAt = this.#d.clock.now();
+    if (!(await this.#d.startTasks.update(this.#task.id, { ...patch, updatedAt }, this.#d.leaseOwner)))
+      throw new LeaseLostError(this.#task.id);
     Object.assign(this.#task, patch, { updatedAt });
-    await this.#d.startTasks.update(this.#task.id, { ...patch, updatedAt });
     this.#d.onChange({ ...this.#task });
+  }
+
+  /** Records ids before using them, so that a server resuming this start uses the same ones. */
+  async #savePlan(plan: StartTaskPlan): Promise<void> {
+    Object.assign(this.#plan, plan);
+    if (!(await this.#d.startTasks.update(this.#task.id, { plan: { ...this.#plan } }, this.#d.leaseOwner)))
+      throw new LeaseLostError(this.#task.id);
   }
 
   async #steps(): Promise<void> {
@@ -257,7 +294,8 @@ class StartFlow {
     if (project === null) throw new StartError("Preparing the repository printed no project folder");
 
     await this.#save({ status: "RUNNING_SETUP_SCRIPT" });
-    if (project.hasSetupScript) {
+    // A resumed start runs the setup script again unless it had finished (scripts are expected to be re-runnable).
+    if (project.hasSetupScript && !this.#past("RUNNING_SETUP_SCRIPT")) {
       const r = await this.#exec(
         agent,
         setupScriptCommand(),
@@ -276,7 +314,7 @@ class StartFlow {
 
     await this.#save({ status: "SETTING_UP_GIT_HOOKS" });
     // The setup script may have created the pre-commit script, so check again after it ran.
-    if (project.hasPreCommit || project.hasSetupScript) {
+    if ((project.hasPreCommit || project.hasSetupScript) && !this.#past("SETTING_UP_GIT_HOOKS")) {
       const r = await this.#exec(agent, gitHooksCommand(), project.projectDir, 60);
       if (r.exitCode !== 0)
         throw new StartError(`Installing the git pre-commit hook failed: ${tail(r.stderr || r.stdout, 500)}`);
@@ -285,14 +323,25 @@ class StartFlow {
     // The built-in agent has no skills to load; the state is kept for clients that show it.
     await this.#save({ status: "SETTING_UP_SKILLS" });
 
-    const conversationId = this.#req.conversationId ?? null;
-    if (conversationId !== null && (await this.#d.conversations.get(conversationId, owner)) !== null)
+    // The id is chosen here and saved before the agent is asked, so that a resumed start asks for the same one
+    // (the agent answers an existing conversation for a known id) and never creates a second conversation.
+    const conversationId = this.#req.conversationId ?? this.#plan.conversationId ?? newHexId();
+    if (this.#plan.conversationId !== conversationId) await this.#savePlan({ conversationId });
+    const existing = await this.#d.conversations.get(conversationId, owner);
+    if (existing !== null) {
+      // Resumed after the record was stored: that run created it; only its end was not saved.
+      if (this.#past("SETTING_UP_SKILLS") && existing.sandboxId === sandbox.record.id) {
+        if (eff.parent !== null && !eff.parent.subConversationIds.includes(existing.id))
+          await this.#d.conversations.addSubConversation(eff.parent.id, existing.id, this.#d.clock.now());
+        await this.#save({ status: "READY", appConversationId: existing.id, agentServerUrl: agent.url });
+        return;
+      }
       throw new StartError(`Conversation ${conversationId} already exists`);
+    }
     const body = agentStartRequest(this.#req, conversationId, eff, config, secrets, project.projectDir);
     await this.#save({ status: "STARTING_CONVERSATION", agentServerUrl: agent.url });
     const info = await this.#d.agent.startConversation(agent, body, this.#signal);
     const id = parseHexId(info.id) ?? conversationId;
-    if (id === null) throw new StartError(`The agent server returned an invalid conversation id: ${info.id}`);
 
     const now = this.#d.clock.now();
     const record: ConversationRecord = {
@@ -352,20 +401,35 @@ class StartFlow {
     const owner = this.#task.ownerId;
     const s = this.#d.sandboxes;
     let live: LiveSandbox;
-    if (sandboxId === null) {
+    const planned = sandboxId === null ? (this.#plan.sandboxId ?? null) : null;
+    const existing = planned === null ? null : await s.get(owner, planned);
+    if (sandboxId === null && existing === null) {
+      // A new sandbox, under an id saved first: a resumed start finds it rather than starting a second one.
+      const id = planned ?? newSandboxId();
+      if (planned === null) await this.#savePlan({ sandboxId: id });
       try {
-        live = await s.start(owner, undefined);
+        live = await s.start(owner, undefined, id);
       } catch (err) {
         throw new StartError(
           `Could not start a sandbox: ${err instanceof Error ? err.message : String(err)}`,
         );
       }
       await this.#save({ status: "WAITING_FOR_SANDBOX", sandboxId: live.record.id });
+    } else if (existing !== null) {
+      // Resumed: the sandbox this start created. Started again when the server starting it died before it ran.
+      await this.#save({ status: "WAITING_FOR_SANDBOX", sandboxId: existing.record.id });
+      live =
+        existing.status === "STARTING" && existing.handle === null
+          ? await s.restartUnstarted(owner, existing.record.id)
+          : existing.status === "PAUSED"
+            ? await s.resume(owner, existing.record.id)
+            : existing;
     } else {
-      const found = await s.get(owner, sandboxId);
-      if (found === null) throw new StartError(`Sandbox ${sandboxId} not found`);
-      await this.#save({ status: "WAITING_FOR_SANDBOX", sandboxId });
-      live = found.status === "PAUSED" ? await s.resume(owner, sandboxId) : found;
+      const given = sandboxId ?? "";
+      const found = await s.get(owner, given);
+      if (found === null) throw new StartError(`Sandbox ${given} not found`);
+      await this.#save({ status: "WAITING_FOR_SANDBOX", sandboxId: given });
+      live = found.status === "PAUSED" ? await s.resume(owner, given) : found;
     }
     const id = live.record.id;
     if (live.status === "STARTING") {

@@ -1,5 +1,4 @@
 import { createHash, timingSafeEqual } from "node:crypto";
-import { EventEmitter, on } from "node:events";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { requireCaller } from "../../core/context.ts";
@@ -22,6 +21,7 @@ import {
 import type { ConversationRecord } from "../../ports/conversation-repository.ts";
 import type { EventCursor, EventFilter, EventRecord, EventRepository } from "../../ports/event-repository.ts";
 import type { SandboxRecord } from "../../ports/sandbox-repository.ts";
+import type { ChangeFeed } from "../change-feed.ts";
 import { checkBatch, readPage } from "../paging.ts";
 import { checkEventBatch, eventFromRecord, eventSource, messageText, timestampUsOf } from "./event-json.ts";
 
@@ -53,6 +53,8 @@ export interface EventServiceOptions {
   sandboxes: SandboxKeys;
   conversations: ConversationAccess;
   tokens: PageTokens;
+  /** The store's change feed: new events are published there, and watches follow it (every server's). */
+  changes: ChangeFeed;
   log?: (msg: string, data?: Record<string, unknown>) => void;
 }
 
@@ -81,7 +83,6 @@ const digest = (value: string): Buffer => createHash("sha256").update(value, "ut
  */
 export class EventService implements ServiceImpl<typeof EventServiceDesc> {
   readonly #o: EventServiceOptions;
-  readonly #emitter = new EventEmitter({ captureRejections: false });
   readonly #verified = new Map<string, VerifiedSandbox>();
   /** Conversations being named ("<owner>:<id>"); `again`: named once more after the run in flight. */
   readonly #titling = new Map<string, { again: boolean }>();
@@ -92,7 +93,6 @@ export class EventService implements ServiceImpl<typeof EventServiceDesc> {
   constructor(options: EventServiceOptions) {
     this.#o = options;
     this.#log = options.log ?? (() => {});
-    this.#emitter.setMaxListeners(0);
   }
 
   // ---- RPCs (REST: /api/v1/events) ----
@@ -161,10 +161,8 @@ export class EventService implements ServiceImpl<typeof EventServiceDesc> {
       $typeName: "workspace.v1.WatchConversationEventsResponse",
       event: eventFromRecord(r),
     });
-    // Subscribe first, then read what is stored: nothing stored in between is missed (duplicates are skipped).
-    const live = on(this.#emitter, `${userId}:${conversationId}`, {
-      signal: ctx.signal,
-    }) as AsyncIterableIterator<[EventRecord[]]>;
+    // The log position first, then what is stored: nothing stored in between is missed (duplicates are skipped).
+    const from = await this.#o.changes.head();
     const sent = new Set<string>();
     try {
       let after: EventCursor | null = null;
@@ -189,17 +187,27 @@ export class EventService implements ServiceImpl<typeof EventServiceDesc> {
         if (page.next === null) break;
         after = page.next;
       }
-      for await (const [batch] of live) {
-        for (const r of batch) {
-          if (sent.has(r.id)) continue;
-          sent.add(r.id);
+      for await (const c of this.#o.changes.follow(
+        from,
+        (c) => c.topic === "events" && c.ownerId === userId && c.key === conversationId,
+        ctx.signal,
+      )) {
+        const ids = (JSON.parse(c.body) as string[]).filter((id) => !sent.has(id));
+        if (ids.length === 0) continue;
+        const byId = new Map(
+          (await this.#o.events.getMany(ids, userId))
+            .filter((r) => r.conversationId === conversationId)
+            .map((r) => [r.id, r]),
+        );
+        for (const id of ids) {
+          const r = byId.get(id);
+          if (r === undefined || sent.has(id)) continue;
+          sent.add(id);
           yield wrap(r);
         }
       }
     } catch (err) {
       if ((err as { name?: string }).name !== "AbortError") throw err;
-    } finally {
-      await live.return?.();
     }
   }
 
@@ -246,7 +254,16 @@ export class EventService implements ServiceImpl<typeof EventServiceDesc> {
       body: e.json,
     }));
     const stored = await this.#o.events.append(records);
-    if (stored.length > 0) this.#emitter.emit(`${sandbox.ownerId}:${conversationId}`, stored);
+    // Watchers on every server learn of them through the change log (publish never throws).
+    if (stored.length > 0)
+      void this.#o.changes.publish([
+        {
+          ownerId: sandbox.ownerId,
+          topic: "events",
+          key: conversationId,
+          body: JSON.stringify(stored.map((r) => r.id)),
+        },
+      ]);
     const firstUserMessage = firstUser && stored.find((r) => r.id === firstUser.id);
     // Without a record yet the conversation may still be starting (the record is inserted once the agent's start
     // call answers, and the agent posts the first message before that): the naming run reads the record again,

@@ -1,8 +1,7 @@
-import { EventEmitter, on } from "node:events";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { requireCaller } from "../../core/context.ts";
-import { failedPrecondition, notFound } from "../../core/errors.ts";
+import { failedPrecondition, invalid, notFound } from "../../core/errors.ts";
 import { base62 } from "../../core/ids.ts";
 import type { PageTokens } from "../../core/page-token.ts";
 import type { SecretBox } from "../../core/secret-box.ts";
@@ -32,8 +31,12 @@ import {
   type SandboxStatus,
 } from "../../ports/sandbox-repository.ts";
 import type { RuntimeHandle, RuntimeState, SandboxRuntime } from "../../ports/sandbox-runtime.ts";
+import { type ChangeFeed, ChangeTooOldError } from "../change-feed.ts";
 import { checkBatch, readPage } from "../paging.ts";
-import type { SandboxSpecService } from "./sandbox-spec-service.ts";
+import type { SandboxSpec, SandboxSpecService } from "./sandbox-spec-service.ts";
+
+/** A new sandbox id (22 base62 characters). */
+export const newSandboxId = (): string => base62(22);
 
 const PB_STATUS: Record<SandboxStatus, PbStatus> = {
   STARTING: PbStatus.STARTING,
@@ -52,6 +55,8 @@ const FROM_RUNTIME: Record<RuntimeState, SandboxStatus> = {
 
 export interface SandboxServiceOptions {
   repo: SandboxRepository;
+  /** The store's change feed: status changes are published there and watches follow it (every server's). */
+  changes: ChangeFeed;
   runtime: SandboxRuntime;
   specs: SandboxSpecService;
   box: SecretBox;
@@ -109,7 +114,6 @@ type Options = Required<Omit<SandboxServiceOptions, "log" | "webhookBaseUrl">> &
  */
 export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
   readonly #o: Options;
-  readonly #events = new EventEmitter({ captureRejections: false });
   /** Health waits in progress here (start or resume), by sandbox id. */
   readonly #starting = new Map<string, Promise<void>>();
   /** Sandboxes this server is starting or resuming (before their health wait). */
@@ -126,7 +130,6 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       ...options,
       startTimeoutMs,
     };
-    this.#events.setMaxListeners(0);
   }
 
   async searchSandboxes(req: SearchSandboxesRequest, ctx: HandlerContext): Promise<SearchSandboxesResponse> {
@@ -188,28 +191,60 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     return { $typeName: "workspace.v1.DeleteSandboxResponse", success: true };
   }
 
-  /** The current state of the caller's sandboxes (or of `id` only), then each status change, until cancelled. */
+  /**
+   * The current state of the caller's sandboxes (or of `id` only), then each status change made by any server
+   * sharing the store, until cancelled. Each answer carries its revision in the store's change log; a client
+   * passing the last one back as `after_revision` gets only the changes after it (OUT_OF_RANGE when the log no
+   * longer holds them).
+   */
   async *watchSandboxes(
     req: WatchSandboxesRequest,
     ctx: HandlerContext,
   ): AsyncGenerator<WatchSandboxesResponse> {
     const { userId } = requireCaller(ctx);
     const filter = req.id.length > 0 ? new Set(req.id) : null;
-    const changes = on(this.#events, `user:${userId}`, { signal: ctx.signal });
-    const initial = filter
-      ? await this.#o.repo.getMany([...filter], userId)
-      : await this.#o.repo.listAll(userId);
-    for (const r of initial)
-      yield {
-        $typeName: "workspace.v1.WatchSandboxesResponse",
-        sandbox: this.toInfo(await this.#observe(r)),
-      };
+    const wrap = (live: LiveSandbox, revision: number): WatchSandboxesResponse => ({
+      $typeName: "workspace.v1.WatchSandboxesResponse",
+      sandbox: this.toInfo(live),
+      revision: BigInt(revision),
+    });
+    let from: number;
+    if (req.afterRevision === undefined) {
+      // The log position first, then the state: a change made in between is sent (again) rather than missed.
+      from = await this.#o.changes.head();
+      const initial = filter
+        ? await this.#o.repo.getMany([...filter], userId)
+        : await this.#o.repo.listAll(userId);
+      for (const r of initial) yield wrap(await this.#observe(r), from);
+    } else {
+      if (req.afterRevision < 0n || req.afterRevision > BigInt(Number.MAX_SAFE_INTEGER))
+        throw invalid(
+          ["after_revision"],
+          "Value error, must be a revision received from this watch",
+          "value_error",
+          String(req.afterRevision),
+        );
+      from = Number(req.afterRevision);
+    }
+    /** Per sandbox, when the change last sent was made: an older change arriving later is left out. */
+    const sent = new Map<string, number>();
     try {
-      for await (const [live] of changes as AsyncIterable<[LiveSandbox]>) {
-        if (filter && !filter.has(live.record.id)) continue;
-        yield { $typeName: "workspace.v1.WatchSandboxesResponse", sandbox: this.toInfo(live) };
+      for await (const c of this.#o.changes.follow(
+        from,
+        (c) => c.topic === "sandbox" && c.ownerId === userId && (filter === null || filter.has(c.key)),
+        ctx.signal,
+      )) {
+        const change = parseSandboxChange(c.body);
+        if (change === null || (sent.get(c.key) ?? 0) > change.changedAt) continue;
+        sent.set(c.key, change.changedAt);
+        yield wrap(change.live, c.seq);
       }
     } catch (err) {
+      if (err instanceof ChangeTooOldError)
+        throw new ConnectError(
+          `${err.message}; watch again without after_revision to get the current state`,
+          Code.OutOfRange,
+        );
       if ((err as { name?: string }).name !== "AbortError") throw err;
     }
   }
@@ -221,14 +256,14 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
    * user's oldest running sandboxes evicted in one atomic store operation; FAILED_PRECONDITION when the user
    * already has maxPerUser sandboxes.
    */
-  async start(userId: string, specId: string | undefined): Promise<LiveSandbox> {
-    let spec = this.#o.specs.resolve(specId);
+  async start(userId: string, specId: string | undefined, id: string = newSandboxId()): Promise<LiveSandbox> {
+    const spec = this.#o.specs.resolve(specId);
     this.#o.runtime.admit?.(userId);
     await this.#settleSlots(userId);
     const now = new Date();
     const sessionApiKey = base62(43);
     const record: SandboxRecord = {
-      id: base62(22),
+      id,
       ownerId: userId,
       specId: spec.id,
       runtime: this.#o.runtime.kind,
@@ -248,28 +283,31 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       );
     this.#emit(record, "STARTING");
     this.#busy.add(record.id);
-    const webhookBase = this.#o.webhookBaseUrl?.();
-    if (webhookBase !== undefined)
-      spec = {
-        ...spec,
-        initialEnv: {
-          ...spec.initialEnv,
-          OH_WEBHOOKS_0_BASE_URL: `${webhookBase.replace(/\/+$/, "")}/api/v1/webhooks/${record.id}`,
-        },
-      };
     try {
       await this.#pauseEvicted(outcome.evicted);
-      let handle: RuntimeHandle;
-      try {
-        handle = await this.#o.runtime.start({ sandboxId: record.id, spec, sessionApiKey, ownerId: userId });
-      } catch (err) {
-        this.#o.log?.("sandbox failed to start", { sandboxId: record.id, error: String(err) });
-        await this.#transition(record, ["STARTING"], "ERROR").catch(() => undefined);
-        return { record: { ...record, status: "ERROR" }, status: "ERROR", handle: null };
-      }
-      return await this.#saveHandle(record, handle);
+      return await this.#run(record, spec, sessionApiKey);
     } finally {
       this.#busy.delete(record.id);
+    }
+  }
+
+  /**
+   * Starts again a sandbox whose record is STARTING without a runtime handle because the server starting it died
+   * (the caller knows: it took over that start's lease). Whatever the runtime runs under its id is removed first,
+   * so the sandbox never runs twice. A record in any other state is returned as it is.
+   */
+  async restartUnstarted(userId: string, id: string): Promise<LiveSandbox> {
+    const record = await this.#owned(userId, id);
+    if (record.status !== "STARTING" || handleOrNull(record) !== null || this.#inFlight(id))
+      return this.#observe(record);
+    this.#busy.add(id);
+    try {
+      const removed = await this.#o.runtime.removeBySandboxId(id);
+      this.#o.log?.("starting again a sandbox whose start was cut off", { sandboxId: id, removed });
+      const spec = this.#o.specs.resolve(record.specId);
+      return await this.#run(record, spec, this.sessionKey(record));
+    } finally {
+      this.#busy.delete(id);
     }
   }
 
@@ -448,6 +486,35 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     return o.status;
   }
 
+  /** Runs the record's sandbox in the runtime and saves its handle; ERROR when the runtime cannot start it. */
+  async #run(record: SandboxRecord, spec: SandboxSpec, sessionApiKey: string): Promise<LiveSandbox> {
+    const webhookBase = this.#o.webhookBaseUrl?.();
+    const withHook =
+      webhookBase === undefined
+        ? spec
+        : {
+            ...spec,
+            initialEnv: {
+              ...spec.initialEnv,
+              OH_WEBHOOKS_0_BASE_URL: `${webhookBase.replace(/\/+$/, "")}/api/v1/webhooks/${record.id}`,
+            },
+          };
+    let handle: RuntimeHandle;
+    try {
+      handle = await this.#o.runtime.start({
+        sandboxId: record.id,
+        spec: withHook,
+        sessionApiKey,
+        ownerId: record.ownerId,
+      });
+    } catch (err) {
+      this.#o.log?.("sandbox failed to start", { sandboxId: record.id, error: String(err) });
+      await this.#transition(record, ["STARTING"], "ERROR").catch(() => undefined);
+      return { record: { ...record, status: "ERROR" }, status: "ERROR", handle: null };
+    }
+    return this.#saveHandle(record, handle);
+  }
+
   /** Saves the handle of a started or resumed sandbox; pauses it when a concurrent claim evicted it meanwhile. */
   async #saveHandle(record: SandboxRecord, handle: RuntimeHandle): Promise<LiveSandbox> {
     let saved: SandboxRecord | null;
@@ -574,13 +641,20 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     return true;
   }
 
+  /** Publishes a status change to the store's change log (for every server's watches); never throws. */
   #emit(record: SandboxRecord, status: SandboxStatus): void {
-    const handle = handleOrNull(record);
-    this.#events.emit(`user:${record.ownerId}`, {
-      record: { ...record, status },
-      status,
-      handle,
-    } satisfies LiveSandbox);
+    const body: SandboxChange = {
+      changedAt: Date.now(),
+      record: {
+        ...record,
+        status,
+        createdAt: record.createdAt.getTime(),
+        updatedAt: record.updatedAt.getTime(),
+      },
+    };
+    void this.#o.changes.publish([
+      { ownerId: record.ownerId, topic: "sandbox", key: record.id, body: JSON.stringify(body) },
+    ]);
   }
 
   /**
@@ -636,6 +710,26 @@ function definiteEnd(recorded: SandboxStatus, runtime: SandboxStatus | null): Sa
       return runtime === "MISSING" ? runtime : null;
     default:
       return null;
+  }
+}
+
+/** A sandbox change as logged: the record as the change left it, and when the change was made (ms). */
+interface SandboxChange {
+  changedAt: number;
+  record: Omit<SandboxRecord, "createdAt" | "updatedAt"> & { createdAt: number; updatedAt: number };
+}
+
+function parseSandboxChange(body: string): { live: LiveSandbox; changedAt: number } | null {
+  try {
+    const c = JSON.parse(body) as SandboxChange;
+    const record: SandboxRecord = {
+      ...c.record,
+      createdAt: new Date(c.record.createdAt),
+      updatedAt: new Date(c.record.updatedAt),
+    };
+    return { live: { record, status: record.status, handle: handleOrNull(record) }, changedAt: c.changedAt };
+  } catch {
+    return null;
   }
 }
 

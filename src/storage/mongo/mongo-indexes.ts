@@ -12,6 +12,9 @@ export const COLLECTIONS = {
   /** One small document per server, rewritten by the readiness write check. */
   heartbeats: "heartbeats",
   events: "events",
+  /** The change log (see createMongoChangeLog) and the counter of its sequence numbers. */
+  changes: "changes",
+  counters: "counters",
 } as const;
 
 /** One index the adapter relies on. */
@@ -50,6 +53,14 @@ export const MONGO_INDEXES: readonly MongoIndex[] = [
     key: { ownerId: 1, appConversationId: 1, createdAt: -1, _id: -1 },
   },
   { collection: COLLECTIONS.startTasks, name: "status_created", key: { status: 1, createdAt: 1, _id: 1 } },
+  // Expired leases of unfinished tasks are looked up by expiry.
+  { collection: COLLECTIONS.startTasks, name: "status_lease", key: { status: 1, leaseExpiresAt: 1 } },
+  {
+    collection: COLLECTIONS.startTasks,
+    name: "owner_planned_conversation",
+    key: { ownerId: 1, "plan.conversationId": 1, createdAt: -1, _id: -1 },
+  },
+  { collection: COLLECTIONS.changes, name: "at", key: { at: 1 } },
   { collection: COLLECTIONS.conversations, name: "owner_sandbox", key: { ownerId: 1, sandboxId: 1 } },
   // Events: _id is "<conversationId>:<eventId>" (unique per conversation); searches start with the owner.
   { collection: COLLECTIONS.events, name: "event_id", key: { eventId: 1 } },

@@ -1,5 +1,9 @@
 import type { ApiKeyRecord } from "../../ports/api-key-repository.ts";
-import type { ConversationRecord, StartTaskRecord } from "../../ports/conversation-repository.ts";
+import type {
+  ConversationRecord,
+  StartTaskPlan,
+  StartTaskRecord,
+} from "../../ports/conversation-repository.ts";
 import type { SandboxRecord } from "../../ports/sandbox-repository.ts";
 import type { UserData, Versioned } from "../../ports/user-data-repository.ts";
 
@@ -27,7 +31,13 @@ export type SandboxDoc = DocOf<SandboxRecord>;
 /** `conversations` document. */
 export type ConversationDoc = DocOf<ConversationRecord>;
 /** `start_tasks` document. */
-export type StartTaskDoc = DocOf<StartTaskRecord>;
+export type StartTaskDoc = DocOf<StartTaskRecord> & {
+  /** The lease (see StartTaskRepository); absent on documents of older builds (claimable). */
+  leaseOwner?: string | null;
+  leaseExpiresAt?: Date;
+  attempts?: number;
+  plan?: StartTaskPlan;
+};
 
 export function toUserDataValue(value: UserData): string {
   return JSON.stringify(value);

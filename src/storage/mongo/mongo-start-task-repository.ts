@@ -1,5 +1,11 @@
 import type { Db, Filter } from "mongodb";
-import type { StartTaskFilter, StartTaskRepository } from "../../ports/conversation-repository.ts";
+import type {
+  ClaimedStartTask,
+  StartTaskFilter,
+  StartTaskPatch,
+  StartTaskRepository,
+  StartTaskStatus,
+} from "../../ports/conversation-repository.ts";
 import { checkPageLimit, toKeysetPage } from "../keyset-page.ts";
 import { guarded } from "./mongo-errors.ts";
 import { COLLECTIONS } from "./mongo-indexes.ts";
@@ -7,7 +13,7 @@ import { keysetAfter, NEWEST_FIRST, OLDEST_FIRST } from "./mongo-keyset.ts";
 import { fromStartTaskDoc, type StartTaskDoc, toStartTaskDoc } from "./mongo-mappers.ts";
 import { DURABLE_WRITE } from "./mongo-write-concern.ts";
 
-type StartTaskPatch = Parameters<StartTaskRepository["update"]>[1];
+const UNFINISHED: { $nin: StartTaskStatus[] } = { $nin: ["READY", "ERROR"] };
 
 /** The MongoDB filter of a start-task search/count. */
 export function toStartTaskFilter(ownerId: string, filter: StartTaskFilter): Filter<StartTaskDoc> {
@@ -26,16 +32,38 @@ function toSet(patch: StartTaskPatch): Partial<StartTaskDoc> {
   if (patch.sandboxId !== undefined) set.sandboxId = patch.sandboxId;
   if (patch.agentServerUrl !== undefined) set.agentServerUrl = patch.agentServerUrl;
   if (patch.updatedAt !== undefined) set.updatedAt = patch.updatedAt;
+  if (patch.plan !== undefined) set.plan = patch.plan;
   return set;
 }
 
-/** Start tasks on MongoDB. */
+/**
+ * Start tasks on MongoDB. Lease writes are single-document compare-and-set updates: a claim matches the lease
+ * expiry it read, so of two servers claiming the same task only one matches.
+ */
 export function createMongoStartTaskRepository(db: Db): StartTaskRepository {
   const coll = db.collection<StartTaskDoc>(COLLECTIONS.startTasks);
   return {
-    insert: (record) =>
+    insert: (record, lease, plan) =>
       guarded(async () => {
-        await coll.insertOne(toStartTaskDoc(record), DURABLE_WRITE);
+        await coll.insertOne(
+          {
+            ...toStartTaskDoc(record),
+            leaseOwner: lease?.owner ?? null,
+            leaseExpiresAt: lease?.expiresAt ?? new Date(0),
+            attempts: 0,
+            ...(plan === undefined ? {} : { plan }),
+          },
+          DURABLE_WRITE,
+        );
+      }),
+    findPending: (ownerId, conversationId) =>
+      guarded(async () => {
+        const [doc] = await coll
+          .find({ ownerId, "plan.conversationId": conversationId, status: { $ne: "READY" } })
+          .sort(NEWEST_FIRST)
+          .limit(1)
+          .toArray();
+        return doc === undefined ? null : fromStartTaskDoc(doc);
       }),
     get: (id, ownerId) =>
       guarded(async () => {
@@ -48,12 +76,12 @@ export function createMongoStartTaskRepository(db: Db): StartTaskRepository {
         const docs = await coll.find({ _id: { $in: [...ids] }, ownerId }).toArray();
         return docs.map(fromStartTaskDoc);
       }),
-    update: (id, patch) =>
+    update: (id, patch, leaseOwner) =>
       guarded(async () => {
         const set = toSet(patch);
-        if (Object.keys(set).length === 0)
-          return (await coll.countDocuments({ _id: id }, { limit: 1 })) === 1;
-        const result = await coll.updateOne({ _id: id }, { $set: set }, DURABLE_WRITE);
+        const filter: Filter<StartTaskDoc> = leaseOwner === undefined ? { _id: id } : { _id: id, leaseOwner };
+        if (Object.keys(set).length === 0) return (await coll.countDocuments(filter, { limit: 1 })) === 1;
+        const result = await coll.updateOne(filter, { $set: set }, DURABLE_WRITE);
         return result.matchedCount === 1;
       }),
     search: (ownerId, filter, page, ascending) =>
@@ -77,6 +105,66 @@ export function createMongoStartTaskRepository(db: Db): StartTaskRepository {
           .sort(OLDEST_FIRST)
           .toArray();
         return docs.map(fromStartTaskDoc);
+      }),
+    renewLeases: (owner, ids, expiresAt) =>
+      guarded(async () => {
+        const held = await Promise.all(
+          ids.map(
+            async (id) =>
+              (
+                await coll.updateOne(
+                  { _id: id, leaseOwner: owner, status: UNFINISHED },
+                  { $set: { leaseExpiresAt: expiresAt } },
+                  DURABLE_WRITE,
+                )
+              ).matchedCount === 1,
+          ),
+        );
+        return ids.filter((_, i) => held[i]);
+      }),
+    releaseLeases: (owner, ids) =>
+      guarded(async () => {
+        await Promise.all(
+          ids.map((id) =>
+            coll.updateOne(
+              { _id: id, leaseOwner: owner },
+              { $set: { leaseExpiresAt: new Date(0) } },
+              DURABLE_WRITE,
+            ),
+          ),
+        );
+      }),
+    claimExpired: (owner, now, expiresAt, limit) =>
+      guarded(async () => {
+        const expired = await coll
+          .find({ status: UNFINISHED, leaseExpiresAt: { $lt: now } })
+          .sort({ leaseExpiresAt: 1 })
+          .limit(limit)
+          .toArray();
+        // Documents of older builds have no lease fields: they match as expired (null sorts and compares low).
+        const legacy =
+          expired.length < limit
+            ? await coll
+                .find({ status: UNFINISHED, leaseExpiresAt: { $exists: false } })
+                .limit(limit - expired.length)
+                .toArray()
+            : [];
+        const claimed: ClaimedStartTask[] = [];
+        for (const doc of [...expired, ...legacy]) {
+          const attempts = (doc.attempts ?? 0) + 1;
+          const result = await coll.updateOne(
+            {
+              _id: doc._id,
+              status: UNFINISHED,
+              leaseExpiresAt: doc.leaseExpiresAt === undefined ? { $exists: false } : doc.leaseExpiresAt,
+            },
+            { $set: { leaseOwner: owner, leaseExpiresAt: expiresAt, attempts } },
+            DURABLE_WRITE,
+          );
+          if (result.matchedCount === 1)
+            claimed.push({ task: fromStartTaskDoc(doc), plan: doc.plan ?? {}, attempts });
+        }
+        return claimed;
       }),
   };
 }

@@ -2,6 +2,7 @@ import { hostname } from "node:os";
 import { type Db, MongoClient } from "mongodb";
 import type { Storage } from "../../ports/storage.ts";
 import { createMongoApiKeyRepository } from "./mongo-api-key-repository.ts";
+import { createMongoChangeLog } from "./mongo-change-log.ts";
 import { createMongoConversationRepository } from "./mongo-conversation-repository.ts";
 import { guarded, toMongoStorageError } from "./mongo-errors.ts";
 import { createMongoEventRepository } from "./mongo-event-repository.ts";
@@ -71,6 +72,7 @@ export async function createMongoStorageFromDb(
     conversations: createMongoConversationRepository(db),
     startTasks: createMongoStartTaskRepository(db),
     events: createMongoEventRepository(db),
+    changes: createMongoChangeLog(db),
     ping: () =>
       guarded(async () => {
         await db.command({ ping: 1 });

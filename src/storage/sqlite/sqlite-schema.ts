@@ -109,6 +109,30 @@ export const SQLITE_MIGRATIONS: readonly string[] = [
   CREATE INDEX IF NOT EXISTS events_owner_ts ON events (owner_id, ts, id);
   CREATE INDEX IF NOT EXISTS events_owner_kind_ts ON events (owner_id, kind, ts, id);
   `,
+  `
+  -- The change log watchers follow on every server sharing this file (see ports/change-log.ts). AUTOINCREMENT:
+  -- a sequence number is never handed out twice, even after the newest entries were pruned.
+  CREATE TABLE IF NOT EXISTS changes (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    owner_id TEXT NOT NULL,
+    topic TEXT NOT NULL,
+    key TEXT NOT NULL,
+    body TEXT NOT NULL,
+    at INTEGER NOT NULL
+  ) STRICT;
+  CREATE INDEX IF NOT EXISTS changes_at ON changes (at);
+
+  -- Start tasks are leased by the server running them; another server resumes one whose lease expired from the
+  -- step it had reached, with the ids it had planned (plan, JSON).
+  ALTER TABLE start_tasks ADD COLUMN lease_owner TEXT;
+  ALTER TABLE start_tasks ADD COLUMN lease_expires_at INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE start_tasks ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE start_tasks ADD COLUMN plan TEXT;
+  CREATE INDEX IF NOT EXISTS start_tasks_unfinished_lease
+    ON start_tasks (lease_expires_at) WHERE status NOT IN ('READY', 'ERROR');
+  CREATE INDEX IF NOT EXISTS start_tasks_owner_planned_conversation
+    ON start_tasks (owner_id, json_extract(plan, '$.conversationId'), created_at DESC, id DESC);
+  `,
 ];
 
 /** The schema version this build writes. */

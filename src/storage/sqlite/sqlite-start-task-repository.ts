@@ -1,5 +1,10 @@
 import type Database from "better-sqlite3";
-import type { StartTaskFilter, StartTaskRepository } from "../../ports/conversation-repository.ts";
+import type {
+  ClaimedStartTask,
+  StartTaskFilter,
+  StartTaskPlan,
+  StartTaskRepository,
+} from "../../ports/conversation-repository.ts";
 import type { PageQuery } from "../../ports/page.ts";
 import { checkPageLimit, toKeysetPage } from "../keyset-page.ts";
 import { attempt } from "./sqlite-errors.ts";
@@ -60,13 +65,24 @@ interface UpdateParams {
   agentServerUrl: string | null;
   setUpdatedAt: number;
   updatedAt: number | null;
+  setPlan: number;
+  plan: string | null;
+  leaseOwner: string | null;
 }
 
 /** Start tasks on SQLite. */
 export function createSqliteStartTaskRepository(db: Database.Database): StartTaskRepository {
-  const insert = db.prepare<StartTaskRow>(
-    `INSERT INTO start_tasks (${COLUMNS}) VALUES (@id, @owner_id, @status, @detail, @app_conversation_id,
-       @sandbox_id, @agent_server_url, @request, @created_at, @updated_at)`,
+  const insert = db.prepare<
+    StartTaskRow & { lease_owner: string | null; lease_expires_at: number; plan: string | null }
+  >(
+    `INSERT INTO start_tasks (${COLUMNS}, lease_owner, lease_expires_at, plan) VALUES (@id, @owner_id, @status,
+       @detail, @app_conversation_id, @sandbox_id, @agent_server_url, @request, @created_at, @updated_at,
+       @lease_owner, @lease_expires_at, @plan)`,
+  );
+  // Same expression as the index start_tasks_owner_planned_conversation.
+  const pending = db.prepare<[string, string], StartTaskRow>(
+    `SELECT ${COLUMNS} FROM start_tasks WHERE owner_id = ? AND json_extract(plan, '$.conversationId') = ?
+       AND status <> 'READY' ORDER BY created_at DESC, id DESC LIMIT 1`,
   );
   const byId = db.prepare<[string, string], StartTaskRow>(
     `SELECT ${COLUMNS} FROM start_tasks WHERE id = ? AND owner_id = ?`,
@@ -82,8 +98,28 @@ export function createSqliteStartTaskRepository(db: Database.Database): StartTas
        app_conversation_id = CASE WHEN @setAppConversationId THEN @appConversationId ELSE app_conversation_id END,
        sandbox_id = CASE WHEN @setSandboxId THEN @sandboxId ELSE sandbox_id END,
        agent_server_url = CASE WHEN @setAgentServerUrl THEN @agentServerUrl ELSE agent_server_url END,
-       updated_at = CASE WHEN @setUpdatedAt THEN @updatedAt ELSE updated_at END
-     WHERE id = @id`,
+       updated_at = CASE WHEN @setUpdatedAt THEN @updatedAt ELSE updated_at END,
+       plan = CASE WHEN @setPlan THEN @plan ELSE plan END
+     WHERE id = @id AND (@leaseOwner IS NULL OR lease_owner = @leaseOwner)`,
+  );
+  const UNFINISHED = "status NOT IN ('READY', 'ERROR')";
+  const renew = db.prepare<{ owner: string; ids: string; expiresAt: number }, { id: string }>(
+    `UPDATE start_tasks SET lease_expires_at = @expiresAt
+     WHERE id IN (SELECT value FROM json_each(@ids)) AND lease_owner = @owner AND ${UNFINISHED} RETURNING id`,
+  );
+  const release = db.prepare<{ owner: string; ids: string }>(
+    `UPDATE start_tasks SET lease_expires_at = 0
+     WHERE id IN (SELECT value FROM json_each(@ids)) AND lease_owner = @owner`,
+  );
+  // One statement: SQLite runs one writer at a time, so two servers never claim the same task.
+  const claim = db.prepare<
+    { owner: string; now: number; expiresAt: number; limit: number },
+    StartTaskRow & { plan: string | null; attempts: number }
+  >(
+    `UPDATE start_tasks SET lease_owner = @owner, lease_expires_at = @expiresAt, attempts = attempts + 1
+     WHERE id IN (SELECT id FROM start_tasks WHERE ${UNFINISHED} AND lease_expires_at < @now
+                  ORDER BY lease_expires_at LIMIT @limit)
+     RETURNING ${COLUMNS}, plan, attempts`,
   );
   // Same expression as the partial index start_tasks_unfinished, so the planner uses it.
   const unfinished = db.prepare<[], StartTaskRow>(
@@ -92,9 +128,19 @@ export function createSqliteStartTaskRepository(db: Database.Database): StartTas
   const prepared = createStatementCache(db);
 
   return {
-    insert: (record) =>
+    insert: (record, lease, plan) =>
       attempt(() => {
-        insert.run(toStartTaskRow(record));
+        insert.run({
+          ...toStartTaskRow(record),
+          lease_owner: lease?.owner ?? null,
+          lease_expires_at: lease?.expiresAt.getTime() ?? 0,
+          plan: plan === undefined ? null : JSON.stringify(plan),
+        });
+      }),
+    findPending: (ownerId, conversationId) =>
+      attempt(() => {
+        const row = pending.get(ownerId, conversationId);
+        return row === undefined ? null : fromStartTaskRow(row);
       }),
     get: (id, ownerId) =>
       attempt(() => {
@@ -105,7 +151,7 @@ export function createSqliteStartTaskRepository(db: Database.Database): StartTas
       attempt(() =>
         ids.length === 0 ? [] : many.all({ ids: JSON.stringify(ids), ownerId }).map(fromStartTaskRow),
       ),
-    update: (id, patch) =>
+    update: (id, patch, leaseOwner) =>
       attempt(() => {
         const result = update.run({
           id,
@@ -121,6 +167,9 @@ export function createSqliteStartTaskRepository(db: Database.Database): StartTas
           agentServerUrl: patch.agentServerUrl ?? null,
           setUpdatedAt: patch.updatedAt === undefined ? 0 : 1,
           updatedAt: patch.updatedAt?.getTime() ?? null,
+          setPlan: patch.plan === undefined ? 0 : 1,
+          plan: patch.plan === undefined ? null : JSON.stringify(patch.plan),
+          leaseOwner: leaseOwner ?? null,
         });
         return result.changes === 1;
       }),
@@ -137,5 +186,25 @@ export function createSqliteStartTaskRepository(db: Database.Database): StartTas
         return (prepared(query.sql).get(query.params) as { n: number }).n;
       }),
     listUnfinished: () => attempt(() => unfinished.all().map(fromStartTaskRow)),
+    renewLeases: (owner, ids, expiresAt) =>
+      attempt(() =>
+        ids.length === 0
+          ? []
+          : renew.all({ owner, ids: JSON.stringify(ids), expiresAt: expiresAt.getTime() }).map((r) => r.id),
+      ),
+    releaseLeases: (owner, ids) =>
+      attempt(() => {
+        if (ids.length > 0) release.run({ owner, ids: JSON.stringify(ids) });
+      }),
+    claimExpired: (owner, now, expiresAt, limit) =>
+      attempt(() =>
+        claim.all({ owner, now: now.getTime(), expiresAt: expiresAt.getTime(), limit }).map(
+          (row): ClaimedStartTask => ({
+            task: fromStartTaskRow(row),
+            plan: row.plan === null ? {} : (JSON.parse(row.plan) as StartTaskPlan),
+            attempts: row.attempts,
+          }),
+        ),
+      ),
   };
 }

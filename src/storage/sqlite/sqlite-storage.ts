@@ -5,6 +5,7 @@ import Database from "better-sqlite3";
 import { StorageUnavailableError } from "../../core/errors.ts";
 import type { Storage } from "../../ports/storage.ts";
 import { createSqliteApiKeyRepository } from "./sqlite-api-key-repository.ts";
+import { createSqliteChangeLog } from "./sqlite-change-log.ts";
 import { createSqliteConversationRepository } from "./sqlite-conversation-repository.ts";
 import { attempt, toSqliteStorageError } from "./sqlite-errors.ts";
 import { createSqliteEventRepository } from "./sqlite-event-repository.ts";
@@ -84,6 +85,7 @@ export function createSqliteStorage(options: SqliteStorageOptions): Storage {
   const walSync = wal ? new WalSync(`${resolve(db.name)}-wal`, options.walFileOps) : null;
   const userData = createSqliteUserDataRepository(db, walSync);
   const events = createSqliteEventRepository(db, walSync);
+  const changes = createSqliteChangeLog(db, walSync);
   const storage: Storage = {
     kind: "sqlite",
     userData,
@@ -92,6 +94,7 @@ export function createSqliteStorage(options: SqliteStorageOptions): Storage {
     conversations: createSqliteConversationRepository(db),
     startTasks: createSqliteStartTaskRepository(db),
     events,
+    changes,
     ping: () =>
       attempt(() => {
         ping.get();
@@ -105,6 +108,7 @@ export function createSqliteStorage(options: SqliteStorageOptions): Storage {
         if (!db.open) return;
         userData.flush();
         events.flush();
+        changes.flush();
         walSync?.close();
         try {
           // Keeps planner statistics fresh for long-lived files; cheap when nothing changed.

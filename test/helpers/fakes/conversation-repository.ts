@@ -1,9 +1,13 @@
 import type {
+  ClaimedStartTask,
   ConversationFilter,
   ConversationPatch,
   ConversationRecord,
   ConversationRepository,
   StartTaskFilter,
+  StartTaskLease,
+  StartTaskPatch,
+  StartTaskPlan,
   StartTaskRecord,
   StartTaskRepository,
 } from "../../../src/ports/conversation-repository.ts";
@@ -92,11 +96,21 @@ export class InMemoryConversationRepository implements ConversationRepository {
 /** In-memory StartTaskRepository; records every saved status in `history` (per task id, in order). */
 export class InMemoryStartTaskRepository implements StartTaskRepository {
   readonly #rows = new Map<string, StartTaskRecord>();
+  readonly #leases = new Map<
+    string,
+    { owner: string | null; expiresAt: number; attempts: number; plan: StartTaskPlan }
+  >();
   readonly history = new Map<string, string[]>();
 
-  async insert(record: StartTaskRecord): Promise<void> {
+  async insert(record: StartTaskRecord, lease?: StartTaskLease, plan?: StartTaskPlan): Promise<void> {
     if (this.#rows.has(record.id)) throw new Error(`duplicate task ${record.id}`);
     this.#rows.set(record.id, structuredClone(record));
+    this.#leases.set(record.id, {
+      owner: lease?.owner ?? null,
+      expiresAt: lease?.expiresAt.getTime() ?? 0,
+      attempts: 0,
+      plan: structuredClone(plan ?? {}),
+    });
     this.history.set(record.id, [record.status]);
   }
 
@@ -114,18 +128,14 @@ export class InMemoryStartTaskRepository implements StartTaskRepository {
     return out;
   }
 
-  async update(
-    id: string,
-    patch: Partial<
-      Pick<
-        StartTaskRecord,
-        "status" | "detail" | "appConversationId" | "sandboxId" | "agentServerUrl" | "updatedAt"
-      >
-    >,
-  ): Promise<boolean> {
+  async update(id: string, patch: StartTaskPatch, leaseOwner?: string): Promise<boolean> {
     const r = this.#rows.get(id);
-    if (r === undefined) return false;
-    this.#rows.set(id, structuredClone({ ...r, ...patch }));
+    const lease = this.#leases.get(id);
+    if (r === undefined || lease === undefined) return false;
+    if (leaseOwner !== undefined && lease.owner !== leaseOwner) return false;
+    const { plan, ...fields } = patch;
+    if (plan !== undefined) lease.plan = structuredClone(plan);
+    this.#rows.set(id, structuredClone({ ...r, ...fields }));
     if (patch.status !== undefined && patch.status !== r.status) this.history.get(id)?.push(patch.status);
     return true;
   }
@@ -147,6 +157,49 @@ export class InMemoryStartTaskRepository implements StartTaskRepository {
     return [...this.#rows.values()]
       .filter((r) => r.status !== "READY" && r.status !== "ERROR")
       .map((r) => structuredClone(r));
+  }
+
+  async findPending(ownerId: string, conversationId: string): Promise<StartTaskRecord | null> {
+    const found = [...this.#rows.values()]
+      .filter(
+        (r) =>
+          r.ownerId === ownerId &&
+          r.status !== "READY" &&
+          this.#leases.get(r.id)?.plan.conversationId === conversationId,
+      )
+      .sort(byCreated(false));
+    return found[0] === undefined ? null : structuredClone(found[0]);
+  }
+
+  async renewLeases(owner: string, ids: readonly string[], expiresAt: Date): Promise<string[]> {
+    return ids.filter((id) => {
+      const lease = this.#leases.get(id);
+      const r = this.#rows.get(id);
+      if (lease?.owner !== owner || r === undefined || r.status === "READY" || r.status === "ERROR")
+        return false;
+      lease.expiresAt = expiresAt.getTime();
+      return true;
+    });
+  }
+
+  async releaseLeases(owner: string, ids: readonly string[]): Promise<void> {
+    for (const id of ids) {
+      const lease = this.#leases.get(id);
+      if (lease?.owner === owner) lease.expiresAt = 0;
+    }
+  }
+
+  async claimExpired(owner: string, now: Date, expiresAt: Date, limit: number): Promise<ClaimedStartTask[]> {
+    const out: ClaimedStartTask[] = [];
+    for (const r of await this.listUnfinished()) {
+      const lease = this.#leases.get(r.id);
+      if (lease === undefined || lease.expiresAt >= now.getTime() || out.length >= limit) continue;
+      lease.owner = owner;
+      lease.expiresAt = expiresAt.getTime();
+      lease.attempts++;
+      out.push({ task: r, plan: structuredClone(lease.plan), attempts: lease.attempts });
+    }
+    return out;
   }
 
   #matching(ownerId: string, f: StartTaskFilter): StartTaskRecord[] {

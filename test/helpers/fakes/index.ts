@@ -4,9 +4,12 @@ import { callerValues } from "../../../src/core/context.ts";
 import { PageTokens } from "../../../src/core/page-token.ts";
 import { SecretBox } from "../../../src/core/secret-box.ts";
 import { SettingsService as SettingsServiceDesc } from "../../../src/gen/workspace/v1/settings_pb.js";
+import { ChangeFeed } from "../../../src/services/change-feed.ts";
+import { InMemoryChangeLog } from "./change-log.ts";
 
 export { FakeAgentClient } from "./agent-client.ts";
 export { InMemoryApiKeyRepository } from "./api-key-repository.ts";
+export { InMemoryChangeLog } from "./change-log.ts";
 export { InMemoryConversationRepository, InMemoryStartTaskRepository } from "./conversation-repository.ts";
 export { InMemoryEventRepository } from "./event-repository.ts";
 export { FakeGitVerifier } from "./git-verifier.ts";
@@ -34,4 +37,9 @@ export function callAs(userId: string | null, signal?: AbortSignal): HandlerCont
     ...(signal === undefined ? {} : { requestSignal: signal }),
     ...(userId === null ? {} : { contextValues: callerValues({ userId, keyId: `key-${userId}` }) }),
   });
+}
+
+/** A change feed over a fresh in-memory log (one store's log, as every server sharing it would follow it). */
+export function testChangeFeed(log = new InMemoryChangeLog()): ChangeFeed {
+  return new ChangeFeed(log, { pollMs: 5 });
 }

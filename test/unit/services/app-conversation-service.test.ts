@@ -18,7 +18,7 @@ import { SandboxStatus } from "../../../src/gen/workspace/v1/sandbox_pb.js";
 import { SettingsSchema, StoreSettingsRequestSchema } from "../../../src/gen/workspace/v1/settings_pb.js";
 import {
   AppConversationService,
-  INTERRUPTED_DETAIL,
+  TOO_MANY_ATTEMPTS_DETAIL,
 } from "../../../src/services/conversations/app-conversation-service.ts";
 import { SandboxService } from "../../../src/services/sandboxes/sandbox-service.ts";
 import { SandboxSpecService } from "../../../src/services/sandboxes/sandbox-spec-service.ts";
@@ -33,6 +33,7 @@ import {
   InMemorySandboxRepository,
   InMemoryStartTaskRepository,
   InMemoryUserDataRepository,
+  testChangeFeed,
   testCrypto,
 } from "../../helpers/fakes/index.ts";
 
@@ -59,12 +60,14 @@ function world(): World {
     [{ id: "default", command: ["agent"], initialEnv: {}, workingDir: "/w", createdAt: new Date(0) }],
     tokens,
   );
+  const changes = testChangeFeed();
   const sandboxes = new SandboxService({
     repo: new InMemorySandboxRepository(),
     runtime,
     specs,
     box,
     tokens,
+    changes,
   });
   const store = new UserDataStore(new InMemoryUserDataRepository());
   const settings = new SettingsService({ store, box, verifier: null });
@@ -80,6 +83,8 @@ function world(): World {
     agent,
     tokens,
     liveStatusTimeoutMs: 50,
+    changes,
+    leaseOwner: "server-a",
   });
   return { service, sandboxes, settings, runtime, agent, tasks, conversations };
 }
@@ -275,25 +280,45 @@ describe("AppConversationService", () => {
     expect(c?.sessionApiKey).toBeUndefined();
   });
 
-  it("recovery marks tasks left unfinished by an earlier process ERROR; shutdown refuses new starts", async () => {
+  it("a task whose lease expired is resumed from its saved step; one taken over too often ends ERROR", async () => {
     const now = new Date();
-    await w.tasks.insert({
-      id: "c".repeat(32),
-      ownerId: "alice",
-      status: "PREPARING_REPOSITORY",
-      detail: null,
-      appConversationId: null,
-      sandboxId: null,
-      agentServerUrl: null,
-      request: {},
-      createdAt: now,
-      updatedAt: now,
-    });
-    expect(await w.service.recoverInterrupted()).toBe(1);
-    expect(await w.tasks.get("c".repeat(32), "alice")).toMatchObject({
+    const left = (id: string) =>
+      w.tasks.insert({
+        id,
+        ownerId: "alice",
+        status: "PREPARING_REPOSITORY",
+        detail: null,
+        appConversationId: null,
+        sandboxId: null,
+        agentServerUrl: null,
+        request: {},
+        createdAt: now,
+        updatedAt: now,
+      });
+    // Left by a server that died: no lease held (as an expired one).
+    await left("c".repeat(32));
+    expect(await w.service.maintainLeases()).toBe(1);
+    for (let i = 0; i < 200 && (await w.tasks.get("c".repeat(32), "alice"))?.status !== "READY"; i++)
+      await new Promise((r) => setTimeout(r, 5));
+    const resumed = await w.tasks.get("c".repeat(32), "alice");
+    expect(resumed).toMatchObject({ status: "READY", detail: null });
+    expect(await w.conversations.get(resumed?.appConversationId ?? "", "alice")).not.toBeNull();
+    // Nothing left to take over; a lease held by this server is renewed, not claimed again.
+    expect(await w.service.maintainLeases()).toBe(0);
+
+    // Taken over three times by servers that each died at once (their leases expired immediately).
+    await left("d".repeat(32));
+    for (let i = 0; i < 3; i++) await w.tasks.claimExpired(`gone-${i}`, new Date(), new Date(0), 10);
+    expect(await w.service.maintainLeases()).toBe(1);
+    expect(await w.tasks.get("d".repeat(32), "alice")).toMatchObject({
       status: "ERROR",
-      detail: INTERRUPTED_DETAIL,
+      detail: TOO_MANY_ATTEMPTS_DETAIL,
     });
+    // A server that lost its lease cannot write the task any more.
+    expect(await w.tasks.update("d".repeat(32), { detail: "late" }, "gone-2")).toBe(false);
+  });
+
+  it("shutdown refuses new starts", async () => {
     await w.service.shutdown(100);
     const err = await w.service
       .startAppConversation(create(StartAppConversationRequestSchema, { request: request() }), alice)

@@ -9,6 +9,7 @@ import { EventService } from "../../../src/services/events/event-service.ts";
 import {
   InMemoryConversationRepository,
   InMemoryEventRepository,
+  testChangeFeed,
   testCrypto,
 } from "../../helpers/fakes/index.ts";
 
@@ -44,6 +45,7 @@ function setup(): Setup {
   };
   s.service = new EventService({
     events,
+    changes: testChangeFeed(),
     sandboxes: {
       get: async (id) => (id === sandboxId ? sandbox : null),
       sessionKey: () => SANDBOX_KEY,

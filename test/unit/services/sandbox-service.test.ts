@@ -17,6 +17,7 @@ import {
   callAs,
   FakeSandboxRuntime,
   InMemorySandboxRepository,
+  testChangeFeed,
   testCrypto,
 } from "../../helpers/fakes/index.ts";
 
@@ -31,7 +32,7 @@ function makeService(options: { maxRunning?: number; inlineWaitMs?: number } = {
     [{ id: "default", command: ["agent"], initialEnv: {}, workingDir: "/w", createdAt: new Date(0) }],
     tokens,
   );
-  return new SandboxService({ repo, runtime, specs, box, tokens, ...options });
+  return new SandboxService({ repo, runtime, specs, box, tokens, changes: testChangeFeed(), ...options });
 }
 
 const failure = (p: Promise<unknown>) =>

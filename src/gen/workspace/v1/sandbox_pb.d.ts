@@ -347,6 +347,15 @@ export declare type WatchSandboxesRequest = Message<"workspace.v1.WatchSandboxes
    * @generated from field: repeated string id = 1;
    */
   id: string[];
+
+  /**
+   * Resume after this revision (the `revision` of the last response received): no initial state is sent, only
+   * the changes made after it, from every server sharing the store. When the store no longer holds changes that
+   * old, the call fails with OUT_OF_RANGE and the client watches again without a revision.
+   *
+   * @generated from field: optional int64 after_revision = 2;
+   */
+  afterRevision?: bigint | undefined;
 };
 
 /**
@@ -365,6 +374,13 @@ export declare type WatchSandboxesResponse = Message<"workspace.v1.WatchSandboxe
    * @generated from field: workspace.v1.SandboxInfo sandbox = 1;
    */
   sandbox?: SandboxInfo | undefined;
+
+  /**
+   * Position of this state in the store's change log: pass the last one received as `after_revision` to resume.
+   *
+   * @generated from field: int64 revision = 2;
+   */
+  revision: bigint;
 };
 
 /**

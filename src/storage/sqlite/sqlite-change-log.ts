@@ -1,0 +1,90 @@
+import type Database from "better-sqlite3";
+import type { ChangeEntry, ChangeLog, ChangeRecord } from "../../ports/change-log.ts";
+import { attempt } from "./sqlite-errors.ts";
+import { createGroupCommit, type QueuedWrite } from "./sqlite-group-commit.ts";
+import type { WalSync } from "./sqlite-wal-sync.ts";
+
+interface ChangeRow {
+  seq: number;
+  owner_id: string;
+  topic: ChangeRecord["topic"];
+  key: string;
+  body: string;
+  at: number;
+}
+
+interface QueuedAppend extends QueuedWrite<number[]> {
+  entries: readonly ChangeEntry[];
+}
+
+/**
+ * The change log on SQLite. Writers are serialised by the database, so sequence numbers become visible in order:
+ * a reader never sees a number before a lower one. Appends of one event-loop turn share one commit (the group
+ * commit of the other write paths), so a burst of status changes costs one WAL sync.
+ */
+export function createSqliteChangeLog(
+  db: Database.Database,
+  walSync: WalSync | null,
+): ChangeLog & { flush(): void } {
+  const insert = db.prepare<[string, string, string, string, number]>(
+    "INSERT INTO changes (owner_id, topic, key, body, at) VALUES (?, ?, ?, ?, ?)",
+  );
+  const after = db.prepare<[number, number], ChangeRow>(
+    "SELECT seq, owner_id, topic, key, body, at FROM changes WHERE seq > ? ORDER BY seq LIMIT ?",
+  );
+  const head = db.prepare<[], { seq: number | null }>(
+    "SELECT seq FROM sqlite_sequence WHERE name = 'changes'",
+  );
+  const oldest = db.prepare<[], { seq: number | null }>("SELECT min(seq) AS seq FROM changes");
+  const prune = db.prepare<[number]>("DELETE FROM changes WHERE at < ?");
+  const groupCommit = createGroupCommit(db, walSync);
+
+  const write = (entries: readonly ChangeEntry[]): number[] => {
+    const at = Date.now();
+    return entries.map((e) => Number(insert.run(e.ownerId, e.topic, e.key, e.body, at).lastInsertRowid));
+  };
+  const commitBatch = db.transaction((batch: QueuedAppend[]): number[][] =>
+    batch.map((a) => write(a.entries)),
+  );
+  let queue: QueuedAppend[] = [];
+  const flush = (): void => {
+    const batch = queue;
+    if (batch.length === 0) return;
+    queue = [];
+    groupCommit(batch, commitBatch);
+  };
+  const headSeq = (): number => head.get()?.seq ?? 0;
+
+  return {
+    append: (entries) => {
+      if (entries.length === 0) return Promise.resolve([]);
+      if (db.inTransaction) return attempt(() => write(entries));
+      return new Promise<number[]>((resolve, reject) => {
+        if (queue.length === 0) {
+          if (walSync?.syncing === true) walSync.whenSyncEnds(flush);
+          else setImmediate(flush);
+        }
+        queue.push({ entries, resolve, reject });
+      });
+    },
+    read: (afterSeq, limit) =>
+      attempt(() =>
+        after.all(afterSeq, limit).map((r) => ({
+          seq: r.seq,
+          ownerId: r.owner_id,
+          topic: r.topic,
+          key: r.key,
+          body: r.body,
+          at: new Date(r.at),
+        })),
+      ),
+    head: () => attempt(headSeq),
+    floor: () =>
+      attempt(() => {
+        const min = oldest.get()?.seq ?? null;
+        return min === null ? headSeq() : min - 1;
+      }),
+    prune: (before) => attempt(() => prune.run(before.getTime()).changes),
+    flush,
+  };
+}
