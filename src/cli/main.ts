@@ -1,9 +1,9 @@
 #!/usr/bin/env node
 // Admin CLI: serve, keys create|list|revoke. Exit codes: 0 ok, 1 failure, 2 usage error.
 import { parseArgs } from "node:util";
+import { runServer } from "../server/cluster.ts";
 import { ConfigError, ENV_DOC, loadConfig } from "../server/config.ts";
 import { openStorage } from "../server/open-storage.ts";
-import { serve } from "../server/serve.ts";
 import { ApiKeyService } from "../services/keys/api-key-service.ts";
 import { ApiError, ConnectionError, createApiClient, parseAssignment, table } from "./api-client.ts";
 
@@ -13,6 +13,7 @@ Usage: npm run cli -- <command> [options]     (or: node src/cli/main.ts <command
 
 Commands (server administration: run on the server's machine, same environment as the server):
   serve                          run the server (REST + Connect on PORT, gRPC on GRPC_PORT)
+                                 (WORKERS=N: N processes share the ports; SIGHUP replaces them one by one)
   keys create --user NAME        create an API key; prints the key alone on the last line
              [--label TEXT]
   keys list [--user NAME]        list keys (id, user, label, created, revoked); never the keys themselves
@@ -77,10 +78,7 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write(HELP);
     return command === undefined && !values.help ? 2 : 0;
   }
-  if (command === "serve") {
-    await serve(loadConfig());
-    return 0;
-  }
+  if (command === "serve") return runServer(loadConfig());
   if (command === "keys") {
     if (sub === "create") {
       const user = values.user;

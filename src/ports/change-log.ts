@@ -1,6 +1,10 @@
+import type { StartTaskRecord } from "./conversation-repository.ts";
+import type { SandboxRecord } from "./sandbox-repository.ts";
+
 /**
  * The store's change log: one entry per change that watchers follow (a sandbox's status, a start task's state,
- * new events of a conversation), numbered by a sequence that only grows. Every server sharing the store appends
+ * new events of a conversation), numbered by a sequence that only grows. The storage adapters write the entry of
+ * a change with the change itself (in the same transaction where the store has them). Every server sharing the store appends
  * to it and reads it, so a watch on one server sees what another server changed, and a client that reconnects
  * with the last sequence number it saw misses nothing still retained.
  */
@@ -24,7 +28,7 @@ export interface ChangeRecord extends ChangeEntry {
 export interface ChangeLog {
   /**
    * Appends the entries in order (all or none) and resolves with their sequence numbers, each higher than any
-   * number handed out before, once they are durable.
+   * number handed out before, once they are durable. (The repositories append the entries of their own changes.)
    */
   append(entries: readonly ChangeEntry[]): Promise<number[]>;
   /**
@@ -45,4 +49,60 @@ export interface ChangeLog {
    * readers poll.
    */
   subscribe?(onAppend: () => void): () => void;
+}
+
+/**
+ * The entry of a sandbox change: the record as the change left it (dates as milliseconds), and when the change was
+ * made. Storage adapters write it with the change itself.
+ */
+export function sandboxChange(record: SandboxRecord): ChangeEntry {
+  return {
+    ownerId: record.ownerId,
+    topic: "sandbox",
+    key: record.id,
+    body: JSON.stringify({
+      changedAt: Date.now(),
+      record: { ...record, createdAt: record.createdAt.getTime(), updatedAt: record.updatedAt.getTime() },
+    }),
+  };
+}
+
+/** A sandbox change's record and when it was made, or null for a body that is not one. */
+export function parseSandboxChange(body: string): { record: SandboxRecord; changedAt: number } | null {
+  try {
+    const c = JSON.parse(body) as {
+      changedAt: number;
+      record: Omit<SandboxRecord, "createdAt" | "updatedAt"> & { createdAt: number; updatedAt: number };
+    };
+    return {
+      changedAt: c.changedAt,
+      record: {
+        ...c.record,
+        createdAt: new Date(c.record.createdAt),
+        updatedAt: new Date(c.record.updatedAt),
+      },
+    };
+  } catch {
+    return null;
+  }
+}
+
+/** The entry of a start task change: the task as the change left it. */
+export function startTaskChange(task: StartTaskRecord): ChangeEntry {
+  return { ownerId: task.ownerId, topic: "start-task", key: task.id, body: JSON.stringify(task) };
+}
+
+/** A start task change's task, or null. */
+export function parseStartTaskChange(body: string): StartTaskRecord | null {
+  try {
+    const t = JSON.parse(body) as StartTaskRecord & { createdAt: string; updatedAt: string };
+    return { ...t, createdAt: new Date(t.createdAt), updatedAt: new Date(t.updatedAt) };
+  } catch {
+    return null;
+  }
+}
+
+/** The entry of new events of a conversation: their ids, in the order stored. */
+export function eventsChange(ownerId: string, conversationId: string, ids: readonly string[]): ChangeEntry {
+  return { ownerId, topic: "events", key: conversationId, body: JSON.stringify(ids) };
 }

@@ -1,4 +1,4 @@
-import type { ChangeEntry, ChangeLog, ChangeRecord } from "../ports/change-log.ts";
+import type { ChangeLog, ChangeRecord } from "../ports/change-log.ts";
 
 /** Options of {@link ChangeFeed}. */
 export interface ChangeFeedOptions {
@@ -34,8 +34,9 @@ interface Subscriber {
 /**
  * Follows the store's change log for this server's watchers: one shared reader reads every new entry once and
  * hands it to the subscribers whose filter takes it, so a thousand open watches cost one read per poll. The
- * reader runs only while someone watches; it is woken at once by appends made through this server and by the
- * store's push where it has one (MongoDB change streams), and polls for the rest (appends of other servers).
+ * reader runs only while someone watches; it is woken at once after writes made through this server
+ * ({@link poke}) and by the store's push where it has one (MongoDB change streams), and polls for the rest
+ * (writes of other servers). The entries themselves are written by the storage adapters with the changes.
  *
  * A subscriber starting from an older position (a client resuming) first reads the log itself up to the shared
  * reader's position, then joins it: no entry is missed or given twice.
@@ -61,21 +62,8 @@ export class ChangeFeed {
     this.#warn = options.log ?? (() => {});
   }
 
-  /**
-   * Appends entries to the store's log (resolves once durable) and wakes this server's watchers. A change that
-   * cannot be logged is reported to the log, never thrown: the state it describes is already stored.
-   */
-  async publish(entries: readonly ChangeEntry[]): Promise<void> {
-    if (entries.length === 0) return;
-    try {
-      await this.#log.append(entries);
-    } catch (err) {
-      this.#warn("a change could not be logged: watchers of it see it at the next change", {
-        topic: entries[0]?.topic,
-        error: String(err),
-      });
-      return;
-    }
+  /** Wakes the shared reader now: something was just written through this server (and logged with it). */
+  poke(): void {
     this.#wake();
   }
 

@@ -44,6 +44,7 @@ import {
 } from "../../gen/workspace/v1/app_conversation_pb.js";
 import { SandboxStatus } from "../../gen/workspace/v1/sandbox_pb.js";
 import type { AgentClient } from "../../ports/agent-client.ts";
+import { parseStartTaskChange } from "../../ports/change-log.ts";
 import type {
   ClaimedStartTask,
   ConversationFilter,
@@ -272,14 +273,18 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
     const task = await this.#begin(userId, request, id);
     yield wrap(task);
     if (TERMINAL.has(task.status)) return;
+    let last = task;
     try {
       for await (const c of this.#o.changes.follow(
         from,
         (c) => c.topic === "start-task" && c.key === id && c.ownerId === userId,
         ctx.signal,
       )) {
-        const t = parseTaskChange(c.body);
-        if (t === null) continue;
+        const t = parseStartTaskChange(c.body);
+        // The log also holds the state already sent (the task as inserted).
+        if (t === null || (t.status === last.status && t.updatedAt.getTime() <= last.updatedAt.getTime()))
+          continue;
+        last = t;
         yield wrap(t);
         if (TERMINAL.has(t.status)) return;
       }
@@ -666,12 +671,10 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
     this.#run(t, request, claimed);
   }
 
-  /** A task entered a state (saved by this server): tell watchers on every server, and local listeners. */
+  /** A task entered a state (saved, and logged with it, by the store): wake watches, tell local listeners. */
   #changed(task: StartTaskRecord): void {
     this.#events.emit("task-status", task.status);
-    void this.#o.changes.publish([
-      { ownerId: task.ownerId, topic: "start-task", key: task.id, body: JSON.stringify(task) },
-    ]);
+    this.#o.changes.poke();
   }
 
   /** Whether one of the user's unfinished starts is using the sandbox. */
@@ -744,16 +747,6 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
         : {}),
       ...(running && info?.sessionApiKey !== undefined ? { sessionApiKey: info.sessionApiKey } : {}),
     };
-  }
-}
-
-/** A start task as logged by {@link AppConversationService} (JSON of the record), or null. */
-function parseTaskChange(body: string): StartTaskRecord | null {
-  try {
-    const t = JSON.parse(body) as StartTaskRecord & { createdAt: string; updatedAt: string };
-    return { ...t, createdAt: new Date(t.createdAt), updatedAt: new Date(t.updatedAt) };
-  } catch {
-    return null;
   }
 }
 

@@ -19,6 +19,7 @@ import type {
   StartTaskRepository,
   StartTaskStatus,
 } from "../../ports/conversation-repository.ts";
+import { ACTIVE_STATUSES } from "../../ports/sandbox-repository.ts";
 import { type LiveSandbox, newSandboxId, type SandboxService } from "../sandboxes/sandbox-service.ts";
 import type { SecretsService } from "../secrets/secrets-service.ts";
 import { PROVIDERS } from "../settings/settings-fields.ts";
@@ -159,6 +160,10 @@ class StartFlow {
   readonly #task: StartTaskRecord;
   readonly #req: AppConversationStartRequest;
   readonly #signal: AbortSignal;
+  /** Aborted when the sandbox stops holding its running slot mid-start (see #guardSandbox). */
+  readonly #lost = new AbortController();
+  /** What the agent calls stop on: a shutdown, or the sandbox lost. */
+  readonly #callSignal: AbortSignal;
   readonly #plan: StartTaskPlan;
   /** Index in STEPS of the last state saved before this run (-1: a new start). */
   readonly #reached: number;
@@ -176,6 +181,7 @@ class StartFlow {
     this.#task = { ...task };
     this.#req = request;
     this.#signal = signal;
+    this.#callSignal = AbortSignal.any([signal, this.#lost.signal]);
     this.#plan = { ...resume.plan };
     this.#reached = resume.reached === null ? -1 : STEPS.indexOf(resume.reached);
   }
@@ -227,6 +233,7 @@ class StartFlow {
 
   #detailOf(err: unknown): string {
     if (this.#signal.aborted) return SHUTDOWN_DETAIL;
+    if (this.#lost.signal.aborted) return (this.#lost.signal.reason as Error).message;
     if (err instanceof StartError || err instanceof AgentCallError) return err.message;
     if (err instanceof StorageUnavailableError)
       return "Storage was unavailable; start the conversation again";
@@ -258,6 +265,46 @@ class StartFlow {
       this.#d.settings.openConversationConfig(owner),
       this.#d.secrets.openAll(owner),
     ]);
+    const guard = this.#guardSandbox(sandbox.record.id);
+    try {
+      await this.#stepsIn(sandbox, eff, config, secrets);
+    } finally {
+      clearInterval(guard);
+    }
+  }
+
+  /**
+   * Checks the sandbox's recorded status every second while the start uses it: once it no longer holds its
+   * running slot (another start or resume of the user evicted it, or it was deleted), the agent calls in flight
+   * stop at once instead of waiting for a paused agent, and the start ends with the reason.
+   */
+  #guardSandbox(id: string): NodeJS.Timeout {
+    const timer = setInterval(() => {
+      void this.#d.sandboxes.recordedStatus(this.#task.ownerId, id).then(
+        (status) => {
+          if (status !== null && ACTIVE_STATUSES.includes(status)) return;
+          this.#lost.abort(
+            new StartError(
+              status === "PAUSED"
+                ? `Sandbox ${id} was paused while the conversation was starting: another start or resume took its running slot (the running limit was reached). Resume the sandbox and start the conversation again`
+                : `Sandbox ${id} was ${status === null || status === "MISSING" ? "deleted" : `set ${status}`} while the conversation was starting`,
+            ),
+          );
+        },
+        () => undefined,
+      );
+    }, 1000);
+    timer.unref();
+    return timer;
+  }
+
+  async #stepsIn(
+    sandbox: LiveSandbox,
+    eff: Effective,
+    config: ConversationConfig,
+    secrets: Record<string, string>,
+  ): Promise<void> {
+    const owner = this.#task.ownerId;
     for (const t of Object.values(config.providerTokens))
       this.#secrets.push(t.token, encodeURIComponent(t.token));
     if (config.llmApiKey !== null) this.#secrets.push(config.llmApiKey);
@@ -340,7 +387,7 @@ class StartFlow {
     }
     const body = agentStartRequest(this.#req, conversationId, eff, config, secrets, project.projectDir);
     await this.#save({ status: "STARTING_CONVERSATION", agentServerUrl: agent.url });
-    const info = await this.#d.agent.startConversation(agent, body, this.#signal);
+    const info = await this.#d.agent.startConversation(agent, body, this.#callSignal);
     const id = parseHexId(info.id) ?? conversationId;
 
     const now = this.#d.clock.now();
@@ -432,7 +479,11 @@ class StartFlow {
       live = found.status === "PAUSED" ? await s.resume(owner, given) : found;
     }
     const id = live.record.id;
-    if (live.status === "STARTING") {
+    // Also a sandbox holding its slot whose agent does not answer yet (a loaded machine): wait for it.
+    if (
+      live.status === "STARTING" ||
+      (live.status === "ERROR" && ACTIVE_STATUSES.includes(live.record.status))
+    ) {
       const settled = await abortable(
         s.waitUntilSettled(owner, id, this.#d.timeouts.sandboxStartMs),
         this.#signal,
@@ -456,11 +507,11 @@ class StartFlow {
   }
 
   async #exec(agent: AgentEndpoint, command: string, cwd: string | undefined, timeoutSeconds: number) {
-    this.#signal.throwIfAborted();
+    this.#callSignal.throwIfAborted();
     return this.#d.agent.executeCommand(
       agent,
       { command, timeoutSeconds, ...(cwd === undefined ? {} : { cwd }) },
-      this.#signal,
+      this.#callSignal,
     );
   }
 }

@@ -254,16 +254,8 @@ export class EventService implements ServiceImpl<typeof EventServiceDesc> {
       body: e.json,
     }));
     const stored = await this.#o.events.append(records);
-    // Watchers on every server learn of them through the change log (publish never throws).
-    if (stored.length > 0)
-      void this.#o.changes.publish([
-        {
-          ownerId: sandbox.ownerId,
-          topic: "events",
-          key: conversationId,
-          body: JSON.stringify(stored.map((r) => r.id)),
-        },
-      ]);
+    // Logged by the store with the events: wake this server's watches at once.
+    if (stored.length > 0) this.#o.changes.poke();
     const firstUserMessage = firstUser && stored.find((r) => r.id === firstUser.id);
     // Without a record yet the conversation may still be starting (the record is inserted once the agent's start
     // call answers, and the agent posts the first message before that): the naming run reads the record again,

@@ -24,6 +24,7 @@ import {
   type WatchSandboxesRequest,
   type WatchSandboxesResponse,
 } from "../../gen/workspace/v1/sandbox_pb.js";
+import { parseSandboxChange } from "../../ports/change-log.ts";
 import {
   ACTIVE_STATUSES,
   type SandboxRecord,
@@ -182,12 +183,15 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
   async deleteSandbox(req: DeleteSandboxRequest, ctx: HandlerContext): Promise<DeleteSandboxResponse> {
     const { userId } = requireCaller(ctx);
     const record = await this.#owned(userId, req.sandboxId);
+    // MISSING first: no server's sweep pauses it again while it is being removed, and a start in progress
+    // removes what it started.
+    await this.#transition(record, ["STARTING", "RUNNING", "PAUSED", "ERROR"], "MISSING");
     const handle = handleOrNull(record);
     if (handle !== null) await this.#o.runtime.remove(handle);
     // Also whatever carries the sandbox's id without the record knowing it (a handle never saved).
     await this.#o.runtime.removeBySandboxId(record.id);
     await this.#o.repo.delete(record.id);
-    this.#emit(record, "MISSING");
+    this.#o.changes.poke();
     return { $typeName: "workspace.v1.DeleteSandboxResponse", success: true };
   }
 
@@ -237,7 +241,8 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
         const change = parseSandboxChange(c.body);
         if (change === null || (sent.get(c.key) ?? 0) > change.changedAt) continue;
         sent.set(c.key, change.changedAt);
-        yield wrap(change.live, c.seq);
+        const { record } = change;
+        yield wrap({ record, status: record.status, handle: handleOrNull(record) }, c.seq);
       }
     } catch (err) {
       if (err instanceof ChangeTooOldError)
@@ -281,7 +286,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       throw failedPrecondition(
         `Sandbox limit reached: you have ${outcome.count} sandboxes and a user may have at most ${this.#o.maxPerUser}; delete one to start another`,
       );
-    this.#emit(record, "STARTING");
+    this.#o.changes.poke();
     this.#busy.add(record.id);
     try {
       await this.#pauseEvicted(outcome.evicted);
@@ -302,6 +307,9 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       return this.#observe(record);
     this.#busy.add(id);
     try {
+      // Still STARTING, and fresh again: the crash-leftover sweep of any server leaves it alone while it starts.
+      if (!(await this.#o.repo.transition(id, ["STARTING"], "STARTING", new Date())))
+        return this.#observe(await this.#owned(userId, id));
       const removed = await this.#o.runtime.removeBySandboxId(id);
       this.#o.log?.("starting again a sandbox whose start was cut off", { sandboxId: id, removed });
       const spec = this.#o.specs.resolve(record.specId);
@@ -339,7 +347,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       return this.#observe(claim.record);
     }
     const claimed = claim.record;
-    this.#emit(claimed, "STARTING");
+    this.#o.changes.poke();
     this.#busy.add(id);
     try {
       await this.#pauseEvicted(claim.evicted);
@@ -356,6 +364,11 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     }
   }
 
+  /** The status recorded in the store (no runtime check) if the user owns the sandbox, else null. */
+  async recordedStatus(userId: string, id: string): Promise<SandboxStatus | null> {
+    return (await this.#o.repo.get(id, userId))?.status ?? null;
+  }
+
   /** The reconciled sandbox if the user owns it, else null. */
   async get(userId: string, id: string): Promise<LiveSandbox | null> {
     const record = await this.#o.repo.get(id, userId);
@@ -368,7 +381,10 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     return new Map(await Promise.all(records.map(async (r) => [r.id, await this.#observe(r)] as const)));
   }
 
-  /** Waits for a STARTING sandbox to leave that state (bounded); returns its reconciled state. */
+  /**
+   * Waits for a STARTING sandbox to leave that state (bounded), and for one holding its running slot whose agent
+   * does not answer its health probe (a loaded machine) to answer again; returns its reconciled state.
+   */
   async waitUntilSettled(userId: string, id: string, timeoutMs: number): Promise<LiveSandbox | null> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
@@ -376,7 +392,8 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       if (pending)
         await Promise.race([pending, new Promise((r) => setTimeout(r, Math.max(0, deadline - Date.now())))]);
       const live = await this.get(userId, id);
-      if (live === null || live.status !== "STARTING" || Date.now() >= deadline) return live;
+      if (live === null || !(live.status === "STARTING" || unanswered(live)) || Date.now() >= deadline)
+        return live;
       await new Promise((r) => setTimeout(r, 50));
     }
   }
@@ -529,7 +546,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       await this.#o.runtime.remove(handle).catch(() => undefined);
       throw err;
     }
-    if (saved === null) {
+    if (saved === null || saved.status === "MISSING") {
       await this.#o.runtime.remove(handle); // deleted while it started
       return { record, status: "MISSING", handle: null };
     }
@@ -637,24 +654,8 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     const changed = record.status !== to;
     record.status = to;
     record.updatedAt = updatedAt;
-    if (changed) this.#emit(record, to);
+    if (changed) this.#o.changes.poke();
     return true;
-  }
-
-  /** Publishes a status change to the store's change log (for every server's watches); never throws. */
-  #emit(record: SandboxRecord, status: SandboxStatus): void {
-    const body: SandboxChange = {
-      changedAt: Date.now(),
-      record: {
-        ...record,
-        status,
-        createdAt: record.createdAt.getTime(),
-        updatedAt: record.updatedAt.getTime(),
-      },
-    };
-    void this.#o.changes.publish([
-      { ownerId: record.ownerId, topic: "sandbox", key: record.id, body: JSON.stringify(body) },
-    ]);
   }
 
   /**
@@ -682,7 +683,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
           sandboxId: r.id,
           userId: r.ownerId,
         });
-        this.#emit(r, "PAUSED");
+        this.#o.changes.poke();
         const handle = handleOrNull(r);
         if (handle !== null)
           await this.#o.runtime.pause(handle).catch((err: unknown) => {
@@ -713,24 +714,9 @@ function definiteEnd(recorded: SandboxStatus, runtime: SandboxStatus | null): Sa
   }
 }
 
-/** A sandbox change as logged: the record as the change left it, and when the change was made (ms). */
-interface SandboxChange {
-  changedAt: number;
-  record: Omit<SandboxRecord, "createdAt" | "updatedAt"> & { createdAt: number; updatedAt: number };
-}
-
-function parseSandboxChange(body: string): { live: LiveSandbox; changedAt: number } | null {
-  try {
-    const c = JSON.parse(body) as SandboxChange;
-    const record: SandboxRecord = {
-      ...c.record,
-      createdAt: new Date(c.record.createdAt),
-      updatedAt: new Date(c.record.updatedAt),
-    };
-    return { live: { record, status: record.status, handle: handleOrNull(record) }, changedAt: c.changedAt };
-  } catch {
-    return null;
-  }
+/** Holds its running slot, but its agent does not answer (observed ERROR): may still answer, it is not an end. */
+function unanswered(l: LiveSandbox): boolean {
+  return l.status === "ERROR" && ACTIVE_STATUSES.includes(l.record.status);
 }
 
 function handleOrNull(record: SandboxRecord): RuntimeHandle | null {

@@ -1,4 +1,5 @@
 import type { Db, Filter } from "mongodb";
+import { type ChangeLog, eventsChange } from "../../ports/change-log.ts";
 import type { EventCursor, EventFilter, EventRecord, EventRepository } from "../../ports/event-repository.ts";
 import { checkPageLimit } from "../keyset-page.ts";
 import { guarded, isDuplicateKeyError } from "./mongo-errors.ts";
@@ -63,7 +64,8 @@ function after(cursor: EventCursor, descending: boolean): Filter<EventDoc> {
  * stored before, e.g. by a webhook retry) is skipped. A failure part-way rejects the append; what was stored stays,
  * so the sender's retry stores the rest without duplicates.
  */
-export function createMongoEventRepository(db: Db): EventRepository {
+/** Events on MongoDB; new events are logged per conversation (`changes`) once stored. */
+export function createMongoEventRepository(db: Db, changes?: ChangeLog): EventRepository {
   const coll = db.collection<EventDoc>(COLLECTIONS.events);
   return {
     append: (events) =>
@@ -77,6 +79,21 @@ export function createMongoEventRepository(db: Db): EventRepository {
             if (!isDuplicateKeyError(error)) throw error;
           }
         }
+        const byConversation = new Map<string, EventRecord[]>();
+        for (const e of stored) {
+          const key = `${e.ownerId}\n${e.conversationId}`;
+          byConversation.set(key, [...(byConversation.get(key) ?? []), e]);
+        }
+        if (stored.length > 0)
+          await changes?.append(
+            [...byConversation.values()].map((list) =>
+              eventsChange(
+                list[0]?.ownerId ?? "",
+                list[0]?.conversationId ?? "",
+                list.map((e) => e.id),
+              ),
+            ),
+          );
         return stored;
       }),
     search: (ownerId, filter, page, descending) =>

@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Db, Filter } from "mongodb";
 import { StorageUnavailableError } from "../../core/errors.ts";
+import { type ChangeLog, sandboxChange } from "../../ports/change-log.ts";
 import {
   ACTIVE_STATUSES,
   type SandboxRecord,
@@ -37,8 +38,12 @@ const OLDEST_FIRST = { createdAt: 1, _id: 1 } as const;
  * compare-and-set on the record's status and on whether it has a handle, so that it is linearisable with
  * `setHandle` (which takes no lock): exactly one of the evicting caller and the starting caller sees the handle.
  */
-export function createMongoSandboxRepository(db: Db): SandboxRepository {
+export function createMongoSandboxRepository(db: Db, changes?: ChangeLog): SandboxRepository {
   const coll = db.collection<SandboxDoc>(COLLECTIONS.sandboxes);
+  /** Logs status changes once written (MongoDB has no transaction here: see createMongoChangeLog). */
+  const logged = async (records: readonly SandboxRecord[]): Promise<void> => {
+    if (records.length > 0) await changes?.append(records.map(sandboxChange));
+  };
   const locks = db.collection<LockDoc>(COLLECTIONS.sandboxLocks);
 
   const withOwnerLock = async <T>(ownerId: string, work: () => Promise<T>): Promise<T> => {
@@ -83,6 +88,7 @@ export function createMongoSandboxRepository(db: Db): SandboxRepository {
         const result = await coll.updateOne(filter, { $set: { status: "PAUSED", updatedAt } }, DURABLE_WRITE);
         if (result.matchedCount === 1) {
           evicted.push(fromSandboxDoc(doc));
+          await logged([{ ...fromSandboxDoc(doc), status: "PAUSED", updatedAt }]);
           break;
         }
         const now = await coll.findOne({ _id: doc._id });
@@ -99,12 +105,13 @@ export function createMongoSandboxRepository(db: Db): SandboxRepository {
     to: SandboxStatus,
     updatedAt: Date,
   ): Promise<boolean> => {
-    const result = await coll.updateOne(
+    const after = await coll.findOneAndUpdate(
       { _id: id, status: { $in: [...from] } },
       { $set: { status: to, updatedAt } },
-      DURABLE_WRITE,
+      { ...DURABLE_WRITE, returnDocument: "after" },
     );
-    return result.matchedCount === 1;
+    if (after !== null) await logged([fromSandboxDoc(after)]);
+    return after !== null;
   };
 
   return {
@@ -114,6 +121,7 @@ export function createMongoSandboxRepository(db: Db): SandboxRepository {
           const count = await coll.countDocuments({ ownerId: record.ownerId });
           if (count >= limits.maxPerUser) return { created: false as const, count };
           await coll.insertOne(toSandboxDoc({ ...record, status: "STARTING" }), DURABLE_WRITE);
+          await logged([{ ...record, status: "STARTING" }]);
           try {
             const keep = Math.max(1, limits.maxRunning) - 1;
             return {
@@ -212,7 +220,11 @@ export function createMongoSandboxRepository(db: Db): SandboxRepository {
       }),
     delete: (id) =>
       guarded(async () => {
+        const doc = await coll.findOne({ _id: id });
         const result = await coll.deleteOne({ _id: id }, DURABLE_WRITE);
+        // A record set MISSING before its removal was logged then.
+        if (doc !== null && doc.status !== "MISSING" && result.deletedCount === 1)
+          await logged([{ ...fromSandboxDoc(doc), status: "MISSING", updatedAt: new Date() }]);
         return result.deletedCount === 1;
       }),
   };

@@ -1,4 +1,5 @@
 import type { Db, Filter } from "mongodb";
+import { type ChangeLog, startTaskChange } from "../../ports/change-log.ts";
 import type {
   ClaimedStartTask,
   StartTaskFilter,
@@ -40,8 +41,11 @@ function toSet(patch: StartTaskPatch): Partial<StartTaskDoc> {
  * Start tasks on MongoDB. Lease writes are single-document compare-and-set updates: a claim matches the lease
  * expiry it read, so of two servers claiming the same task only one matches.
  */
-export function createMongoStartTaskRepository(db: Db): StartTaskRepository {
+export function createMongoStartTaskRepository(db: Db, changes?: ChangeLog): StartTaskRepository {
   const coll = db.collection<StartTaskDoc>(COLLECTIONS.startTasks);
+  const logged = async (doc: StartTaskDoc | null): Promise<void> => {
+    if (doc !== null) await changes?.append([startTaskChange(fromStartTaskDoc(doc))]);
+  };
   return {
     insert: (record, lease, plan) =>
       guarded(async () => {
@@ -55,6 +59,7 @@ export function createMongoStartTaskRepository(db: Db): StartTaskRepository {
           },
           DURABLE_WRITE,
         );
+        await logged(toStartTaskDoc(record));
       }),
     findPending: (ownerId, conversationId) =>
       guarded(async () => {
@@ -81,8 +86,14 @@ export function createMongoStartTaskRepository(db: Db): StartTaskRepository {
         const set = toSet(patch);
         const filter: Filter<StartTaskDoc> = leaseOwner === undefined ? { _id: id } : { _id: id, leaseOwner };
         if (Object.keys(set).length === 0) return (await coll.countDocuments(filter, { limit: 1 })) === 1;
-        const result = await coll.updateOne(filter, { $set: set }, DURABLE_WRITE);
-        return result.matchedCount === 1;
+        const after = await coll.findOneAndUpdate(
+          filter,
+          { $set: set },
+          { ...DURABLE_WRITE, returnDocument: "after" },
+        );
+        const { plan: _plan, updatedAt: _updatedAt, ...visible } = patch;
+        if (Object.keys(visible).length > 0) await logged(after);
+        return after !== null;
       }),
     search: (ownerId, filter, page, ascending) =>
       guarded(async () => {

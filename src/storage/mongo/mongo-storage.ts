@@ -64,15 +64,16 @@ export async function createMongoStorageFromDb(
   let closed = false;
   const heartbeats = db.collection<{ _id: string; at: Date }>(COLLECTIONS.heartbeats);
   const serverId = `${hostname()}:${process.pid}`;
+  const changes = createMongoChangeLog(db);
   return {
     kind: "mongo",
     userData: createMongoUserDataRepository(db),
     apiKeys: createMongoApiKeyRepository(db),
-    sandboxes: createMongoSandboxRepository(db),
+    sandboxes: createMongoSandboxRepository(db, changes),
     conversations: createMongoConversationRepository(db),
-    startTasks: createMongoStartTaskRepository(db),
-    events: createMongoEventRepository(db),
-    changes: createMongoChangeLog(db),
+    startTasks: createMongoStartTaskRepository(db, changes),
+    events: createMongoEventRepository(db, changes),
+    changes,
     ping: () =>
       guarded(async () => {
         await db.command({ ping: 1 });

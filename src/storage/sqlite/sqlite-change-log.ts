@@ -25,7 +25,14 @@ interface QueuedAppend extends QueuedWrite<number[]> {
 export function createSqliteChangeLog(
   db: Database.Database,
   walSync: WalSync | null,
-): ChangeLog & { flush(): void } {
+): ChangeLog & {
+  flush(): void;
+  /**
+   * Inserts the entries now, synchronously: called by the repositories inside the transaction of the change the
+   * entries describe, so that both are committed together or not at all.
+   */
+  record(entries: readonly ChangeEntry[]): void;
+} {
   const insert = db.prepare<[string, string, string, string, number]>(
     "INSERT INTO changes (owner_id, topic, key, body, at) VALUES (?, ?, ?, ?, ?)",
   );
@@ -86,5 +93,8 @@ export function createSqliteChangeLog(
       }),
     prune: (before) => attempt(() => prune.run(before.getTime()).changes),
     flush,
+    record: (entries) => {
+      write(entries);
+    },
   };
 }

@@ -1,4 +1,5 @@
 import type Database from "better-sqlite3";
+import { type ChangeEntry, eventsChange } from "../../ports/change-log.ts";
 import type { EventCursor, EventFilter, EventRecord, EventRepository } from "../../ports/event-repository.ts";
 import { checkPageLimit } from "../keyset-page.ts";
 import { attempt } from "./sqlite-errors.ts";
@@ -91,6 +92,7 @@ export interface SqliteEventRepository extends EventRepository {
 export function createSqliteEventRepository(
   db: Database.Database,
   walSync: WalSync | null = null,
+  logChanges: (entries: readonly ChangeEntry[]) => void = () => {},
 ): SqliteEventRepository {
   const insert = db.prepare<[string, string, string, string, number, string]>(
     `INSERT INTO events (${COLUMNS}) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id, conversation_id) DO NOTHING`,
@@ -104,12 +106,27 @@ export function createSqliteEventRepository(
   const groupCommit = createGroupCommit(db, walSync);
   const prepared = createStatementCache(db);
 
+  /** Stores the events new to the store and logs them per conversation (in the caller's transaction). */
   const write = (events: readonly EventRecord[]): EventRecord[] => {
     const stored: EventRecord[] = [];
     for (const e of events) {
       if (insert.run(e.conversationId, e.id, e.ownerId, e.kind, e.timestampUs, e.body).changes === 1)
         stored.push(e);
     }
+    const byConversation = new Map<string, EventRecord[]>();
+    for (const e of stored) {
+      const key = `${e.ownerId}\n${e.conversationId}`;
+      byConversation.set(key, [...(byConversation.get(key) ?? []), e]);
+    }
+    logChanges(
+      [...byConversation.values()].map((list) =>
+        eventsChange(
+          list[0]?.ownerId ?? "",
+          list[0]?.conversationId ?? "",
+          list.map((e) => e.id),
+        ),
+      ),
+    );
     return stored;
   };
   const commitBatch = db.transaction((batch: QueuedAppend[]): EventRecord[][] =>

@@ -1,4 +1,5 @@
 import type Database from "better-sqlite3";
+import { type ChangeEntry, sandboxChange } from "../../ports/change-log.ts";
 import {
   ACTIVE_STATUSES,
   type SandboxRecord,
@@ -21,8 +22,17 @@ interface UpdateParams {
   updatedAt: number | null;
 }
 
-/** The sandbox registry on SQLite; listings walk the `(owner_id, created_at DESC, id DESC)` index. */
-export function createSqliteSandboxRepository(db: Database.Database): SandboxRepository {
+/**
+ * The sandbox registry on SQLite; listings walk the `(owner_id, created_at DESC, id DESC)` index. Every status
+ * change is logged (`logChanges`, the change log's synchronous insert) in the transaction that makes it.
+ */
+export function createSqliteSandboxRepository(
+  db: Database.Database,
+  logChanges: (entries: readonly ChangeEntry[]) => void,
+): SandboxRepository {
+  const logged = (records: readonly SandboxRecord[]): void => {
+    if (records.length > 0) logChanges(records.map(sandboxChange));
+  };
   const insert = db.prepare<SandboxRow>(
     `INSERT INTO sandboxes (${COLUMNS})
      VALUES (@id, @owner_id, @spec_id, @runtime, @handle, @session_api_key, @status, @created_at, @updated_at)`,
@@ -34,12 +44,12 @@ export function createSqliteSandboxRepository(db: Database.Database): SandboxRep
   const many = db.prepare<{ ids: string; ownerId: string }, SandboxRow>(
     `SELECT ${COLUMNS} FROM sandboxes WHERE id IN (SELECT value FROM json_each(@ids)) AND owner_id = @ownerId`,
   );
-  const update = db.prepare<UpdateParams>(
+  const update = db.prepare<UpdateParams, SandboxRow>(
     `UPDATE sandboxes SET
        handle = CASE WHEN @setHandle THEN @handle ELSE handle END,
        status = CASE WHEN @setStatus THEN @status ELSE status END,
        updated_at = CASE WHEN @setUpdatedAt THEN @updatedAt ELSE updated_at END
-     WHERE id = @id`,
+     WHERE id = @id RETURNING ${COLUMNS}`,
   );
   const firstPage = db.prepare<{ ownerId: string; limit: number }, SandboxRow>(
     `SELECT ${COLUMNS} FROM sandboxes WHERE owner_id = @ownerId ${NEWEST_FIRST} LIMIT @limit`,
@@ -55,7 +65,7 @@ export function createSqliteSandboxRepository(db: Database.Database): SandboxRep
     `SELECT ${COLUMNS} FROM sandboxes WHERE owner_id = ? ${NEWEST_FIRST}`,
   );
   const all = db.prepare<[], SandboxRow>(`SELECT ${COLUMNS} FROM sandboxes ${NEWEST_FIRST}`);
-  const remove = db.prepare<[string]>("DELETE FROM sandboxes WHERE id = ?");
+  const remove = db.prepare<[string], SandboxRow>(`DELETE FROM sandboxes WHERE id = ? RETURNING ${COLUMNS}`);
   const countOfOwner = db.prepare<[string], { n: number }>(
     "SELECT count(*) AS n FROM sandboxes WHERE owner_id = ?",
   );
@@ -72,9 +82,9 @@ export function createSqliteSandboxRepository(db: Database.Database): SandboxRep
   const setHandle = db.prepare<{ id: string; handle: string; updatedAt: number }, SandboxRow>(
     `UPDATE sandboxes SET handle = @handle, updated_at = @updatedAt WHERE id = @id RETURNING ${COLUMNS}`,
   );
-  const transition = db.prepare<{ id: string; from: string; to: string; updatedAt: number }>(
+  const transition = db.prepare<{ id: string; from: string; to: string; updatedAt: number }, SandboxRow>(
     `UPDATE sandboxes SET status = @to, updated_at = @updatedAt
-     WHERE id = @id AND status IN (SELECT value FROM json_each(@from))`,
+     WHERE id = @id AND status IN (SELECT value FROM json_each(@from)) RETURNING ${COLUMNS}`,
   );
 
   /** Sets PAUSED the oldest slot holders beyond `keep` (other than `except`); returns them as they were. */
@@ -82,6 +92,9 @@ export function createSqliteSandboxRepository(db: Database.Database): SandboxRep
     const holders = activeOfOwner.all({ ownerId, except });
     const evicted = holders.slice(0, Math.max(0, holders.length - keep));
     for (const row of evicted) setStatus.run({ id: row.id, status: "PAUSED", updatedAt });
+    logged(
+      evicted.map((row) => ({ ...fromSandboxRow(row), status: "PAUSED", updatedAt: new Date(updatedAt) })),
+    );
     return evicted.map(fromSandboxRow);
   };
   // IMMEDIATE: the write lock is taken before the first read, so another process's create/claim waits for it.
@@ -90,6 +103,7 @@ export function createSqliteSandboxRepository(db: Database.Database): SandboxRep
     if (count >= maxPerUser) return { created: false as const, count };
     const evicted = evict(record.ownerId, record.id, maxRunning - 1, record.updatedAt.getTime());
     insert.run(toSandboxRow({ ...record, status: "STARTING" }));
+    logged([{ ...record, status: "STARTING" }]);
     return { created: true as const, evicted };
   });
   const claim = db.transaction((id: string, ownerId: string, maxRunning: number, updatedAt: Date) => {
@@ -99,7 +113,26 @@ export function createSqliteSandboxRepository(db: Database.Database): SandboxRep
     if (ACTIVE_STATUSES.includes(record.status)) return { record, claimed: false, evicted: [] };
     const evicted = evict(ownerId, id, maxRunning - 1, updatedAt.getTime());
     setStatus.run({ id, status: "STARTING", updatedAt: updatedAt.getTime() });
-    return { record: { ...record, status: "STARTING" as const, updatedAt }, claimed: true, evicted };
+    const claimed = { ...record, status: "STARTING" as const, updatedAt };
+    logged([claimed]);
+    return { record: claimed, claimed: true, evicted };
+  });
+  const transitionLogged = db.transaction((id: string, from: string, to: string, updatedAt: number) => {
+    const row = transition.get({ id, from, to, updatedAt });
+    if (row !== undefined) logged([fromSandboxRow(row)]);
+    return row !== undefined;
+  });
+  const updateLogged = db.transaction((params: UpdateParams) => {
+    const row = update.get(params);
+    if (row !== undefined && params.setStatus === 1) logged([fromSandboxRow(row)]);
+    return row !== undefined;
+  });
+  const removeLogged = db.transaction((id: string) => {
+    const row = remove.get(id);
+    // A record set MISSING before its removal was logged then.
+    if (row !== undefined && row.status !== "MISSING")
+      logged([{ ...fromSandboxRow(row), status: "MISSING", updatedAt: new Date() }]);
+    return row !== undefined;
   });
 
   return {
@@ -117,11 +150,7 @@ export function createSqliteSandboxRepository(db: Database.Database): SandboxRep
         return row === undefined ? null : fromSandboxRow(row);
       }),
     transition: (id, from, to, updatedAt) =>
-      attempt(
-        () =>
-          transition.run({ id, from: JSON.stringify(from), to, updatedAt: updatedAt.getTime() }).changes ===
-          1,
-      ),
+      attempt(() => transitionLogged(id, JSON.stringify(from), to, updatedAt.getTime())),
     get: (id, ownerId) =>
       attempt(() => {
         const row = ownerId === undefined ? byId.get(id) : byIdAndOwner.get(id, ownerId);
@@ -132,8 +161,8 @@ export function createSqliteSandboxRepository(db: Database.Database): SandboxRep
         ids.length === 0 ? [] : many.all({ ids: JSON.stringify(ids), ownerId }).map(fromSandboxRow),
       ),
     update: (id, patch) =>
-      attempt(() => {
-        const result = update.run({
+      attempt(() =>
+        updateLogged({
           id,
           setHandle: patch.handle === undefined ? 0 : 1,
           handle: patch.handle === undefined ? null : JSON.stringify(patch.handle),
@@ -141,9 +170,8 @@ export function createSqliteSandboxRepository(db: Database.Database): SandboxRep
           status: patch.status ?? null,
           setUpdatedAt: patch.updatedAt === undefined ? 0 : 1,
           updatedAt: patch.updatedAt?.getTime() ?? null,
-        });
-        return result.changes === 1;
-      }),
+        }),
+      ),
     list: (ownerId, page) =>
       attempt(() => {
         checkPageLimit(page.limit);
@@ -161,6 +189,6 @@ export function createSqliteSandboxRepository(db: Database.Database): SandboxRep
       }),
     listAll: (ownerId) =>
       attempt(() => (ownerId === undefined ? all.all() : allOfOwner.all(ownerId)).map(fromSandboxRow)),
-    delete: (id) => attempt(() => remove.run(id).changes === 1),
+    delete: (id) => attempt(() => removeLogged(id)),
   };
 }

@@ -1,4 +1,5 @@
 import type Database from "better-sqlite3";
+import { type ChangeEntry, startTaskChange } from "../../ports/change-log.ts";
 import type {
   ClaimedStartTask,
   StartTaskFilter,
@@ -70,8 +71,14 @@ interface UpdateParams {
   leaseOwner: string | null;
 }
 
-/** Start tasks on SQLite. */
-export function createSqliteStartTaskRepository(db: Database.Database): StartTaskRepository {
+/**
+ * Start tasks on SQLite. Every visible change of a task is logged (`logChanges`, the change log's synchronous
+ * insert) in the transaction that makes it; lease and plan writes are not visible.
+ */
+export function createSqliteStartTaskRepository(
+  db: Database.Database,
+  logChanges: (entries: readonly ChangeEntry[]) => void,
+): StartTaskRepository {
   const insert = db.prepare<
     StartTaskRow & { lease_owner: string | null; lease_expires_at: number; plan: string | null }
   >(
@@ -91,7 +98,7 @@ export function createSqliteStartTaskRepository(db: Database.Database): StartTas
     `SELECT ${COLUMNS} FROM start_tasks WHERE id IN (SELECT value FROM json_each(@ids)) AND owner_id = @ownerId`,
   );
   // A flag per field, because detail, appConversationId, sandboxId and agentServerUrl may be set to null.
-  const update = db.prepare<UpdateParams>(
+  const update = db.prepare<UpdateParams, StartTaskRow>(
     `UPDATE start_tasks SET
        status = CASE WHEN @setStatus THEN @status ELSE status END,
        detail = CASE WHEN @setDetail THEN @detail ELSE detail END,
@@ -100,8 +107,19 @@ export function createSqliteStartTaskRepository(db: Database.Database): StartTas
        agent_server_url = CASE WHEN @setAgentServerUrl THEN @agentServerUrl ELSE agent_server_url END,
        updated_at = CASE WHEN @setUpdatedAt THEN @updatedAt ELSE updated_at END,
        plan = CASE WHEN @setPlan THEN @plan ELSE plan END
-     WHERE id = @id AND (@leaseOwner IS NULL OR lease_owner = @leaseOwner)`,
+     WHERE id = @id AND (@leaseOwner IS NULL OR lease_owner = @leaseOwner) RETURNING ${COLUMNS}`,
   );
+  const insertLogged = db.transaction(
+    (row: StartTaskRow & { lease_owner: string | null; lease_expires_at: number; plan: string | null }) => {
+      insert.run(row);
+      logChanges([startTaskChange(fromStartTaskRow(row))]);
+    },
+  );
+  const updateLogged = db.transaction((params: UpdateParams, visible: boolean) => {
+    const row = update.get(params);
+    if (row !== undefined && visible) logChanges([startTaskChange(fromStartTaskRow(row))]);
+    return row !== undefined;
+  });
   const UNFINISHED = "status NOT IN ('READY', 'ERROR')";
   const renew = db.prepare<{ owner: string; ids: string; expiresAt: number }, { id: string }>(
     `UPDATE start_tasks SET lease_expires_at = @expiresAt
@@ -130,7 +148,7 @@ export function createSqliteStartTaskRepository(db: Database.Database): StartTas
   return {
     insert: (record, lease, plan) =>
       attempt(() => {
-        insert.run({
+        insertLogged({
           ...toStartTaskRow(record),
           lease_owner: lease?.owner ?? null,
           lease_expires_at: lease?.expiresAt.getTime() ?? 0,
@@ -153,25 +171,28 @@ export function createSqliteStartTaskRepository(db: Database.Database): StartTas
       ),
     update: (id, patch, leaseOwner) =>
       attempt(() => {
-        const result = update.run({
-          id,
-          setStatus: patch.status === undefined ? 0 : 1,
-          status: patch.status ?? null,
-          setDetail: patch.detail === undefined ? 0 : 1,
-          detail: patch.detail ?? null,
-          setAppConversationId: patch.appConversationId === undefined ? 0 : 1,
-          appConversationId: patch.appConversationId ?? null,
-          setSandboxId: patch.sandboxId === undefined ? 0 : 1,
-          sandboxId: patch.sandboxId ?? null,
-          setAgentServerUrl: patch.agentServerUrl === undefined ? 0 : 1,
-          agentServerUrl: patch.agentServerUrl ?? null,
-          setUpdatedAt: patch.updatedAt === undefined ? 0 : 1,
-          updatedAt: patch.updatedAt?.getTime() ?? null,
-          setPlan: patch.plan === undefined ? 0 : 1,
-          plan: patch.plan === undefined ? null : JSON.stringify(patch.plan),
-          leaseOwner: leaseOwner ?? null,
-        });
-        return result.changes === 1;
+        const { plan: _plan, ...visible } = patch;
+        return updateLogged(
+          {
+            id,
+            setStatus: patch.status === undefined ? 0 : 1,
+            status: patch.status ?? null,
+            setDetail: patch.detail === undefined ? 0 : 1,
+            detail: patch.detail ?? null,
+            setAppConversationId: patch.appConversationId === undefined ? 0 : 1,
+            appConversationId: patch.appConversationId ?? null,
+            setSandboxId: patch.sandboxId === undefined ? 0 : 1,
+            sandboxId: patch.sandboxId ?? null,
+            setAgentServerUrl: patch.agentServerUrl === undefined ? 0 : 1,
+            agentServerUrl: patch.agentServerUrl ?? null,
+            setUpdatedAt: patch.updatedAt === undefined ? 0 : 1,
+            updatedAt: patch.updatedAt?.getTime() ?? null,
+            setPlan: patch.plan === undefined ? 0 : 1,
+            plan: patch.plan === undefined ? null : JSON.stringify(patch.plan),
+            leaseOwner: leaseOwner ?? null,
+          },
+          Object.keys(visible).some((k) => k !== "updatedAt"),
+        );
       }),
     search: (ownerId, filter, page, ascending) =>
       attempt(() => {

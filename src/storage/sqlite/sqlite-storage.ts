@@ -83,16 +83,16 @@ export function createSqliteStorage(options: SqliteStorageOptions): Storage {
   // work, e.g. some network file systems): otherwise every commit stays FULL, synced inline.
   const wal = !db.memory && db.pragma("journal_mode", { simple: true }) === "wal";
   const walSync = wal ? new WalSync(`${resolve(db.name)}-wal`, options.walFileOps) : null;
-  const userData = createSqliteUserDataRepository(db, walSync);
-  const events = createSqliteEventRepository(db, walSync);
   const changes = createSqliteChangeLog(db, walSync);
+  const userData = createSqliteUserDataRepository(db, walSync);
+  const events = createSqliteEventRepository(db, walSync, changes.record);
   const storage: Storage = {
     kind: "sqlite",
     userData,
     apiKeys: createSqliteApiKeyRepository(db),
-    sandboxes: createSqliteSandboxRepository(db),
+    sandboxes: createSqliteSandboxRepository(db, changes.record),
     conversations: createSqliteConversationRepository(db),
-    startTasks: createSqliteStartTaskRepository(db),
+    startTasks: createSqliteStartTaskRepository(db, changes.record),
     events,
     changes,
     ping: () =>

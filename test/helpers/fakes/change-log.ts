@@ -7,6 +7,11 @@ export class InMemoryChangeLog implements ChangeLog {
   #floor = 0;
 
   async append(entries: readonly ChangeEntry[]): Promise<number[]> {
+    return this.record(entries);
+  }
+
+  /** Appends at once (the in-memory repositories log their changes with them, as the adapters do). */
+  record(entries: readonly ChangeEntry[]): number[] {
     return entries.map((e) => {
       const record = { ...e, seq: ++this.#seq, at: new Date() };
       this.entries.push(record);

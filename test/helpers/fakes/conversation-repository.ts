@@ -1,3 +1,4 @@
+import { startTaskChange } from "../../../src/ports/change-log.ts";
 import type {
   ClaimedStartTask,
   ConversationFilter,
@@ -12,6 +13,7 @@ import type {
   StartTaskRepository,
 } from "../../../src/ports/conversation-repository.ts";
 import type { Page, PageQuery } from "../../../src/ports/page.ts";
+import type { InMemoryChangeLog } from "./change-log.ts";
 import { byCreated, keysetPage } from "./keyset.ts";
 
 function matches(r: ConversationRecord, f: ConversationFilter): boolean {
@@ -101,6 +103,12 @@ export class InMemoryStartTaskRepository implements StartTaskRepository {
     { owner: string | null; expiresAt: number; attempts: number; plan: StartTaskPlan }
   >();
   readonly history = new Map<string, string[]>();
+  readonly #changes: InMemoryChangeLog | undefined;
+
+  /** `changes`: where task states are logged with the change, as the storage adapters do. */
+  constructor(changes?: InMemoryChangeLog) {
+    this.#changes = changes;
+  }
 
   async insert(record: StartTaskRecord, lease?: StartTaskLease, plan?: StartTaskPlan): Promise<void> {
     if (this.#rows.has(record.id)) throw new Error(`duplicate task ${record.id}`);
@@ -112,6 +120,7 @@ export class InMemoryStartTaskRepository implements StartTaskRepository {
       plan: structuredClone(plan ?? {}),
     });
     this.history.set(record.id, [record.status]);
+    this.#changes?.record([startTaskChange(record)]);
   }
 
   async get(id: string, ownerId: string): Promise<StartTaskRecord | null> {
@@ -136,6 +145,8 @@ export class InMemoryStartTaskRepository implements StartTaskRepository {
     const { plan, ...fields } = patch;
     if (plan !== undefined) lease.plan = structuredClone(plan);
     this.#rows.set(id, structuredClone({ ...r, ...fields }));
+    if (Object.keys(fields).some((k) => k !== "updatedAt"))
+      this.#changes?.record([startTaskChange({ ...r, ...fields })]);
     if (patch.status !== undefined && patch.status !== r.status) this.history.get(id)?.push(patch.status);
     return true;
   }

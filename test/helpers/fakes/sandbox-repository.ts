@@ -1,3 +1,4 @@
+import { sandboxChange } from "../../../src/ports/change-log.ts";
 import type { Page, PageQuery } from "../../../src/ports/page.ts";
 import {
   ACTIVE_STATUSES,
@@ -8,6 +9,7 @@ import {
   type SandboxRepository,
   type SandboxStatus,
 } from "../../../src/ports/sandbox-repository.ts";
+import type { InMemoryChangeLog } from "./change-log.ts";
 import { byCreated, keysetPage } from "./keyset.ts";
 
 const copy = (r: SandboxRecord): SandboxRecord => structuredClone(r);
@@ -18,6 +20,16 @@ const copy = (r: SandboxRecord): SandboxRecord => structuredClone(r);
  */
 export class InMemorySandboxRepository implements SandboxRepository {
   readonly #rows = new Map<string, SandboxRecord>();
+  readonly #changes: InMemoryChangeLog | undefined;
+
+  /** `changes`: where status changes are logged with the change, as the storage adapters do. */
+  constructor(changes?: InMemoryChangeLog) {
+    this.#changes = changes;
+  }
+
+  #log(...records: SandboxRecord[]): void {
+    this.#changes?.record(records.map(sandboxChange));
+  }
 
   async insert(record: SandboxRecord): Promise<void> {
     if (this.#rows.has(record.id)) throw new Error(`duplicate sandbox ${record.id}`);
@@ -30,6 +42,7 @@ export class InMemorySandboxRepository implements SandboxRepository {
     if (this.#rows.has(record.id)) throw new Error(`duplicate sandbox ${record.id}`);
     const evicted = this.#evict(record.ownerId, record.id, limits.maxRunning - 1, record.createdAt);
     this.#rows.set(record.id, copy({ ...record, status: "STARTING" }));
+    this.#log({ ...record, status: "STARTING" });
     return { created: true, evicted };
   }
 
@@ -45,6 +58,7 @@ export class InMemorySandboxRepository implements SandboxRepository {
     const evicted = this.#evict(ownerId, id, maxRunning - 1, updatedAt);
     const next = { ...r, status: "STARTING" as const, updatedAt };
     this.#rows.set(id, copy(next));
+    this.#log(next);
     return { record: copy(next), claimed: true, evicted };
   }
 
@@ -69,6 +83,7 @@ export class InMemorySandboxRepository implements SandboxRepository {
     const r = this.#rows.get(id);
     if (r === undefined || !from.includes(r.status)) return false;
     this.#rows.set(id, copy({ ...r, status: to, updatedAt }));
+    this.#log({ ...r, status: to, updatedAt });
     return true;
   }
 
@@ -78,7 +93,10 @@ export class InMemorySandboxRepository implements SandboxRepository {
       .filter((r) => r.ownerId === ownerId && r.id !== except && ACTIVE_STATUSES.includes(r.status))
       .sort(byCreated(true));
     const evicted = holders.slice(0, Math.max(0, holders.length - keep));
-    for (const r of evicted) this.#rows.set(r.id, copy({ ...r, status: "PAUSED", updatedAt: at }));
+    for (const r of evicted) {
+      this.#rows.set(r.id, copy({ ...r, status: "PAUSED", updatedAt: at }));
+      this.#log({ ...r, status: "PAUSED", updatedAt: at });
+    }
     return evicted.map(copy);
   }
 
@@ -103,6 +121,7 @@ export class InMemorySandboxRepository implements SandboxRepository {
     const r = this.#rows.get(id);
     if (r === undefined) return false;
     this.#rows.set(id, copy({ ...r, ...patch }));
+    if (patch.status !== undefined) this.#log({ ...r, ...patch });
     return true;
   }
 
@@ -118,6 +137,9 @@ export class InMemorySandboxRepository implements SandboxRepository {
   }
 
   async delete(id: string): Promise<boolean> {
+    const r = this.#rows.get(id);
+    if (r !== undefined && r.status !== "MISSING")
+      this.#log({ ...r, status: "MISSING", updatedAt: new Date() });
     return this.#rows.delete(id);
   }
 

@@ -29,6 +29,7 @@ import {
   callAs,
   FakeAgentClient,
   FakeSandboxRuntime,
+  InMemoryChangeLog,
   InMemoryConversationRepository,
   InMemorySandboxRepository,
   InMemoryStartTaskRepository,
@@ -60,9 +61,10 @@ function world(): World {
     [{ id: "default", command: ["agent"], initialEnv: {}, workingDir: "/w", createdAt: new Date(0) }],
     tokens,
   );
-  const changes = testChangeFeed();
+  const log = new InMemoryChangeLog();
+  const changes = testChangeFeed(log);
   const sandboxes = new SandboxService({
-    repo: new InMemorySandboxRepository(),
+    repo: new InMemorySandboxRepository(log),
     runtime,
     specs,
     box,
@@ -72,7 +74,7 @@ function world(): World {
   const store = new UserDataStore(new InMemoryUserDataRepository());
   const settings = new SettingsService({ store, box, verifier: null });
   const secrets = new SecretsService({ store, box });
-  const tasks = new InMemoryStartTaskRepository();
+  const tasks = new InMemoryStartTaskRepository(log);
   const conversations = new InMemoryConversationRepository();
   const service = new AppConversationService({
     conversations,

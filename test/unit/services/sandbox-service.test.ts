@@ -16,12 +16,14 @@ import { SandboxSpecService } from "../../../src/services/sandboxes/sandbox-spec
 import {
   callAs,
   FakeSandboxRuntime,
+  InMemoryChangeLog,
   InMemorySandboxRepository,
   testChangeFeed,
   testCrypto,
 } from "../../helpers/fakes/index.ts";
 
 let repo: InMemorySandboxRepository;
+let log: InMemoryChangeLog;
 let runtime: FakeSandboxRuntime;
 const alice = callAs("alice");
 const bob = callAs("bob");
@@ -32,7 +34,7 @@ function makeService(options: { maxRunning?: number; inlineWaitMs?: number } = {
     [{ id: "default", command: ["agent"], initialEnv: {}, workingDir: "/w", createdAt: new Date(0) }],
     tokens,
   );
-  return new SandboxService({ repo, runtime, specs, box, tokens, changes: testChangeFeed(), ...options });
+  return new SandboxService({ repo, runtime, specs, box, tokens, changes: testChangeFeed(log), ...options });
 }
 
 const failure = (p: Promise<unknown>) =>
@@ -44,7 +46,8 @@ const failure = (p: Promise<unknown>) =>
   );
 
 beforeEach(() => {
-  repo = new InMemorySandboxRepository();
+  log = new InMemoryChangeLog();
+  repo = new InMemorySandboxRepository(log);
   runtime = new FakeSandboxRuntime();
 });
 
