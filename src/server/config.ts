@@ -99,7 +99,7 @@ export const ENV_DOC: readonly [string, string][] = [
   ],
   [
     "SWEEP_INTERVAL_MS",
-    "period of the background sweep: sandboxes reconciled with the runtime, crash leftovers removed, stuck start tasks ended (default 30000; 0: off)",
+    "period of the background sweep: sandboxes reconciled with the runtime, crash leftovers removed, unsaved start-task ends saved, change log entries older than an hour pruned (default 30000; 0: off)",
   ],
   [
     "LEASE_MS",
