@@ -2,7 +2,7 @@ import type { ChangeLog, ChangeRecord } from "../ports/change-log.ts";
 
 /** Options of {@link ChangeFeed}. */
 export interface ChangeFeedOptions {
-  /** How often the log is read while someone watches (default 20 ms); appends made here are read at once. */
+  /** How often the log is read while someone watches (default 10 ms); writes made here are read at once. */
   pollMs?: number;
   /** Entries read per round trip (default 500). */
   batch?: number;
@@ -57,7 +57,7 @@ export class ChangeFeed {
 
   constructor(log: ChangeLog, options: ChangeFeedOptions = {}) {
     this.#log = log;
-    this.#pollMs = options.pollMs ?? 20;
+    this.#pollMs = options.pollMs ?? 10;
     this.#batch = options.batch ?? 500;
     this.#warn = options.log ?? (() => {});
   }
