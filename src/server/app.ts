@@ -36,7 +36,7 @@ export interface AppDeps {
   /** Sandboxes a user may have (default 20). */
   maxSandboxesPerUser?: number;
   /**
-   * Period of the background sweep: sandboxes reconciled with the runtime (crash leftovers removed), stuck start
+   * Period of the background sweep: sandboxes reconciled with the runtime (crash leftovers removed), unsaved start
    * task ends saved, old change log entries pruned (default 30 s; 0: no timer, tests call {@link App.sweep}).
    */
   sweepIntervalMs?: number;

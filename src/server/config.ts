@@ -44,7 +44,7 @@ export interface Config {
   readonly rateLimitBurst: number;
   readonly maxRunningSandboxes: number;
   readonly maxSandboxesPerUser: number;
-  /** Period of the background sweep (sandbox reconciliation, stuck start tasks); 0: off. */
+  /** Period of the background sweep (sandbox reconciliation, unsaved start-task ends, change log pruning); 0: off. */
   readonly sweepIntervalMs: number;
   /** How long a server's lease on a conversation start lasts before another server resumes it. */
   readonly leaseMs: number;
