@@ -218,13 +218,7 @@ export class MongoStandinCollection {
     const current = this.documents[position];
     if (current === undefined) {
       if (options.upsert !== true) return null;
-      const created: StandinDoc = {};
-      for (const [k, v] of Object.entries(filter))
-        if (!k.startsWith("$") && !isOperatorObject(v)) created[k] = clone(v);
-      update(created, clone(modifier));
-      if (created._id === undefined) created._id = new ObjectId();
-      this.#checkUnique(created, undefined);
-      this.documents.push(created);
+      const created = this.#upsert(filter, modifier);
       return options.returnDocument === "after" ? clone(created) : null;
     }
     const next = clone(current);
@@ -272,14 +266,7 @@ export class MongoStandinCollection {
     const position = this.documents.findIndex((d) => query.test(d));
     const current = this.documents[position];
     if (current === undefined && options.upsert === true) {
-      // As the server: the filter's plain equality fields, then the update applied to them.
-      const created: StandinDoc = {};
-      for (const [k, v] of Object.entries(filter))
-        if (!k.startsWith("$") && !isOperatorObject(v)) created[k] = clone(v);
-      update(created, clone(modifier));
-      if (created._id === undefined) created._id = new ObjectId();
-      this.#checkUnique(created, undefined);
-      this.documents.push(created);
+      this.#upsert(filter, modifier);
       return { acknowledged: true, matchedCount: 0, modifiedCount: 0, upsertedCount: 0, upsertedId: null };
     }
     if (current === undefined) {
@@ -342,6 +329,18 @@ export class MongoStandinCollection {
     const query = new Query<StandinDoc>(filter, {});
     const matched = Math.max(0, this.documents.filter((d) => query.test(d)).length - (options.skip ?? 0));
     return options.limit !== undefined && options.limit > 0 ? Math.min(matched, options.limit) : matched;
+  }
+
+  /** Inserts what an upsert creates, as the server does: the filter's plain equality fields, then the update. */
+  #upsert(filter: StandinDoc, modifier: StandinDoc): StandinDoc {
+    const created: StandinDoc = {};
+    for (const [k, v] of Object.entries(filter))
+      if (!k.startsWith("$") && !isOperatorObject(v)) created[k] = clone(v);
+    update(created, clone(modifier));
+    if (created._id === undefined) created._id = new ObjectId();
+    this.#checkUnique(created, undefined);
+    this.documents.push(created);
+    return created;
   }
 
   #record(call: Omit<StandinCall, "collection">): void {

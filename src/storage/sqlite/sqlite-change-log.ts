@@ -1,8 +1,6 @@
 import type Database from "better-sqlite3";
 import type { ChangeEntry, ChangeLog, ChangeRecord } from "../../ports/change-log.ts";
 import { attempt } from "./sqlite-errors.ts";
-import { createGroupCommit, type QueuedWrite } from "./sqlite-group-commit.ts";
-import type { WalSync } from "./sqlite-wal-sync.ts";
 
 interface ChangeRow {
   seq: number;
@@ -13,20 +11,12 @@ interface ChangeRow {
   at: number;
 }
 
-interface QueuedAppend extends QueuedWrite<number[]> {
-  entries: readonly ChangeEntry[];
-}
-
 /**
  * The change log on SQLite. Writers are serialised by the database, so sequence numbers become visible in order:
- * a reader never sees a number before a lower one. Appends of one event-loop turn share one commit (the group
- * commit of the other write paths), so a burst of status changes costs one WAL sync.
+ * a reader never sees a number before a lower one. The repositories insert the entries of their changes inside
+ * the transactions that make them ({@link record}); `append` commits entries on their own.
  */
-export function createSqliteChangeLog(
-  db: Database.Database,
-  walSync: WalSync | null,
-): ChangeLog & {
-  flush(): void;
+export function createSqliteChangeLog(db: Database.Database): ChangeLog & {
   /**
    * Inserts the entries now, synchronously: called by the repositories inside the transaction of the change the
    * entries describe, so that both are committed together or not at all.
@@ -44,36 +34,16 @@ export function createSqliteChangeLog(
   );
   const oldest = db.prepare<[], { seq: number | null }>("SELECT min(seq) AS seq FROM changes");
   const prune = db.prepare<[number]>("DELETE FROM changes WHERE at < ?");
-  const groupCommit = createGroupCommit(db, walSync);
 
   const write = (entries: readonly ChangeEntry[]): number[] => {
     const at = Date.now();
     return entries.map((e) => Number(insert.run(e.ownerId, e.topic, e.key, e.body, at).lastInsertRowid));
   };
-  const commitBatch = db.transaction((batch: QueuedAppend[]): number[][] =>
-    batch.map((a) => write(a.entries)),
-  );
-  let queue: QueuedAppend[] = [];
-  const flush = (): void => {
-    const batch = queue;
-    if (batch.length === 0) return;
-    queue = [];
-    groupCommit(batch, commitBatch);
-  };
+  const appendAll = db.transaction(write);
   const headSeq = (): number => head.get()?.seq ?? 0;
 
   return {
-    append: (entries) => {
-      if (entries.length === 0) return Promise.resolve([]);
-      if (db.inTransaction) return attempt(() => write(entries));
-      return new Promise<number[]>((resolve, reject) => {
-        if (queue.length === 0) {
-          if (walSync?.syncing === true) walSync.whenSyncEnds(flush);
-          else setImmediate(flush);
-        }
-        queue.push({ entries, resolve, reject });
-      });
-    },
+    append: (entries) => attempt(() => appendAll(entries)),
     read: (afterSeq, limit) =>
       attempt(() =>
         after.all(afterSeq, limit).map((r) => ({
@@ -92,7 +62,6 @@ export function createSqliteChangeLog(
         return min === null ? headSeq() : min - 1;
       }),
     prune: (before) => attempt(() => prune.run(before.getTime()).changes),
-    flush,
     record: (entries) => {
       write(entries);
     },

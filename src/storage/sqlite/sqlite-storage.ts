@@ -83,7 +83,7 @@ export function createSqliteStorage(options: SqliteStorageOptions): Storage {
   // work, e.g. some network file systems): otherwise every commit stays FULL, synced inline.
   const wal = !db.memory && db.pragma("journal_mode", { simple: true }) === "wal";
   const walSync = wal ? new WalSync(`${resolve(db.name)}-wal`, options.walFileOps) : null;
-  const changes = createSqliteChangeLog(db, walSync);
+  const changes = createSqliteChangeLog(db);
   const userData = createSqliteUserDataRepository(db, walSync);
   const events = createSqliteEventRepository(db, walSync, changes.record);
   const storage: Storage = {
@@ -108,7 +108,6 @@ export function createSqliteStorage(options: SqliteStorageOptions): Storage {
         if (!db.open) return;
         userData.flush();
         events.flush();
-        changes.flush();
         walSync?.close();
         try {
           // Keeps planner statistics fresh for long-lived files; cheap when nothing changed.
