@@ -7,14 +7,24 @@
 //
 //   --quick          short rounds (CI smoke)
 //   --only a,b       run only these benchmarks: rest-get, rest-post, grpc, connect, reference, sandboxes, docker,
-//                    conversations, events, replicas
+//                    conversations, events, replicas, workers
 //   --rounds N       rounds per side (at least 3)
 //   BENCH_INSTALL_REFERENCE=1   apt-get install the reference Python stack when it is missing
 //   BENCH_SERVICE_LOG_LEVEL=L   log level of the service under test (default info, as in production)
 //   BENCH_SERVICE_NODE_FLAGS=…  Node flags of the service under test instead of `npm start`'s
-import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { spawn, spawnSync } from "node:child_process";
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
+import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import {
@@ -46,6 +56,7 @@ const ALL = [
   "conversations",
   "events",
   "replicas",
+  "workers",
 ] as const;
 type BenchName = (typeof ALL)[number];
 
@@ -258,12 +269,15 @@ interface Alternation {
 interface Side {
   pid: number;
   load: (durationS: number) => Promise<LoadResult>;
+  /** CPU seconds the server used so far (default: those of the process `pid`). */
+  cpu?: () => number;
 }
 
 async function measure(side: Side, durationS: number): Promise<Measured> {
-  const before = cpuSeconds(side.pid);
+  const cpuNow = side.cpu ?? (() => cpuSeconds(side.pid));
+  const before = cpuNow();
   const result = await side.load(durationS);
-  const cpu = cpuSeconds(side.pid) - before;
+  const cpu = cpuNow() - before;
   return { ...result, cpuUsPerRequest: (cpu * 1e6) / Math.max(1, result.ok) };
 }
 
@@ -1037,6 +1051,138 @@ async function replicaBenchmarks(): Promise<void> {
   }
 }
 
+/** The process `pid` and its descendants. */
+function processTree(pid: number): number[] {
+  const out = [pid];
+  for (let i = 0; i < out.length; i++) {
+    try {
+      for (const tid of readdirSync(`/proc/${out[i]}/task`)) {
+        const text = readFileSync(`/proc/${out[i]}/task/${tid}/children`, "utf8").trim();
+        if (text !== "") out.push(...text.split(/\s+/).map(Number));
+      }
+    } catch {
+      // gone
+    }
+  }
+  return out;
+}
+
+/**
+ * WORKERS=2 against WORKERS=1: `npm start`'s compiled server (the real `serve` command, so the cluster primary and
+ * its workers as users run them), each on its own DATA_DIR, its log (stdout, at the production level) in a file,
+ * loaded alternately by the same autocannon load as the REST benchmarks. CPU is that of the whole process tree.
+ */
+async function workerBenchmarks(): Promise<void> {
+  if (!selected("workers")) return;
+  const WORKERS = 2;
+  const cli = join(ROOT, "dist", "src", "cli", "main.js");
+  const key = "bench-workers-key";
+  const server = async (workers: number): Promise<{ child: ServerChild<unknown>; base: string }> => {
+    const name = `workers-${workers}`;
+    const dataDir = join(work, name);
+    mkdirSync(dataDir, { recursive: true });
+    const port = await freePort();
+    const grpcPort = await freePort();
+    const logPath = join(work, `${name}.log`);
+    const fd = openSync(logPath, "a");
+    log(`  starting ${name} (WORKERS=${workers})`);
+    const proc = spawn(process.execPath, [...SERVICE_NODE_FLAGS, cli, "serve"], {
+      cwd: ROOT,
+      stdio: ["ignore", fd, fd],
+      env: {
+        ...process.env,
+        ...START.env,
+        WORKERS: String(workers),
+        DATA_DIR: dataDir,
+        PORT: String(port),
+        GRPC_PORT: String(grpcPort),
+        SESSION_API_KEY: key,
+        LOG_LEVEL: SERVICE_LOG_LEVEL,
+        GIT_PROVIDER_VERIFY: "false",
+        // As for the REST benchmarks' service: the limiter stays on the hot path without ever answering 429.
+        RATE_LIMIT_PER_SECOND: "1000000",
+        RATE_LIMIT_BURST: "10000000",
+      },
+    });
+    closeSync(fd);
+    const exited = new Promise<void>((resolve) => proc.once("exit", () => resolve()));
+    const child: ServerChild<unknown> = {
+      proc,
+      pid: proc.pid ?? 0,
+      info: {},
+      logPath,
+      stop: async () => {
+        if (proc.exitCode !== null || proc.signalCode !== null) return;
+        proc.kill("SIGTERM");
+        const killer = setTimeout(() => proc.kill("SIGKILL"), 45_000);
+        await exited;
+        clearTimeout(killer);
+      },
+    };
+    children.add(child);
+    // Ready once every worker listens (the primary says so), or once the single server does.
+    const readyLine =
+      workers > 1 ? `"cluster primary started ${workers} workers"` : '"agent workspace service listening"';
+    const deadline = Date.now() + 120_000;
+    while (!readFileSync(logPath, "utf8").includes(readyLine)) {
+      if (proc.exitCode !== null || Date.now() > deadline) {
+        await stop(child);
+        throw new Error(`${name} did not start; log: ${logPath}`);
+      }
+      await sleep(100);
+    }
+    return { child, base: `http://127.0.0.1:${port}` };
+  };
+  const cores = availableParallelism();
+  const one = await server(1);
+  const two = await server(WORKERS);
+  try {
+    const tree = (pid: number) => () => processTree(pid).reduce((sum, p) => sum + (cpuSeconds(p) || 0), 0);
+    const treeRss = (pid: number) => processTree(pid).reduce((sum, p) => sum + (rssMiB(p) || 0), 0);
+    const config = (base: string) => ({
+      url: `${base}/api/settings`,
+      method: "GET" as const,
+      headers: { "x-session-api-key": key },
+    });
+    for (const { base } of [one, two]) {
+      const stored = await request(base, key, "POST", "/api/settings", SETTINGS_BODY);
+      if (stored.status !== 200)
+        throw new Error(`workers: seeding settings failed: ${stored.status} ${stored.text}`);
+    }
+    await sleep(1000);
+    const idle = { one: treeRss(one.child.pid), two: treeRss(two.child.pid) };
+    log(
+      `[workers] idle RSS: WORKERS=1 ${fmt(idle.one, 1)} MiB, WORKERS=${WORKERS} ${fmt(idle.two, 1)} MiB (primary and workers)`,
+    );
+    const alt = await alternate(
+      "workers",
+      { pid: two.child.pid, load: httpLoad(config(two.base)), cpu: tree(two.child.pid) },
+      { pid: one.child.pid, load: httpLoad(config(one.base)), cpu: tree(one.child.pid) },
+      "req/s",
+    );
+    const row = ratioRow(
+      "workers",
+      `REST GET /api/settings (SQLite), WORKERS=${WORKERS} against WORKERS=1 (npm start; CPU of all processes)`,
+      alt,
+      "WORKERS=1",
+      1.6,
+      "req/s",
+    );
+    const measurable = cores >= WORKERS + 1;
+    if (!measurable) {
+      const note = `not measurable here: ${cores} CPUs for ${WORKERS} workers and the load generator (needs ≥ ${WORKERS + 1})`;
+      log(`[workers] ${note}`);
+      row.ratio = `${row.ratio} — ${note}`;
+      row.pass = null;
+    }
+    row.data = { ...alt, cores, measurable, idleRssMiB: idle };
+    rows.push(row);
+  } finally {
+    await stop(two.child);
+    await stop(one.child);
+  }
+}
+
 /**
  * Events: webhook ingest (every event durable before the answer) against a bare Fastify + better-sqlite3 endpoint
  * committing each request with synchronous = FULL on the same schema, then searches over STORED_EVENTS stored
@@ -1218,6 +1364,7 @@ try {
   await conversationBenchmarks();
   await eventBenchmarks();
   await replicaBenchmarks();
+  await workerBenchmarks();
 } catch (err) {
   failure = err;
   log(`benchmark failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
@@ -1235,6 +1382,7 @@ const order: Row["bench"][] = [
   "conversations",
   "events",
   "replicas",
+  "workers",
   "rss",
 ];
 rows.sort((a, b) => order.indexOf(a.bench) - order.indexOf(b.bench));

@@ -2,9 +2,9 @@
 import cluster, { type Worker } from "node:cluster";
 import { subscribe } from "node:diagnostics_channel";
 import type { ServerResponse } from "node:http";
+import type { Server } from "node:net";
 import { type Logger, pino } from "pino";
 import type { Config } from "./config.ts";
-import { serve } from "./serve.ts";
 
 /** How the cluster primary paces restarts and stops. */
 export const CLUSTER_TIMINGS = Object.freeze({
@@ -17,12 +17,23 @@ export const CLUSTER_TIMINGS = Object.freeze({
   stopGraceMs: 30_000,
   /** A rolling restart gives up (keeping the running workers) when a new worker does not listen within this. */
   readyTimeoutMs: 120_000,
-  /** Rolling restart: how long a worker being replaced answers with `Connection: close` before its SIGTERM. */
+  /** Rolling restart: how long a worker being replaced drains (see runWorker) before its SIGTERM. */
   drainMs: 1_000,
 });
 
-/** The message telling a worker to close each HTTP/1.1 connection after its next response. */
+/** The message asking a worker to drain before its SIGTERM (see {@link runWorker}). */
+interface DrainMessage {
+  type: "agent-workspace:drain";
+  /** Refuse new connections (round-robin scheduling: the primary hands them to another worker). */
+  refuseConnections: boolean;
+}
 const DRAIN = "agent-workspace:drain";
+
+/** The server, imported when this process serves: the primary never loads it (its RSS: ~57 MiB instead of ~100). */
+async function serve(config: Readonly<Config>): Promise<void> {
+  const { serve: run } = await import("./serve.ts");
+  await run(config);
+}
 
 /**
  * Runs the server as configured and resolves with the process's exit code: with WORKERS=1, the server in this
@@ -38,24 +49,40 @@ export async function runServer(config: Readonly<Config>): Promise<number> {
   return new ClusterPrimary(config).run();
 }
 
-/** A worker: the normal server, plus the drain the primary asks for before replacing it. */
+/**
+ * A worker: the normal server, plus the drain the primary asks for before replacing it. Draining, the worker
+ * refuses new connections (under round-robin scheduling the primary then hands each one to another worker) and
+ * answers every HTTP/1.1 request with `Connection: close`, so keep-alive clients move to the other workers between
+ * two requests; the SIGTERM that follows then finds (almost) no connection a request could still arrive on, which
+ * the closing server would answer 503.
+ */
 async function runWorker(config: Readonly<Config>): Promise<number> {
   // Reloads are the primary's business; a SIGHUP reaching the whole process group (a closed terminal) must not
   // kill the workers.
   process.on("SIGHUP", () => {});
+  // The listeners cluster shares with the other workers (HTTP, gRPC); exclusive ones (sandbox sockets) are not.
+  const shared = new Set<Server>();
+  subscribe("tracing:net.server.listen:asyncStart", (message) => {
+    const { server, options } = message as { server: Server; options?: { exclusive?: boolean } };
+    if (options?.exclusive === true) return;
+    shared.add(server);
+    server.once("close", () => shared.delete(server));
+  });
   let draining = false;
   process.on("message", (message: unknown) => {
-    if (message === DRAIN) draining = true;
-  });
-  // Draining: every response says `Connection: close` and ends its connection, so keep-alive clients move to the
-  // other workers between two requests instead of finding their idle connection closed under them at SIGTERM.
-  subscribe("http.server.request.start", (message) => {
-    if (draining) (message as { response: ServerResponse }).response.shouldKeepAlive = false;
+    const m = message as Partial<DrainMessage> | null;
+    if (m?.type !== DRAIN || draining) return;
+    draining = true;
+    if (m.refuseConnections === true) for (const server of shared) server.maxConnections = 0;
+    // Subscribed only now: requests pay nothing for it before.
+    subscribe("http.server.request.start", (start) => {
+      (start as { response: ServerResponse }).response.shouldKeepAlive = false;
+    });
   });
   try {
     await serve(config);
   } catch (err) {
-    // Whatever the failed start left open must not keep the worker alive: the primary sees it exit.
+    // Should anything the failed start left open keep the worker alive, it exits anyway: the primary sees it.
     setTimeout(() => process.exit(1), 1_000).unref();
     throw err;
   } finally {
@@ -148,6 +175,7 @@ class ClusterPrimary {
     try {
       const [first, ...rest] = this.#slots;
       if (first !== undefined) await this.#fork(first).listening;
+      if (this.#stopping) return this.#done;
       await Promise.all(rest.map((slot) => this.#fork(slot).listening));
     } catch (err) {
       // A worker exited before it listened (the cause is in its output), or a signal stops the start.
@@ -241,7 +269,14 @@ class ClusterPrimary {
       if (this.#members.size === 0) this.#stopped();
       return;
     }
-    if (m.retiring) return;
+    if (m.retiring) {
+      const level = code === 0 ? "info" : "warn";
+      this.#log[level](
+        { worker: m.slot.n, pid: m.pid, code, signal },
+        `worker ${m.slot.n} (pid ${m.pid}) stopped (${how})`,
+      );
+      return;
+    }
     // A new worker of a rolling restart that never listened: the restart reports it.
     if (m.slot.member !== m) return;
     const slot = m.slot;
@@ -277,7 +312,11 @@ class ClusterPrimary {
   async #retire(m: Member, drain: boolean): Promise<void> {
     m.retiring = true;
     if (drain && m.worker.isConnected()) {
-      m.worker.send(DRAIN, () => {});
+      const message: DrainMessage = {
+        type: DRAIN,
+        refuseConnections: cluster.schedulingPolicy === cluster.SCHED_RR,
+      };
+      m.worker.send(message, () => {});
       await Promise.race([sleep(CLUSTER_TIMINGS.drainMs), m.exited]);
     }
     this.#term(m);
