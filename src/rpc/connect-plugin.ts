@@ -123,7 +123,19 @@ export function connectPlugin(options: ConnectPluginOptions) {
         }
       });
     }
-    // Streaming methods through connect-fastify.
+    // Streaming methods through connect-fastify. Streams still open when the server closes are cut off after the
+    // grace through the documented shutdownSignal; the timer is unref'd and cleared at close, so a server with no
+    // open stream stops at once (connect-fastify's own shutdownTimeoutMs keeps a ref'd timer for the full grace).
+    const shutdown = new AbortController();
+    let cutOff: NodeJS.Timeout | undefined;
+    app.addHook("preClose", (done) => {
+      cutOff = setTimeout(() => shutdown.abort(), options.shutdownTimeoutMs).unref();
+      done();
+    });
+    app.addHook("onClose", (_instance, done) => {
+      clearTimeout(cutOff);
+      done();
+    });
     await app.register(fastifyConnectPlugin, {
       routes: (router) => {
         for (const b of options.bindings)
@@ -134,7 +146,7 @@ export function connectPlugin(options: ConnectPluginOptions) {
           }
       },
       ...handlerOptions,
-      shutdownTimeoutMs: options.shutdownTimeoutMs,
+      shutdownSignal: shutdown.signal,
     });
   };
 }
