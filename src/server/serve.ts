@@ -74,7 +74,15 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     log.warn({ host: config.host }, "AUTH_MODE=single-user: requests without a key act as user default");
   if (keyCreated) log.info({ file: config.encryptionKeyFile }, "created encryption key file (mode 0600)");
   const issued = await app.keys.bootstrap(config.sessionApiKey);
-  const ports = await app.listen(config.host, config.port, config.grpcPort);
+  let ports: { port: number; grpcPort: number };
+  try {
+    ports = await app.listen(config.host, config.port, config.grpcPort);
+  } catch (err) {
+    // One listener may already be up (a taken gRPC port): close everything, so the process ends with the error.
+    await app.close().catch(() => undefined);
+    destination.flush();
+    throw err;
+  }
   log.info(
     {
       http: `http://${config.host}:${ports.port}`,

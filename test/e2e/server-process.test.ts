@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, statSync } from "node:fs";
+import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -165,6 +166,35 @@ describe("the server as users run it", () => {
     await fetch(`${s.url}/api/v1/sandboxes/${started.id}`, { method: "DELETE", headers });
     expect((await s.stop()).code).toBe(0);
   });
+
+  it("a taken gRPC port stops the start: exit 1 with the error, nothing left listening", async () => {
+    const taken = createServer();
+    await new Promise<void>((resolve) => taken.listen(0, "127.0.0.1", resolve));
+    const port = (taken.address() as { port: number }).port;
+    try {
+      const proc = spawn(process.execPath, [cli, "serve"], {
+        env: baseEnv({ GRPC_PORT: String(port) }),
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      children.push(proc);
+      let err = "";
+      proc.stderr?.on("data", (d: Buffer) => {
+        err += d.toString();
+      });
+      proc.stdout?.resume();
+      const code = await new Promise<number | null>((resolve) => {
+        const timer = setTimeout(() => resolve(-1), 30_000);
+        proc.once("exit", (c) => {
+          clearTimeout(timer);
+          resolve(c);
+        });
+      });
+      expect(code).toBe(1);
+      expect(err).toContain("EADDRINUSE");
+    } finally {
+      taken.close();
+    }
+  }, 40_000);
 
   it("CLI usage errors exit 2 with help; bad configuration exits 1 with a clear message", () => {
     const help = runCli(["--help"]);
