@@ -1,0 +1,71 @@
+import { describe, expect, it, vi } from "vitest";
+import type { ChangeRecord } from "../../src/ports/change-log.ts";
+import { ChangeFeed, ChangeTooOldError } from "../../src/services/change-feed.ts";
+import { createMongoChangeLog } from "../../src/storage/mongo/mongo-change-log.ts";
+import { COLLECTIONS } from "../../src/storage/mongo/mongo-indexes.ts";
+import { InMemoryChangeLog } from "../helpers/fakes/index.ts";
+import { createMongoStandin } from "../helpers/mongo-standin.ts";
+
+const entry = (key: string, ownerId = "u") => ({ ownerId, topic: "sandbox" as const, key, body: "{}" });
+
+/** Collects what a follow yields until `n` entries arrived (or 2 s passed). */
+async function take(feed: ChangeFeed, after: number, n: number, filter = (_: ChangeRecord) => true) {
+  const abort = new AbortController();
+  const got: ChangeRecord[] = [];
+  const timer = setTimeout(() => abort.abort(), 2000);
+  for await (const c of feed.follow(after, filter, abort.signal)) {
+    got.push(c);
+    if (got.length === n) break;
+  }
+  clearTimeout(timer);
+  return got;
+}
+
+describe("ChangeFeed", () => {
+  it("a follower from an older position catches up alone, then gets the live entries, each once and in order", async () => {
+    const log = new InMemoryChangeLog();
+    const feed = new ChangeFeed(log, { pollMs: 5, batch: 2 });
+    await log.append([entry("a"), entry("b"), entry("c")]);
+    // A live follower keeps the shared reader at the head.
+    const live = take(feed, await feed.head(), 2);
+    const resumed = take(feed, 1, 4);
+    await new Promise((r) => setTimeout(r, 20));
+    await log.append([entry("d"), entry("e", "other")]);
+    feed.poke();
+    expect((await resumed).map((c) => c.key)).toEqual(["b", "c", "d", "e"]);
+    expect((await live).map((c) => c.seq)).toEqual([4, 5]);
+    feed.close();
+  });
+
+  it("filters per follower, and refuses a position older than the log keeps", async () => {
+    const log = new InMemoryChangeLog();
+    const feed = new ChangeFeed(log, { pollMs: 5 });
+    await log.append([entry("a", "u"), entry("b", "v"), entry("c", "u")]);
+    expect((await take(feed, 0, 2, (c) => c.ownerId === "u")).map((c) => c.key)).toEqual(["a", "c"]);
+    await new Promise((r) => setTimeout(r, 5));
+    await log.prune(new Date());
+    await expect(take(feed, 1, 1)).rejects.toBeInstanceOf(ChangeTooOldError);
+    feed.close();
+  });
+});
+
+describe("MongoDB change log", () => {
+  it("stops at a number handed out but not stored, and reads past it once its writer is presumed dead", async () => {
+    const db = createMongoStandin();
+    const log = createMongoChangeLog(db as never);
+    await log.append([entry("a")]);
+    // A writer took number 2 and died before storing its entry.
+    await db.collection(COLLECTIONS.counters).updateOne({ _id: "changes" }, { $inc: { seq: 1 } });
+    await log.append([entry("c")]);
+    expect((await log.read(0, 10)).map((c) => c.seq)).toEqual([1]);
+    expect(await log.read(1, 10)).toEqual([]);
+    vi.useFakeTimers({ toFake: ["Date"] });
+    try {
+      vi.setSystemTime(Date.now() + 6_000);
+      expect((await log.read(1, 10)).map((c) => [c.seq, c.key])).toEqual([[3, "c"]]);
+    } finally {
+      vi.useRealTimers();
+    }
+    expect(await log.head()).toBe(3);
+  });
+});
