@@ -144,8 +144,6 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   addReflection(grpcServer, container.bindings);
 
   const { sandboxes, conversations } = container.services;
-  // Resumes at once what an earlier run of this server (or another server that died) left unfinished.
-  conversations.startLeases();
   const sweep = async (): Promise<void> => {
     try {
       await sandboxes.reconcileAll();
@@ -191,6 +189,9 @@ export async function buildApp(deps: AppDeps): Promise<App> {
         listenerUrl = `http://${h}:${address.port}`;
       }
       grpcListener = await listenGrpc(grpcServer, host, grpcPort, limits.maxConnections);
+      // Listening (sandboxes started from now on get this server's webhook URL): resume at once what an earlier
+      // run of this server, or another server that died, left unfinished.
+      conversations.startLeases();
       return {
         port: typeof address === "object" && address !== null ? address.port : port,
         grpcPort: grpcListener.port,
