@@ -138,6 +138,20 @@ describe("two servers on one store", () => {
     }
   }, 30_000);
 
+  it("a legacy create on one server is found by id on the other while it starts", async () => {
+    const created = await call(a.url, keyA, "POST", "/api/conversations", {});
+    expect(created.status, created.text).toBe(200);
+    const id = (created.body as { conversation_id: string }).conversation_id;
+    const got = await call(b.url, keyB, "GET", `/api/conversations/${id}`);
+    expect(got.status).toBe(200);
+    expect(got.body).toMatchObject({ conversation_id: id });
+    const info = got.body as { status: string };
+    expect(["STARTING", "RUNNING"]).toContain(info.status);
+    // Another user asking the other server for that id gets nothing.
+    const stranger = (await b.app.keys.issue("someone-else")).key;
+    expect((await call(b.url, stranger, "GET", `/api/conversations/${id}`)).body).toBeNull();
+  }, 30_000);
+
   it("stream-start on one server and an event watch on the other see the same conversation", async () => {
     const client = connectClient(AppConversationService, a.url, keyA);
     const statuses: string[] = [];
