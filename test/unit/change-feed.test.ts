@@ -1,8 +1,10 @@
 import { describe, expect, it, vi } from "vitest";
 import type { ChangeRecord } from "../../src/ports/change-log.ts";
+import { parseSandboxChange } from "../../src/ports/change-log.ts";
 import { ChangeFeed, ChangeTooOldError } from "../../src/services/change-feed.ts";
 import { createMongoChangeLog } from "../../src/storage/mongo/mongo-change-log.ts";
 import { COLLECTIONS } from "../../src/storage/mongo/mongo-indexes.ts";
+import { createMongoStorageFromDb } from "../../src/storage/mongo/mongo-storage.ts";
 import { InMemoryChangeLog } from "../helpers/fakes/index.ts";
 import { createMongoStandin } from "../helpers/mongo-standin.ts";
 
@@ -67,5 +69,41 @@ describe("MongoDB change log", () => {
       vi.useRealTimers();
     }
     expect(await log.head()).toBe(3);
+  });
+});
+
+describe("two servers on one MongoDB (stand-in)", () => {
+  it("a sandbox created and paused through one server's storage reaches the other server's feed, in order", async () => {
+    const db = createMongoStandin();
+    const a = await createMongoStorageFromDb(db as never);
+    const b = await createMongoStorageFromDb(db as never);
+    const feedB = new ChangeFeed(b.changes, { pollMs: 5 });
+    const from = await feedB.head();
+    const now = new Date();
+    const record = {
+      id: "sbx1",
+      ownerId: "u",
+      specId: "default",
+      runtime: "process",
+      handle: {},
+      sessionApiKey: "sealed",
+      status: "STARTING" as const,
+      createdAt: now,
+      updatedAt: now,
+    };
+    const seen = take(feedB, from, 3, (c) => c.topic === "sandbox");
+    expect(await a.sandboxes.create(record, { maxPerUser: 5, maxRunning: 5 })).toMatchObject({
+      created: true,
+    });
+    expect(await a.sandboxes.transition("sbx1", ["STARTING"], "RUNNING", new Date())).toBe(true);
+    expect(await a.sandboxes.transition("sbx1", ["RUNNING"], "PAUSED", new Date())).toBe(true);
+    const got = await seen;
+    expect(got.map((c) => parseSandboxChange(c.body)?.record.status)).toEqual([
+      "STARTING",
+      "RUNNING",
+      "PAUSED",
+    ]);
+    expect(got.map((c) => c.key)).toEqual(["sbx1", "sbx1", "sbx1"]);
+    feedB.close();
   });
 });
