@@ -155,7 +155,8 @@ export class ChangeFeed {
     this.#unsubscribe = this.#log.subscribe?.(() => this.#wake()) ?? null;
     this.#running = this.#run().finally(() => {
       this.#running = null;
-      this.#cursor = null;
+      // Kept while anyone follows: a subscriber that joined as the reader stopped counts on it.
+      if (this.#subs.size === 0) this.#cursor = null;
       this.#unsubscribe?.();
       this.#unsubscribe = null;
       if (this.#subs.size > 0 && !this.#closed) this.#ensureRunning();
