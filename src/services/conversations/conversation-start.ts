@@ -450,6 +450,9 @@ class StartFlow {
     let live: LiveSandbox;
     const planned = sandboxId === null ? (this.#plan.sandboxId ?? null) : null;
     const existing = planned === null ? null : await s.get(owner, planned);
+    // The task names the planned sandbox once it was created: gone since means deleted, not never started.
+    if (planned !== null && existing === null && this.#task.sandboxId === planned)
+      throw new StartError(`Sandbox ${planned} was deleted while the conversation was starting`);
     if (sandboxId === null && existing === null) {
       // A new sandbox, under an id saved first: a resumed start finds it rather than starting a second one.
       const id = planned ?? newSandboxId();

@@ -320,6 +320,31 @@ describe("AppConversationService", () => {
     expect(await w.tasks.update("d".repeat(32), { detail: "late" }, "gone-2")).toBe(false);
   });
 
+  it("a resumed start whose sandbox was created and then deleted ends in ERROR; it does not create it again", async () => {
+    const now = new Date();
+    const task = {
+      id: "e".repeat(32),
+      ownerId: "alice",
+      status: "PREPARING_REPOSITORY" as const,
+      detail: null,
+      appConversationId: null,
+      sandboxId: "gone-sandbox",
+      agentServerUrl: null,
+      request: {},
+      createdAt: now,
+      updatedAt: now,
+    };
+    await w.tasks.insert(task, undefined, { sandboxId: "gone-sandbox", conversationId: "f".repeat(32) });
+    expect(await w.service.maintainLeases()).toBe(1);
+    for (let i = 0; i < 200 && (await w.tasks.get(task.id, "alice"))?.status !== "ERROR"; i++)
+      await new Promise((r) => setTimeout(r, 5));
+    expect(await w.tasks.get(task.id, "alice")).toMatchObject({
+      status: "ERROR",
+      detail: "Sandbox gone-sandbox was deleted while the conversation was starting",
+    });
+    expect(await w.sandboxes.get("alice", "gone-sandbox")).toBeNull();
+  });
+
   it("shutdown refuses new starts", async () => {
     await w.service.shutdown(100);
     const err = await w.service
