@@ -470,8 +470,21 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
   async #persist(o: Observed, orphanBefore: number): Promise<SandboxStatus> {
     const r = o.record;
     if (this.#inFlight(r.id)) return o.status;
+    const stale = r.updatedAt.getTime() < orphanBefore;
+    if (r.status === "MISSING") {
+      // Set MISSING by a delete that did not finish (its server died): whatever still runs under it goes.
+      if (stale && (o.handle === null || (o.runtime !== null && o.runtime !== "MISSING"))) {
+        const removed =
+          o.handle === null
+            ? await this.#o.runtime.removeBySandboxId(r.id)
+            : await this.#o.runtime.remove(o.handle).then(() => 1);
+        if (removed > 0)
+          this.#o.log?.("sandbox left running by a delete that did not finish: removed", { sandboxId: r.id });
+      }
+      return o.status;
+    }
     if (o.handle === null) {
-      if ((r.status === "STARTING" || r.status === "PAUSED") && r.updatedAt.getTime() < orphanBefore) {
+      if ((r.status === "STARTING" || r.status === "PAUSED") && stale) {
         const removed = await this.#o.runtime.removeBySandboxId(r.id);
         this.#o.log?.("sandbox left without a runtime handle (a crash while it started): set ERROR", {
           sandboxId: r.id,

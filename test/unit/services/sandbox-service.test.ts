@@ -28,7 +28,9 @@ let runtime: FakeSandboxRuntime;
 const alice = callAs("alice");
 const bob = callAs("bob");
 
-function makeService(options: { maxRunning?: number; inlineWaitMs?: number } = {}): SandboxService {
+function makeService(
+  options: { maxRunning?: number; inlineWaitMs?: number; orphanGraceMs?: number } = {},
+): SandboxService {
   const { box, tokens } = testCrypto();
   const specs = new SandboxSpecService(
     [{ id: "default", command: ["agent"], initialEnv: {}, workingDir: "/w", createdAt: new Date(0) }],
@@ -106,6 +108,18 @@ describe("SandboxService", () => {
     expect(await service.reconcileAll()).toMatchObject({ MISSING: 1, ERROR: 1, RUNNING: 0 });
     expect(repo.peek(a.record.id)?.status).toBe("MISSING");
     expect(repo.peek(b.record.id)?.status).toBe("ERROR");
+  });
+
+  it("reconciliation removes what still runs under a record a delete set MISSING and never finished", async () => {
+    const service = makeService({ orphanGraceMs: 0 });
+    const a = await service.start("alice", undefined);
+    // The delete's first step (MISSING) was written, then its server died before removing anything.
+    await repo.transition(a.record.id, ["RUNNING", "STARTING"], "MISSING", new Date(Date.now() - 1000));
+    expect(runtime.states.get(a.record.id)).toBe("running");
+    await service.reconcileAll();
+    expect(runtime.calls).toContain(`remove:${a.record.id}`);
+    expect(runtime.states.has(a.record.id)).toBe(false);
+    expect(repo.peek(a.record.id)?.status).toBe("MISSING");
   });
 
   it("pauses the user's oldest running sandbox when a start would pass the running limit", async () => {
