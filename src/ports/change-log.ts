@@ -102,7 +102,22 @@ export function parseStartTaskChange(body: string): StartTaskRecord | null {
   }
 }
 
-/** The entry of new events of a conversation: their ids, in the order stored. */
-export function eventsChange(ownerId: string, conversationId: string, ids: readonly string[]): ChangeEntry {
-  return { ownerId, topic: "events", key: conversationId, body: JSON.stringify(ids) };
+/** The entries of newly stored events: one per conversation, with the events' ids in the order stored. */
+export function eventsChanges(
+  events: readonly { ownerId: string; conversationId: string; id: string }[],
+): ChangeEntry[] {
+  const byConversation = new Map<string, { ownerId: string; conversationId: string; ids: string[] }>();
+  for (const e of events) {
+    const key = `${e.ownerId}\n${e.conversationId}`;
+    const group = byConversation.get(key);
+    if (group === undefined)
+      byConversation.set(key, { ownerId: e.ownerId, conversationId: e.conversationId, ids: [e.id] });
+    else group.ids.push(e.id);
+  }
+  return [...byConversation.values()].map((g) => ({
+    ownerId: g.ownerId,
+    topic: "events",
+    key: g.conversationId,
+    body: JSON.stringify(g.ids),
+  }));
 }

@@ -656,7 +656,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     return { record, status, handle, runtime };
   }
 
-  /** Compare-and-set of the record's status; on success updates `record` and tells watchers. */
+  /** Compare-and-set of the record's status (logged by the store); on success updates `record`, wakes watches. */
   async #transition(
     record: SandboxRecord,
     from: readonly SandboxStatus[],
@@ -664,10 +664,9 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
   ): Promise<boolean> {
     const updatedAt = new Date();
     if (!(await this.#o.repo.transition(record.id, from, to, updatedAt))) return false;
-    const changed = record.status !== to;
     record.status = to;
     record.updatedAt = updatedAt;
-    if (changed) this.#o.changes.poke();
+    this.#o.changes.poke();
     return true;
   }
 
@@ -696,7 +695,6 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
           sandboxId: r.id,
           userId: r.ownerId,
         });
-        this.#o.changes.poke();
         const handle = handleOrNull(r);
         if (handle !== null)
           await this.#o.runtime.pause(handle).catch((err: unknown) => {

@@ -1,5 +1,5 @@
 import type { Db, Filter } from "mongodb";
-import { type ChangeLog, eventsChange } from "../../ports/change-log.ts";
+import { type ChangeLog, eventsChanges } from "../../ports/change-log.ts";
 import type { EventCursor, EventFilter, EventRecord, EventRepository } from "../../ports/event-repository.ts";
 import { checkPageLimit } from "../keyset-page.ts";
 import { guarded, isDuplicateKeyError } from "./mongo-errors.ts";
@@ -79,21 +79,7 @@ export function createMongoEventRepository(db: Db, changes?: ChangeLog): EventRe
             if (!isDuplicateKeyError(error)) throw error;
           }
         }
-        const byConversation = new Map<string, EventRecord[]>();
-        for (const e of stored) {
-          const key = `${e.ownerId}\n${e.conversationId}`;
-          byConversation.set(key, [...(byConversation.get(key) ?? []), e]);
-        }
-        if (stored.length > 0)
-          await changes?.append(
-            [...byConversation.values()].map((list) =>
-              eventsChange(
-                list[0]?.ownerId ?? "",
-                list[0]?.conversationId ?? "",
-                list.map((e) => e.id),
-              ),
-            ),
-          );
+        if (stored.length > 0) await changes?.append(eventsChanges(stored));
         return stored;
       }),
     search: (ownerId, filter, page, descending) =>

@@ -1,5 +1,5 @@
 import type Database from "better-sqlite3";
-import { type ChangeEntry, eventsChange } from "../../ports/change-log.ts";
+import { type ChangeEntry, eventsChanges } from "../../ports/change-log.ts";
 import type { EventCursor, EventFilter, EventRecord, EventRepository } from "../../ports/event-repository.ts";
 import { checkPageLimit } from "../keyset-page.ts";
 import { attempt } from "./sqlite-errors.ts";
@@ -113,20 +113,7 @@ export function createSqliteEventRepository(
       if (insert.run(e.conversationId, e.id, e.ownerId, e.kind, e.timestampUs, e.body).changes === 1)
         stored.push(e);
     }
-    const byConversation = new Map<string, EventRecord[]>();
-    for (const e of stored) {
-      const key = `${e.ownerId}\n${e.conversationId}`;
-      byConversation.set(key, [...(byConversation.get(key) ?? []), e]);
-    }
-    logChanges(
-      [...byConversation.values()].map((list) =>
-        eventsChange(
-          list[0]?.ownerId ?? "",
-          list[0]?.conversationId ?? "",
-          list.map((e) => e.id),
-        ),
-      ),
-    );
+    if (stored.length > 0) logChanges(eventsChanges(stored));
     return stored;
   };
   const commitBatch = db.transaction((batch: QueuedAppend[]): EventRecord[][] =>
