@@ -232,7 +232,6 @@ class StartFlow {
   }
 
   #detailOf(err: unknown): string {
-    if (this.#signal.aborted) return SHUTDOWN_DETAIL;
     if (this.#lost.signal.aborted) return (this.#lost.signal.reason as Error).message;
     if (err instanceof StartError || err instanceof AgentCallError) return err.message;
     if (err instanceof StorageUnavailableError)
