@@ -349,7 +349,7 @@ describe("WORKERS=2: one primary, two server processes sharing the HTTP and gRPC
       .lines()
       .slice(skip)
       .filter((l) => l.msg?.startsWith("worker ") && l.msg.includes(" replaced: "));
-    expect(replaced.map((l) => l.replaced).sort()).toEqual(old);
+    expect(replaced.map((l) => Number(l.replaced)).sort((a, b) => a - b)).toEqual(old);
     workers = fresh;
     const ids = ["workers-after-0", "workers-after-1", "workers-after-2", "workers-after-3"];
     for (const id of ids)
