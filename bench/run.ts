@@ -27,6 +27,7 @@ import {
 import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
+import { DEFAULT_WARM_AGENTS } from "../src/server/config.ts";
 import {
   cpuSeconds,
   freePort,
@@ -616,29 +617,64 @@ interface SandboxJson {
   status: string;
 }
 
+/** Starts a sandbox through the REST API and polls until it is RUNNING; `created` tracks what is left to delete. */
+async function startSandbox(
+  base: string,
+  key: string,
+  created: string[],
+): Promise<{ id: string; ms: number }> {
+  const t0 = performance.now();
+  const res = await request(base, key, "POST", "/api/v1/sandboxes");
+  if (res.status !== 200) throw new Error(`start sandbox: ${res.status} ${res.text}`);
+  const sandbox = res.json as SandboxJson;
+  created.push(sandbox.id);
+  let status = sandbox.status;
+  const deadline = Date.now() + 30_000;
+  while (status !== "RUNNING") {
+    if (status === "ERROR" || status === "MISSING" || Date.now() > deadline)
+      throw new Error(`sandbox ${sandbox.id} ended ${status}`);
+    await sleep(2);
+    const list = await request(base, key, "GET", `/api/v1/sandboxes?id=${sandbox.id}`);
+    status = ((list.json as (SandboxJson | null)[])[0]?.status ?? "MISSING") as string;
+  }
+  return { id: sandbox.id, ms: performance.now() - t0 };
+}
+
+/** Start→RUNNING latencies of SANDBOX_SAMPLES starts, each deleted before the next (after 2 warm-up starts). */
+async function sandboxStarts(base: string, key: string, created: string[]): Promise<number[]> {
+  const remove = async (id: string): Promise<void> => {
+    await request(base, key, "DELETE", `/api/v1/sandboxes/${id}`);
+    created.splice(created.indexOf(id), 1);
+  };
+  for (let i = 0; i < 2; i++) await remove((await startSandbox(base, key, created)).id);
+  const starts: number[] = [];
+  for (let i = 0; i < SANDBOX_SAMPLES; i++) {
+    const { id, ms } = await startSandbox(base, key, created);
+    starts.push(ms);
+    await remove(id);
+  }
+  return starts;
+}
+
 async function sandboxBenchmarks(): Promise<void> {
   if (!selected("sandboxes")) return;
+  // The baseline: the same starts without warm agents (every start boots the agent's Node process).
+  log(`[sandboxes] start→RUNNING × ${SANDBOX_SAMPLES} without warm agents (baseline)`);
+  const cold = await startService("service-sandboxes-cold", ["--warm-agents", "0"]);
+  let coldStarts: number[];
+  const coldCreated: string[] = [];
+  try {
+    coldStarts = await sandboxStarts(`http://127.0.0.1:${cold.info.port}`, cold.info.key, coldCreated);
+  } finally {
+    await stop(cold);
+  }
+  log(`[sandboxes] cold start→RUNNING p50/p99 ${latencyCell(coldStarts)}`);
+
   const service = await startService("service-sandboxes");
   const { key } = service.info;
   const base = `http://127.0.0.1:${service.info.port}`;
   const created: string[] = [];
-  const startOne = async (): Promise<{ id: string; ms: number }> => {
-    const t0 = performance.now();
-    const res = await request(base, key, "POST", "/api/v1/sandboxes");
-    if (res.status !== 200) throw new Error(`start sandbox: ${res.status} ${res.text}`);
-    const sandbox = res.json as SandboxJson;
-    created.push(sandbox.id);
-    let status = sandbox.status;
-    const deadline = Date.now() + 30_000;
-    while (status !== "RUNNING") {
-      if (status === "ERROR" || status === "MISSING" || Date.now() > deadline)
-        throw new Error(`sandbox ${sandbox.id} ended ${status}`);
-      await sleep(2);
-      const list = await request(base, key, "GET", `/api/v1/sandboxes?id=${sandbox.id}`);
-      status = ((list.json as (SandboxJson | null)[])[0]?.status ?? "MISSING") as string;
-    }
-    return { id: sandbox.id, ms: performance.now() - t0 };
-  };
+  const startOne = () => startSandbox(base, key, created);
   const remove = async (id: string): Promise<void> => {
     await request(base, key, "DELETE", `/api/v1/sandboxes/${id}`);
     created.splice(created.indexOf(id), 1);
@@ -647,24 +683,20 @@ async function sandboxBenchmarks(): Promise<void> {
     await sleep(1000);
     const idleBefore = await idleRss(service.pid);
 
-    log(`[sandboxes] start→RUNNING × ${SANDBOX_SAMPLES} (2 warm-up starts)`);
-    for (let i = 0; i < 2; i++) await remove((await startOne()).id);
-    const starts: number[] = [];
-    for (let i = 0; i < SANDBOX_SAMPLES; i++) {
-      const { id, ms } = await startOne();
-      starts.push(ms);
-      await remove(id);
-    }
+    log(
+      `[sandboxes] start→RUNNING × ${SANDBOX_SAMPLES} (2 warm-up starts; ${DEFAULT_WARM_AGENTS} warm agents)`,
+    );
+    const starts = await sandboxStarts(base, key, created);
     log(`[sandboxes] start→RUNNING p50/p99 ${latencyCell(starts)}`);
     rows.push({
       bench: "sandboxes",
-      what: `process sandbox start→RUNNING, p50 / p99 (n=${SANDBOX_SAMPLES})`,
+      what: `process sandbox start→RUNNING, p50 / p99 (n=${SANDBOX_SAMPLES}; ${DEFAULT_WARM_AGENTS} warm agents, the default)`,
       ours: latencyCell(starts),
-      baseline: "—",
-      ratio: "—",
+      baseline: `${latencyCell(coldStarts)} (no warm agents: the agent's Node process boots in every start)`,
+      ratio: `p50 ${fmt(percentile(starts, 50) / percentile(coldStarts, 50), 2)}×`,
       target: "≤ 100 / 300 ms",
       pass: percentile(starts, 50) <= 100 && percentile(starts, 99) <= 300,
-      data: starts,
+      data: { warm: starts, cold: coldStarts },
     });
 
     log(`[sandboxes] pause and resume × ${SANDBOX_SAMPLES}`);

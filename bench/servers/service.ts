@@ -5,6 +5,8 @@
 //   --conversations N   bulk-load N conversations of the benchmark user before listening (search benchmark)
 //   --events N          bulk-load N events of the benchmark user before listening: 1,000 per conversation, the
 //                       conversation ids being benchEventConversation(0..N/1000-1) (events search benchmark)
+//   --warm-agents N     built-in agents the process runtime keeps started ahead of need (default: npm start's
+//                       default, SANDBOX_WARM_AGENTS); 0 measures cold starts
 //   --log-level L       Fastify/pino level as in production (default info), written to a file in the temporary
 //                       folder through the production log destination (src/server/log-destination.ts), as the
 //                       server writes to stdout; "silent" turns it off
@@ -16,6 +18,7 @@ import { parseArgs } from "node:util";
 import type { EventRecord } from "../../src/ports/event-repository.ts";
 import { createProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { buildApp } from "../../src/server/app.ts";
+import { DEFAULT_WARM_AGENTS } from "../../src/server/config.ts";
 import { LogDestination } from "../../src/server/log-destination.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
 import { createSqliteStorage, sqliteDatabaseOf } from "../../src/storage/sqlite/sqlite-storage.ts";
@@ -27,13 +30,17 @@ const { values } = parseArgs({
     conversations: { type: "string", default: "0" },
     events: { type: "string", default: "0" },
     "log-level": { type: "string", default: "info" },
+    "warm-agents": { type: "string", default: String(DEFAULT_WARM_AGENTS) },
   },
 });
 const USER = "bench-user";
 
 const dir = mkdtempSync(join(tmpdir(), "aws-bench-"));
 const storage = createSqliteStorage({ path: join(dir, "workspace.sqlite") });
-const runtime = createProcessRuntime({ workspaceRoot: join(dir, "sandboxes") });
+const runtime = createProcessRuntime({
+  workspaceRoot: join(dir, "sandboxes"),
+  warmAgents: Number(values["warm-agents"]),
+});
 const level = values["log-level"] ?? "info";
 const logFd = openSync(join(dir, "server.log"), "a");
 const app = await buildApp({

@@ -6,6 +6,10 @@
  * OH_WEBHOOKS_0_BASE_URL (report conversations and events there) with OH_WEBHOOKS_0_EVENT_BUFFER_SIZE,
  * OH_WEBHOOKS_0_FLUSH_DELAY and OH_WEBHOOKS_0_RETRY_DELAY (seconds) and OH_WEBHOOKS_0_NUM_RETRIES.
  * Exits 0 on SIGTERM/SIGINT after closing the listener and killing running commands; 2 on bad configuration.
+ *
+ * SANDBOX_AGENT_CLAIM=stdin starts a warm agent (see src/sandbox/process/warm-agents.ts): it loads its modules, then
+ * waits for one JSON object on stdin, `{"env": {...}, "cwd": "..."}`, which becomes its whole environment and
+ * working directory before it reads the configuration above and serves. It exits 0 when stdin ends without one.
  */
 import { mkdirSync } from "node:fs";
 import { resolve } from "node:path";
@@ -16,7 +20,13 @@ import { createAgentServer, type WebhookOptions } from "./agent-server.ts";
 const { flushCompileCache } = process.getBuiltinModule("node:module");
 
 /** Variables the agent reads and does not hand on to the commands it runs. */
-const PRIVATE_ENV = new Set(["SESSION_API_KEY", "OH_SESSION_API_KEYS_0", "NODE_COMPILE_CACHE", "LISTEN_FD"]);
+const PRIVATE_ENV = new Set([
+  "SESSION_API_KEY",
+  "OH_SESSION_API_KEYS_0",
+  "NODE_COMPILE_CACHE",
+  "LISTEN_FD",
+  "SANDBOX_AGENT_CLAIM",
+]);
 const SHUTDOWN_GRACE_MS = 2000;
 
 function fail(message: string): never {
@@ -32,6 +42,31 @@ function portArgument(argv: string[]): string | undefined {
   }
   return undefined;
 }
+
+/**
+ * A warm agent's claim: reads stdin to its end and makes the object found there this process's environment and
+ * working directory. Exits 0 on an empty stdin (the server went away before claiming it), 2 on a malformed claim.
+ */
+async function applyClaim(): Promise<void> {
+  let text = "";
+  process.stdin.setEncoding("utf8");
+  for await (const chunk of process.stdin) text += chunk;
+  if (text.trim() === "") process.exit(0);
+  let claim: unknown;
+  try {
+    claim = JSON.parse(text);
+  } catch {
+    fail("the claim on stdin is not JSON");
+  }
+  const { env, cwd } = (claim ?? {}) as { env?: unknown; cwd?: unknown };
+  if (typeof cwd !== "string" || typeof env !== "object" || env === null) fail("malformed claim on stdin");
+  const entries = Object.entries(env);
+  if (entries.some(([, value]) => typeof value !== "string")) fail("claim env values must be strings");
+  for (const name of Object.keys(process.env)) delete process.env[name];
+  for (const [name, value] of entries) process.env[name] = value as string;
+  process.chdir(cwd);
+}
+if (process.env.SANDBOX_AGENT_CLAIM === "stdin") await applyClaim();
 
 const rawPort = portArgument(process.argv.slice(2)) ?? process.env.PORT ?? "8000";
 const port = Number(rawPort);

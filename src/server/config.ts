@@ -62,6 +62,8 @@ export interface Config {
   readonly sandboxIsolation: "auto" | "bwrap" | "none";
   /** As root, isolated process sandbox n runs as uid/gid sandboxUidBase + n. */
   readonly sandboxUidBase: number;
+  /** Built-in agents the process runtime keeps started ahead of need (0: none). */
+  readonly sandboxWarmAgents: number;
   /** Server processes sharing the ports (node:cluster, src/server/cluster.ts); 1: this process alone. */
   readonly workers: number;
 }
@@ -121,6 +123,10 @@ export const ENV_DOC: readonly [string, string][] = [
     "process sandboxes: auto (default: bubblewrap when it works, else one user only), bwrap (required), none",
   ],
   ["SANDBOX_UID_BASE", "as root, isolated process sandboxes run as uids from this one (default 1000000000)"],
+  [
+    "SANDBOX_WARM_AGENTS",
+    "process sandboxes: built-in agents kept started ahead of need, so that a start does not wait for one to boot (default 2; 0: none)",
+  ],
   ["SANDBOX_DOCKER_USER", "uid[:gid] of the processes in sandbox containers (default 1000:1000)"],
   ["SANDBOX_PIDS_LIMIT", "process limit of a sandbox container (default 512)"],
   ["SANDBOX_MEMORY_MB", "memory limit of a sandbox container (default 2048)"],
@@ -194,6 +200,9 @@ function allowedHosts(raw: string | undefined): readonly string[] {
 }
 
 /** Parses the environment once. Throws ConfigError with a clear message on any invalid value. */
+/** Default of SANDBOX_WARM_AGENTS: enough for one start after another while the next agent boots. */
+export const DEFAULT_WARM_AGENTS = 2;
+
 export function loadConfig(env: Env = process.env, cwd: string = process.cwd()): Readonly<Config> {
   const dataDir = resolve(cwd, env.DATA_DIR || "data");
   const mongoUri = env.MONGODB_URI?.trim();
@@ -278,6 +287,7 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     webhookBaseUrl,
     sandboxIsolation: isolation,
     sandboxUidBase: int(env, "SANDBOX_UID_BASE", 1_000_000_000, 1000, 4_000_000_000),
+    sandboxWarmAgents: int(env, "SANDBOX_WARM_AGENTS", DEFAULT_WARM_AGENTS, 0, 64),
     workers: int(env, "WORKERS", 1, 1, 64),
   };
   return Object.freeze(config);

@@ -136,6 +136,7 @@ async function openRuntime(
     isolation: config.sandboxIsolation,
     ...(process.env.PATH ? { searchPath: process.env.PATH } : {}),
     uidBase: config.sandboxUidBase,
+    warmAgents: config.sandboxWarmAgents,
     log,
   });
 }

@@ -1,13 +1,26 @@
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
+import { getPriority, tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it, vi } from "vitest";
 import type { RuntimeHandle, RuntimeSpec } from "../../src/ports/sandbox-runtime.ts";
 import { createProcessRuntime, type ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
-import { BUILTIN_AGENT_COMMAND } from "../../src/sandbox-agent/builtin-agent.ts";
-import { listProcesses, readProcStat } from "../../src/sandbox-agent/proc-tree.ts";
-import { describeRuntimeContract } from "./runtime-contract.ts";
+import { BUILTIN_AGENT_COMMAND, BUILTIN_AGENT_MAIN } from "../../src/sandbox-agent/builtin-agent.ts";
+import { descendantsOf, listProcesses, readProcStat } from "../../src/sandbox-agent/proc-tree.ts";
+import {
+  type ContractSpecKind,
+  describeRuntimeContract,
+  type RuntimeContractHooks,
+} from "./runtime-contract.ts";
 
 const root = mkdtempSync(join(tmpdir(), "runtime-process-"));
 const runtimes: ProcessRuntime[] = [];
@@ -35,33 +48,45 @@ const spec = (command: string[], initialEnv: Record<string, string> = {}): Runti
   workingDir: "",
 });
 
-describeRuntimeContract(
-  "process",
-  makeRuntime,
-  (kind) =>
-    kind === "agent" ? spec([], { CONTRACT_FOO: "bar" }) : spec(["/bin/sh", "-c", "sleep 0.2; exit 1"]),
-  {
-    async destroyBehindBack(handle) {
-      const { pid, startTimeTicks } = dataOf(handle);
-      process.kill(-pid, "SIGKILL");
-      // Wait until it is reaped (this test process is its parent): gone from /proc, not just a zombie.
-      for (let i = 0; i < 500 && readProcStat(pid)?.startTime === startTimeTicks; i++) {
-        await new Promise((r) => setTimeout(r, 10));
-      }
-    },
-    // The parent saw a death by signal (a crash); a restarted server only sees the pid gone.
-    afterDestroy: { sameInstance: "error", freshInstance: "missing" },
-    async leftovers(handle) {
-      const out: string[] = [];
-      if (alive(handle)) out.push(`process ${dataOf(handle).pid}`);
-      if (existsSync(dataOf(handle).workspace)) out.push(`workspace ${dataOf(handle).workspace}`);
-      return out;
-    },
-    workspacePath: (handle) => dataOf(handle).workspace,
-    async cleanup() {
-      for (const r of runtimes) await r.killAll();
-    },
+const contractSpec = (kind: ContractSpecKind): RuntimeSpec =>
+  kind === "agent" ? spec([], { CONTRACT_FOO: "bar" }) : spec(["/bin/sh", "-c", "sleep 0.2; exit 1"]);
+const contractHooks: RuntimeContractHooks = {
+  async destroyBehindBack(handle) {
+    const { pid, startTimeTicks } = dataOf(handle);
+    process.kill(-pid, "SIGKILL");
+    // Wait until it is reaped (this test process is its parent): gone from /proc, not just a zombie.
+    for (let i = 0; i < 500 && readProcStat(pid)?.startTime === startTimeTicks; i++) {
+      await new Promise((r) => setTimeout(r, 10));
+    }
   },
+  // The parent saw a death by signal (a crash); a restarted server only sees the pid gone.
+  afterDestroy: { sameInstance: "error", freshInstance: "missing" },
+  async leftovers(handle) {
+    const out: string[] = [];
+    if (alive(handle)) out.push(`process ${dataOf(handle).pid}`);
+    if (existsSync(dataOf(handle).workspace)) out.push(`workspace ${dataOf(handle).workspace}`);
+    return out;
+  },
+  workspacePath: (handle) => dataOf(handle).workspace,
+  async cleanup() {
+    for (const r of runtimes) await r.killAll();
+  },
+};
+
+describeRuntimeContract("process", makeRuntime, contractSpec, contractHooks);
+
+// The same contract with warm agents: starts of the built-in agent claim one (the warm-agents tests below check
+// that they do).
+const warmRoot = mkdtempSync(join(tmpdir(), "runtime-warm-"));
+describeRuntimeContract(
+  "process with warm agents",
+  () => {
+    const runtime = createProcessRuntime({ workspaceRoot: warmRoot, stopGraceMs: 1000, warmAgents: 2 });
+    runtimes.push(runtime);
+    return runtime;
+  },
+  contractSpec,
+  contractHooks,
 );
 
 describe("process runtime specifics", () => {
@@ -304,6 +329,170 @@ describe("process runtime specifics", () => {
     expect(Date.now() - t0).toBeGreaterThanOrEqual(900);
     expect(alive(handle)).toBe(false);
     expect(await runtime.inspect(handle)).toBe("missing");
+  });
+});
+
+describe("warm agents", () => {
+  const base = mkdtempSync(join(tmpdir(), "runtime-warm-agents-"));
+  const made: ProcessRuntime[] = [];
+  const make = (dir: string, warmAgents: number): ProcessRuntime => {
+    const r = createProcessRuntime({ workspaceRoot: join(base, dir), stopGraceMs: 500, warmAgents });
+    made.push(r);
+    return r;
+  };
+  const until = async (what: string, done: () => boolean, timeoutMs = 10_000): Promise<void> => {
+    const deadline = Date.now() + timeoutMs;
+    while (!done()) {
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  };
+  const key = "warm-agent-key-0123456789";
+  const exec = async (handle: RuntimeHandle, command: string): Promise<{ stdout: string }> => {
+    const res = await fetch(new URL("/api/bash/execute_bash_command", handle.agentUrl), {
+      method: "POST",
+      headers: { "x-session-api-key": key },
+      body: JSON.stringify({ command }),
+    });
+    return (await res.json()) as { stdout: string };
+  };
+  /** Pids of the processes that carry a warm agent's folder name in their command line or environment. */
+  const processesOf = (folder: string): number[] =>
+    listProcesses()
+      .map((p) => p.pid)
+      .filter((pid) => {
+        try {
+          return (
+            readFileSync(`/proc/${pid}/cmdline`, "latin1").includes(folder) ||
+            readFileSync(`/proc/${pid}/environ`, "latin1").includes(folder)
+          );
+        } catch {
+          return false;
+        }
+      });
+  afterAll(async () => {
+    for (const r of made) await r.killAll();
+    rmSync(base, { recursive: true, force: true });
+  });
+
+  it("a start of the built-in agent claims a warm one: its own folder, the spec's environment and working dir, no key for commands; the pool refills", async () => {
+    const runtime = make("claim", 2);
+    await until("two warm agents", () => runtime.warmReady() === 2);
+    const handle = await runtime.start({
+      sandboxId: "claimed-one",
+      spec: { ...spec([], { WARM_FOO: "bar" }), workingDir: "project" },
+      sessionApiKey: key,
+    });
+    expect(runtime.warmReady()).toBe(1);
+    expect(await runtime.waitHealthy(handle, 10_000)).toBe(true);
+    const data = handle.data as unknown as Data & { sandboxId?: string };
+    // As root, warm agents wait at the lowest CPU priority and a claim gives the sandbox the normal one.
+    const tree = [data.pid, ...descendantsOf(data.pid)];
+    expect(tree.length).toBeGreaterThan(0);
+    for (const pid of tree) expect(getPriority(pid)).toBe(0);
+    if (process.getuid?.() === 0) {
+      const waiting = readdirSync(join(base, "claim", ".warm")).flatMap((folder) => processesOf(folder));
+      expect(waiting.length).toBeGreaterThan(0);
+      for (const pid of waiting) expect(getPriority(pid)).toBe(19);
+    }
+    expect(data.sandboxId).toBe("claimed-one");
+    expect(data.workspace).toMatch(/\/ws-[A-Za-z0-9]{20}$/);
+    const out = await exec(
+      handle,
+      'pwd; echo "$WARM_FOO $HOME"; env | grep -c -e SESSION -e SANDBOX_AGENT || true',
+    );
+    expect(out.stdout).toBe(`${join(data.workspace, "project")}\nbar ${data.workspace}\n0\n`);
+    // The wrong key is refused: the claim's key is the one in force.
+    const refused = await fetch(new URL("/api/bash/execute_bash_command", handle.agentUrl), {
+      method: "POST",
+      headers: { "x-session-api-key": "not-the-key" },
+      body: JSON.stringify({ command: "true" }),
+    });
+    expect(refused.status).toBe(401);
+    await until("the pool refilled", () => runtime.warmReady() === 2);
+    // A fresh instance (a restarted server) removes it by sandbox id alone, through the claim record.
+    const fresh = make("claim", 0);
+    expect(await fresh.removeBySandboxId("claimed-one")).toBeGreaterThan(0);
+    expect(existsSync(data.workspace)).toBe(false);
+    expect(existsSync(join(base, "claim", ".claimed", "claimed-one"))).toBe(false);
+    expect(existsSync(join(base, "claim", ".logs", `${data.workspace.split("/").pop()}.log`))).toBe(false);
+  });
+
+  it("a spec that sets a Node startup variable or passes agent arguments starts cold", async () => {
+    const runtime = make("cold", 2);
+    await until("two warm agents", () => runtime.warmReady() === 2);
+    for (const [id, s] of [
+      ["node-options", spec([], { NODE_OPTIONS: "--no-warnings" })],
+      ["agent-args", spec([BUILTIN_AGENT_COMMAND, "--port", "{port}"])],
+    ] as const) {
+      const handle = await runtime.start({ sandboxId: id, spec: s, sessionApiKey: key });
+      expect(dataOf(handle).workspace).toBe(join(base, "cold", id));
+      expect((handle.data as { sandboxId?: string }).sandboxId).toBeUndefined();
+      expect(await runtime.waitHealthy(handle, 10_000)).toBe(true);
+      await runtime.remove(handle);
+    }
+    expect(runtime.warmReady()).toBe(2);
+  });
+
+  it("close stops the warm agents and removes their folders; no new ones start", async () => {
+    const runtime = make("close", 2);
+    await until("two warm agents", () => runtime.warmReady() === 2);
+    const folders = readdirSync(join(base, "close", ".warm"));
+    expect(folders).toHaveLength(2);
+    await runtime.close();
+    for (const folder of folders) {
+      expect(existsSync(join(base, "close", folder))).toBe(false);
+      expect(processesOf(folder)).toEqual([]);
+    }
+    await new Promise((r) => setTimeout(r, 300));
+    expect(runtime.warmReady()).toBe(0);
+    expect(readdirSync(join(base, "close", ".warm"))).toEqual([]);
+  });
+
+  it("the warm agents of a server that dies exit with it; the next server on the root removes their folders", async () => {
+    const root = join(base, "died");
+    const script = [
+      `import { createProcessRuntime } from ${JSON.stringify(join(process.cwd(), "src/sandbox/process/process-runtime.ts"))};`,
+      `const r = createProcessRuntime({ workspaceRoot: ${JSON.stringify(root)}, warmAgents: 2 });`,
+      "const t = setInterval(() => { if (r.warmReady() === 2) { clearInterval(t); console.log('ready'); } }, 20);",
+      "setInterval(() => {}, 1000);",
+    ].join("\n");
+    const server = spawn(process.execPath, ["--input-type=module", "-e", script], {
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    await new Promise<void>((ok, fail) => {
+      server.stdout.on("data", (d: Buffer) => d.toString().includes("ready") && ok());
+      server.once("exit", (code) => fail(new Error(`server exited ${code}`)));
+    });
+    const folders = readdirSync(join(root, ".warm"));
+    expect(folders).toHaveLength(2);
+    await until("the warm agents running", () => folders.every((f) => processesOf(f).length > 0));
+    server.kill("SIGKILL");
+    await until("the warm agents gone", () => folders.every((f) => processesOf(f).length === 0));
+    for (const folder of folders) expect(existsSync(join(root, folder))).toBe(true);
+    const next = make("died", 0);
+    await until("the folders removed", () => folders.every((f) => !existsSync(join(root, f))));
+    expect(readdirSync(join(root, ".warm"))).toEqual([]);
+    expect(next.warmReady()).toBe(0);
+  });
+
+  it("the agent waits for its claim: exits 0 when stdin ends without one, 2 on a malformed one", async () => {
+    const run = (input: string) =>
+      spawnSync(process.execPath, [BUILTIN_AGENT_MAIN], {
+        input,
+        env: { PATH: process.env.PATH ?? "/usr/bin:/bin", SANDBOX_AGENT_CLAIM: "stdin", PORT: "0" },
+        encoding: "utf8",
+        timeout: 10_000,
+      });
+    expect(run("").status).toBe(0);
+    const bad = run("{not json");
+    expect(bad.status).toBe(2);
+    expect(bad.stderr).toContain("not JSON");
+    expect(run(JSON.stringify({ env: { A: 1 }, cwd: "/" })).status).toBe(2);
+    // A claim without a key is refused like an agent started without one.
+    const noKey = run(JSON.stringify({ env: { PATH: "/usr/bin:/bin" }, cwd: "/" }));
+    expect(noKey.status).toBe(2);
+    expect(noKey.stderr).toContain("SESSION_API_KEY");
   });
 });
 

@@ -88,6 +88,8 @@ describe("loadConfig", () => {
     const c = loadConfig({ SANDBOX_RUNTIME: "docker" }, "/srv");
     expect(c.sandboxIsolation).toBe("auto");
     expect(c.sandboxUidBase).toBe(1_000_000_000);
+    expect(c.sandboxWarmAgents).toBe(2);
+    expect(loadConfig({ SANDBOX_WARM_AGENTS: "0" }, "/srv").sandboxWarmAgents).toBe(0);
     expect(c.runtime).toMatchObject({ user: "1000:1000", pidsLimit: 512, memoryBytes: 2048 * 1024 * 1024 });
     const set = loadConfig(
       {
@@ -140,6 +142,8 @@ describe("loadConfig", () => {
     [{ GIT_REPOSITORY_CACHE_SECONDS: "-1" }, "GIT_REPOSITORY_CACHE_SECONDS must be an integer"],
     [{ SANDBOX_ISOLATION: "chroot" }, "SANDBOX_ISOLATION must be auto, bwrap or none"],
     [{ SANDBOX_UID_BASE: "0" }, "SANDBOX_UID_BASE must be an integer"],
+    [{ SANDBOX_WARM_AGENTS: "65" }, "SANDBOX_WARM_AGENTS must be an integer"],
+    [{ SANDBOX_WARM_AGENTS: "-1" }, "SANDBOX_WARM_AGENTS must be an integer"],
     [{ SANDBOX_RUNTIME: "docker", SANDBOX_DOCKER_USER: "0:0" }, "SANDBOX_DOCKER_USER must be a non-root uid"],
     [
       { SANDBOX_RUNTIME: "docker", SANDBOX_DOCKER_USER: "root" },

@@ -17,16 +17,23 @@ import {
   writeFileSync,
 } from "node:fs";
 import type { Server } from "node:net";
+import { setPriority } from "node:os";
 import { dirname, isAbsolute, join, relative, resolve } from "node:path";
+import type { Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import { failedPrecondition } from "../../core/errors.ts";
 import type {
   RuntimeHandle,
+  RuntimeSpec,
   RuntimeStartRequest,
   RuntimeState,
   SandboxRuntime,
 } from "../../ports/sandbox-runtime.ts";
-import { BUILTIN_AGENT_MAIN, isBuiltinAgentCommand } from "../../sandbox-agent/builtin-agent.ts";
+import {
+  BUILTIN_AGENT_COMMAND,
+  BUILTIN_AGENT_MAIN,
+  isBuiltinAgentCommand,
+} from "../../sandbox-agent/builtin-agent.ts";
 import { descendantsOf, type ProcStat, readProcStat, signal } from "../../sandbox-agent/proc-tree.ts";
 import { pollAlive, probeAlive } from "../agent-health.ts";
 import { freePort, listeningSocket, withPort } from "../free-port.ts";
@@ -40,10 +47,14 @@ import {
   type SandboxUser,
 } from "./bwrap.ts";
 import { stopSandboxProcesses } from "./sandbox-processes.ts";
+import { claimedFolder, forgetClaim, sweepWarmAgents, type WarmAgent, WarmPool } from "./warm-agents.ts";
 
 /** Options of {@link createProcessRuntime}. */
 export interface ProcessRuntimeOptions {
-  /** Each sandbox gets the folder `<workspaceRoot>/<sandboxId>`; logs go to `<workspaceRoot>/.logs/<sandboxId>.log`. */
+  /**
+   * Each sandbox gets the folder `<workspaceRoot>/<sandboxId>` (one started from a warm agent keeps the agent's
+   * folder, `ws-<random>`); logs go to `<workspaceRoot>/.logs/<folder>.log`.
+   */
   workspaceRoot: string;
   /** Argv of the built-in agent (default: this Node binary running src/sandbox-agent/main.ts). */
   agentCommand?: string[];
@@ -75,6 +86,11 @@ export interface ProcessRuntimeOptions {
   uidCount?: number;
   /** More read-only paths every isolated sandbox sees (e.g. an interpreter a custom spec command runs). */
   readOnlyPaths?: readonly string[];
+  /**
+   * How many built-in agents to keep started ahead of need (default 0: none). A start of the built-in agent claims
+   * one instead of waiting for a Node process to boot; see warm-agents.ts.
+   */
+  warmAgents?: number;
 }
 
 /** How this runtime runs sandboxes, decided once when it is created. */
@@ -92,6 +108,8 @@ export interface ProcessRuntime extends SandboxRuntime {
   readonly isolation: ProcessIsolation;
   /** Removes every sandbox this instance started and that is not removed yet (for tests and shutdown scripts). */
   killAll(): Promise<void>;
+  /** Warm agents ready to be claimed now (see {@link ProcessRuntimeOptions.warmAgents}). */
+  warmReady(): number;
 }
 
 /** What the runtime stores in {@link RuntimeHandle.data}: enough to recognise the process after a restart. */
@@ -106,11 +124,53 @@ interface ProcessHandleData {
   /** How it runs: under bwrap as uid `uid` (absent: a plain child process of the server's user). */
   isolation?: "bwrap";
   uid?: number;
+  /** The sandbox id, when the workspace folder has another name (a sandbox started from a warm agent). */
+  sandboxId?: string;
+}
+
+/** A warm agent as this runtime keeps it: its process and the stdin its claim is written to. */
+interface WarmChild extends WarmAgent {
+  own: OwnChild;
+  stdin: Writable;
+}
+
+/** What a warm agent is started as: the built-in agent with the default layout, and no key. */
+const WARM_SPEC: RuntimeSpec = {
+  id: "warm-agent",
+  command: [BUILTIN_AGENT_COMMAND],
+  initialEnv: {},
+  workingDir: "",
+};
+/**
+ * Variables that change how Node or the C library start (read before the agent's code runs). A spec that sets one
+ * gets a cold start, so that its agent process starts with them, as without warm agents.
+ */
+const STARTUP_ENV = /^(NODE_|UV_|LD_|MALLOC_|GLIBC_|OPENSSL_|SSL_CERT_|LANG$|LC_|TZ$)/;
+
+/** True when a warm agent can serve this spec: the built-in agent without extra arguments or startup variables. */
+function servesWarm(spec: RuntimeSpec): boolean {
+  return (
+    isBuiltinAgentCommand(spec.command) &&
+    spec.command.length <= 1 &&
+    !Object.keys(spec.initialEnv).some((name) => STARTUP_ENV.test(name))
+  );
+}
+
+/** The spec's working directory relative to the workspace ("" for the workspace itself); throws when it leaves it. */
+function workingDirOf(spec: RuntimeSpec): string {
+  if (!spec.workingDir || isAbsolute(spec.workingDir)) return "";
+  const inside = relative("/w", resolve("/w", spec.workingDir));
+  if (inside.startsWith("..")) throw new Error(`working dir outside the workspace: ${spec.workingDir}`);
+  return inside;
 }
 
 /** A process this instance spawned (and so reaps and sees exit). */
 interface OwnChild {
   handle: RuntimeHandle;
+  /** The sandbox id it runs (for logs); null for a warm agent not claimed yet. */
+  label: string | null;
+  /** Set when it was started as a warm agent. */
+  warm?: WarmChild;
   startTimeTicks: number;
   exit: { code: number | null; signal: NodeJS.Signals | null } | null;
   exited: Promise<void>;
@@ -134,7 +194,9 @@ const SIGNAL_SETTLE_MS = 200;
  * - start: spawns the spec's command (empty or {@link BUILTIN_AGENT_COMMAND}: the built-in agent) detached in its own
  *   process group, cwd = the workspace (or a relative `workingDir` inside it), with a minimal environment plus the
  *   spec's `initialEnv`, `SESSION_API_KEY`/`OH_SESSION_API_KEYS_0`, `PORT` (a free loopback port; `{port}` in the
- *   command is replaced by it), `HOST` and `WORKSPACE_DIR`. Output goes to `<workspaceRoot>/.logs/<id>.log`.
+ *   command is replaced by it), `HOST` and `WORKSPACE_DIR`. Output goes to `<workspaceRoot>/.logs/<folder>.log`.
+ *   With `warmAgents`, a start of the built-in agent claims a warm one instead when it can (see warm-agents.ts):
+ *   the same environment, given to an agent already booted in a folder of its own.
  * - pause/resume: SIGSTOP/SIGCONT to the group and to every descendant (commands that left the group); idempotent.
  * - remove: SIGTERM (and SIGCONT, so a paused sandbox can act on it), SIGKILL after `stopGraceMs`, then deletes the
  *   workspace and log; idempotent. When the main process of a sandbox started by this instance exits, whatever
@@ -181,6 +243,8 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       ? tools
       : probeBwrap(tools, workspaceRoot, asRoot ? { uid: uidBase, gid: uidBase } : ownUser, asRoot),
   );
+  // Only root may give a process back the priority it lowered (see launch and claim).
+  const niceTool = asRoot ? findExecutable("nice", options.searchPath ?? DEFAULT_PATH) : null;
   const readOnlyPaths = [process.execPath, ...(options.readOnlyPaths ?? [])];
   const singleUserFile = join(workspaceRoot, ".single-user");
   /** What the built-in agent reads: its folder and the package.json that makes its modules ES modules. */
@@ -352,6 +416,242 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     return true;
   };
 
+  /** Stops the processes that carry the workspace folder `folder`, removes it and its log; how many it stopped. */
+  const removeFolder = async (folder: string): Promise<number> => {
+    const workspace = join(workspaceRoot, folder);
+    const stopped = await stopSandboxProcesses(workspace, stopGraceMs);
+    for (const [pid, own] of children) if (own.handle.data.workspace === workspace) children.delete(pid);
+    rmSync(workspace, { recursive: true, force: true });
+    rmSync(join(logDir, `${folder}.log`), { force: true });
+    return stopped;
+  };
+
+  /** The environment of a sandbox's main process (a warm agent gets it at its claim, the same way). */
+  const sandboxEnv = (
+    workspace: string,
+    cwd: string,
+    spec: RuntimeSpec,
+    sessionApiKey: string | null,
+    port: number,
+    listening: boolean,
+  ): Record<string, string> => ({
+    ...baseEnv,
+    HOME: workspace,
+    ...spec.initialEnv,
+    ...(sessionApiKey === null
+      ? { SANDBOX_AGENT_CLAIM: "stdin" }
+      : { SESSION_API_KEY: sessionApiKey, OH_SESSION_API_KEYS_0: sessionApiKey }),
+    PORT: String(port),
+    HOST: host,
+    WORKSPACE_DIR: cwd,
+    ...(listening ? { LISTEN_FD: "3" } : {}),
+    ...(compileCacheDir && isBuiltinAgentCommand(spec.command)
+      ? { NODE_COMPILE_CACHE: compileCacheDir }
+      : {}),
+  });
+
+  /** Creates the working directory `rel` inside a workspace (owned by the sandbox's user) and returns its path. */
+  const makeCwd = (workspace: string, rel: string, user: SandboxUser, isolated: boolean): string => {
+    const cwd = resolve(workspace, rel);
+    mkdirSync(cwd, { recursive: true });
+    if (isolated && asRoot) {
+      for (let dir = cwd; dir.startsWith(workspace); dir = dirname(dir)) chownSync(dir, user.uid, user.gid);
+    }
+    return cwd;
+  };
+
+  /**
+   * Spawns a sandbox's main process in the workspace folder `folder` (the sandbox id, or a warm agent's name):
+   * `sessionApiKey` null starts a warm agent, which waits on its stdin for its claim.
+   */
+  const launch = async (
+    folder: string,
+    label: string | null,
+    spec: RuntimeSpec,
+    rel: string,
+    sessionApiKey: string | null,
+  ): Promise<{ handle: RuntimeHandle; child: ChildProcess; own: OwnChild }> => {
+    const workspace = join(workspaceRoot, folder);
+    mkdirSync(logDir, { recursive: true, mode: 0o700 });
+    const builtin = isBuiltinAgentCommand(spec.command);
+    // The built-in agent is handed its socket already listening (LISTEN_FD): no port race, and health probes
+    // made before it runs wait in the backlog instead of being refused. Other commands bind {port} themselves.
+    const listener = builtin ? await inheritableListener(host) : null;
+    const port = listener?.port ?? (await freePort(host));
+    let child: ChildProcess;
+    let isolated: boolean;
+    let user: SandboxUser;
+    try {
+      // From here to the spawn nothing awaits: the uid chosen is owned by the new workspace before anyone looks again.
+      isolated = isolation.mode === "bwrap";
+      user = isolated ? (reusableUser(workspace) ?? allocateUser()) : ownUser;
+      mkdirSync(workspace, { recursive: true, mode: 0o700 });
+      chmodSync(workspace, 0o700);
+      const cwd = makeCwd(workspace, rel, user, isolated);
+      const command = withPort(builtin ? [...agentCommand, ...spec.command.slice(1)] : spec.command, port);
+      const env = sandboxEnv(workspace, cwd, spec, sessionApiKey, port, listener !== null);
+      const readOnly = [...readOnlyPaths];
+      if (builtin) {
+        readOnly.push(...agentFiles);
+        if (compileCacheDir) {
+          mkdirSync(compileCacheDir, { recursive: true });
+          // Shared by every sandbox, so isolated ones only read it; the server fills it (see warmCompileCache).
+          if (isolated) {
+            readOnly.push(compileCacheDir);
+            warmCompileCache(compileCacheDir);
+            shareCompileCache(compileCacheDir, user.uid);
+          }
+        }
+      }
+      const argv = [
+        // A warm agent boots at the lowest CPU priority, so that it does not slow down the starts being served;
+        // its claim restores the normal one.
+        ...(sessionApiKey === null && niceTool ? [niceTool, "-n", "19"] : []),
+        ...(isolated
+          ? [...bwrapArgs(bwrapTools(), { workspace, cwd, readOnly, user, asRoot }), ...command]
+          : command),
+      ];
+      const [file, ...args] = argv;
+      if (file === undefined || command[0] === undefined) throw new Error("empty sandbox command");
+      // bwrap starts whatever it is given and fails later: check the command is there first, as spawn does.
+      if (isolated && !findExecutable(command[0], env.PATH ?? DEFAULT_PATH, cwd)) {
+        rmSync(workspace, { recursive: true, force: true });
+        throw Object.assign(new Error(`spawn ${command[0]} ENOENT`), { code: "ENOENT" });
+      }
+      const logFd = openSync(join(logDir, `${folder}.log`), "a");
+      const stdin = sessionApiKey === null ? "pipe" : "ignore";
+      try {
+        child = spawn(file, args, {
+          cwd,
+          env,
+          detached: true,
+          stdio: listener ? [stdin, logFd, logFd, listener.fd] : [stdin, logFd, logFd],
+        });
+      } finally {
+        closeSync(logFd);
+      }
+    } finally {
+      // The sandbox holds its own copy (or never started); this one is closed before the event loop could accept
+      // on it.
+      listener?.server.close();
+    }
+    // Read the start time at once: the process exists (at worst as a zombie) until the event loop reaps it.
+    const stat = child.pid === undefined ? null : readProcStat(child.pid);
+    try {
+      await new Promise<void>((ok, fail) => {
+        child.once("spawn", ok);
+        child.once("error", fail);
+      });
+    } catch (e: unknown) {
+      rmSync(workspace, { recursive: true, force: true });
+      throw e;
+    }
+    const pid = child.pid;
+    if (pid === undefined || stat === null)
+      throw new Error(`sandbox process of ${label ?? folder} vanished at start`);
+    child.unref();
+    const data: ProcessHandleData = {
+      pid,
+      pgid: pid,
+      port,
+      workspace,
+      startTimeTicks: stat.startTime,
+      ...(isolated ? { isolation: "bwrap" as const, uid: user.uid } : {}),
+    };
+    const handle: RuntimeHandle = { data: { ...data }, agentUrl: `http://${urlHost}:${port}`, port };
+    const exited = Promise.withResolvers<void>();
+    const own: OwnChild = {
+      handle,
+      label,
+      startTimeTicks: stat.startTime,
+      exit: null,
+      exited: exited.promise,
+    };
+    children.set(pid, own);
+    child.once("exit", (code, sig) => {
+      own.exit = { code, signal: sig };
+      exited.resolve();
+      // The sandbox is over: stop what it left running in its group (background jobs of its commands). The group
+      // still has those members, so its id cannot belong to anyone else yet.
+      signal(-pid, "SIGKILL");
+      if (own.label !== null) log("sandbox process exited", { sandboxId: own.label, pid, code, signal: sig });
+      else if (own.warm) warm?.exited(own.warm);
+    });
+    if (label !== null)
+      log("sandbox process started", {
+        sandboxId: label,
+        pid,
+        port,
+        command: builtin ? "built-in agent" : spec.command[0],
+        isolation: isolated ? { bwrap: true, uid: user.uid } : "none",
+      });
+    return { handle, child, own };
+  };
+
+  /** Makes a warm agent the sandbox `sandboxId`: its working directory, then its environment on its stdin. */
+  const claim = (
+    agent: WarmChild,
+    sandboxId: string,
+    spec: RuntimeSpec,
+    sessionApiKey: string,
+    rel: string,
+  ): RuntimeHandle => {
+    const data = parseHandleData(agent.own.handle.data) as ProcessHandleData;
+    const user = data.uid === undefined ? ownUser : { uid: data.uid, gid: data.uid };
+    const cwd = makeCwd(data.workspace, rel, user, data.isolation === "bwrap");
+    const env = sandboxEnv(data.workspace, cwd, spec, sessionApiKey, data.port, true);
+    if (niceTool) {
+      for (const pid of [data.pid, ...descendantsOf(data.pid)]) {
+        try {
+          setPriority(pid, 0);
+        } catch {
+          // exited meanwhile
+        }
+      }
+    }
+    agent.own.label = sandboxId;
+    agent.stdin.end(JSON.stringify({ env, cwd }));
+    const handle: RuntimeHandle = { ...agent.own.handle, data: { ...data, sandboxId } };
+    agent.own.handle = handle;
+    log("sandbox process started", {
+      sandboxId,
+      pid: data.pid,
+      port: data.port,
+      command: "built-in agent (warm)",
+      isolation: data.isolation === "bwrap" ? { bwrap: true, uid: data.uid } : "none",
+    });
+    return handle;
+  };
+
+  // What servers that died left of their warm agents is removed by whichever server starts next on this root.
+  const swept = sweepWarmAgents(
+    workspaceRoot,
+    async (folder) => {
+      await removeFolder(folder);
+    },
+    log,
+  ).catch((e: unknown) => log("warm agents: sweep failed", { error: String(e) }));
+  const warm =
+    (options.warmAgents ?? 0) > 0 && agentCommand[0] === process.execPath
+      ? new WarmPool({
+          root: workspaceRoot,
+          size: options.warmAgents ?? 0,
+          after: swept,
+          log,
+          spawn: async (folder) => {
+            const { child, own } = await launch(folder, null, WARM_SPEC, "", null);
+            const stdin = child.stdin;
+            if (!stdin) throw new Error("warm agent without stdin");
+            stdin.on("error", () => {}); // it died before its claim: its exit is handled
+            own.warm = { folder, own, stdin, alive: () => own.exit === null };
+            return own.warm;
+          },
+          discard: async (folder) => {
+            await removeFolder(folder);
+          },
+        })
+      : null;
+
   const runtime: ProcessRuntime = {
     kind: "process",
     isolation,
@@ -363,127 +663,11 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     async start(request: RuntimeStartRequest): Promise<RuntimeHandle> {
       const { sandboxId, spec, sessionApiKey } = request;
       if (!SANDBOX_ID.test(sandboxId)) throw new Error(`invalid sandbox id for a folder name: ${sandboxId}`);
-      const workspace = join(workspaceRoot, sandboxId);
-      const cwd =
-        spec.workingDir && !isAbsolute(spec.workingDir) ? resolve(workspace, spec.workingDir) : workspace;
-      if (relative(workspace, cwd).startsWith(".."))
-        throw new Error(`working dir outside the workspace: ${spec.workingDir}`);
+      const rel = workingDirOf(spec);
       checkSingleUser(request.ownerId);
-      mkdirSync(logDir, { recursive: true, mode: 0o700 });
-      const builtin = isBuiltinAgentCommand(spec.command);
-      // The built-in agent is handed its socket already listening (LISTEN_FD): no port race, and health probes
-      // made before it runs wait in the backlog instead of being refused. Other commands bind {port} themselves.
-      const listener = builtin ? await inheritableListener(host) : null;
-      const port = listener?.port ?? (await freePort(host));
-      let child: ChildProcess;
-      let isolated: boolean;
-      let user: SandboxUser;
-      try {
-        // From here to the spawn nothing awaits: the uid chosen is owned by the new workspace before anyone looks again.
-        isolated = isolation.mode === "bwrap";
-        user = isolated ? (reusableUser(workspace) ?? allocateUser()) : ownUser;
-        mkdirSync(workspace, { recursive: true, mode: 0o700 });
-        chmodSync(workspace, 0o700);
-        mkdirSync(cwd, { recursive: true });
-        if (isolated && asRoot) {
-          for (let dir = cwd; dir.startsWith(workspace); dir = dirname(dir))
-            chownSync(dir, user.uid, user.gid);
-        }
-        const command = withPort(builtin ? [...agentCommand, ...spec.command.slice(1)] : spec.command, port);
-        const env: Record<string, string> = {
-          ...baseEnv,
-          HOME: workspace,
-          ...spec.initialEnv,
-          SESSION_API_KEY: sessionApiKey,
-          OH_SESSION_API_KEYS_0: sessionApiKey,
-          PORT: String(port),
-          HOST: host,
-          WORKSPACE_DIR: cwd,
-          ...(listener ? { LISTEN_FD: "3" } : {}),
-        };
-        const readOnly = [...readOnlyPaths];
-        if (builtin) {
-          readOnly.push(...agentFiles);
-          if (compileCacheDir) {
-            mkdirSync(compileCacheDir, { recursive: true });
-            env.NODE_COMPILE_CACHE = compileCacheDir;
-            // Shared by every sandbox, so isolated ones only read it; the server fills it (see warmCompileCache).
-            if (isolated) {
-              readOnly.push(compileCacheDir);
-              warmCompileCache(compileCacheDir);
-              shareCompileCache(compileCacheDir, user.uid);
-            }
-          }
-        }
-        const argv = isolated
-          ? [...bwrapArgs(bwrapTools(), { workspace, cwd, readOnly, user, asRoot }), ...command]
-          : command;
-        const [file, ...args] = argv;
-        if (file === undefined || command[0] === undefined) throw new Error("empty sandbox command");
-        // bwrap starts whatever it is given and fails later: check the command is there first, as spawn does.
-        if (isolated && !findExecutable(command[0], env.PATH ?? DEFAULT_PATH, cwd)) {
-          rmSync(workspace, { recursive: true, force: true });
-          throw Object.assign(new Error(`spawn ${command[0]} ENOENT`), { code: "ENOENT" });
-        }
-        const logFd = openSync(join(logDir, `${sandboxId}.log`), "a");
-        try {
-          child = spawn(file, args, {
-            cwd,
-            env,
-            detached: true,
-            stdio: listener ? ["ignore", logFd, logFd, listener.fd] : ["ignore", logFd, logFd],
-          });
-        } finally {
-          closeSync(logFd);
-        }
-      } finally {
-        // The sandbox holds its own copy (or never started); this one is closed before the event loop could accept
-        // on it.
-        listener?.server.close();
-      }
-      // Read the start time at once: the process exists (at worst as a zombie) until the event loop reaps it.
-      const stat = child.pid === undefined ? null : readProcStat(child.pid);
-      try {
-        await new Promise<void>((ok, fail) => {
-          child.once("spawn", ok);
-          child.once("error", fail);
-        });
-      } catch (e: unknown) {
-        rmSync(workspace, { recursive: true, force: true });
-        throw e;
-      }
-      const pid = child.pid;
-      if (pid === undefined || stat === null)
-        throw new Error(`sandbox process of ${sandboxId} vanished at start`);
-      child.unref();
-      const data: ProcessHandleData = {
-        pid,
-        pgid: pid,
-        port,
-        workspace,
-        startTimeTicks: stat.startTime,
-        ...(isolated ? { isolation: "bwrap" as const, uid: user.uid } : {}),
-      };
-      const handle: RuntimeHandle = { data: { ...data }, agentUrl: `http://${urlHost}:${port}`, port };
-      const exited = Promise.withResolvers<void>();
-      const own: OwnChild = { handle, startTimeTicks: stat.startTime, exit: null, exited: exited.promise };
-      children.set(pid, own);
-      child.once("exit", (code, sig) => {
-        own.exit = { code, signal: sig };
-        exited.resolve();
-        // The sandbox is over: stop what it left running in its group (background jobs of its commands). The group
-        // still has those members, so its id cannot belong to anyone else yet.
-        signal(-pid, "SIGKILL");
-        log("sandbox process exited", { sandboxId, pid, code, signal: sig });
-      });
-      log("sandbox process started", {
-        sandboxId,
-        pid,
-        port,
-        command: builtin ? "built-in agent" : spec.command[0],
-        isolation: isolated ? { bwrap: true, uid: user.uid } : "none",
-      });
-      return handle;
+      const agent = warm && servesWarm(spec) ? warm.take(sandboxId) : null;
+      if (agent) return claim(agent as WarmChild, sandboxId, spec, sessionApiKey, rel);
+      return (await launch(sandboxId, sandboxId, spec, rel, sessionApiKey)).handle;
     },
 
     async waitHealthy(handle: RuntimeHandle, timeoutMs: number): Promise<boolean> {
@@ -558,17 +742,15 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
         rmSync(workspace, { recursive: true, force: true });
         rmSync(join(logDir, `${relative(workspaceRoot, workspace)}.log`), { force: true });
       }
+      if (data.sandboxId) forgetClaim(workspaceRoot, data.sandboxId);
       const own = ownChild(data);
       if (own) children.delete(data.pid);
     },
 
     async removeBySandboxId(sandboxId: string): Promise<number> {
       if (!SANDBOX_ID.test(sandboxId)) return 0;
-      const workspace = join(workspaceRoot, sandboxId);
-      const stopped = await stopSandboxProcesses(workspace, stopGraceMs);
-      for (const [pid, own] of children) if (own.handle.data.workspace === workspace) children.delete(pid);
-      rmSync(workspace, { recursive: true, force: true });
-      rmSync(join(logDir, `${sandboxId}.log`), { force: true });
+      const stopped = await removeFolder(claimedFolder(workspaceRoot, sandboxId) ?? sandboxId);
+      forgetClaim(workspaceRoot, sandboxId);
       if (stopped > 0) log("sandbox processes removed by sandbox id", { sandboxId, processes: stopped });
       return stopped;
     },
@@ -580,12 +762,20 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
 
     async close(): Promise<void> {
       // Sandboxes keep running; the exit listeners hold no reference that keeps Node alive (children are unref'd).
+      // Warm agents are not sandboxes: they go.
+      await warm?.close();
+    },
+
+    warmReady(): number {
+      return warm?.ready ?? 0;
     },
 
     async killAll(): Promise<void> {
+      await warm?.close();
       await Promise.all([...children.values()].map((own) => runtime.remove(own.handle)));
     },
   };
+  warm?.fill();
   return runtime;
 }
 
@@ -604,7 +794,7 @@ function decideIsolation(setting: IsolationSetting, probe: () => string | null):
 
 /** Validates stored handle data; null when it is not what this runtime wrote. */
 function parseHandleData(data: Record<string, unknown>): ProcessHandleData | null {
-  const { pid, pgid, port, workspace, startTimeTicks, isolation, uid } = data;
+  const { pid, pgid, port, workspace, startTimeTicks, isolation, uid, sandboxId } = data;
   const isInt = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v) && v > 0;
   if (
     !isInt(pid) ||
@@ -622,6 +812,7 @@ function parseHandleData(data: Record<string, unknown>): ProcessHandleData | nul
     workspace,
     startTimeTicks,
     ...(isolation === "bwrap" && isInt(uid) ? { isolation: "bwrap" as const, uid } : {}),
+    ...(typeof sandboxId === "string" && SANDBOX_ID.test(sandboxId) ? { sandboxId } : {}),
   };
 }
 
