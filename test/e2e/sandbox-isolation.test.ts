@@ -2,7 +2,7 @@ import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 // A hostile user's view of the process runtime: the real server (CLI `serve`) with two users, each with a sandbox
@@ -187,7 +187,13 @@ describe.skipIf(skipReason !== null)(
       expect(await s.stop()).toBe(0);
     }, 60_000);
 
-    const workspaceOf = (id: string): string => join(dir, "sandboxes", id);
+    /** A sandbox's workspace: `<sandboxes>/<id>`, or the warm agent's folder it was started from (`.claimed/<id>`). */
+    const workspaceOf = (id: string): string => {
+      const claimed = join(dir, "sandboxes", ".claimed", id);
+      return join(dir, "sandboxes", existsSync(claimed) ? readFileSync(claimed, "utf8") : id);
+    };
+    /** Host pids of a sandbox: its workspace is their HOME (bwrap, the agent, and the commands it runs). */
+    const pidsOf = (id: string): number[] => pidsWithEnv(`HOME=${workspaceOf(id)}\0`);
 
     it("says at start that sandboxes are isolated", () => {
       expect(s.output()).toContain("process sandboxes are isolated with bubblewrap");
@@ -220,7 +226,7 @@ describe.skipIf(skipReason !== null)(
       }
       // DATA_DIR is only the empty path down to its own workspace, and the agents' compile cache (read-only).
       const listed = await run(bob, `ls -A ${dir}; ls -A ${join(dir, "sandboxes")}`);
-      expect(listed.stdout).toBe(`sandboxes\n.cache\n${bob.id}\n`);
+      expect(listed.stdout).toBe(`sandboxes\n.cache\n${basename(workspaceOf(bob.id))}\n`);
       const cache = join(dir, "sandboxes", ".cache");
       expect((await run(bob, `touch ${cache}/planted`)).exit_code).not.toBe(0);
       expect(existsSync(join(cache, "planted"))).toBe(false);
@@ -247,7 +253,7 @@ describe.skipIf(skipReason !== null)(
 
     it("sees no other process: not the server's environment, not another sandbox's, and cannot signal them", async () => {
       const serverPid = s.proc.pid ?? 0;
-      const alicePids = pidsWithEnv(alice.key);
+      const alicePids = pidsOf(alice.id);
       expect(alicePids.length).toBeGreaterThan(0);
       for (const pid of [serverPid, ...alicePids]) {
         const environ = await run(bob, `cat /proc/${pid}/environ`);
@@ -278,10 +284,12 @@ describe.skipIf(skipReason !== null)(
       expect(names).not.toContain("DATA_DIR");
       expect(names).not.toContain("ENCRYPTION_KEY_FILE");
       expect(r.stdout).not.toContain(serverKey);
-      // The agent itself (pid 2 here, under bwrap's init) holds its own key and nothing of the server's.
+      // The agent itself (pid 2 here, under bwrap's init) started with the sandbox's variables and nothing of the
+      // server's. (A warm agent got its key later, on its stdin: not in its initial environment.)
       const own = await run(bob, "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | cut -d= -f1 | sort -u");
-      expect(own.stdout.split("\n")).toContain("SESSION_API_KEY");
+      expect(own.stdout.split("\n")).toContain("WORKSPACE_DIR");
       expect(own.stdout).not.toContain("DATA_DIR");
+      expect(own.stdout).not.toContain(serverKey);
     });
 
     it.skipIf(!asRoot)(
@@ -320,7 +328,7 @@ describe.skipIf(skipReason !== null)(
       const headers = { "x-session-api-key": createKey(dir, "carol") };
       const carol = await startSandbox(s, headers["x-session-api-key"]);
       await run(carol, "sleep 300 > /dev/null 2>&1 &");
-      const pids = pidsWithEnv(carol.key);
+      const pids = pidsOf(carol.id);
       expect(pids.length).toBeGreaterThan(1);
       const post = (path: string, method = "POST") =>
         fetch(`${s.url}/api/v1/sandboxes/${carol.id}${path}`, { method, headers });

@@ -3,6 +3,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { appendFileSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
 import { createServer } from "node:net";
+import { join } from "node:path";
 
 /** What one replica runs: `node <entry> serve` with this environment (PORT and GRPC_PORT are added). */
 export interface ReplicaSpec {
@@ -215,8 +216,8 @@ export interface SandboxInRuntime {
 const SANDBOX_FOLDER = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 
 /**
- * Finds the processes of the process sandboxes whose workspaces are `<root>/<sandbox id>`, as the process runtime
- * lays them out: a process belongs to a sandbox when its working directory is inside the workspace (the agent,
+ * Finds the processes of the process sandboxes whose workspaces are `<root>/<sandbox id>` (or, for one started from
+ * a warm agent, the folder `<root>/.claimed/<sandbox id>` names), as the process runtime lays them out: a process belongs to a sandbox when its working directory is inside the workspace (the agent,
  * bwrap, commands), its environment has HOME or WORKSPACE_DIR there (the agent), an argument is the workspace
  * itself (bwrap's `--bind <workspace> <workspace>`), or its parent belongs to it. Zombies are left out.
  */
@@ -271,6 +272,7 @@ export class SandboxProcessScanner {
       const s = readStat(pid);
       if (s) stats.set(pid, s);
     }
+    const claimed = this.#claimedFolders();
     const direct = new Map<number, string | null>();
     const live = new Set<string>();
     for (const s of stats.values()) {
@@ -297,10 +299,39 @@ export class SandboxProcessScanner {
     const out: SandboxProcess[] = [];
     for (const s of stats.values()) {
       if (s.state === "Z" || s.state === "X") continue;
-      const id = idOf(s.pid);
+      const folder = idOf(s.pid);
+      const id = folder === null ? null : this.#sandboxOf(folder, claimed);
       if (id !== null) out.push({ pid: s.pid, ppid: s.ppid, sandboxId: id, state: s.state });
     }
     return out;
+  }
+
+  /**
+   * Workspace folder → sandbox id for sandboxes started from a warm agent (the runtime's `.claimed/<id>` files,
+   * read afresh: an agent becomes a sandbox when it is claimed, with the same pid).
+   */
+  #claimedFolders(): Map<string, string> {
+    const out = new Map<string, string>();
+    const dir = join(this.#root, ".claimed");
+    let ids: string[] = [];
+    try {
+      ids = readdirSync(dir);
+    } catch {
+      return out;
+    }
+    for (const id of ids) {
+      try {
+        out.set(readFileSync(join(dir, id), "utf8"), id);
+      } catch {
+        // removed meanwhile
+      }
+    }
+    return out;
+  }
+
+  /** The sandbox a workspace folder belongs to; null for a warm agent not claimed (not a sandbox yet). */
+  #sandboxOf(folder: string, claimed: Map<string, string>): string | null {
+    return claimed.get(folder) ?? (folder.startsWith("ws-") ? null : folder);
   }
 
   /** The sandboxes that have live processes, with whether they are stopped (paused). */
