@@ -41,6 +41,16 @@ const alive = (handle: RuntimeHandle): boolean => {
   return stat !== null && stat.startTime === dataOf(handle).startTimeTicks && stat.state !== "Z";
 };
 
+/** Runs a command through the agent's API with the sandbox's key. */
+const execIn = async (handle: RuntimeHandle, key: string, command: string): Promise<{ stdout: string }> => {
+  const res = await fetch(new URL("/api/bash/execute_bash_command", handle.agentUrl), {
+    method: "POST",
+    headers: { "x-session-api-key": key },
+    body: JSON.stringify({ command }),
+  });
+  return (await res.json()) as { stdout: string };
+};
+
 const spec = (command: string[], initialEnv: Record<string, string> = {}): RuntimeSpec => ({
   id: "process-test",
   command,
@@ -97,14 +107,7 @@ describe("process runtime specifics", () => {
     rmSync(root, { recursive: true, force: true });
   });
 
-  const exec = async (handle: RuntimeHandle, command: string): Promise<{ stdout: string }> => {
-    const res = await fetch(new URL("/api/bash/execute_bash_command", handle.agentUrl), {
-      method: "POST",
-      headers: { "x-session-api-key": key },
-      body: JSON.stringify({ command }),
-    });
-    return (await res.json()) as { stdout: string };
-  };
+  const exec = (handle: RuntimeHandle, command: string) => execIn(handle, key, command);
 
   it("replaces {port} in the command, runs a relative working dir inside the workspace, writes a log", async () => {
     const handle = await runtime.start({
@@ -348,14 +351,7 @@ describe("warm agents", () => {
     }
   };
   const key = "warm-agent-key-0123456789";
-  const exec = async (handle: RuntimeHandle, command: string): Promise<{ stdout: string }> => {
-    const res = await fetch(new URL("/api/bash/execute_bash_command", handle.agentUrl), {
-      method: "POST",
-      headers: { "x-session-api-key": key },
-      body: JSON.stringify({ command }),
-    });
-    return (await res.json()) as { stdout: string };
-  };
+  const exec = (handle: RuntimeHandle, command: string) => execIn(handle, key, command);
   /** Pids of the processes that carry a warm agent's folder name in their command line or environment. */
   const processesOf = (folder: string): number[] =>
     listProcesses()
