@@ -8,8 +8,8 @@
  * Exits 0 on SIGTERM/SIGINT after closing the listener and killing running commands; 2 on bad configuration.
  *
  * SANDBOX_AGENT_CLAIM=stdin starts a warm agent (see src/sandbox/process/warm-agents.ts): it loads its modules, then
- * waits for one JSON object on stdin, `{"env": {...}, "cwd": "..."}`, which becomes its whole environment and
- * working directory before it reads the configuration above and serves. It exits 0 when stdin ends without one.
+ * waits for one line on stdin, the JSON object `{"env": {...}, "cwd": "..."}`, which becomes its whole environment
+ * and working directory before it reads the configuration above and serves. It exits 0 when stdin ends without one.
  */
 import { mkdirSync } from "node:fs";
 import { resolve } from "node:path";
@@ -50,7 +50,12 @@ function portArgument(argv: string[]): string | undefined {
 async function applyClaim(): Promise<void> {
   let text = "";
   process.stdin.setEncoding("utf8");
-  for await (const chunk of process.stdin) text += chunk;
+  // The claim is one line: act on its newline, not on the end of stdin (which reaches here tens of ms later).
+  for await (const chunk of process.stdin) {
+    text += chunk;
+    if (text.includes("\n")) break;
+  }
+  process.stdin.destroy();
   if (text.trim() === "") process.exit(0);
   let claim: unknown;
   try {
@@ -66,7 +71,28 @@ async function applyClaim(): Promise<void> {
   for (const [name, value] of entries) process.env[name] = value as string;
   process.chdir(cwd);
 }
-if (process.env.SANDBOX_AGENT_CLAIM === "stdin") await applyClaim();
+/**
+ * Answers one health request through a throwaway server on an in-memory connection (no port), so that a warm
+ * agent's first real request runs code that has run before.
+ */
+async function warmUp(): Promise<void> {
+  const { duplexPair } = process.getBuiltinModule("node:stream");
+  const server = createAgentServer({
+    sessionApiKey: `warm-up-${Math.random()}`,
+    workspaceDir: process.cwd(),
+  });
+  const [inside, outside] = duplexPair();
+  server.emit("connection", inside);
+  outside.resume();
+  const done = new Promise<void>((ok) => outside.once("end", ok).once("close", ok).once("error", ok));
+  outside.write("GET /alive HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n");
+  await done;
+  server.close();
+}
+if (process.env.SANDBOX_AGENT_CLAIM === "stdin") {
+  await warmUp();
+  await applyClaim();
+}
 
 const rawPort = portArgument(process.argv.slice(2)) ?? process.env.PORT ?? "8000";
 const port = Number(rawPort);

@@ -610,7 +610,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       }
     }
     agent.own.label = sandboxId;
-    agent.stdin.end(JSON.stringify({ env, cwd }));
+    agent.stdin.end(`${JSON.stringify({ env, cwd })}\n`);
     const handle: RuntimeHandle = { ...agent.own.handle, data: { ...data, sandboxId } };
     agent.own.handle = handle;
     log("sandbox process started", {
@@ -673,10 +673,13 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     async waitHealthy(handle: RuntimeHandle, timeoutMs: number): Promise<boolean> {
       const data = parseHandleData(handle.data);
       if (!data) return false;
-      return pollAlive(handle.agentUrl, timeoutMs, {
+      const healthy = await pollAlive(handle.agentUrl, timeoutMs, {
         intervalMs: healthPollMs,
         gaveUp: () => leaderGone(data),
       });
+      // A claimed warm agent is serving: now its replacement may start (see WarmPool.take).
+      if (data.sandboxId !== undefined) warm?.refillSoon();
+      return healthy;
     },
 
     async inspect(handle: RuntimeHandle, options?: { probe?: boolean }): Promise<RuntimeState> {

@@ -40,6 +40,10 @@ export interface WarmPoolOptions {
   after: Promise<void>;
 }
 
+/** Delay of a refill after a claimed agent answered its first health probe. */
+const REFILL_DELAY_MS = 10;
+/** Delay of a refill after a claim when nobody waits for the claimed agent's health. */
+const REFILL_FALLBACK_MS = 1000;
 /** Consecutive agents that may die unclaimed before the pool stops refilling until the next claim. */
 const MAX_FAILURES = 3;
 /** Folder names of claimed sandboxes and warm agents are direct children of the root (as sandbox ids are). */
@@ -57,6 +61,8 @@ export class WarmPool {
   readonly #starting = new Set<Promise<void>>();
   #failures = 0;
   #closed = false;
+  /** The pending refill, if any. */
+  #refill: { at: number; timer: NodeJS.Timeout } | null = null;
 
   constructor(options: WarmPoolOptions) {
     this.#o = options;
@@ -73,12 +79,31 @@ export class WarmPool {
     let agent = this.#ready.shift();
     while (agent !== undefined && !agent.alive()) agent = this.#ready.shift();
     this.#failures = 0;
-    this.fill();
+    // Not at once: spawning blocks the server's event loop for ~10 ms (a fork of the server), which would land in
+    // the start being served. The runtime calls refillSoon once the claimed agent answers; this is the fallback.
+    this.#refillAfter(agent === undefined ? 0 : REFILL_FALLBACK_MS);
     if (agent === undefined) return null;
     mkdirSync(this.#claimedDir, { recursive: true, mode: 0o700 });
     writeFileSync(join(this.#claimedDir, sandboxId), agent.folder, { mode: 0o600 });
     rmSync(join(this.#warmDir, agent.folder), { force: true });
     return agent;
+  }
+
+  /** Starts the replacements of claimed agents shortly (after the current turn's answers went out). */
+  refillSoon(): void {
+    this.#refillAfter(REFILL_DELAY_MS);
+  }
+
+  #refillAfter(ms: number): void {
+    const at = Date.now() + ms;
+    if (this.#refill !== null && this.#refill.at <= at) return;
+    if (this.#refill !== null) clearTimeout(this.#refill.timer);
+    const timer = setTimeout(() => {
+      this.#refill = null;
+      this.fill();
+    }, ms);
+    timer.unref();
+    this.#refill = { at, timer };
   }
 
   /** Starts agents until `size` are ready or starting. */
@@ -126,6 +151,7 @@ export class WarmPool {
   /** Stops and removes every unclaimed agent of this instance, starting ones included; no more are started. */
   async close(): Promise<void> {
     this.#closed = true;
+    if (this.#refill !== null) clearTimeout(this.#refill.timer);
     const agents = this.#ready.splice(0);
     await Promise.all([...agents.map((agent) => this.#discard(agent.folder)), ...this.#starting]);
   }
