@@ -10,6 +10,7 @@ import {
   type StreamResponse,
   type UnaryResponse,
 } from "@connectrpc/connect";
+import type { UniversalHandler } from "@connectrpc/connect/protocol";
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import {
   compressionBrotli,
@@ -25,7 +26,7 @@ import { type CallObserver, errorCodeName } from "../transport/call-metrics.ts";
 import { INTERNAL_MESSAGE, isInternal, publicError } from "../transport/errors.ts";
 import type { ServiceBinding } from "../transport/service-binding.ts";
 import { closeIfBodyUnread } from "../transport/unread-body.ts";
-import { fastConnectUnary, unaryMethod } from "./connect-unary.ts";
+import { fastConnectUnary, type UnaryMethod, unaryMethod } from "./connect-unary.ts";
 
 export interface ConnectPluginOptions {
   bindings: readonly ServiceBinding[];
@@ -86,15 +87,16 @@ export function connectPlugin(options: ConnectPluginOptions) {
     };
     // Unary methods: the everyday Connect call on the fast path (connect-unary.ts), every other request (GET,
     // gRPC-Web, compressed bodies, timeouts) through connect-node's universal handler, as connect-fastify runs it.
+    // A method's universal handler (a handler and serializers per protocol) is made on its first request off the
+    // fast path: most methods never get one, and making them all at start was startup garbage that an idle
+    // server kept in its young generation (RSS; `npm run bench`, "server RSS idle").
     const unary = createConnectRouter(handlerOptions);
-    const fast = new Map<string, NonNullable<ReturnType<typeof unaryMethod>>>();
+    const entries: UnaryMethod[] = [];
     for (const b of options.bindings)
       for (const m of b.desc.methods) {
         if (m.methodKind !== "unary") continue;
         const entry = unaryMethod(m, b.impl as Record<string, unknown>);
-        if (entry === null) continue;
-        unary.rpc(m, entry.fn as never);
-        fast.set(`/${b.desc.typeName}/${m.name}`, entry);
+        if (entry !== null) entries.push(entry);
       }
     // Bodies are read by the handlers (connect-node or the fast path), never by Fastify.
     app.removeAllContentTypeParsers();
@@ -106,11 +108,19 @@ export function connectPlugin(options: ConnectPluginOptions) {
       onCall: options.onCall,
       onError: options.onError,
     };
-    for (const handler of unary.handlers) {
-      const entry = fast.get(handler.requestPath);
-      app.all(handler.requestPath, async (req, reply) => {
-        const served = entry === undefined ? false : fastConnectUnary(entry, req, reply, fastOptions);
+    for (const entry of entries) {
+      let made: UniversalHandler | undefined;
+      const universal = (): UniversalHandler => {
+        if (made === undefined) {
+          unary.rpc(entry.method, entry.fn as never);
+          made = unary.handlers[unary.handlers.length - 1] as UniversalHandler;
+        }
+        return made;
+      };
+      app.all(`/${entry.method.parent.typeName}/${entry.method.name}`, async (req, reply) => {
+        const served = fastConnectUnary(entry, req, reply, fastOptions);
         if (served !== false) return served;
+        const handler = universal();
         try {
           const res = await handler(
             universalRequestFromNodeRequest(req.raw, reply.raw, undefined, undefined),
@@ -119,7 +129,7 @@ export function connectPlugin(options: ConnectPluginOptions) {
             if (value !== undefined) reply.raw.setHeader(key, value);
           await universalResponseToNodeResponse(res, reply.raw);
         } catch (e) {
-          if (ConnectError.from(e).code !== Code.Aborted) options.onError(e, methodName(handler.method));
+          if (ConnectError.from(e).code !== Code.Aborted) options.onError(e, methodName(entry.method));
         }
       });
     }

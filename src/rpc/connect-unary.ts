@@ -30,7 +30,7 @@ export interface ConnectUnaryOptions {
   onError: (err: unknown, method: string) => void;
 }
 
-interface UnaryMethod {
+export interface UnaryMethod {
   method: DescMethod;
   name: string;
   fn: (req: unknown, ctx: LazyHandlerContext) => unknown;

@@ -224,7 +224,9 @@ export async function createHttpServer(
  */
 function lazySchemaCompilers() {
   type Factory = (...args: unknown[]) => unknown;
-  const fromFastify = createRequire(createRequire(import.meta.url).resolve("fastify"));
+  // Fastify's own require, resolved on first use too (resolving reads package.json files).
+  const fromFastify = (id: string): unknown =>
+    createRequire(createRequire(import.meta.url).resolve("fastify"))(id);
   let validator: Factory | undefined;
   let serializer: Factory | undefined;
   return {

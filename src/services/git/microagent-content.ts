@@ -1,4 +1,13 @@
-import { parse } from "yaml";
+import { createRequire } from "node:module";
+
+/**
+ * The yaml package, required on the first microagent file with front matter: it is ~70 modules that every server
+ * would otherwise load (and keep) at start for a route few requests take (part of the idle RSS goal, "server RSS
+ * idle" in `npm run bench`).
+ */
+let yaml: typeof import("yaml") | undefined;
+const loadYaml = (): typeof import("yaml") =>
+  (yaml ??= createRequire(import.meta.url)("yaml") as typeof import("yaml"));
 
 /** What the content route answers of a microagent file. */
 export interface MicroagentContent {
@@ -34,6 +43,7 @@ export function parseMicroagent(path: string, text: string): MicroagentContent {
   const rest = normalized.slice(open[0].length);
   const close = FENCE.exec(rest);
   if (close === null) return { content: normalized, triggers: [] };
+  const { parse } = loadYaml();
   let meta: unknown;
   try {
     meta = parse(rest.slice(0, close.index)) ?? {};
