@@ -2,7 +2,8 @@
  * Finding a process sandbox's processes without its handle, by what they carry: the sandbox's workspace folder as
  * working directory, as HOME or WORKSPACE_DIR in their environment, or as an argument of its own (bubblewrap's
  * `--bind <workspace> <workspace>`), plus everything below those processes. Used when a record lost its handle
- * (a crash between spawning and saving it): the workspace folder name is the sandbox id.
+ * (a crash between spawning and saving it): the workspace folder is named by the sandbox id, or recorded for it in
+ * `.claimed/` (a sandbox started from a warm agent, see warm-agents.ts).
  */
 import { readFileSync, readlinkSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
