@@ -1131,6 +1131,8 @@ async function workerBenchmarks(): Promise<void> {
         SESSION_API_KEY: key,
         LOG_LEVEL: SERVICE_LOG_LEVEL,
         GIT_PROVIDER_VERIFY: "false",
+        // No sandbox is started here: warm agents would only add their processes to the tree's RSS and CPU.
+        SANDBOX_WARM_AGENTS: "0",
         // As for the REST benchmarks' service: the limiter stays on the hot path without ever answering 429.
         RATE_LIMIT_PER_SECOND: "1000000",
         RATE_LIMIT_BURST: "10000000",
