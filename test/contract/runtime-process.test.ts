@@ -9,13 +9,13 @@ import {
   rmSync,
   writeFileSync,
 } from "node:fs";
-import { getPriority, tmpdir } from "node:os";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it, vi } from "vitest";
 import type { RuntimeHandle, RuntimeSpec } from "../../src/ports/sandbox-runtime.ts";
 import { createProcessRuntime, type ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { BUILTIN_AGENT_COMMAND, BUILTIN_AGENT_MAIN } from "../../src/sandbox-agent/builtin-agent.ts";
-import { descendantsOf, listProcesses, readProcStat } from "../../src/sandbox-agent/proc-tree.ts";
+import { listProcesses, readProcStat } from "../../src/sandbox-agent/proc-tree.ts";
 import {
   type ContractSpecKind,
   describeRuntimeContract,
@@ -382,16 +382,6 @@ describe("warm agents", () => {
     expect(runtime.warmReady()).toBe(1);
     expect(await runtime.waitHealthy(handle, 10_000)).toBe(true);
     const data = handle.data as unknown as Data & { sandboxId?: string };
-    // As root, warm agents wait at the lowest CPU priority and a claim gives the sandbox the normal one.
-    const tree = [data.pid, ...descendantsOf(data.pid)];
-    expect(tree.length).toBeGreaterThan(0);
-    for (const pid of tree) expect(getPriority(pid)).toBe(0);
-    if (process.getuid?.() === 0) {
-      const waiting = readdirSync(join(base, "claim", ".warm")).flatMap((folder) => processesOf(folder));
-      expect(waiting.length).toBeGreaterThan(0);
-      for (const pid of waiting) expect(getPriority(pid)).toBe(19);
-    }
-    expect(data.sandboxId).toBe("claimed-one");
     expect(data.workspace).toMatch(/\/ws-[A-Za-z0-9]{20}$/);
     const out = await exec(
       handle,

@@ -267,12 +267,15 @@ export class SandboxProcessScanner {
   /** The live processes of every sandbox. */
   processes(): SandboxProcess[] {
     const now = Date.now();
+    // The claim records first, then the process states: a warm agent already runs when it is claimed, and a start
+    // claims it only after pausing what it evicted. Read the other way round, a sample could pair a sandbox's
+    // state from before that pause with a claim made after it, and count both as running.
+    const claimed = this.#claimedFolders();
     const stats = new Map<number, Stat>();
     for (const pid of allPids()) {
       const s = readStat(pid);
       if (s) stats.set(pid, s);
     }
-    const claimed = this.#claimedFolders();
     const direct = new Map<number, string | null>();
     const live = new Set<string>();
     for (const s of stats.values()) {

@@ -17,7 +17,6 @@ import {
   writeFileSync,
 } from "node:fs";
 import type { Server } from "node:net";
-import { setPriority } from "node:os";
 import { dirname, isAbsolute, join, relative, resolve } from "node:path";
 import type { Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -243,8 +242,6 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       ? tools
       : probeBwrap(tools, workspaceRoot, asRoot ? { uid: uidBase, gid: uidBase } : ownUser, asRoot),
   );
-  // Only root may give a process back the priority it lowered (see launch and claim).
-  const niceTool = asRoot ? findExecutable("nice", options.searchPath ?? DEFAULT_PATH) : null;
   const readOnlyPaths = [process.execPath, ...(options.readOnlyPaths ?? [])];
   const singleUserFile = join(workspaceRoot, ".single-user");
   /** What the built-in agent reads: its folder and the package.json that makes its modules ES modules. */
@@ -503,14 +500,9 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
           }
         }
       }
-      const argv = [
-        // A warm agent boots at the lowest CPU priority, so that it does not slow down the starts being served;
-        // its claim restores the normal one.
-        ...(sessionApiKey === null && niceTool ? [niceTool, "-n", "19"] : []),
-        ...(isolated
-          ? [...bwrapArgs(bwrapTools(), { workspace, cwd, readOnly, user, asRoot }), ...command]
-          : command),
-      ];
+      const argv = isolated
+        ? [...bwrapArgs(bwrapTools(), { workspace, cwd, readOnly, user, asRoot }), ...command]
+        : command;
       const [file, ...args] = argv;
       if (file === undefined || command[0] === undefined) throw new Error("empty sandbox command");
       // bwrap starts whatever it is given and fails later: check the command is there first, as spawn does.
@@ -600,15 +592,6 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     const user = data.uid === undefined ? ownUser : { uid: data.uid, gid: data.uid };
     const cwd = makeCwd(data.workspace, rel, user, data.isolation === "bwrap");
     const env = sandboxEnv(data.workspace, cwd, spec, sessionApiKey, data.port, true);
-    if (niceTool) {
-      for (const pid of [data.pid, ...descendantsOf(data.pid)]) {
-        try {
-          setPriority(pid, 0);
-        } catch {
-          // exited meanwhile
-        }
-      }
-    }
     agent.own.label = sandboxId;
     agent.stdin.end(`${JSON.stringify({ env, cwd })}\n`);
     const handle: RuntimeHandle = { ...agent.own.handle, data: { ...data, sandboxId } };
