@@ -73,7 +73,7 @@ export class WarmPool {
 
   /**
    * The oldest unclaimed agent, recorded as `sandboxId`'s workspace before it is returned; null when none is
-   * there (start cold). Starts a replacement either way.
+   * there (start cold). A replacement follows either way (see refillSoon).
    */
   take(sandboxId: string): WarmAgent | null {
     let agent = this.#ready.shift();
