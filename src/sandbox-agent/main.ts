@@ -44,8 +44,9 @@ function portArgument(argv: string[]): string | undefined {
 }
 
 /**
- * A warm agent's claim: reads stdin to its end and makes the object found there this process's environment and
- * working directory. Exits 0 on an empty stdin (the server went away before claiming it), 2 on a malformed claim.
+ * A warm agent's claim: reads stdin up to its first newline and makes the object on that line this process's
+ * environment and working directory. Exits 0 when stdin ends empty (the server went away before claiming it), 2 on
+ * a malformed claim.
  */
 async function applyClaim(): Promise<void> {
   let text = "";
@@ -59,7 +60,7 @@ async function applyClaim(): Promise<void> {
   if (text.trim() === "") process.exit(0);
   let claim: unknown;
   try {
-    claim = JSON.parse(text);
+    claim = JSON.parse(text.split("\n", 1)[0] ?? "");
   } catch {
     fail("the claim on stdin is not JSON");
   }
@@ -86,7 +87,10 @@ async function warmUp(): Promise<void> {
   outside.resume();
   const done = new Promise<void>((ok) => outside.once("end", ok).once("close", ok).once("error", ok));
   outside.write("GET /alive HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n");
-  await done;
+  // Only an optimisation: it never holds the claim up for long.
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([done, new Promise<void>((ok) => (timer = setTimeout(ok, 1000)))]);
+  clearTimeout(timer);
   server.close();
 }
 if (process.env.SANDBOX_AGENT_CLAIM === "stdin") {
