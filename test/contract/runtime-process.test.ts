@@ -7,6 +7,7 @@ import {
   readFileSync,
   readlinkSync,
   rmSync,
+  statSync,
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
@@ -461,6 +462,58 @@ describe("warm agents", () => {
     expect(readdirSync(join(root, ".warm"))).toEqual([]);
     expect(next.warmReady()).toBe(0);
   });
+
+  const isolatedAsRoot = process.getuid?.() === 0 && spawnSync("bwrap", ["--version"]).error === undefined;
+  it.skipIf(!isolatedAsRoot)(
+    "as root, servers sharing a root never hand out one uid twice (claims in .uids/); removal gives a uid back",
+    async () => {
+      const root = join(base, "uids");
+      const script = [
+        `import { createProcessRuntime } from ${JSON.stringify(join(process.cwd(), "src/sandbox/process/process-runtime.ts"))};`,
+        `const r = createProcessRuntime({ workspaceRoot: ${JSON.stringify(root)}, warmAgents: 4 });`,
+        "const t = setInterval(() => { if (r.warmReady() === 4) { clearInterval(t); console.log('ready'); } }, 10);",
+        "process.stdin.resume(); process.stdin.on('end', async () => { await r.killAll(); process.exit(0); });",
+      ].join("\n");
+      // Three servers start together, as WORKERS or replicas on one DATA_DIR do, each filling its warm pool.
+      const servers = [0, 1, 2].map(() =>
+        spawn(process.execPath, ["--input-type=module", "-e", script], {
+          stdio: ["pipe", "pipe", "inherit"],
+        }),
+      );
+      await Promise.all(
+        servers.map(
+          (server) =>
+            new Promise<void>((ok, fail) => {
+              server.stdout.on("data", (d: Buffer) => d.toString().includes("ready") && ok());
+              server.once("exit", (code) => fail(new Error(`server exited ${code}`)));
+            }),
+        ),
+      );
+      const folders = readdirSync(root).filter((name) => name.startsWith("ws-"));
+      expect(folders).toHaveLength(12);
+      const uids = folders.map((folder) => statSync(join(root, folder)).uid);
+      expect(new Set(uids).size).toBe(12);
+      for (const folder of folders) {
+        const uid = statSync(join(root, folder)).uid;
+        expect(readFileSync(join(root, ".uids", String(uid)), "utf8")).toBe(folder);
+      }
+      await Promise.all(
+        servers.map((server) => {
+          const exited = new Promise((ok) => server.once("exit", ok));
+          server.stdin.end();
+          return exited;
+        }),
+      );
+      expect(readdirSync(join(root, ".uids"))).toEqual([]);
+      // The lowest free uid again: given back by the removal.
+      const runtime = make("uids", 0);
+      const first = await runtime.start({ sandboxId: "uid-again", spec: spec([]), sessionApiKey: key });
+      const uid = (first.data as { uid?: number }).uid;
+      expect(uid).toBe(Math.min(...uids));
+      await runtime.remove(first);
+      expect(existsSync(join(root, ".uids", String(uid)))).toBe(false);
+    },
+  );
 
   it("the agent waits for its claim: exits 0 when stdin ends without one, 2 on a malformed one", async () => {
     const run = (input: string) =>

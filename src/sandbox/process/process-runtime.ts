@@ -244,6 +244,8 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
   );
   const readOnlyPaths = [process.execPath, ...(options.readOnlyPaths ?? [])];
   const singleUserFile = join(workspaceRoot, ".single-user");
+  /** As root, `<uid>` files claim sandbox uids (see allocateUser). */
+  const uidsDir = join(workspaceRoot, ".uids");
   /** What the built-in agent reads: its folder and the package.json that makes its modules ES modules. */
   const agentFiles = [dirname(BUILTIN_AGENT_MAIN)];
   for (let dir = dirname(BUILTIN_AGENT_MAIN); dir !== dirname(dir); dir = dirname(dir)) {
@@ -323,8 +325,12 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     }
   };
 
-  /** As root: the lowest uid of the range that owns no workspace yet (the workspaces are the record of uids in use). */
-  const allocateUser = (): SandboxUser => {
+  /**
+   * As root: the lowest uid of the range that owns no workspace yet (the workspaces are the record of uids in use)
+   * and that this call could claim: `.uids/<uid>` is created exclusively, naming `folder`, so that servers sharing
+   * the root (workers, replicas, their warm agents starting together) never hand out the same uid twice.
+   */
+  const allocateUser = (folder: string): SandboxUser => {
     if (!asRoot) return ownUser;
     const used = new Set<number>();
     for (const name of readdirSync(workspaceRoot)) {
@@ -335,8 +341,34 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
         // removed meanwhile
       }
     }
-    for (let uid = uidBase; uid < uidBase + uidCount; uid++) if (!used.has(uid)) return { uid, gid: uid };
+    mkdirSync(uidsDir, { recursive: true, mode: 0o700 });
+    for (let uid = uidBase; uid < uidBase + uidCount; uid++) {
+      if (used.has(uid)) continue;
+      try {
+        writeFileSync(join(uidsDir, String(uid)), folder, { flag: "wx", mode: 0o600 });
+        return { uid, gid: uid };
+      } catch (e: unknown) {
+        if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
+      }
+    }
     throw failedPrecondition(`all ${uidCount} sandbox uids from ${uidBase} are in use`);
+  };
+
+  /** Gives back the uid claimed for `folder` (see allocateUser), read from the folder before it is removed. */
+  const releaseUser = (folder: string): void => {
+    if (!asRoot) return;
+    let uid: number;
+    try {
+      uid = statSync(join(workspaceRoot, folder)).uid;
+    } catch {
+      return;
+    }
+    const lock = join(uidsDir, String(uid));
+    try {
+      if (readFileSync(lock, "utf8") === folder) rmSync(lock, { force: true });
+    } catch {
+      // not claimed through a lock (a workspace made before locks existed)
+    }
   };
 
   /** The child entry for this handle if this instance spawned exactly that process. */
@@ -418,6 +450,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     const workspace = join(workspaceRoot, folder);
     const stopped = await stopSandboxProcesses(workspace, stopGraceMs);
     for (const [pid, own] of children) if (own.handle.data.workspace === workspace) children.delete(pid);
+    releaseUser(folder);
     rmSync(workspace, { recursive: true, force: true });
     rmSync(join(logDir, `${folder}.log`), { force: true });
     return stopped;
@@ -481,7 +514,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     try {
       // From here to the spawn nothing awaits: the uid chosen is owned by the new workspace before anyone looks again.
       isolated = isolation.mode === "bwrap";
-      user = isolated ? (reusableUser(workspace) ?? allocateUser()) : ownUser;
+      user = isolated ? (reusableUser(workspace) ?? allocateUser(folder)) : ownUser;
       mkdirSync(workspace, { recursive: true, mode: 0o700 });
       chmodSync(workspace, 0o700);
       const cwd = makeCwd(workspace, rel, user, isolated);
@@ -507,6 +540,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       if (file === undefined || command[0] === undefined) throw new Error("empty sandbox command");
       // bwrap starts whatever it is given and fails later: check the command is there first, as spawn does.
       if (isolated && !findExecutable(command[0], env.PATH ?? DEFAULT_PATH, cwd)) {
+        releaseUser(folder);
         rmSync(workspace, { recursive: true, force: true });
         throw Object.assign(new Error(`spawn ${command[0]} ENOENT`), { code: "ENOENT" });
       }
@@ -535,6 +569,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
         child.once("error", fail);
       });
     } catch (e: unknown) {
+      releaseUser(folder);
       rmSync(workspace, { recursive: true, force: true });
       throw e;
     }
@@ -605,6 +640,22 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     });
     return handle;
   };
+
+  // uid claims whose workspace is gone (a server died between claiming and removing): given back after a minute,
+  // long after any claim's workspace exists (it is made right after the claim, in the same turn).
+  if (asRoot) {
+    const now = Date.now();
+    for (const name of existsSync(uidsDir) ? readdirSync(uidsDir) : []) {
+      try {
+        const lock = join(uidsDir, name);
+        const folder = readFileSync(lock, "utf8");
+        if (!existsSync(join(workspaceRoot, folder)) && now - statSync(lock).mtimeMs > 60_000)
+          rmSync(lock, { force: true });
+      } catch {
+        // removed meanwhile
+      }
+    }
+  }
 
   // What servers that died left of their warm agents is removed by whichever server starts next on this root.
   const swept = sweepWarmAgents(
@@ -725,6 +776,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       }
       const workspace = workspaceOf(data);
       if (workspace) {
+        releaseUser(relative(workspaceRoot, workspace));
         rmSync(workspace, { recursive: true, force: true });
         rmSync(join(logDir, `${relative(workspaceRoot, workspace)}.log`), { force: true });
       }
