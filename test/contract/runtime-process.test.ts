@@ -1,4 +1,4 @@
-import { spawn, spawnSync } from "node:child_process";
+import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import {
   existsSync,
   mkdirSync,
@@ -367,6 +367,26 @@ describe("warm agents", () => {
           return false;
         }
       });
+  /**
+   * Another server: a Node process with a runtime on `root` keeping `warmAgents` agents warm, once all are started.
+   * Ending its stdin removes everything it started and ends it; killing it is a server that dies.
+   */
+  const warmServer = async (root: string, warmAgents: number): Promise<ChildProcess> => {
+    const script = [
+      `import { createProcessRuntime } from ${JSON.stringify(join(process.cwd(), "src/sandbox/process/process-runtime.ts"))};`,
+      `const r = createProcessRuntime({ workspaceRoot: ${JSON.stringify(root)}, warmAgents: ${warmAgents} });`,
+      `const t = setInterval(() => { if (r.warmReady() === ${warmAgents}) { clearInterval(t); console.log('ready'); } }, 10);`,
+      "process.stdin.resume(); process.stdin.on('end', async () => { await r.killAll(); process.exit(0); });",
+    ].join("\n");
+    const server = spawn(process.execPath, ["--input-type=module", "-e", script], {
+      stdio: ["pipe", "pipe", "inherit"],
+    });
+    await new Promise<void>((ok, fail) => {
+      server.stdout.on("data", (d: Buffer) => d.toString().includes("ready") && ok());
+      server.once("exit", (code) => fail(new Error(`server exited ${code}`)));
+    });
+    return server;
+  };
   afterAll(async () => {
     for (const r of made) await r.killAll();
     rmSync(base, { recursive: true, force: true });
@@ -438,19 +458,7 @@ describe("warm agents", () => {
 
   it("the warm agents of a server that dies exit with it; the next server on the root removes their folders", async () => {
     const root = join(base, "died");
-    const script = [
-      `import { createProcessRuntime } from ${JSON.stringify(join(process.cwd(), "src/sandbox/process/process-runtime.ts"))};`,
-      `const r = createProcessRuntime({ workspaceRoot: ${JSON.stringify(root)}, warmAgents: 2 });`,
-      "const t = setInterval(() => { if (r.warmReady() === 2) { clearInterval(t); console.log('ready'); } }, 20);",
-      "setInterval(() => {}, 1000);",
-    ].join("\n");
-    const server = spawn(process.execPath, ["--input-type=module", "-e", script], {
-      stdio: ["ignore", "pipe", "inherit"],
-    });
-    await new Promise<void>((ok, fail) => {
-      server.stdout.on("data", (d: Buffer) => d.toString().includes("ready") && ok());
-      server.once("exit", (code) => fail(new Error(`server exited ${code}`)));
-    });
+    const server = await warmServer(root, 2);
     const folders = readdirSync(join(root, ".warm"));
     expect(folders).toHaveLength(2);
     await until("the warm agents running", () => folders.every((f) => processesOf(f).length > 0));
@@ -468,39 +476,19 @@ describe("warm agents", () => {
     "as root, servers sharing a root never hand out one uid twice (claims in .uids/); removal gives a uid back",
     async () => {
       const root = join(base, "uids");
-      const script = [
-        `import { createProcessRuntime } from ${JSON.stringify(join(process.cwd(), "src/sandbox/process/process-runtime.ts"))};`,
-        `const r = createProcessRuntime({ workspaceRoot: ${JSON.stringify(root)}, warmAgents: 4 });`,
-        "const t = setInterval(() => { if (r.warmReady() === 4) { clearInterval(t); console.log('ready'); } }, 10);",
-        "process.stdin.resume(); process.stdin.on('end', async () => { await r.killAll(); process.exit(0); });",
-      ].join("\n");
       // Three servers start together, as WORKERS or replicas on one DATA_DIR do, each filling its warm pool.
-      const servers = [0, 1, 2].map(() =>
-        spawn(process.execPath, ["--input-type=module", "-e", script], {
-          stdio: ["pipe", "pipe", "inherit"],
-        }),
-      );
-      await Promise.all(
-        servers.map(
-          (server) =>
-            new Promise<void>((ok, fail) => {
-              server.stdout.on("data", (d: Buffer) => d.toString().includes("ready") && ok());
-              server.once("exit", (code) => fail(new Error(`server exited ${code}`)));
-            }),
-        ),
-      );
+      const servers = await Promise.all([0, 1, 2].map(() => warmServer(root, 4)));
       const folders = readdirSync(root).filter((name) => name.startsWith("ws-"));
       expect(folders).toHaveLength(12);
       const uids = folders.map((folder) => statSync(join(root, folder)).uid);
       expect(new Set(uids).size).toBe(12);
-      for (const folder of folders) {
-        const uid = statSync(join(root, folder)).uid;
-        expect(readFileSync(join(root, ".uids", String(uid)), "utf8")).toBe(folder);
-      }
+      folders.forEach((folder, i) => {
+        expect(readFileSync(join(root, ".uids", String(uids[i])), "utf8")).toBe(folder);
+      });
       await Promise.all(
         servers.map((server) => {
           const exited = new Promise((ok) => server.once("exit", ok));
-          server.stdin.end();
+          server.stdin?.end();
           return exited;
         }),
       );

@@ -4,6 +4,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { appendFileSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
 import { createServer } from "node:net";
 import { join } from "node:path";
+import { WORKSPACE_FOLDER } from "../../src/sandbox/process/warm-agents.ts";
 
 /** What one replica runs: `node <entry> serve` with this environment (PORT and GRPC_PORT are added). */
 export interface ReplicaSpec {
@@ -213,8 +214,6 @@ export interface SandboxInRuntime {
   pids: number[];
 }
 
-const SANDBOX_FOLDER = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
-
 /**
  * Finds the processes of the process sandboxes whose workspaces are `<root>/<sandbox id>` (or, for one started from
  * a warm agent, the folder `<root>/.claimed/<sandbox id>` names), as the process runtime lays them out: a process belongs to a sandbox when its working directory is inside the workspace (the agent,
@@ -233,7 +232,7 @@ export class SandboxProcessScanner {
   #idOfPath(path: string): string | null {
     if (!path.startsWith(`${this.#root}/`)) return null;
     const seg = path.slice(this.#root.length + 1).split("/")[0] ?? "";
-    return SANDBOX_FOLDER.test(seg) ? seg : null;
+    return WORKSPACE_FOLDER.test(seg) ? seg : null;
   }
 
   #identify(pid: number): string | null {

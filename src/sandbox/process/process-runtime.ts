@@ -46,7 +46,14 @@ import {
   type SandboxUser,
 } from "./bwrap.ts";
 import { stopSandboxProcesses } from "./sandbox-processes.ts";
-import { claimedFolder, forgetClaim, sweepWarmAgents, type WarmAgent, WarmPool } from "./warm-agents.ts";
+import {
+  claimedFolder,
+  forgetClaim,
+  sweepWarmAgents,
+  type WarmAgent,
+  WarmPool,
+  WORKSPACE_FOLDER,
+} from "./warm-agents.ts";
 
 /** Options of {@link createProcessRuntime}. */
 export interface ProcessRuntimeOptions {
@@ -176,7 +183,6 @@ interface OwnChild {
 }
 
 const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-const SANDBOX_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 const DEFAULT_UID_BASE = 1_000_000_000;
 const DEFAULT_UID_COUNT = 65_536;
 /** How long pause/resume wait for the kernel to report the new state of the group leader. */
@@ -334,7 +340,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     if (!asRoot) return ownUser;
     const used = new Set<number>();
     for (const name of readdirSync(workspaceRoot)) {
-      if (!SANDBOX_ID.test(name)) continue;
+      if (!WORKSPACE_FOLDER.test(name)) continue;
       try {
         used.add(statSync(join(workspaceRoot, name)).uid);
       } catch {
@@ -371,6 +377,12 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     }
   };
 
+  /** Deletes the workspace folder `folder`, giving back the uid claimed for it. */
+  const removeWorkspace = (folder: string): void => {
+    releaseUser(folder);
+    rmSync(join(workspaceRoot, folder), { recursive: true, force: true });
+  };
+
   /** The child entry for this handle if this instance spawned exactly that process. */
   const ownChild = (data: ProcessHandleData): OwnChild | undefined => {
     const own = children.get(data.pid);
@@ -387,7 +399,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
   const workspaceOf = (data: ProcessHandleData): string | null => {
     // The path comes from stored data: only ever delete a direct child of the workspace root.
     const rel = relative(workspaceRoot, resolve(data.workspace));
-    return rel !== "" && !rel.includes("/") && !isAbsolute(rel) && SANDBOX_ID.test(rel)
+    return rel !== "" && !rel.includes("/") && !isAbsolute(rel) && WORKSPACE_FOLDER.test(rel)
       ? join(workspaceRoot, rel)
       : null;
   };
@@ -450,8 +462,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     const workspace = join(workspaceRoot, folder);
     const stopped = await stopSandboxProcesses(workspace, stopGraceMs);
     for (const [pid, own] of children) if (own.handle.data.workspace === workspace) children.delete(pid);
-    releaseUser(folder);
-    rmSync(workspace, { recursive: true, force: true });
+    removeWorkspace(folder);
     rmSync(join(logDir, `${folder}.log`), { force: true });
     return stopped;
   };
@@ -540,8 +551,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       if (file === undefined || command[0] === undefined) throw new Error("empty sandbox command");
       // bwrap starts whatever it is given and fails later: check the command is there first, as spawn does.
       if (isolated && !findExecutable(command[0], env.PATH ?? DEFAULT_PATH, cwd)) {
-        releaseUser(folder);
-        rmSync(workspace, { recursive: true, force: true });
+        removeWorkspace(folder);
         throw Object.assign(new Error(`spawn ${command[0]} ENOENT`), { code: "ENOENT" });
       }
       const logFd = openSync(join(logDir, `${folder}.log`), "a");
@@ -569,8 +579,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
         child.once("error", fail);
       });
     } catch (e: unknown) {
-      releaseUser(folder);
-      rmSync(workspace, { recursive: true, force: true });
+      removeWorkspace(folder);
       throw e;
     }
     const pid = child.pid;
@@ -696,7 +705,8 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
 
     async start(request: RuntimeStartRequest): Promise<RuntimeHandle> {
       const { sandboxId, spec, sessionApiKey } = request;
-      if (!SANDBOX_ID.test(sandboxId)) throw new Error(`invalid sandbox id for a folder name: ${sandboxId}`);
+      if (!WORKSPACE_FOLDER.test(sandboxId))
+        throw new Error(`invalid sandbox id for a folder name: ${sandboxId}`);
       const rel = workingDirOf(spec);
       checkSingleUser(request.ownerId);
       const agent = warm && servesWarm(spec) ? warm.take(sandboxId) : null;
@@ -776,9 +786,9 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       }
       const workspace = workspaceOf(data);
       if (workspace) {
-        releaseUser(relative(workspaceRoot, workspace));
-        rmSync(workspace, { recursive: true, force: true });
-        rmSync(join(logDir, `${relative(workspaceRoot, workspace)}.log`), { force: true });
+        const folder = relative(workspaceRoot, workspace);
+        removeWorkspace(folder);
+        rmSync(join(logDir, `${folder}.log`), { force: true });
       }
       if (data.sandboxId) forgetClaim(workspaceRoot, data.sandboxId);
       const own = ownChild(data);
@@ -786,7 +796,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     },
 
     async removeBySandboxId(sandboxId: string): Promise<number> {
-      if (!SANDBOX_ID.test(sandboxId)) return 0;
+      if (!WORKSPACE_FOLDER.test(sandboxId)) return 0;
       const stopped = await removeFolder(claimedFolder(workspaceRoot, sandboxId) ?? sandboxId);
       forgetClaim(workspaceRoot, sandboxId);
       if (stopped > 0) log("sandbox processes removed by sandbox id", { sandboxId, processes: stopped });
@@ -850,7 +860,7 @@ function parseHandleData(data: Record<string, unknown>): ProcessHandleData | nul
     workspace,
     startTimeTicks,
     ...(isolation === "bwrap" && isInt(uid) ? { isolation: "bwrap" as const, uid } : {}),
-    ...(typeof sandboxId === "string" && SANDBOX_ID.test(sandboxId) ? { sandboxId } : {}),
+    ...(typeof sandboxId === "string" && WORKSPACE_FOLDER.test(sandboxId) ? { sandboxId } : {}),
   };
 }
 

@@ -46,8 +46,11 @@ const REFILL_DELAY_MS = 10;
 const REFILL_FALLBACK_MS = 1000;
 /** Consecutive agents that may die unclaimed before the pool stops refilling until the next claim. */
 const MAX_FAILURES = 3;
-/** Folder names of claimed sandboxes and warm agents are direct children of the root (as sandbox ids are). */
-const FOLDER = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+/**
+ * A workspace folder's name, a direct child of the workspace root: a sandbox id (which must be one to be started
+ * as a process sandbox) or a warm agent's `ws-…` name.
+ */
+export const WORKSPACE_FOLDER = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 
 /** The agents kept warm by one runtime instance, and the on-disk bookkeeping shared by every instance. */
 export class WarmPool {
@@ -194,7 +197,7 @@ export async function sweepWarmAgents(
     }
     const [pid, ticks] = owner.split(":").map(Number);
     const alive = pid !== undefined && pid > 0 && readProcStat(pid)?.startTime === ticks;
-    if (!alive && FOLDER.test(folder)) stale.push(folder);
+    if (!alive && WORKSPACE_FOLDER.test(folder)) stale.push(folder);
   }
   for (const folder of stale) {
     await discard(folder);
@@ -210,10 +213,10 @@ export async function sweepWarmAgents(
 
 /** The workspace folder of a sandbox started from a warm agent (by any server on this root); null for others. */
 export function claimedFolder(root: string, sandboxId: string): string | null {
-  if (!FOLDER.test(sandboxId)) return null;
+  if (!WORKSPACE_FOLDER.test(sandboxId)) return null;
   try {
     const folder = readFileSync(join(root, ".claimed", sandboxId), "utf8");
-    return FOLDER.test(folder) ? folder : null;
+    return WORKSPACE_FOLDER.test(folder) ? folder : null;
   } catch {
     return null;
   }
@@ -221,7 +224,7 @@ export function claimedFolder(root: string, sandboxId: string): string | null {
 
 /** Drops the record of a removed sandbox's workspace folder. */
 export function forgetClaim(root: string, sandboxId: string): void {
-  if (FOLDER.test(sandboxId)) rmSync(join(root, ".claimed", sandboxId), { force: true });
+  if (WORKSPACE_FOLDER.test(sandboxId)) rmSync(join(root, ".claimed", sandboxId), { force: true });
 }
 
 function listDir(dir: string): string[] {
