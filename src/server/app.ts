@@ -15,6 +15,7 @@ import { DEFAULT_LIMITS, type TransportLimits } from "../transport/limits.ts";
 import type { ServiceBinding } from "../transport/service-binding.ts";
 import { type Container, createContainer, type GitDeps } from "./container.ts";
 import { createHttpServer, REST_ROUTES } from "./http-server.ts";
+import { keepMemoryReducerWorking } from "./idle-memory.ts";
 import type { Metrics } from "./metrics.ts";
 
 export { VERSION } from "./http-server.ts";
@@ -166,6 +167,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
 
   const server = http;
   let grpcListener: GrpcListener | undefined;
+  let stopMemoryReducerAid: (() => void) | undefined;
   let closed = false;
   return {
     http: server,
@@ -192,6 +194,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       // Listening (sandboxes started from now on get this server's webhook URL): resume at once what an earlier
       // run of this server, or another server that died, left unfinished.
       conversations.startLeases();
+      stopMemoryReducerAid ??= keepMemoryReducerWorking();
       return {
         port: typeof address === "object" && address !== null ? address.port : port,
         grpcPort: grpcListener.port,
@@ -201,6 +204,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       if (closed) return;
       closed = true;
       if (sweepTimer !== null) clearInterval(sweepTimer);
+      stopMemoryReducerAid?.();
       await sweeping;
       await container.services.conversations.shutdown();
       container.changes.close();
