@@ -73,7 +73,9 @@ export function violation(
   input: unknown,
   ctx?: Record<string, unknown>,
 ): FieldViolation {
-  return ctx === undefined ? { type, loc, msg, input } : { type, loc, msg, input, ctx };
+  // A copy: schemas pass one loc array, rewritten field by field, to the children they parse (see childLoc).
+  const at = loc.slice();
+  return ctx === undefined ? { type, loc: at, msg, input } : { type, loc: at, msg, input, ctx };
 }
 
 /** Pushes a violation unless the cap is reached. */
@@ -269,7 +271,12 @@ export function setOwn(target: Record<string, unknown>, key: string, value: unkn
   else target[key] = value;
 }
 
-/** `[...loc, key]`, without the spread's iteration (half the time; it runs for every field present in a body). */
+/**
+ * `[...loc, key]`, the loc an object, list or dict hands to the schema of one of its entries. A parse makes one and
+ * rewrites its last element entry by entry (one array per container instead of one per field: every request body
+ * passes here): a schema may read the loc it is given during its parse, and whatever keeps it copies it
+ * (`violation`, or childLoc for a deeper level).
+ */
 function childLoc(loc: Loc, key: string | number): Loc {
   const n = loc.length;
   const out = new Array<string | number>(n + 1);
@@ -732,9 +739,11 @@ export function list<T>(item: Schema<T>, opts: ListOptions = {}): Schema<T[]> {
       if (tooDeep(loc, issues)) return INVALID;
       const out: T[] = [];
       let ok = true;
+      const at = childLoc(loc, 0);
       for (let i = 0; i < input.length; i++) {
         if (issues.length >= MAX_ISSUES) return INVALID;
-        const v = item.parse(input[i], childLoc(loc, i), issues);
+        at[loc.length] = i;
+        const v = item.parse(input[i], at, issues);
         if (v === INVALID) ok = false;
         else out.push(v);
       }
@@ -778,11 +787,13 @@ export function dict<T>(value: Schema<T>, opts: DictOptions = {}): Schema<Record
       if (tooDeep(loc, issues)) return INVALID;
       const out: Record<string, T> = {};
       let ok = true;
+      const at = childLoc(loc, "");
       for (const key of keys) {
         if (issues.length >= MAX_ISSUES) return INVALID;
         let k: string | Invalid = key;
         if (opts.key !== undefined) k = opts.key.parse(key, [...loc, key, "[key]"], issues);
-        const v = value.parse(input[key], childLoc(loc, key), issues);
+        at[loc.length] = key;
+        const v = value.parse(input[key], at, issues);
         if (k === INVALID || v === INVALID) ok = false;
         else setOwn(out, k, v);
       }
@@ -863,10 +874,12 @@ export function object<const F extends Record<string, Field<unknown>>>(
       if (tooDeep(loc, issues)) return INVALID;
       const out: Record<string, unknown> = {};
       let ok = true;
+      const at = childLoc(loc, "");
       for (const [key, f] of entries) {
         if (issues.length >= MAX_ISSUES) return INVALID;
         if (Object.hasOwn(input, key)) {
-          const v = f.schema.parse(input[key], childLoc(loc, key), issues);
+          at[loc.length] = key;
+          const v = f.schema.parse(input[key], at, issues);
           if (v === INVALID) ok = false;
           else setOwn(out, key, v);
         } else if (f.required === true) {

@@ -18,21 +18,24 @@ export function illFormedStrings(desc: DescMessage, message: unknown): FieldViol
 /** Protobuf messages nest at most this deep here (the decoders' own limit is 100). */
 const MAX_DEPTH = 100;
 
-function checkString(value: unknown, loc: Loc, issues: FieldViolation[]): void {
-  if (typeof value === "string" && !value.isWellFormed()) report(issues, stringUnicode(loc, value));
+// Every request of every protocol is walked, so the walk allocates nothing while all is well: `path` is one stack
+// of field names and indexes, pushed and popped around each step, and copied only into a violation.
+
+function checkString(value: unknown, path: Loc, issues: FieldViolation[]): void {
+  if (typeof value === "string" && !value.isWellFormed()) report(issues, stringUnicode([...path], value));
 }
 
 function walkMessage(
   desc: DescMessage,
   message: unknown,
-  loc: Loc,
+  path: Loc,
   issues: FieldViolation[],
   depth: number,
 ): void {
   if (typeof message !== "object" || message === null || issues.length >= MAX_ISSUES) return;
   // Well-known types that protobuf-es represents as plain JSON (google.protobuf.Struct / Value / ListValue).
   if (!("$typeName" in message) || depth > MAX_DEPTH) {
-    checkWellFormed(message, loc, issues);
+    checkWellFormed(message, [...path], issues);
     return;
   }
   const m = message as Record<string, unknown>;
@@ -44,38 +47,46 @@ function walkMessage(
       if (o?.case !== field.localName) continue;
       value = o.value;
     }
-    if (value !== undefined && value !== null) walkField(field, value, [...loc, field.name], issues, depth);
+    if (value === undefined || value === null) continue;
+    path.push(field.name);
+    walkField(field, value, path, issues, depth);
+    path.pop();
   }
 }
 
 function walkField(
   field: DescField,
   value: unknown,
-  loc: Loc,
+  path: Loc,
   issues: FieldViolation[],
   depth: number,
 ): void {
   switch (field.fieldKind) {
     case "scalar":
-      checkString(value, loc, issues);
+      checkString(value, path, issues);
       return;
     case "message":
-      walkMessage(field.message, value, loc, issues, depth + 1);
+      walkMessage(field.message, value, path, issues, depth + 1);
       return;
     case "list":
       if (!Array.isArray(value) || field.listKind === "enum") return;
-      value.forEach((item: unknown, i) => {
-        if (field.listKind === "scalar") checkString(item, [...loc, i], issues);
-        else walkMessage(field.message, item, [...loc, i], issues, depth + 1);
-      });
+      for (let i = 0; i < value.length; i++) {
+        path.push(i);
+        if (field.listKind === "scalar") checkString(value[i], path, issues);
+        else walkMessage(field.message, value[i], path, issues, depth + 1);
+        path.pop();
+      }
       return;
     case "map":
-      if (typeof value !== "object") return;
-      for (const [key, item] of Object.entries(value as Record<string, unknown>)) {
-        if (!key.isWellFormed()) report(issues, stringUnicode([...loc, key, "[key]"], key));
-        if (field.mapKind === "scalar") checkString(item, [...loc, key], issues);
-        else if (field.mapKind === "message")
-          walkMessage(field.message, item, [...loc, key], issues, depth + 1);
+      if (typeof value !== "object" || value === null) return;
+      for (const key in value as Record<string, unknown>) {
+        if (!Object.hasOwn(value, key)) continue;
+        const item = (value as Record<string, unknown>)[key];
+        path.push(key);
+        if (!key.isWellFormed()) report(issues, stringUnicode([...path, "[key]"], key));
+        if (field.mapKind === "scalar") checkString(item, path, issues);
+        else if (field.mapKind === "message") walkMessage(field.message, item, path, issues, depth + 1);
+        path.pop();
       }
       return;
     default:
