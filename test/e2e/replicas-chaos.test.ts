@@ -501,6 +501,8 @@ describe("replicas on one store under chaos", () => {
     let killedUp = 0;
     const killTimes: { replica: number; at: number; up: boolean }[] = [];
     const restartFailures: string[] = [];
+    /** The restarts the kill loop made (each settles once its incarnation listens, exits or times out). */
+    const restarts: Promise<void>[] = [];
     const killLoop = (async () => {
       for (let victim = 1; chaos && !halt.signal.aborted; victim = victim === 1 ? 2 : 1) {
         await pause(2000, 3000);
@@ -520,7 +522,7 @@ describe("replicas on one store under chaos", () => {
         }
         await pause(500, 1000);
         if (halt.signal.aborted) break;
-        r.start().catch((e: unknown) => restartFailures.push(String(e)));
+        restarts.push(r.start().catch((e: unknown) => void restartFailures.push(String(e))));
       }
     })();
 
@@ -652,7 +654,9 @@ describe("replicas on one store under chaos", () => {
     await Promise.all([killLoop, opsLoop]);
     const workloadMs = Date.now() - t0;
 
-    // Every replica up again (a restart that fails is tried again, three times at most).
+    // Every replica up again: the last restarts settle first (on a loaded machine one can take longer than the
+    // waits below), then a restart that failed is tried again, three times at most.
+    await Promise.allSettled(restarts);
     for (const r of replicas) {
       for (let attempt = 0; !r.up && attempt < 3; attempt++) {
         if (r.proc !== null) await sleep(2000); // an incarnation still starting
