@@ -19,10 +19,10 @@ export function illFormedStrings(desc: DescMessage, message: unknown): FieldViol
 const MAX_DEPTH = 100;
 
 // Every request of every protocol is walked, so the walk allocates nothing while all is well: `path` is one stack
-// of field names and indexes, pushed and popped around each step, and copied only into a violation.
+// of field names and indexes, pushed and popped around each step; `violation()` (model.ts) copies the loc it keeps.
 
 function checkString(value: unknown, path: Loc, issues: FieldViolation[]): void {
-  if (typeof value === "string" && !value.isWellFormed()) report(issues, stringUnicode([...path], value));
+  if (typeof value === "string" && !value.isWellFormed()) report(issues, stringUnicode(path, value));
 }
 
 function walkMessage(
@@ -35,7 +35,7 @@ function walkMessage(
   if (typeof message !== "object" || message === null || issues.length >= MAX_ISSUES) return;
   // Well-known types that protobuf-es represents as plain JSON (google.protobuf.Struct / Value / ListValue).
   if (!("$typeName" in message) || depth > MAX_DEPTH) {
-    checkWellFormed(message, [...path], issues);
+    checkWellFormed(message, path, issues);
     return;
   }
   const m = message as Record<string, unknown>;
