@@ -1,25 +1,29 @@
 import { writeSync } from "node:fs";
 
-/** Lines buffered in one turn past which they are written at once, without waiting for the end of the turn. */
-const MAX_BUFFERED_CHARS = 1 << 20;
+/** Buffered characters past which the lines are written at once. */
+const MAX_BUFFERED_CHARS = 64 * 1024;
+/** How long a line may wait in the buffer before it is written. */
+export const LOG_FLUSH_DELAY_MS = 50;
 
 /**
- * The log stream of the server (pino writes each line to it): the lines of one event-loop turn are written to `fd`
- * together, with one synchronous `write(2)` in the turn's check phase.
+ * The log stream of the server (pino writes each line to it): lines are buffered and written to `fd` together,
+ * with one synchronous `write(2)`, once 64 KiB are buffered or 50 ms after the first buffered line, whichever comes
+ * first, and on process exit.
  *
  * Why not pino's own destinations: the synchronous one (pino's default) costs a `write(2)` per line, ~10% of the
  * CPU of a REST call in the benchmarks; the asynchronous one (sonic-boom, `sync: false`) measures the byte length
  * of its whole growing buffer string on every line, which allocated ~6 KB per 200-byte line under load and moved
- * the cost into the garbage collector. Here a line costs an array push; the write happens at the end of the same
- * turn (no added latency worth the name: the turn is already done answering), in order, and is synchronous like
- * pino's default, so a line is out before the process can exit. A busy pipe (EAGAIN) is retried, a short write
- * continued; what is still buffered is written on process exit and by `flush()`.
+ * the cost into the garbage collector. Here a line costs an array push and, under load, a few hundred lines share
+ * one `write(2)` (writing at the end of every event-loop turn instead cost ~2 µs of a ~48 µs GET /api/settings,
+ * measured with `bench/profile.ts`). Lines stay in order; a busy pipe (EAGAIN) is retried, a short write
+ * continued. What is buffered is written on process exit (also after an uncaught exception) and by `flush()`;
+ * only a process killed outright (SIGKILL, abort) loses its last 50 ms of lines.
  */
 export class LogDestination {
   readonly #fd: number;
   #lines: string[] = [];
   #chars = 0;
-  #scheduled = false;
+  #timer: NodeJS.Timeout | undefined;
 
   constructor(fd = 1) {
     this.#fd = fd;
@@ -30,15 +34,17 @@ export class LogDestination {
     this.#lines.push(line);
     this.#chars += line.length;
     if (this.#chars >= MAX_BUFFERED_CHARS) this.flush();
-    else if (!this.#scheduled) {
-      this.#scheduled = true;
-      setImmediate(this.#endOfTurn);
-    }
+    // Unref'd: a pending flush does not keep the process alive (the exit hook writes what is left).
+    else this.#timer ??= setTimeout(this.#onTimer, LOG_FLUSH_DELAY_MS).unref();
     return true;
   }
 
   /** Writes out everything buffered, synchronously. */
   flush(): void {
+    if (this.#timer !== undefined) {
+      clearTimeout(this.#timer);
+      this.#timer = undefined;
+    }
     if (this.#lines.length === 0) return;
     const data = Buffer.from(this.#lines.length === 1 ? (this.#lines[0] as string) : this.#lines.join(""));
     this.#lines = [];
@@ -46,8 +52,8 @@ export class LogDestination {
     writeAll(this.#fd, data);
   }
 
-  readonly #endOfTurn = (): void => {
-    this.#scheduled = false;
+  readonly #onTimer = (): void => {
+    this.#timer = undefined;
     this.flush();
   };
 }

@@ -91,6 +91,8 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     },
     "agent workspace service listening",
   );
+  // Out at once (not after the log's flush delay): whoever started the server may be waiting for this line.
+  destination.flush();
   if (issued !== null) {
     // Printed once, to stdout and outside the structured log, so it never lands in log files by accident.
     process.stdout.write(
@@ -100,6 +102,7 @@ export async function serve(config: Readonly<Config>): Promise<void> {
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
       log.info({ signal }, "shutting down: finishing in-flight requests");
+      destination.flush();
       resolve();
     };
     process.once("SIGTERM", stop);

@@ -3,32 +3,35 @@ import { mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { LogDestination } from "../../src/server/log-destination.ts";
+import { LOG_FLUSH_DELAY_MS, LogDestination } from "../../src/server/log-destination.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "log-destination-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 const MODULE = join(import.meta.dirname, "..", "..", "src", "server", "log-destination.ts");
 
 describe("LogDestination", () => {
-  it("writes the lines of one turn together at the end of the turn, in order", async () => {
-    const file = join(dir, "turn.log");
+  it("writes buffered lines together, in order, once the flush delay has passed", async () => {
+    const file = join(dir, "delay.log");
     const log = new LogDestination(openSync(file, "a"));
     log.write("one\n");
-    log.write("two\n");
-    expect(readFileSync(file, "utf8")).toBe(""); // still this turn
     await new Promise((resolve) => setImmediate(resolve));
+    log.write("two\n");
+    expect(readFileSync(file, "utf8")).toBe(""); // buffered across turns
+    await new Promise((resolve) => setTimeout(resolve, LOG_FLUSH_DELAY_MS + 20));
     expect(readFileSync(file, "utf8")).toBe("one\ntwo\n");
     log.write("three\n");
-    await new Promise((resolve) => setImmediate(resolve));
+    await new Promise((resolve) => setTimeout(resolve, LOG_FLUSH_DELAY_MS + 20));
     expect(readFileSync(file, "utf8")).toBe("one\ntwo\nthree\n");
   });
 
-  it("writes at once when a turn has buffered a megabyte, and on flush()", () => {
+  it("writes at once when 64 KiB are buffered, and on flush()", () => {
     const file = join(dir, "big.log");
     const log = new LogDestination(openSync(file, "a"));
     const line = `${"x".repeat(1023)}\n`;
-    for (let i = 0; i < 1024; i++) log.write(line);
-    expect(readFileSync(file, "utf8").length).toBe(1024 * 1024);
+    for (let i = 0; i < 63; i++) log.write(line);
+    expect(readFileSync(file, "utf8")).toBe("");
+    log.write(line);
+    expect(readFileSync(file, "utf8").length).toBe(64 * 1024);
     log.write("tail é\n");
     log.flush();
     expect(readFileSync(file, "utf8").endsWith("tail é\n")).toBe(true);
