@@ -5,13 +5,7 @@
 // (ABAB…), and report the median of the per-round ratios. Servers under test and load generators are separate
 // processes talking over loopback, so the load generator never shares an event loop with the server.
 //
-//   --quick          short rounds (CI smoke)
-//   --only a,b       run only these benchmarks: rest-get, rest-post, grpc, connect, reference, sandboxes, docker,
-//                    conversations, events, replicas, workers
-//   --rounds N       rounds per side (at least 3)
-//   BENCH_INSTALL_REFERENCE=1   apt-get install the reference Python stack when it is missing
-//   BENCH_SERVICE_LOG_LEVEL=L   log level of the service under test (default info, as in production)
-//   BENCH_SERVICE_NODE_FLAGS=…  Node flags of the service under test instead of `npm start`'s
+// Options and environment: USAGE below (`npm run bench -- --help`).
 import { spawn, spawnSync } from "node:child_process";
 import {
   closeSync,
@@ -66,6 +60,43 @@ type BenchName = (typeof ALL)[number];
  * `npm run build` first, then dist/bench/servers/<name>.js.
  */
 const compiled = (name: string): string => join(ROOT, "dist", "bench", "servers", `${name}.js`);
+const USAGE = `usage: npm run bench -- [--quick] [--only a,b] [--rounds N]
+
+Runs the benchmarks against their own baselines (measured in the same run) and prints one markdown table;
+progress goes to stderr. Writes bench/results/latest.{md,json}, or partial.{md,json} for --quick and --only.
+
+  --quick          short rounds (CI smoke)
+  --only a,b       run only these benchmarks: ${ALL.join(", ")}
+  --rounds N       rounds per side (at least 3; default 5, 3 with --quick)
+  -h, --help       this text
+
+Environment:
+  BENCH_INSTALL_REFERENCE=1   apt-get install the reference Python stack when it is missing
+  BENCH_SERVICE_LOG_LEVEL=L   log level of the service under test (default info, as in production)
+  BENCH_SERVICE_NODE_FLAGS=…  Node flags of the service under test instead of \`npm start\`'s
+`;
+let parsed: ReturnType<typeof parseOptions>;
+function parseOptions() {
+  return parseArgs({
+    options: {
+      quick: { type: "boolean", default: false },
+      only: { type: "string" },
+      rounds: { type: "string" },
+      help: { type: "boolean", short: "h", default: false },
+    },
+  });
+}
+try {
+  parsed = parseOptions();
+} catch (err) {
+  console.error(`bench: ${err instanceof Error ? err.message : String(err)}\n\n${USAGE}`);
+  process.exit(2);
+}
+const { values } = parsed;
+if (values.help === true) {
+  process.stdout.write(USAGE);
+  process.exit(0);
+}
 const build = spawnSync(
   process.execPath,
   [join(ROOT, "node_modules", "typescript", "bin", "tsc"), "-p", "tsconfig.build.json"],
@@ -78,13 +109,6 @@ if (build.status !== 0) {
   console.error("bench: npm run build failed");
   process.exit(1);
 }
-const { values } = parseArgs({
-  options: {
-    quick: { type: "boolean", default: false },
-    only: { type: "string" },
-    rounds: { type: "string" },
-  },
-});
 const QUICK = values.quick === true;
 const only = values.only?.split(",").map((s) => s.trim()) ?? null;
 for (const name of only ?? []) {
@@ -95,6 +119,10 @@ for (const name of only ?? []) {
 }
 const selected = (name: BenchName): boolean => only === null || only.includes(name);
 const ROUNDS = Math.max(3, Number(values.rounds ?? (QUICK ? 3 : 5)));
+if (!Number.isInteger(ROUNDS)) {
+  console.error(`bench: --rounds takes a whole number, not ${values.rounds}`);
+  process.exit(2);
+}
 const ROUND_S = QUICK ? 1.5 : 5;
 const WARMUP_S = QUICK ? 0.5 : 2;
 const CONNECTIONS = 50;
