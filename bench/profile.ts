@@ -10,7 +10,15 @@ import { join } from "node:path";
 import { type LoadResult, ROOT, runLoad, startCommand, startServer } from "./lib/bench-util.ts";
 import type { Fixture } from "./servers/fixture.ts";
 
+const LOADS = ["rest-get", "rest-post", "grpc", "connect"];
 const which = process.argv[2] ?? "rest-get";
+if (!LOADS.includes(which)) {
+  const help = which === "-h" || which === "--help";
+  (help ? console.log : console.error)(
+    `usage: node bench/profile.ts <${LOADS.join("|")}> [seconds] [--baseline] [--dist] [service args...]`,
+  );
+  process.exit(help ? 0 : 2);
+}
 const seconds = Number(process.argv[3] ?? "8");
 const rest = process.argv.slice(4);
 const withBaseline = rest.includes("--baseline");
