@@ -101,8 +101,8 @@ const fixture: Fixture = {
     await fetch(`${base}/workspace.v1.SettingsService/GetSettings`, { method: "POST", headers, body: "{}" })
   ).json()) as Fixture["rpcSettings"],
 };
-const ours = await load(key, port, grpcPort);
-await service.stop();
+// A failed load still stops the server (with its warm sandbox agents), so nothing is left running.
+const ours = await load(key, port, grpcPort).finally(() => service.stop());
 report("service", ours, join(dir, "service"));
 
 if (withBaseline) {
@@ -119,8 +119,7 @@ if (withBaseline) {
     args: ["--cpu-prof", `--cpu-prof-dir=${join(dir, "baseline")}`, serverScript(bareName), fixturePath],
     logPath: join(dir, "baseline.log"),
   });
-  const result = await load(key, bare.info.port ?? 0, bare.info.grpcPort ?? 0);
-  await bare.stop();
+  const result = await load(key, bare.info.port ?? 0, bare.info.grpcPort ?? 0).finally(() => bare.stop());
   report(bareName, result, join(dir, "baseline"));
 }
 
