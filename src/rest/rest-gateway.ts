@@ -156,7 +156,9 @@ export function restGateway(options: RestGatewayOptions) {
         method: r0.method,
         url,
         onRequest: authenticate,
-        handler: async (req, reply) => {
+        // Not an async function: a service answering a plain value (a kept GetSettings answer) is sent in the same
+        // turn, without a promise; a promise is handed to Fastify, which sends or reports what it settles to.
+        handler: (req, reply) => {
           const params = req.params as Record<string, string>;
           const matched = matchEntry(entries, params);
           if (matched === null) return reply.callNotFound();
@@ -191,15 +193,13 @@ export function restGateway(options: RestGatewayOptions) {
           if (r.stream === true) {
             const abort = closeController(reply);
             reply.hijack();
-            await writeJsonArray(reply, impl(input, ctx) as AsyncIterable<never>, r.shape, abort);
-            return reply;
+            return writeJsonArray(reply, impl(input, ctx) as AsyncIterable<never>, r.shape, abort).then(
+              () => reply,
+            );
           }
-          const out = await impl(input, ctx);
-          const shaped = r.shape(out as never);
-          return reply
-            .code(r.successStatus ?? 200)
-            .headers(NO_CACHE)
-            .send(shaped);
+          const out = impl(input, ctx);
+          if (out instanceof Promise) return out.then((o: unknown) => sendShaped(reply, r, o));
+          return sendShaped(reply, r, out);
         },
         errorHandler: (err, req, reply) => {
           const r = matchedRoutes.get(req) ?? r0;
@@ -218,6 +218,14 @@ export function restGateway(options: RestGatewayOptions) {
       });
     }
   };
+}
+
+/** Sends a service's answer as the route's JSON. */
+function sendShaped(reply: FastifyReply, r: RestRoute, out: unknown): FastifyReply {
+  return reply
+    .code(r.successStatus ?? 200)
+    .headers(NO_CACHE)
+    .send(r.shape(out as never));
 }
 
 /** The route a shared url matched, for its error handler (only set when several routes share the url). */

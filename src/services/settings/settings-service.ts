@@ -1,7 +1,7 @@
 import { create, fromJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
-import { requireCaller } from "../../core/context.ts";
-import { type FieldViolation, notFound, ValidationError } from "../../core/errors.ts";
+import { callerKey, requireCaller } from "../../core/context.ts";
+import { type FieldViolation, notFound, unauthenticated, ValidationError } from "../../core/errors.ts";
 import { parseModel, setOwn, toWellFormedJson } from "../../core/model.ts";
 import type { SecretBox } from "../../core/secret-box.ts";
 import type { McpConfig } from "../../gen/workspace/v1/mcp_pb.js";
@@ -81,11 +81,26 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
    * stored version on every storage, and answered without a read while the store's change token says that nothing
    * changed. Strings stored before they had to be well-formed are shown with U+FFFD.
    */
-  async getSettings(_req: GetSettingsRequest, ctx: HandlerContext): Promise<GetSettingsResponse> {
-    const { userId } = requireCaller(ctx);
+  getSettings(
+    _req: GetSettingsRequest,
+    ctx: HandlerContext,
+  ): GetSettingsResponse | Promise<GetSettingsResponse> {
+    const caller = ctx.values.get(callerKey);
+    if (caller === undefined) return Promise.reject(unauthenticated());
     const token = this.#store.changeToken();
-    const cached = this.#views.get(userId);
+    const cached = this.#views.get(caller.userId);
+    // A kept answer is returned as it is (every transport takes a plain value as well as a promise): the common
+    // read makes no promise and waits no turn.
     if (cached !== undefined && cached.token === token) return cached.response;
+    return this.#readSettings(caller.userId, token, cached);
+  }
+
+  /** GetSettings from the stored document, kept for the next reads. */
+  async #readSettings(
+    userId: string,
+    token: number,
+    cached: { version: number; token: number; response: GetSettingsResponse } | undefined,
+  ): Promise<GetSettingsResponse> {
     const doc = await this.#store.read(userId);
     const stored = doc?.value.settings;
     if (doc === null || stored === null || stored === undefined) {
