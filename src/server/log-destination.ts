@@ -1,19 +1,19 @@
 import { writeSync } from "node:fs";
 
 /** Buffered characters past which the lines are written at once. */
-const MAX_BUFFERED_CHARS = 64 * 1024;
+const MAX_BUFFERED_CHARS = 16 * 1024;
 /** How long a line may wait in the buffer before it is written. */
 export const LOG_FLUSH_DELAY_MS = 50;
 
 /**
  * The log stream of the server (pino writes each line to it): lines are buffered and written to `fd` together,
- * with one synchronous `write(2)`, once 64 KiB are buffered or 50 ms after the first buffered line, whichever comes
+ * with one synchronous `write(2)`, once 16 KiB are buffered or 50 ms after the first buffered line, whichever comes
  * first, and on process exit.
  *
  * Why not pino's own destinations: the synchronous one (pino's default) costs a `write(2)` per line, ~10% of the
  * CPU of a REST call in the benchmarks; the asynchronous one (sonic-boom, `sync: false`) measures the byte length
  * of its whole growing buffer string on every line, which allocated ~6 KB per 200-byte line under load and moved
- * the cost into the garbage collector. Here a line costs an array push and, under load, a few hundred lines share
+ * the cost into the garbage collector. Here a line costs an array push and, under load, some 70 access lines share
  * one `write(2)` (writing at the end of every event-loop turn instead cost ~2 µs of a ~48 µs GET /api/settings,
  * measured with `bench/profile.ts`). Lines stay in order; a busy pipe (EAGAIN) is retried, a short write
  * continued. What is buffered is written on process exit (also after an uncaught exception) and by `flush()`;

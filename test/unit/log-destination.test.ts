@@ -24,14 +24,14 @@ describe("LogDestination", () => {
     expect(readFileSync(file, "utf8")).toBe("one\ntwo\nthree\n");
   });
 
-  it("writes at once when 64 KiB are buffered, and on flush()", () => {
+  it("writes at once when 16 KiB are buffered, and on flush()", () => {
     const file = join(dir, "big.log");
     const log = new LogDestination(openSync(file, "a"));
     const line = `${"x".repeat(1023)}\n`;
-    for (let i = 0; i < 63; i++) log.write(line);
+    for (let i = 0; i < 15; i++) log.write(line);
     expect(readFileSync(file, "utf8")).toBe("");
     log.write(line);
-    expect(readFileSync(file, "utf8").length).toBe(64 * 1024);
+    expect(readFileSync(file, "utf8").length).toBe(16 * 1024);
     log.write("tail é\n");
     log.flush();
     expect(readFileSync(file, "utf8").endsWith("tail é\n")).toBe(true);
