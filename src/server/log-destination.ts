@@ -1,27 +1,32 @@
 import { writeSync } from "node:fs";
 
-/** Buffered characters past which the lines are written at once. */
-const MAX_BUFFERED_CHARS = 16 * 1024;
+/**
+ * Most bytes written at once: Linux's PIPE_BUF. A write of at most this many bytes to a pipe is never split nor
+ * intermixed with another process's (the workers of `WORKERS=N` share their stdout).
+ */
+const MAX_WRITE_BYTES = 4096;
 /** How long a line may wait in the buffer before it is written. */
 export const LOG_FLUSH_DELAY_MS = 50;
 
 /**
- * The log stream of the server (pino writes each line to it): lines are buffered and written to `fd` together,
- * with one synchronous `write(2)`, once 16 KiB are buffered or 50 ms after the first buffered line, whichever comes
- * first, and on process exit.
+ * The log stream of the server (pino writes each line to it): whole lines are buffered and written to `fd`
+ * together, with one synchronous `write(2)` of at most 4 KiB, once the next line would not fit or 50 ms after the
+ * first buffered line, whichever comes first, and on process exit.
  *
  * Why not pino's own destinations: the synchronous one (pino's default) costs a `write(2)` per line, ~10% of the
  * CPU of a REST call in the benchmarks; the asynchronous one (sonic-boom, `sync: false`) measures the byte length
  * of its whole growing buffer string on every line, which allocated ~6 KB per 200-byte line under load and moved
- * the cost into the garbage collector. Here a line costs an array push and, under load, some 70 access lines share
- * one `write(2)` (writing at the end of every event-loop turn instead cost ~2 µs of a ~48 µs GET /api/settings,
- * measured with `bench/profile.ts`). Lines stay in order; a busy pipe (EAGAIN) is retried, a short write
- * continued. What is buffered is written on process exit (also after an uncaught exception) and by `flush()`;
- * only a process killed outright (SIGKILL, abort) loses its last 50 ms of lines.
+ * the cost into the garbage collector. Here a line costs an array push and, under load, some 17 access lines share
+ * one `write(2)` (writing at the end of every event-loop turn instead, a few lines at a time under the GET load,
+ * cost ~2 µs of a ~48 µs GET /api/settings, measured with `bench/profile.ts`). Lines stay in order; a busy pipe
+ * (EAGAIN) is retried, a short write continued. What is buffered is written on process exit (also after an
+ * uncaught exception) and by `flush()`; only a process killed outright (SIGKILL, abort) loses its last 50 ms of
+ * lines.
  */
 export class LogDestination {
   readonly #fd: number;
   #lines: string[] = [];
+  /** Characters buffered: the bytes, for the ASCII lines pino writes (flush() checks the bytes). */
   #chars = 0;
   #timer: NodeJS.Timeout | undefined;
 
@@ -31,9 +36,10 @@ export class LogDestination {
   }
 
   write(line: string): boolean {
+    if (this.#chars + line.length > MAX_WRITE_BYTES) this.flush();
     this.#lines.push(line);
     this.#chars += line.length;
-    if (this.#chars >= MAX_BUFFERED_CHARS) this.flush();
+    if (this.#chars >= MAX_WRITE_BYTES) this.flush();
     // Unref'd: a pending flush does not keep the process alive (the exit hook writes what is left).
     else this.#timer ??= setTimeout(this.#onTimer, LOG_FLUSH_DELAY_MS).unref();
     return true;
@@ -45,11 +51,14 @@ export class LogDestination {
       clearTimeout(this.#timer);
       this.#timer = undefined;
     }
-    if (this.#lines.length === 0) return;
-    const data = Buffer.from(this.#lines.length === 1 ? (this.#lines[0] as string) : this.#lines.join(""));
+    const lines = this.#lines;
+    if (lines.length === 0) return;
     this.#lines = [];
     this.#chars = 0;
-    writeAll(this.#fd, data);
+    const data = Buffer.from(lines.length === 1 ? (lines[0] as string) : lines.join(""));
+    if (data.length <= MAX_WRITE_BYTES || lines.length === 1) writeAll(this.#fd, data);
+    // Non-ASCII text made the batch longer in bytes than in characters: one line per write instead.
+    else for (const line of lines) writeAll(this.#fd, Buffer.from(line));
   }
 
   readonly #onTimer = (): void => {

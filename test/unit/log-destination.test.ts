@@ -24,17 +24,62 @@ describe("LogDestination", () => {
     expect(readFileSync(file, "utf8")).toBe("one\ntwo\nthree\n");
   });
 
-  it("writes at once when 16 KiB are buffered, and on flush()", () => {
-    const file = join(dir, "big.log");
+  it("writes whole lines, at most 4 KiB at once: a batch goes out when the next line would not fit", () => {
+    const file = join(dir, "batch.log");
     const log = new LogDestination(openSync(file, "a"));
-    const line = `${"x".repeat(1023)}\n`;
-    for (let i = 0; i < 15; i++) log.write(line);
-    expect(readFileSync(file, "utf8")).toBe("");
-    log.write(line);
-    expect(readFileSync(file, "utf8").length).toBe(16 * 1024);
+    const line = `${"x".repeat(99)}\n`;
+    for (let i = 0; i < 40; i++) log.write(line);
+    expect(readFileSync(file, "utf8")).toBe(""); // 4,000 bytes buffered
+    log.write(line); // 4,100 would not fit: the 40 lines go out, this one waits
+    expect(readFileSync(file, "utf8")).toBe(line.repeat(40));
+    log.write("y".repeat(3994)); // 100 + 3,994 = 4,094 characters: still buffered
+    expect(readFileSync(file, "utf8").length).toBe(4000);
+    log.write("z\n"); // fills 4 KiB exactly: written at once
+    expect(readFileSync(file, "utf8")).toBe(`${line.repeat(41)}${"y".repeat(3994)}z\n`);
     log.write("tail é\n");
     log.flush();
-    expect(readFileSync(file, "utf8").endsWith("tail é\n")).toBe(true);
+    expect(readFileSync(file, "utf8").endsWith("z\ntail é\n")).toBe(true);
+  });
+
+  it("writes a batch that non-ASCII text made longer than 4 KiB line by line, losing nothing", () => {
+    const file = join(dir, "utf8.log");
+    const log = new LogDestination(openSync(file, "a"));
+    const line = `${"é".repeat(99)}\n`; // 100 characters, 199 bytes
+    for (let i = 0; i < 40; i++) log.write(line);
+    log.flush();
+    expect(readFileSync(file, "utf8")).toBe(line.repeat(40));
+  });
+
+  it("keeps every line whole when several processes share one pipe and its reader falls behind", async () => {
+    const script = `
+      import { LogDestination } from ${JSON.stringify(MODULE)};
+      const log = new LogDestination(1);
+      const pad = "p".repeat(180);
+      for (let i = 0; i < 3000; i++) log.write(JSON.stringify({ pid: process.pid, i, pad }) + "\\n");
+    `;
+    // Two writers on the write end of one pipe (the shell's), read only after a pause, so the pipe fills up.
+    const child = spawn(
+      "sh",
+      ["-c", `"$0" --input-type=module -e "$1" & "$0" --input-type=module -e "$1" & wait`, process.execPath, script],
+      { stdio: ["ignore", "pipe", "inherit"] },
+    );
+    child.stdout.pause();
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    let out = "";
+    child.stdout.setEncoding("utf8").on("data", (d: string) => {
+      out += d;
+    });
+    child.stdout.resume();
+    await new Promise((resolve) => child.on("close", resolve));
+    const lines = out.trimEnd().split("\n");
+    expect(lines).toHaveLength(6000);
+    const seen = new Map<number, number>();
+    for (const l of lines) {
+      const { pid, i } = JSON.parse(l) as { pid: number; i: number };
+      expect(i).toBe(seen.get(pid) ?? 0); // in order, none lost, none cut
+      seen.set(pid, i + 1);
+    }
+    expect(seen.size).toBe(2);
   });
 
   it("loses no line when the process exits in the same turn, or when the reader of its pipe goes away", () => {
