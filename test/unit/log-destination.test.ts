@@ -60,7 +60,12 @@ describe("LogDestination", () => {
     // Two writers on the write end of one pipe (the shell's), read only after a pause, so the pipe fills up.
     const child = spawn(
       "sh",
-      ["-c", `"$0" --input-type=module -e "$1" & "$0" --input-type=module -e "$1" & wait`, process.execPath, script],
+      [
+        "-c",
+        `"$0" --input-type=module -e "$1" & "$0" --input-type=module -e "$1" & wait`,
+        process.execPath,
+        script,
+      ],
       { stdio: ["ignore", "pipe", "inherit"] },
     );
     child.stdout.pause();
