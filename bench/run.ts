@@ -75,39 +75,26 @@ Environment:
   BENCH_SERVICE_LOG_LEVEL=L   log level of the service under test (default info, as in production)
   BENCH_SERVICE_NODE_FLAGS=…  Node flags of the service under test instead of \`npm start\`'s
 `;
-let parsed: ReturnType<typeof parseOptions>;
+/** The command-line options; a bad option stops here with the usage, before anything is built or started. */
 function parseOptions() {
-  return parseArgs({
-    options: {
-      quick: { type: "boolean", default: false },
-      only: { type: "string" },
-      rounds: { type: "string" },
-      help: { type: "boolean", short: "h", default: false },
-    },
-  });
+  try {
+    return parseArgs({
+      options: {
+        quick: { type: "boolean", default: false },
+        only: { type: "string" },
+        rounds: { type: "string" },
+        help: { type: "boolean", short: "h", default: false },
+      },
+    }).values;
+  } catch (err) {
+    console.error(`bench: ${err instanceof Error ? err.message : String(err)}\n\n${USAGE}`);
+    process.exit(2);
+  }
 }
-try {
-  parsed = parseOptions();
-} catch (err) {
-  console.error(`bench: ${err instanceof Error ? err.message : String(err)}\n\n${USAGE}`);
-  process.exit(2);
-}
-const { values } = parsed;
+const values = parseOptions();
 if (values.help === true) {
   process.stdout.write(USAGE);
   process.exit(0);
-}
-const build = spawnSync(
-  process.execPath,
-  [join(ROOT, "node_modules", "typescript", "bin", "tsc"), "-p", "tsconfig.build.json"],
-  {
-    cwd: ROOT,
-    stdio: "inherit",
-  },
-);
-if (build.status !== 0) {
-  console.error("bench: npm run build failed");
-  process.exit(1);
 }
 const QUICK = values.quick === true;
 const only = values.only?.split(",").map((s) => s.trim()) ?? null;
@@ -122,6 +109,18 @@ const ROUNDS = Math.max(3, Number(values.rounds ?? (QUICK ? 3 : 5)));
 if (!Number.isInteger(ROUNDS)) {
   console.error(`bench: --rounds takes a whole number, not ${values.rounds}`);
   process.exit(2);
+}
+const build = spawnSync(
+  process.execPath,
+  [join(ROOT, "node_modules", "typescript", "bin", "tsc"), "-p", "tsconfig.build.json"],
+  {
+    cwd: ROOT,
+    stdio: "inherit",
+  },
+);
+if (build.status !== 0) {
+  console.error("bench: npm run build failed");
+  process.exit(1);
 }
 const ROUND_S = QUICK ? 1.5 : 5;
 const WARMUP_S = QUICK ? 0.5 : 2;
