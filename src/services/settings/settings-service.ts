@@ -43,6 +43,13 @@ const SECRET_FIELD_SET: ReadonlySet<string> = new Set(SECRET_FIELDS);
 const SETTINGS_FIELD_SET: ReadonlySet<string> = new Set(SETTINGS_FIELDS);
 const isSecretField = (f: string): boolean => SECRET_FIELD_SET.has(f);
 
+/** A kept GetSettings answer: the stored version it was built from, and the change token taken before that read. */
+interface KeptView {
+  version: number;
+  token: number;
+  response: GetSettingsResponse;
+}
+
 /** GetSettings answers kept, for this many users (the most recently read). */
 const CACHED_VIEWS = 1000;
 
@@ -58,7 +65,7 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
    * The GetSettings answer of each recently read user: the stored document's version it was built from, and the
    * store's change token taken before that read (while the token is unchanged, the answer is served without a read).
    */
-  readonly #views = new Map<string, { version: number; token: number; response: GetSettingsResponse }>();
+  readonly #views = new Map<string, KeptView>();
 
   readonly #hosts: ProviderHostPolicy;
 
@@ -99,7 +106,7 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
   async #readSettings(
     userId: string,
     token: number,
-    cached: { version: number; token: number; response: GetSettingsResponse } | undefined,
+    cached: KeptView | undefined,
   ): Promise<GetSettingsResponse> {
     const doc = await this.#store.read(userId);
     const stored = doc?.value.settings;
