@@ -91,14 +91,15 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     },
     "agent workspace service listening",
   );
-  // Out at once (not after the log's flush delay): whoever started the server may be waiting for this line.
-  destination.flush();
   if (issued !== null) {
     // Printed once, to stdout and outside the structured log, so it never lands in log files by accident.
     process.stdout.write(
       `\nNo API key existed, so one was created for user "default". It is shown only now:\n\n  X-Session-API-Key: ${issued.key}\n\nCreate more with: npm run --silent cli -- keys create --user NAME\n\n`,
     );
   }
+  // The listening line out at once (not after the log's flush delay), after the key: whoever started the server
+  // may be waiting for it, and then reads everything printed before it.
+  destination.flush();
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
       log.info({ signal }, "shutting down: finishing in-flight requests");
