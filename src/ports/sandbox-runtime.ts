@@ -27,12 +27,27 @@ export type RuntimeState =
   | "error" // crashed / exited with failure / unhealthy
   | "missing"; // gone (process reaped by someone else, container removed)
 
+/** A port of the sandbox published on this machine's loopback, under the name the reference gives it. */
+export interface ExposedPort {
+  /** AGENT_SERVER, VSCODE, WORKER_1, WORKER_2. */
+  name: string;
+  /** The port on 127.0.0.1. */
+  port: number;
+}
+
 export interface RuntimeHandle {
   /** JSON-compatible data the runtime needs to find the sandbox again after a server restart. */
   data: Record<string, unknown>;
   /** Base URL of the agent server, e.g. http://127.0.0.1:41234. */
   agentUrl: string;
   port: number;
+  /**
+   * The sandbox's other published ports (VS Code, application workers), beside the agent's; absent when the runtime
+   * publishes only the agent.
+   */
+  exposedPorts?: ExposedPort[];
+  /** The folder VS Code opens (the spec's working folder), when the sandbox publishes VS Code. */
+  workingDir?: string;
 }
 
 export interface SandboxRuntime {

@@ -11,9 +11,12 @@ export async function freePort(host: string): Promise<number> {
   return port;
 }
 
-/** The command with every `{port}` placeholder replaced by the port. */
-export function withPort(command: readonly string[], port: number): string[] {
-  return command.map((arg) => arg.replaceAll("{port}", String(port)));
+/**
+ * The command with every `{port}` placeholder replaced by the port and every `{host}` by the address the agent
+ * should listen on (default loopback).
+ */
+export function withPort(command: readonly string[], port: number, host = "127.0.0.1"): string[] {
+  return command.map((arg) => arg.replaceAll("{port}", String(port)).replaceAll("{host}", host));
 }
 
 /**

@@ -18,8 +18,8 @@ export type RuntimeConfig =
       image: string;
       memoryBytes: number | undefined;
       nanoCpus: number | undefined;
-      /** `uid[:gid]` the container's processes run as. */
-      user: string;
+      /** `uid[:gid]` the container's processes run as; undefined: the image's own user. */
+      user: string | undefined;
       pidsLimit: number;
     };
 
@@ -113,7 +113,7 @@ export const ENV_DOC: readonly [string, string][] = [
   ],
   ["SANDBOX_SPECS_FILE", "JSON file with the sandbox spec list (overrides the defaults)"],
   ["DOCKER_SOCKET", "Docker socket path (default: DOCKER_HOST or /var/run/docker.sock)"],
-  ["DOCKER_NETWORK", "network of sandbox containers: host (default), none, or a network name"],
+  ["DOCKER_NETWORK", "network of sandbox containers: bridge (default), host, none, or a network name"],
   [
     "DOCKER_IMAGE",
     "image of the default docker spec (default ghcr.io/openhands/agent-server:5f62cee-python)",
@@ -127,9 +127,12 @@ export const ENV_DOC: readonly [string, string][] = [
     "SANDBOX_WARM_AGENTS",
     "process sandboxes: built-in agents kept started ahead of need, so that a start does not wait for one to boot (default 2; 0: none)",
   ],
-  ["SANDBOX_DOCKER_USER", "uid[:gid] of the processes in sandbox containers (default 1000:1000)"],
-  ["SANDBOX_PIDS_LIMIT", "process limit of a sandbox container (default 512)"],
-  ["SANDBOX_MEMORY_MB", "memory limit of a sandbox container (default 2048)"],
+  [
+    "SANDBOX_DOCKER_USER",
+    "uid[:gid] of the processes in sandbox containers (default: the image's own user; 1000:1000 for a root image)",
+  ],
+  ["SANDBOX_PIDS_LIMIT", "process limit of a sandbox container (default 2048)"],
+  ["SANDBOX_MEMORY_MB", "memory limit of a sandbox container (default 4096)"],
   ["SANDBOX_CPUS", "CPU limit of a sandbox container (e.g. 1.5)"],
   ["LOG_LEVEL", "fatal, error, warn, info (default), debug, trace, silent"],
   ...WEB_ENV_DOC,
@@ -214,12 +217,12 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
   const cpus = env.SANDBOX_CPUS ? Number(env.SANDBOX_CPUS) : undefined;
   if (cpus !== undefined && !(cpus > 0 && cpus <= 1024))
     throw new ConfigError("SANDBOX_CPUS must be a positive number");
-  const memMb = int(env, "SANDBOX_MEMORY_MB", 2048, 6, 1 << 20);
+  const memMb = int(env, "SANDBOX_MEMORY_MB", 4096, 6, 1 << 20);
   const isolation = (env.SANDBOX_ISOLATION || "auto").trim();
   if (isolation !== "auto" && isolation !== "bwrap" && isolation !== "none")
     throw new ConfigError(`SANDBOX_ISOLATION must be auto, bwrap or none, got ${JSON.stringify(isolation)}`);
-  const dockerUser = (env.SANDBOX_DOCKER_USER || "1000:1000").trim();
-  if (!/^[1-9][0-9]{0,9}(:[1-9][0-9]{0,9})?$/.test(dockerUser))
+  const dockerUser = env.SANDBOX_DOCKER_USER?.trim() || undefined;
+  if (dockerUser !== undefined && !/^[1-9][0-9]{0,9}(:[1-9][0-9]{0,9})?$/.test(dockerUser))
     throw new ConfigError(
       `SANDBOX_DOCKER_USER must be a non-root uid[:gid] such as 1000:1000, got ${JSON.stringify(dockerUser)}`,
     );
@@ -235,6 +238,19 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
   const webhookBaseUrl = env.WEBHOOK_BASE_URL?.trim() || undefined;
   if (webhookBaseUrl !== undefined && !/^https?:\/\/[^/\s]+(\/\S*)?$/.test(webhookBaseUrl))
     throw new ConfigError("WEBHOOK_BASE_URL must be an http(s) URL such as http://127.0.0.1:3000");
+  const dockerNetwork = env.DOCKER_NETWORK?.trim() || "bridge";
+  // Containers on a network of their own reach this service through the host gateway (host.docker.internal):
+  // a loopback-only listener cannot answer their webhooks, and every conversation start would wait on retries.
+  if (
+    runtimeKind === "docker" &&
+    dockerNetwork !== "host" &&
+    dockerNetwork !== "none" &&
+    webhookBaseUrl === undefined &&
+    /^(127\.|localhost$|::1$|\[::1\]$)/.test(host)
+  )
+    throw new ConfigError(
+      `DOCKER_NETWORK=${dockerNetwork}: sandbox containers reach this service at the host gateway (host.docker.internal), but HOST=${host} listens on loopback only. Set HOST=0.0.0.0 (or the gateway's address), or WEBHOOK_BASE_URL to an address containers reach, or DOCKER_NETWORK=host`,
+    );
   const config: Config = {
     host,
     port: port(env, "PORT", 3000),
@@ -250,12 +266,12 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
             socketPath:
               env.DOCKER_SOCKET ||
               (env.DOCKER_HOST?.startsWith("unix://") ? env.DOCKER_HOST.slice(7) : undefined),
-            network: env.DOCKER_NETWORK || "host",
+            network: dockerNetwork,
             image: env.DOCKER_IMAGE || "ghcr.io/openhands/agent-server:5f62cee-python",
             memoryBytes: memMb * 1024 * 1024,
             nanoCpus: cpus === undefined ? undefined : Math.round(cpus * 1e9),
             user: dockerUser,
-            pidsLimit: int(env, "SANDBOX_PIDS_LIMIT", 512, 16, 4_194_304),
+            pidsLimit: int(env, "SANDBOX_PIDS_LIMIT", 2048, 16, 4_194_304),
           }
         : { kind: "process" },
     sessionApiKey,

@@ -20,7 +20,8 @@ export function defaultSpecs(runtime: RuntimeConfig, now: Date): SandboxSpec[] {
     return [
       {
         id: runtime.image,
-        command: ["--port", "{port}"],
+        // {host}: loopback on the host network, every interface of its own network namespace otherwise.
+        command: ["--host", "{host}", "--port", "{port}"],
         initialEnv: AGENT_SERVER_ENV,
         workingDir: "/workspace/project",
         createdAt: now,

@@ -128,7 +128,7 @@ async function openRuntime(
       docker: new Docker(config.runtime.socketPath ? { socketPath: config.runtime.socketPath } : undefined),
       network: config.runtime.network,
       ...(config.runtime.memoryBytes ? { memoryBytes: config.runtime.memoryBytes } : {}),
-      user: config.runtime.user,
+      ...(config.runtime.user === undefined ? {} : { user: config.runtime.user }),
       pidsLimit: config.runtime.pidsLimit,
       ...(config.runtime.nanoCpus ? { nanoCpus: config.runtime.nanoCpus } : {}),
       log,

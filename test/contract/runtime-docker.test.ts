@@ -130,7 +130,7 @@ describe.skipIf(skipReason !== null)(`docker runtime${skipReason ? ` (skipped: $
       }
     });
 
-    it("runs as a non-root user without capabilities or new privileges, with default limits and no host path", async () => {
+    it("runs an image without a user as 1000:1000, without capabilities or new privileges, with default limits and no host path", async () => {
       const handle = await runtime.start({ sandboxId: "dt-confined", spec: spec([]), sessionApiKey: key });
       try {
         const info = await docker.getContainer(dataOf(handle).containerId).inspect();
@@ -139,8 +139,10 @@ describe.skipIf(skipReason !== null)(`docker runtime${skipReason ? ` (skipped: $
         expect(info.HostConfig.CapDrop).toEqual(["ALL"]);
         expect(info.HostConfig.CapAdd ?? []).toEqual([]);
         expect(info.HostConfig.SecurityOpt).toEqual(["no-new-privileges"]);
-        expect(info.HostConfig.PidsLimit).toBe(512);
-        expect(info.HostConfig.Memory).toBe(2048 * 1024 * 1024);
+        // Sized for the agent-server's browser and VS Code.
+        expect(info.HostConfig.PidsLimit).toBe(2048);
+        expect(info.HostConfig.Memory).toBe(4096 * 1024 * 1024);
+        expect(info.HostConfig.ShmSize).toBe(512 * 1024 * 1024);
         expect(info.HostConfig.Binds ?? []).toEqual([]);
         // The only mount is the workspace volume: no host folder.
         expect(info.Mounts.map((m) => [m.Type, m.Destination])).toEqual([["volume", "/workspace/project"]]);

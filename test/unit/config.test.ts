@@ -84,18 +84,24 @@ describe("loadConfig", () => {
     expect(() => loadConfig({ SWEEP_INTERVAL_MS: "-1" }, "/srv")).toThrow(/SWEEP_INTERVAL_MS/);
   });
 
-  it("sandbox confinement defaults: isolation auto, uids from 1e9; docker 1000:1000, 512 pids, 2048 MiB", () => {
-    const c = loadConfig({ SANDBOX_RUNTIME: "docker" }, "/srv");
+  it("sandbox confinement defaults: isolation auto, uids from 1e9; docker: the image's user, 2048 pids, 4096 MiB, a bridge", () => {
+    const c = loadConfig({ SANDBOX_RUNTIME: "docker", HOST: "0.0.0.0" }, "/srv");
     expect(c.sandboxIsolation).toBe("auto");
     expect(c.sandboxUidBase).toBe(1_000_000_000);
     expect(c.sandboxWarmAgents).toBe(2);
     expect(loadConfig({ SANDBOX_WARM_AGENTS: "0" }, "/srv").sandboxWarmAgents).toBe(0);
-    expect(c.runtime).toMatchObject({ user: "1000:1000", pidsLimit: 512, memoryBytes: 2048 * 1024 * 1024 });
+    expect(c.runtime).toMatchObject({
+      user: undefined,
+      network: "bridge",
+      pidsLimit: 2048,
+      memoryBytes: 4096 * 1024 * 1024,
+    });
     const set = loadConfig(
       {
         SANDBOX_ISOLATION: "none",
         SANDBOX_UID_BASE: "300000",
         SANDBOX_RUNTIME: "docker",
+        DOCKER_NETWORK: "host",
         SANDBOX_DOCKER_USER: "4242",
       },
       "/srv",
@@ -115,6 +121,7 @@ describe("loadConfig", () => {
         SANDBOX_MEMORY_MB: "512",
         SANDBOX_CPUS: "1.5",
         DOCKER_HOST: "unix:///run/d.sock",
+        DOCKER_NETWORK: "host",
       },
       "/srv",
     );
@@ -133,6 +140,14 @@ describe("loadConfig", () => {
     [{ GRPC_PORT: "70000" }, "GRPC_PORT must be a port number"],
     [{ MONGODB_URI: "postgres://x" }, "MONGODB_URI must start with mongodb://"],
     [{ SANDBOX_RUNTIME: "vm" }, "SANDBOX_RUNTIME must be process or docker"],
+    [
+      { SANDBOX_RUNTIME: "docker" },
+      "DOCKER_NETWORK=bridge: sandbox containers reach this service at the host gateway",
+    ],
+    [
+      { SANDBOX_RUNTIME: "docker", DOCKER_NETWORK: "mynet", HOST: "localhost" },
+      "Set HOST=0.0.0.0 (or the gateway's address), or WEBHOOK_BASE_URL",
+    ],
     [{ GIT_PROVIDER_VERIFY: "maybe" }, "GIT_PROVIDER_VERIFY must be true or false"],
     [{ ENCRYPTION_KEY: "short" }, "ENCRYPTION_KEY must be 32 bytes"],
     [{ SESSION_API_KEY: "abc" }, "SESSION_API_KEY must be at least 8 characters"],
@@ -149,7 +164,10 @@ describe("loadConfig", () => {
       { SANDBOX_RUNTIME: "docker", SANDBOX_DOCKER_USER: "root" },
       "SANDBOX_DOCKER_USER must be a non-root uid",
     ],
-    [{ SANDBOX_RUNTIME: "docker", SANDBOX_PIDS_LIMIT: "5" }, "SANDBOX_PIDS_LIMIT must be an integer"],
+    [
+      { SANDBOX_RUNTIME: "docker", DOCKER_NETWORK: "host", SANDBOX_PIDS_LIMIT: "5" },
+      "SANDBOX_PIDS_LIMIT must be an integer",
+    ],
   ])("rejects %o with a clear message", (env, message) => {
     expect(() => loadConfig(env as Record<string, string>, "/srv")).toThrow(ConfigError);
     expect(() => loadConfig(env as Record<string, string>, "/srv")).toThrow(message);
@@ -181,9 +199,9 @@ describe("sandbox specs", () => {
   it("defaults per runtime: the built-in agent for process, the agent-server image for docker", () => {
     const now = new Date();
     expect(defaultSpecs({ kind: "process" }, now)[0]?.id).toBe("workspace-agent");
-    const docker = defaultSpecs(loadConfig({ SANDBOX_RUNTIME: "docker" }).runtime, now)[0];
+    const docker = defaultSpecs(loadConfig({ SANDBOX_RUNTIME: "docker", HOST: "0.0.0.0" }).runtime, now)[0];
     expect(docker?.id).toBe("ghcr.io/openhands/agent-server:5f62cee-python");
-    expect(docker?.command).toEqual(["--port", "{port}"]);
+    expect(docker?.command).toEqual(["--host", "{host}", "--port", "{port}"]);
   });
 
   it("reads a spec file and rejects bad ones naming the problem", () => {

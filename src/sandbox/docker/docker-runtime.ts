@@ -3,6 +3,7 @@ import Docker from "dockerode";
 import tar from "tar-stream";
 import { failedPrecondition } from "../../core/errors.ts";
 import type {
+  ExposedPort,
   RuntimeHandle,
   RuntimeStartRequest,
   RuntimeState,
@@ -12,9 +13,55 @@ import { isBuiltinAgentCommand } from "../../sandbox-agent/builtin-agent.ts";
 import { pollAlive, probeAlive } from "../agent-health.ts";
 import { freePort, withPort } from "../free-port.ts";
 
-const DEFAULT_USER = "1000:1000";
-const DEFAULT_MEMORY_BYTES = 2048 * 1024 * 1024;
-const DEFAULT_PIDS_LIMIT = 512;
+/** The user of a container whose image would run as root (and SANDBOX_DOCKER_USER is not set). */
+const FALLBACK_USER = "1000:1000";
+/** Sized for the agent-server with its browser (Chromium) and VS Code: each is several hundred MiB and threads. */
+const DEFAULT_MEMORY_BYTES = 4096 * 1024 * 1024;
+const DEFAULT_PIDS_LIMIT = 2048;
+/** /dev/shm: Chromium keeps its renderer memory there; Docker's own default (64 MiB) makes it crash. */
+const DEFAULT_SHM_BYTES = 512 * 1024 * 1024;
+
+/**
+ * The ports a sandbox publishes, named and numbered inside the container as the reference's Docker sandboxes do:
+ * the agent-server, VS Code, and two for applications the agent starts.
+ */
+const PUBLISHED_PORTS: readonly { name: string; containerPort: number }[] = [
+  { name: "AGENT_SERVER", containerPort: 8000 },
+  { name: "VSCODE", containerPort: 8001 },
+  { name: "WORKER_1", containerPort: 8011 },
+  { name: "WORKER_2", containerPort: 8012 },
+];
+
+/** `user` unless it is empty or root (by name or uid 0), else null. */
+function nonRootUser(user: string | undefined): string | null {
+  const u = (user ?? "").trim();
+  return u === "" || /^(root|0)(:.*)?$/.test(u) ? null : u;
+}
+
+/** A URL on this machine's loopback rewritten to the host gateway, as a container on its own network reaches it. */
+export function viaHostGateway(url: string): string {
+  return url.replace(
+    /^(https?:\/\/)(localhost|127(?:\.\d{1,3}){3}|\[::1\])(?=[:/]|$)/,
+    "$1host.docker.internal",
+  );
+}
+
+/**
+ * The folders a container's user other than the image's must own, parents first: the working folder's parent
+ * (the agent-server's `/workspace`) unless it is `/`, the working folder, and the agent-server's state folders
+ * named by its environment.
+ */
+function ownedFolders(workingDir: string, env: Record<string, string>): string[] {
+  const folders = new Set<string>();
+  const parent = workingDir.replace(/\/+$/, "").replace(/\/[^/]*$/, "");
+  if (parent !== "") folders.add(parent);
+  folders.add(workingDir);
+  for (const name of ["OH_CONVERSATIONS_PATH", "OH_BASH_EVENTS_DIR"]) {
+    const path = env[name];
+    if (path?.startsWith("/")) folders.add(path);
+  }
+  return [...folders];
+}
 
 /** One progress event of an image pull, as the Docker engine streams it. */
 export interface PullProgressEvent {
@@ -31,10 +78,13 @@ export interface DockerRuntimeOptions {
   /** Engine socket when `docker` is not given (default /var/run/docker.sock). */
   socketPath?: string;
   /**
-   * Network of sandbox containers (default "host"):
-   * - "host": the agent listens on a free loopback port of this machine chosen by the runtime;
+   * Network of sandbox containers (default "bridge", as the reference):
+   * - "host": the agent (`{host}` = 127.0.0.1) and VS Code listen on free loopback ports of this machine chosen by
+   *   the runtime;
    * - "none": no network; the agent cannot be reached (handle port 0), so health is the container's running state;
-   * - any other network: the agent listens on `agentPort` in the container, published on 127.0.0.1:<free port>.
+   * - any other network: the agent listens on `agentPort` (VS Code 8001, workers 8011/8012) in the container, each
+   *   published on 127.0.0.1:<free port>; the webhook URL's loopback host becomes host.docker.internal (the host
+   *   gateway).
    */
   network?: string;
   /** Prefix of the labels the runtime sets and trusts (default "workspace."): `<prefix>managed=true`, ... */
@@ -47,8 +97,13 @@ export interface DockerRuntimeOptions {
   volumePrefix?: string;
   /** Agent port inside the container on networks other than host (default 8000). */
   agentPort?: number;
-  /** `uid[:gid]` the container's processes run as (default 1000:1000; the image's working folder should be its). */
+  /**
+   * `uid[:gid]` the container's processes run as, given the working folder and the agent-server's state folders
+   * (default: the image's own user; 1000:1000 for an image that would run as root).
+   */
   user?: string;
+  /** Size of the container's /dev/shm in bytes (default 512 MiB). */
+  shmBytes?: number;
   /** Memory limit in bytes (default 2 GiB). */
   memoryBytes?: number;
   nanoCpus?: number;
@@ -112,10 +167,11 @@ function numericUser(user: string): { uid: number; gid: number } | null {
   return m ? { uid: Number(m[1]), gid: Number(m[2] ?? m[1]) } : null;
 }
 
-/** A tar holding only the folder `path` (absolute), owned by `owner`. */
-async function ownedFolderTar(path: string, owner: { uid: number; gid: number }): Promise<Buffer> {
+/** A tar holding only the folders `paths` (absolute, parents before children), owned by `owner`. */
+async function ownedFoldersTar(paths: string[], owner: { uid: number; gid: number }): Promise<Buffer> {
   const pack = tar.pack();
-  pack.entry({ name: `${path.replace(/^\/+|\/+$/g, "")}/`, type: "directory", mode: 0o755, ...owner });
+  for (const path of paths)
+    pack.entry({ name: `${path.replace(/^\/+|\/+$/g, "")}/`, type: "directory", mode: 0o755, ...owner });
   pack.finalize();
   const chunks: Buffer[] = [];
   for await (const chunk of pack) chunks.push(Buffer.from(chunk as Uint8Array));
@@ -154,13 +210,16 @@ async function tolerate(statuses: number[], fn: () => Promise<unknown>): Promise
  */
 export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerRuntime {
   const docker = options.docker ?? new Docker({ socketPath: options.socketPath ?? "/var/run/docker.sock" });
-  const network = options.network ?? "host";
+  const network = options.network ?? "bridge";
   const prefix = options.labelPrefix ?? "workspace.";
   const managedLabel = `${prefix}managed`;
   const extraLabels = options.labels ?? {};
   const namePrefix = options.containerNamePrefix ?? "oh-agent-server-";
   const volumePrefix = options.volumePrefix ?? "openhands-workspace-";
   const agentPort = options.agentPort ?? 8000;
+  const publishedPorts = PUBLISHED_PORTS.map((p) =>
+    p.name === "AGENT_SERVER" ? { ...p, containerPort: agentPort } : p,
+  );
   const stopTimeoutSeconds = options.stopTimeoutSeconds ?? 10;
   const healthPollMs = options.healthPollMs ?? 10;
   const probeTimeoutMs = options.probeTimeoutMs ?? 1000;
@@ -256,16 +315,28 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
       const { sandboxId, spec, sessionApiKey } = request;
       const image = spec.id;
       await ensureImage(image);
+      const { Config: imageConfig } = await docker.getImage(image).inspect();
       const containerName = sandboxId.startsWith(namePrefix) ? sandboxId : `${namePrefix}${sandboxId}`;
       const volume = `${volumePrefix}${sandboxId}`;
       const workingDir = spec.workingDir || "/workspace";
       const hostNetwork = network === "host";
       const reachable = network !== "none";
-      // Host network: the agent binds a free port of this machine. Otherwise it binds agentPort in its own network
-      // namespace, published on a free loopback port; with network "none" there is nothing to reach: port 0 (a URL
-      // that can never hit an unrelated service of this machine).
-      const hostPort = reachable ? await freePort("127.0.0.1") : 0;
+      // Every published port gets its own free loopback port of this machine. Host network: the agent binds those
+      // ports itself, on loopback only. Other networks: the container's fixed ports are published on 127.0.0.1.
+      // Network "none": nothing can be reached, port 0 (a URL that can never hit an unrelated service).
+      const ports: ExposedPort[] = reachable
+        ? await Promise.all(
+            publishedPorts.map(async ({ name }) => ({ name, port: await freePort("127.0.0.1") })),
+          )
+        : [];
+      const hostPort = ports[0]?.port ?? 0;
+      const inContainer = (name: string): number => {
+        const published = publishedPorts.find((p) => p.name === name);
+        const host = ports.find((p) => p.name === name);
+        return hostNetwork ? (host?.port ?? 0) : (published?.containerPort ?? 0);
+      };
       const containerPort = hostNetwork ? hostPort : agentPort;
+      const listenHost = hostNetwork || !reachable ? "127.0.0.1" : "0.0.0.0";
       const labels: Record<string, string> = {
         ...extraLabels,
         [managedLabel]: "true",
@@ -277,11 +348,25 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
         OH_SESSION_API_KEYS_0: sessionApiKey,
         SESSION_API_KEY: sessionApiKey,
         PORT: String(containerPort),
-        HOST: hostNetwork || !reachable ? "127.0.0.1" : "0.0.0.0",
+        HOST: listenHost,
         WORKSPACE_DIR: workingDir,
       };
+      // As the reference: each published port's number under its name (the agent tells the model where it can
+      // serve applications); VS Code on its own port, so that sandboxes sharing the host network never collide.
+      for (const p of ports) env[p.name] = String(p.port);
+      if (reachable) env.OH_VSCODE_PORT = String(inContainer("VSCODE"));
+      // The webhook must reach this service from inside the container: through the host gateway on a network of
+      // its own (host.docker.internal, mapped below), where loopback would be the container itself.
+      const hook = env.OH_WEBHOOKS_0_BASE_URL;
+      if (hook !== undefined && !hostNetwork) env.OH_WEBHOOKS_0_BASE_URL = viaHostGateway(hook);
+      // The image's own user (as the reference, which passes none), unless `options.user` says otherwise; never
+      // root: an image without a user runs as FALLBACK_USER. A user other than the image's gets the workspace and
+      // the agent-server's state folders, which the image made for its own user.
+      const imageUser = nonRootUser(imageConfig.User);
+      const user = options.user ?? imageUser ?? FALLBACK_USER;
+      const owner = options.user !== undefined || imageUser === null ? numericUser(user) : null;
       // Nothing of the host but the workspace volume; a non-root user without capabilities that cannot gain
-      // privileges (setuid binaries), with memory and process limits.
+      // privileges (setuid binaries: the image's sudo does not work), with memory and process limits.
       const hostConfig: NonNullable<ContainerCreateOptions["HostConfig"]> = {
         NetworkMode: network,
         Init: options.init ?? true,
@@ -291,38 +376,48 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
         SecurityOpt: ["no-new-privileges"],
         Memory: options.memoryBytes ?? DEFAULT_MEMORY_BYTES,
         PidsLimit: options.pidsLimit ?? DEFAULT_PIDS_LIMIT,
+        ShmSize: options.shmBytes ?? DEFAULT_SHM_BYTES,
       };
+      if (!hostNetwork && reachable) hostConfig.ExtraHosts = ["host.docker.internal:host-gateway"];
       if (options.nanoCpus !== undefined) hostConfig.NanoCpus = options.nanoCpus;
       const create: ContainerCreateOptions = {
         name: containerName,
         Image: image,
-        User: options.user ?? DEFAULT_USER,
+        User: user,
         Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
         WorkingDir: workingDir,
         Labels: labels,
         HostConfig: hostConfig,
       };
-      if (!isBuiltinAgentCommand(spec.command)) create.Cmd = withPort(spec.command, containerPort);
+      if (!isBuiltinAgentCommand(spec.command))
+        create.Cmd = withPort(spec.command, containerPort, listenHost);
       else if (spec.command.length > 1) {
         // The built-in marker with extra arguments: the image's default command plus those arguments.
-        const { Config } = await docker.getImage(image).inspect();
-        create.Cmd = withPort([...(Config.Cmd ?? []), ...spec.command.slice(1)], containerPort);
+        create.Cmd = withPort(
+          [...(imageConfig.Cmd ?? []), ...spec.command.slice(1)],
+          containerPort,
+          listenHost,
+        );
       }
       if (reachable && !hostNetwork) {
-        create.ExposedPorts = { [`${agentPort}/tcp`]: {} };
-        hostConfig.PortBindings = {
-          [`${agentPort}/tcp`]: [{ HostIp: "127.0.0.1", HostPort: String(hostPort) }],
-        };
+        create.ExposedPorts = {};
+        hostConfig.PortBindings = {};
+        for (const p of ports) {
+          const key = `${p.name === "AGENT_SERVER" ? agentPort : inContainer(p.name)}/tcp`;
+          create.ExposedPorts[key] = {};
+          hostConfig.PortBindings[key] = [{ HostIp: "127.0.0.1", HostPort: String(p.port) }];
+        }
       }
       await docker.createVolume({ Name: volume, Labels: labels });
       let containerId: string | undefined;
       try {
         const container = await docker.createContainer(create);
         containerId = container.id;
-        // A new volume belongs to root unless the image has the folder it is mounted on: hand the working folder
-        // to the sandbox's user (a one-entry tar extracted by the engine, which chowns what it extracts).
-        const owner = numericUser(create.User ?? "");
-        if (owner) await container.putArchive(await ownedFolderTar(workingDir, owner), { path: "/" });
+        // Folders the run user must own: the working folder (a new volume belongs to root unless the image has the
+        // folder it is mounted on) and, for a user other than the image's, the agent-server's state folders and
+        // their parent. A tar of folder entries extracted by the engine, which chowns what it extracts.
+        const folders = owner === null ? [] : ownedFolders(workingDir, env);
+        if (owner !== null) await container.putArchive(await ownedFoldersTar(folders, owner), { path: "/" });
         await container.start();
       } catch (e: unknown) {
         // Leave nothing half-made behind (a name conflict means the container is someone else's: keep it).
@@ -331,9 +426,14 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
         else if (statusOf(e) !== 409) await removeVolume(volume).catch(() => {});
         throw e;
       }
-      log("sandbox container started", { sandboxId, containerName, image, port: hostPort });
+      log("sandbox container started", { sandboxId, containerName, image, user, port: hostPort });
       const data: DockerHandleData = { containerId, containerName, volume, network, reachable };
-      return { data: { ...data }, agentUrl: `http://127.0.0.1:${hostPort}`, port: hostPort };
+      return {
+        data: { ...data },
+        agentUrl: `http://127.0.0.1:${hostPort}`,
+        port: hostPort,
+        ...(ports.length > 1 ? { exposedPorts: ports.slice(1), workingDir } : {}),
+      };
     },
 
     async waitHealthy(handle: RuntimeHandle, timeoutMs: number): Promise<boolean> {

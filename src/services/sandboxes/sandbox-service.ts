@@ -10,6 +10,7 @@ import {
   type BatchGetSandboxesResponse,
   type DeleteSandboxRequest,
   type DeleteSandboxResponse,
+  type ExposedUrl,
   type PauseSandboxRequest,
   type PauseSandboxResponse,
   SandboxStatus as PbStatus,
@@ -427,22 +428,29 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       sandboxSpecId: l.record.specId,
       status: PB_STATUS[l.status],
       ...(running ? { sessionApiKey: this.sessionKey(l.record) } : {}),
-      exposedUrls:
-        running && l.handle
-          ? [
-              {
-                $typeName: "workspace.v1.ExposedUrl",
-                name: "AGENT_SERVER",
-                url: l.handle.agentUrl,
-                port: l.handle.port,
-              },
-            ]
-          : [],
+      exposedUrls: running && l.handle ? this.#exposedUrls(l.record, l.handle) : [],
       createdAt: timestampFromDate(l.record.createdAt),
     };
   }
 
   // ---- internals ----
+
+  /**
+   * The agent's URL, then the other published ports as the reference names them; VS Code's URL carries the
+   * session key and the folder to open (`/?tkn=…&folder=…`), as the reference's.
+   */
+  #exposedUrls(record: SandboxRecord, handle: RuntimeHandle): ExposedUrl[] {
+    const origin = new URL(handle.agentUrl).origin.replace(/:\d+$/, "");
+    const urls: ExposedUrl[] = [
+      { $typeName: "workspace.v1.ExposedUrl", name: "AGENT_SERVER", url: handle.agentUrl, port: handle.port },
+    ];
+    for (const { name, port } of handle.exposedPorts ?? []) {
+      let url = `${origin}:${port}`;
+      if (name === "VSCODE") url += `/?tkn=${this.sessionKey(record)}&folder=${handle.workingDir ?? ""}`;
+      urls.push({ $typeName: "workspace.v1.ExposedUrl", name, url, port });
+    }
+    return urls;
+  }
 
   async #reconcileAll(): Promise<Record<SandboxStatus, number>> {
     const counts: Record<SandboxStatus, number> = {
