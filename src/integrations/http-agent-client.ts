@@ -11,6 +11,33 @@ import {
 const COMMAND_MARGIN_MS = 15_000;
 /** Agent default timeout of a command (seconds), when none is given. */
 const AGENT_DEFAULT_TIMEOUT_S = 60;
+/** Ids per GET /api/conversations?ids=… (the agent-server refuses 100 or more). */
+const MAX_IDS_PER_GET = 99;
+
+/**
+ * What an agent's error answer says, without what it echoes of the request: FastAPI's validation items give their
+ * location and message (never their `input`, which holds the request's keys and tokens), other answers their
+ * `detail` and `exception`; anything else is cut to 300 characters. The caller redacts the secrets it knows.
+ */
+export function errorSummary(text: string): string {
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    return text.slice(0, 300);
+  }
+  const detail = (body as { detail?: unknown } | null)?.detail;
+  if (Array.isArray(detail)) {
+    const items = detail.slice(0, 5).map((d: { loc?: unknown; msg?: unknown }) => {
+      const loc = Array.isArray(d?.loc) ? d.loc.map(String).join(".") : "";
+      return `${loc}${loc ? ": " : ""}${typeof d?.msg === "string" ? d.msg : "invalid"}`;
+    });
+    return `${items.join("; ")}${detail.length > 5 ? ` (and ${detail.length - 5} more)` : ""}`.slice(0, 1000);
+  }
+  const exception = (body as { exception?: unknown }).exception;
+  const parts = [detail, exception].filter((p): p is string => typeof p === "string" && p !== "");
+  return parts.length > 0 ? parts.join(": ").slice(0, 500) : "(no detail)";
+}
 
 export interface HttpAgentClientOptions {
   /** Timeout of POST /api/conversations (default 60 s). */
@@ -61,10 +88,39 @@ export class HttpAgentClient implements AgentClient {
     ids: readonly string[],
     timeoutMs: number,
   ): Promise<(AgentConversationInfo | null)[]> {
-    const query = new URLSearchParams(ids.map((id): [string, string] => ["ids", id]));
-    const out = await this.#call(agent, "GET", `/api/conversations?${query}`, undefined, timeoutMs);
-    if (!Array.isArray(out)) throw new AgentCallError("the agent answered a batch get without a list", 200);
-    return out.map(toInfo);
+    // The agent-server asserts fewer than 100 ids a call (500 otherwise).
+    const chunks: string[][] = [];
+    for (let i = 0; i < ids.length; i += MAX_IDS_PER_GET) chunks.push(ids.slice(i, i + MAX_IDS_PER_GET));
+    const answers = await Promise.all(
+      chunks.map(async (chunk) => {
+        const query = new URLSearchParams(chunk.map((id): [string, string] => ["ids", id]));
+        const out = await this.#call(agent, "GET", `/api/conversations?${query}`, undefined, timeoutMs);
+        if (!Array.isArray(out) || out.length !== chunk.length)
+          throw new AgentCallError("the agent answered a batch get without a list of as many items", 200);
+        return out.map(toInfo);
+      }),
+    );
+    return answers.flat();
+  }
+
+  async deleteConversation(agent: AgentEndpoint, conversationId: string, timeoutMs: number): Promise<void> {
+    await this.#call(
+      agent,
+      "DELETE",
+      `/api/conversations/${encodeURIComponent(conversationId)}`,
+      undefined,
+      timeoutMs,
+    );
+  }
+
+  async updateConversationTitle(
+    agent: AgentEndpoint,
+    conversationId: string,
+    title: string,
+    timeoutMs: number,
+  ): Promise<void> {
+    const path = `/api/conversations/${encodeURIComponent(conversationId)}`;
+    await this.#call(agent, "PATCH", path, { title }, timeoutMs);
   }
 
   async generateTitle(
@@ -81,7 +137,7 @@ export class HttpAgentClient implements AgentClient {
 
   async #call(
     agent: AgentEndpoint,
-    method: "GET" | "POST",
+    method: "GET" | "POST" | "PATCH" | "DELETE",
     path: string,
     body: unknown,
     timeoutMs: number,
@@ -117,7 +173,7 @@ export class HttpAgentClient implements AgentClient {
     const text = await res.text().catch(() => "");
     if (!res.ok) {
       throw new AgentCallError(
-        `${method} ${path.split("?")[0]} on the agent server answered ${res.status}: ${text.slice(0, 500)}`,
+        `${method} ${path.split("?")[0]} on the agent server answered ${res.status}: ${errorSummary(text)}`,
         res.status,
       );
     }

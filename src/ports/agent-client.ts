@@ -59,6 +59,15 @@ export interface AgentClient {
     ids: readonly string[],
     timeoutMs: number,
   ): Promise<(AgentConversationInfo | null)[]>;
+  /** DELETE /api/conversations/{id}: the agent stops and forgets the conversation. Rejects with AgentCallError. */
+  deleteConversation?(agent: AgentEndpoint, conversationId: string, timeoutMs: number): Promise<void>;
+  /** PATCH /api/conversations/{id} `{title}`. Rejects with AgentCallError. */
+  updateConversationTitle?(
+    agent: AgentEndpoint,
+    conversationId: string,
+    title: string,
+    timeoutMs: number,
+  ): Promise<void>;
   /**
    * POST /api/conversations/{id}/generate_title `{max_length}` → the title; null when the agent gives none.
    * Rejects with AgentCallError (a client without it leaves titles to the message text).

@@ -47,7 +47,8 @@ export const settingsBodySchema = object(
   {
     language: optStr,
     agent: optStr,
-    max_iterations: optInt,
+    // The agent-server refuses fewer than one iteration (its StartConversationRequest): refused when stored.
+    max_iterations: { schema: nullable(int({ ge: 1, le: INT32.le })) },
     security_analyzer: optStr,
     confirmation_mode: optBool,
     llm_model: optStr,

@@ -43,7 +43,7 @@ import {
   type UpdateAppConversationResponse,
 } from "../../gen/workspace/v1/app_conversation_pb.js";
 import { SandboxStatus } from "../../gen/workspace/v1/sandbox_pb.js";
-import type { AgentClient } from "../../ports/agent-client.ts";
+import type { AgentClient, AgentEndpoint } from "../../ports/agent-client.ts";
 import { parseStartTaskChange } from "../../ports/change-log.ts";
 import type {
   ClaimedStartTask,
@@ -141,6 +141,8 @@ interface RunningStart {
 
 const TERMINAL = new Set(["READY", "ERROR"]);
 const MAX_TITLE = 200;
+/** Deadline of a delete or rename on the agent server (the reference's). */
+const AGENT_CALL_TIMEOUT_MS = 30_000;
 
 /**
  * App conversations: starting them (an asynchronous start task per start, saved at every state) and listing them
@@ -482,6 +484,12 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
       throw notFound();
     const record = await this.#o.conversations.get(id, userId);
     if (record === null) throw notFound();
+    // The agent keeps a title of its own (as the reference, a failure there does not fail the rename).
+    const title = patch.title;
+    if (title !== undefined)
+      await this.#onAgent(record, "rename", (agent, endpoint, timeoutMs) =>
+        agent.updateConversationTitle?.(endpoint, id, title, timeoutMs),
+      );
     const [conversation] = await this.#withLiveStatus(userId, [record]);
     return {
       $typeName: "workspace.v1.UpdateAppConversationResponse",
@@ -507,6 +515,15 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
     } as const;
     if (record === null) return none;
     const doomed = [id, ...record.subConversationIds];
+    // The agent stops each conversation first (it would otherwise go on running, and spending, in a sandbox that
+    // stays); a failure there does not keep the records, as the reference's.
+    for (const cid of doomed) {
+      const r = cid === id ? record : await this.#o.conversations.get(cid, userId);
+      if (r !== null)
+        await this.#onAgent(r, "delete", (agent, endpoint, timeoutMs) =>
+          agent.deleteConversation?.(endpoint, cid, timeoutMs),
+        );
+    }
     let deleted = false;
     for (const cid of doomed) {
       await this.#o.events?.deleteConversation(cid, userId);
@@ -678,6 +695,27 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
   }
 
   /** Whether one of the user's unfinished starts is using the sandbox. */
+  /**
+   * Runs `call` against the agent of the conversation's sandbox when it runs; logs (and swallows) its failure.
+   */
+  async #onAgent(
+    record: ConversationRecord,
+    what: string,
+    call: (agent: AgentClient, endpoint: AgentEndpoint, timeoutMs: number) => Promise<void> | undefined,
+  ): Promise<void> {
+    const live = await this.#o.sandboxes.get(record.ownerId, record.sandboxId);
+    if (live === null || live.status !== "RUNNING" || live.handle === null) return;
+    const endpoint = { url: live.handle.agentUrl, sessionApiKey: this.#o.sandboxes.sessionKey(live.record) };
+    try {
+      await call(this.#o.agent, endpoint, AGENT_CALL_TIMEOUT_MS);
+    } catch (err) {
+      this.#flow.log(`conversation ${what} on the agent server failed`, {
+        conversationId: record.id,
+        error: String(err),
+      });
+    }
+  }
+
   async #startingIn(userId: string, sandboxId: string): Promise<boolean> {
     // Any server's: unfinished tasks are few (they end within minutes).
     const tasks = await this.#o.startTasks.listUnfinished();

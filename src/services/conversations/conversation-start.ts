@@ -3,7 +3,6 @@
  * conversation on the agent server. Every state is saved before the step runs, so any server reading storage
  * reports where a start is; any failure ends in ERROR with a detail a person can act on.
  */
-import type { JsonObject } from "@bufbuild/protobuf";
 import { ConnectError } from "@connectrpc/connect";
 import type { Clock } from "../../core/clock.ts";
 import { StorageUnavailableError } from "../../core/errors.ts";
@@ -24,7 +23,14 @@ import { type LiveSandbox, newSandboxId, type SandboxService } from "../sandboxe
 import type { SecretsService } from "../secrets/secrets-service.ts";
 import { PROVIDERS } from "../settings/settings-fields.ts";
 import type { ConversationConfig, SettingsService } from "../settings/settings-service.ts";
-import { agentTypeName, messageJson, providerName, triggerName } from "./conversation-json.ts";
+import {
+  agentStartRequest,
+  parseSkillFiles,
+  type SkillJson,
+  skillFilesCommand,
+  workHostsSkill,
+} from "./agent-request.ts";
+import { providerName, triggerName } from "./conversation-json.ts";
 import {
   cloneSource,
   gitHooksCommand,
@@ -259,9 +265,14 @@ class StartFlow {
   async #steps(): Promise<void> {
     const owner = this.#task.ownerId;
     const eff = await this.#effective();
-    const [sandbox, config, secrets] = await Promise.all([
+    const config = await this.#d.settings.openConversationConfig(owner);
+    // The agent cannot run without a model: say so before a sandbox is started for nothing.
+    if ((eff.llmModel ?? config.llmModel) === null)
+      throw new StartError(
+        "No LLM model is set: choose one in the settings (llm_model, e.g. anthropic/claude-sonnet-4-5, with llm_api_key) or pass llm_model in the start request",
+      );
+    const [sandbox, secrets] = await Promise.all([
       this.#sandbox(eff.sandboxId),
-      this.#d.settings.openConversationConfig(owner),
       this.#d.secrets.openAll(owner),
     ]);
     const guard = this.#guardSandbox(sandbox.record.id);
@@ -308,6 +319,13 @@ class StartFlow {
       this.#secrets.push(t.token, encodeURIComponent(t.token));
     if (config.llmApiKey !== null) this.#secrets.push(config.llmApiKey);
     this.#secrets.push(...Object.values(secrets));
+    for (const s of Object.values(config.mcpConfig ?? {}).flat())
+      if ("api_key" in s && s.api_key) this.#secrets.push(s.api_key);
+      else if ("env" in s) this.#secrets.push(...Object.values(s.env));
+    // As they appear inside a JSON answer (an agent's error may echo the request).
+    this.#secrets.push(
+      ...this.#secrets.map((v) => JSON.stringify(v).slice(1, -1)).filter((v, i) => v !== this.#secrets[i]),
+    );
     const handle = sandbox.handle;
     if (handle === null) throw new StartError(`Sandbox ${sandbox.record.id} has no agent server`);
     const agent: AgentEndpoint = {
@@ -366,8 +384,9 @@ class StartFlow {
         throw new StartError(`Installing the git pre-commit hook failed: ${tail(r.stderr || r.stdout, 500)}`);
     }
 
-    // The built-in agent has no skills to load; the state is kept for clients that show it.
+    // The repository's skills (and where the sandbox serves applications), for the agent's context.
     await this.#save({ status: "SETTING_UP_SKILLS" });
+    const skills = await this.#skills(agent, sandbox, project.projectDir);
 
     // The id is chosen here and saved before the agent is asked, so that a resumed start asks for the same one
     // (the agent answers an existing conversation for a known id) and never creates a second conversation.
@@ -384,7 +403,16 @@ class StartFlow {
       }
       throw new StartError(`Conversation ${conversationId} already exists`);
     }
-    const body = agentStartRequest(this.#req, conversationId, eff, config, secrets, project.projectDir);
+    const body = agentStartRequest({
+      request: this.#req,
+      conversationId,
+      model: (eff.llmModel ?? config.llmModel) as string,
+      config,
+      customSecrets: secrets,
+      provider,
+      workingDir: project.projectDir,
+      skills,
+    });
     await this.#save({ status: "STARTING_CONVERSATION", agentServerUrl: agent.url });
     const info = await this.#d.agent.startConversation(agent, body, this.#callSignal);
     const id = parseHexId(info.id) ?? conversationId;
@@ -508,6 +536,31 @@ class StartFlow {
     return live;
   }
 
+  /**
+   * The skills of the repository in `projectDir`, after a skill telling where the sandbox serves applications.
+   * A failure to read them is logged and the start goes on without them, as the reference's.
+   */
+  async #skills(agent: AgentEndpoint, sandbox: LiveSandbox, projectDir: string): Promise<SkillJson[]> {
+    const workers = this.#d.sandboxes
+      .toInfo(sandbox)
+      .exposedUrls.filter((u) => u.name.startsWith("WORKER_"))
+      .map((u) => ({ url: u.url, port: u.port }));
+    const skills: SkillJson[] = [];
+    const hosts = workHostsSkill(workers);
+    if (hosts !== null) skills.push(hosts);
+    const skip = (path: string, why: string) =>
+      this.#d.log("skill file left out", { taskId: this.#task.id, path, why });
+    try {
+      const r = await this.#exec(agent, skillFilesCommand(), projectDir, 30);
+      if (r.exitCode === 0) skills.push(...parseSkillFiles(r.stdout, skip));
+      else skip(projectDir, `listing skills exited with ${r.exitCode}: ${tail(r.stderr, 300)}`);
+    } catch (err) {
+      if (this.#callSignal.aborted) throw err;
+      skip(projectDir, redact(String(err), this.#secrets));
+    }
+    return skills;
+  }
+
   async #exec(agent: AgentEndpoint, command: string, cwd: string | undefined, timeoutSeconds: number) {
     this.#callSignal.throwIfAborted();
     return this.#d.agent.executeCommand(
@@ -540,49 +593,6 @@ function prepareFailure(r: { exitCode: number; stdout: string; stderr: string },
     default:
       return `Preparing the repository failed with exit code ${r.exitCode}: ${output}`;
   }
-}
-
-/**
- * The agent server's StartConversationRequest, as the reference builds it: the LLM from the request or settings,
- * the confirmation policy, MCP config, the workspace folder, the initial message, and as secrets the custom
- * secrets plus each provider token as `<PROVIDER>_TOKEN`.
- */
-function agentStartRequest(
-  r: AppConversationStartRequest,
-  conversationId: string | null,
-  eff: Effective,
-  config: ConversationConfig,
-  customSecrets: Record<string, string>,
-  workingDir: string,
-): Record<string, unknown> {
-  const secrets: JsonObject = {};
-  for (const [name, value] of Object.entries(customSecrets)) secrets[name] = { kind: "StaticSecret", value };
-  for (const [provider, t] of Object.entries(config.providerTokens))
-    secrets[`${provider.toUpperCase()}_TOKEN`] = { kind: "StaticSecret", value: t.token };
-  const agent: JsonObject = {
-    kind: "Agent",
-    llm: {
-      model: eff.llmModel ?? config.llmModel,
-      base_url: config.llmBaseUrl,
-      api_key: config.llmApiKey,
-      usage_id: "agent",
-    },
-    agent_type: agentTypeName(r.agentType),
-  };
-  if (r.systemMessageSuffix !== undefined)
-    agent.agent_context = { system_message_suffix: r.systemMessageSuffix };
-  if (config.mcpConfig !== null) agent.mcp_config = config.mcpConfig as unknown as JsonObject;
-  if (config.securityAnalyzer !== null) agent.security_analyzer = config.securityAnalyzer;
-  const body: Record<string, unknown> = {
-    agent,
-    workspace: { kind: "LocalWorkspace", working_dir: workingDir },
-    confirmation_policy: { kind: config.confirmationMode ? "AlwaysConfirm" : "NeverConfirm" },
-    initial_message: r.initialMessage ? messageJson(r.initialMessage) : null,
-    secrets,
-  };
-  if (conversationId !== null) body.conversation_id = conversationId;
-  if (config.maxIterations !== null) body.max_iterations = config.maxIterations;
-  return body;
 }
 
 /** Resolves like `p`, or rejects as soon as `signal` aborts. */

@@ -13,6 +13,10 @@ const loadYaml = (): typeof import("yaml") =>
 export interface MicroagentContent {
   content: string;
   triggers: string[];
+  /** The front matter's `name`, when it gives one. */
+  name?: string;
+  /** The front matter's `inputs` (a task microagent), when it has the key. */
+  inputs?: unknown[];
 }
 
 /** Other agents' instruction files, read whole (names compared in lower case, as the reference). */
@@ -66,5 +70,10 @@ export function parseMicroagent(path: string, text: string): MicroagentContent {
     const agent = typeof m.name === "string" ? m.name : "default";
     if (!out.includes(`/${agent}`)) out.push(`/${agent}`);
   }
-  return { content, triggers: out };
+  return {
+    content,
+    triggers: out,
+    ...(typeof m.name === "string" ? { name: m.name } : {}),
+    ...(m.inputs !== undefined ? { inputs } : {}),
+  };
 }

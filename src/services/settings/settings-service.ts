@@ -148,6 +148,17 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
         });
       }
     }
+    const iterations = incoming.max_iterations;
+    if (typeof iterations === "number" && iterations < 1) {
+      // The agent-server refuses it at every conversation start: refused when stored.
+      issues.push({
+        loc: ["max_iterations"],
+        msg: "Input should be greater than or equal to 1",
+        type: "greater_than_equal",
+        input: iterations,
+        ctx: { ge: 1 },
+      });
+    }
     const condenser = incoming.condenser_max_size;
     if (typeof condenser === "number" && condenser < 20) {
       issues.push({
