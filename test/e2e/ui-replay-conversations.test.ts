@@ -80,7 +80,8 @@ function expectConversationShape(c: ConversationInfo): void {
 }
 
 beforeAll(async () => {
-  t = await startTestApp();
+  // Users who have set up their model, as the UI asks a person to before a first conversation.
+  t = await startTestApp({ llmModel: "anthropic/claude-sonnet-4-5" });
   key = await t.keyFor("alice");
   otherKey = await t.keyFor("bob");
 }, 30_000);

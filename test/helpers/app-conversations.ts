@@ -199,6 +199,7 @@ export async function startConversationApp(): Promise<ConversationApp> {
     ],
     // A provider host on loopback (an unreachable port) must be allowed by the operator.
     git: { hosts: new ProviderHostPolicy(["127.0.0.1"]) },
+    llmModel: "openai/test-model",
   });
   current = { t, gitDir, bare, runtime, runtimeDir };
   return current;

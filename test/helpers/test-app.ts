@@ -54,6 +54,11 @@ export interface TestAppOptions {
   limits?: AppDeps["limits"];
   /** Client of the sandboxes' agent servers (default: HTTP). */
   agent?: AppDeps["agent"];
+  /**
+   * The model every user made by keyFor has in their settings (a conversation needs one, as it does once a person
+   * has set up the UI); none by default.
+   */
+  llmModel?: string;
 }
 
 /** A real server on free loopback ports over a SQLite file in a temporary folder. */
@@ -95,6 +100,14 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
       if (k === undefined) {
         k = (await app.keys.issue(user)).key;
         keys.set(user, k);
+        if (options.llmModel !== undefined) {
+          const r = await fetch(`http://127.0.0.1:${ports.port}/api/settings`, {
+            method: "POST",
+            headers: { "x-session-api-key": k, "content-type": "application/json" },
+            body: JSON.stringify({ llm_model: options.llmModel }),
+          });
+          if (!r.ok) throw new Error(`storing the test model failed: ${r.status} ${await r.text()}`);
+        }
       }
       return k;
     },

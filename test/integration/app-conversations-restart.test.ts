@@ -33,6 +33,7 @@ describe("restart safety", () => {
       runtime: unisolated(),
       keepSandboxes: true,
       conversations: { shutdownGraceMs: 50 },
+      llmModel: "openai/test-model",
     });
     const key = await first.keyFor("frank");
     const r = await call(first.url, key, "POST", "/api/v1/app-conversations", {

@@ -39,7 +39,7 @@ beforeAll(async () => {
     new Promise<boolean>((resolve) => {
       settleHealth = resolve;
     });
-  t = await startTestApp({ runtime });
+  t = await startTestApp({ runtime, llmModel: "openai/test-model" });
   alice = await t.keyFor("alice");
   bob = await t.keyFor("bob");
   await t.storage.conversations.insert(conversation);

@@ -91,8 +91,14 @@ function world(): World {
   return { service, sandboxes, settings, runtime, agent, tasks, conversations };
 }
 
-beforeEach(() => {
+beforeEach(async () => {
   w = world();
+  // A conversation needs a model (see "no model" below): both users have one, as after the UI's first setup.
+  for (const ctx of [alice, bob])
+    await w.settings.storeSettings(
+      create(StoreSettingsRequestSchema, { settings: fromJson(SettingsSchema, { llm_model: "m0" }) }),
+      ctx,
+    );
 });
 
 type StartInit = MessageInitShape<typeof AppConversationStartRequestSchema>;
@@ -146,8 +152,16 @@ describe("AppConversationService", () => {
     expect(id).toMatch(/^[0-9a-f]{32}$/);
     const stored = await w.conversations.get(id, "alice");
     expect(stored?.sandboxId).toBe(last.sandboxId);
-    // No setup script or pre-commit hook in the project: only the prepare command ran.
-    expect(w.agent.commands).toHaveLength(1);
+    // No setup script or pre-commit hook in the project: only the prepare command and the skills listing ran.
+    expect(w.agent.commands).toHaveLength(2);
+  });
+
+  it("without a model the start ends in ERROR before any sandbox, saying what to set", async () => {
+    const { statuses, last } = await startToEnd({}, callAs("carol"));
+    expect(statuses).toEqual([S.WORKING, S.ERROR]);
+    expect(last.detail).toMatch(/No LLM model is set: .*llm_model/);
+    expect(w.agent.starts).toHaveLength(0);
+    expect(w.runtime.started).toHaveLength(0);
   });
 
   it("StartAppConversation answers the task in WORKING at once, already stored", async () => {
