@@ -27,6 +27,14 @@ export const NO_CACHE = {
 export interface SandboxCallbackRoute {
   method: "POST";
   url: string;
+  /** Largest body of this route (default: the gateway's). */
+  bodyLimit?: number;
+  /**
+   * Answer a refusal of what was posted (invalid, too large, not this sandbox's: 4xx but 401 and 429) with 200
+   * `{success: false, status, detail}`: the agent-server re-sends a batch that got any other answer with every later
+   * one, for ever, so a refused batch would stop all that conversation's events.
+   */
+  acknowledgeRefusals?: boolean;
   handle: (input: {
     body: unknown;
     params: Record<string, string>;
@@ -127,7 +135,7 @@ export function restGateway(options: RestGatewayOptions) {
       else admitted(caller);
     };
 
-    for (const r of options.callbacks ?? []) registerCallback(app, r);
+    for (const r of options.callbacks ?? []) registerCallback(app, r, options.maxBodyBytes);
 
     // Routes sharing a Fastify url (FastAPI `{name:path}` parameters become one wildcard) are registered once and
     // told apart by what follows the parameter, in table order as Starlette tries them.
@@ -267,10 +275,11 @@ function matchEntry(
   return null;
 }
 
-function registerCallback(app: FastifyInstance, r: SandboxCallbackRoute): void {
+function registerCallback(app: FastifyInstance, r: SandboxCallbackRoute, maxBodyBytes: number): void {
   app.route({
     method: r.method,
     url: r.url,
+    ...(r.bodyLimit === undefined ? {} : { bodyLimit: r.bodyLimit }),
     handler: async (req, reply) => {
       const body = req.body as unknown;
       if (typeof body === "object" && body !== null && INVALID_JSON in body)
@@ -286,8 +295,28 @@ function registerCallback(app: FastifyInstance, r: SandboxCallbackRoute): void {
       return reply.code(200).headers(NO_CACHE).send(out);
     },
     errorHandler: (err, req, reply) => {
-      const e = frameworkError(err) ?? toRestError(err, "v1", "body");
+      const e = frameworkError(err, r.bodyLimit ?? maxBodyBytes) ?? toRestError(err, "v1", "body");
       if (e.status >= 500 && e.status !== 503) req.log.error({ err }, "sandbox callback failed");
+      if (
+        r.acknowledgeRefusals === true &&
+        e.status >= 400 &&
+        e.status < 500 &&
+        e.status !== 401 &&
+        e.status !== 429
+      ) {
+        req.log.warn(
+          { status: e.status, detail: e.body },
+          "sandbox callback refused (acknowledged, so not re-sent)",
+        );
+        return reply
+          .code(200)
+          .headers(NO_CACHE)
+          .send({
+            success: false,
+            status: e.status,
+            detail: (e.body as { detail?: unknown } | null)?.detail ?? e.body,
+          });
+      }
       return reply
         .code(e.status)
         .headers({ ...NO_CACHE, ...e.headers })

@@ -146,6 +146,10 @@ export const ENV_DOC: readonly [string, string][] = [
   ["REQUEST_TIMEOUT_MS", "time for a whole HTTP request, headers and body, to arrive (default 30000)"],
   ["HEADERS_TIMEOUT_MS", "time for an HTTP request's headers to arrive (default 10000)"],
   [
+    "WEBHOOK_MAX_BODY_BYTES",
+    "largest event batch an agent server may post to its webhook (default 33554432: 32 MiB)",
+  ],
+  [
     "WEBHOOK_BASE_URL",
     "this service's URL as sandboxes reach it, for their event webhooks (default http://<HOST>:<PORT>)",
   ],
@@ -299,6 +303,7 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
       requestTimeoutMs: int(env, "REQUEST_TIMEOUT_MS", DEFAULT_LIMITS.requestTimeoutMs, 100, 3_600_000),
       headersTimeoutMs: int(env, "HEADERS_TIMEOUT_MS", DEFAULT_LIMITS.headersTimeoutMs, 100, 3_600_000),
       keyRecheckMs: DEFAULT_LIMITS.keyRecheckMs,
+      maxWebhookBytes: int(env, "WEBHOOK_MAX_BODY_BYTES", 32 * 1024 * 1024, 1024 * 1024, 1024 * 1024 * 1024),
     }),
     webhookBaseUrl,
     sandboxIsolation: isolation,

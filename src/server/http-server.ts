@@ -22,7 +22,7 @@ import { v1SandboxRoutes } from "../rest/v1-sandbox-routes.ts";
 import { connectPlugin } from "../rpc/connect-plugin.ts";
 import { nodeHeaders } from "../transport/browser-session.ts";
 import { INTERNAL_MESSAGE } from "../transport/errors.ts";
-import type { TransportLimits } from "../transport/limits.ts";
+import { DEFAULT_LIMITS, type TransportLimits } from "../transport/limits.ts";
 import type { Container } from "./container.ts";
 import { registerDocs } from "./docs.ts";
 import { registerUi } from "./ui-static.ts";
@@ -159,6 +159,8 @@ export async function createHttpServer(
     {
       method: "POST",
       url: "/api/v1/webhooks/:sandbox_id/events/:conversation_id",
+      bodyLimit: limits.maxWebhookBytes ?? DEFAULT_LIMITS.maxWebhookBytes ?? limits.maxMessageBytes,
+      acknowledgeRefusals: true,
       handle: ({ body, params, sessionKey }) =>
         events.receiveEvents(params.sandbox_id ?? "", sessionKey, params.conversation_id ?? "", body),
     },

@@ -14,6 +14,11 @@ export interface TransportLimits {
   readonly headersTimeoutMs: number;
   /** How often an open stream checks that its key is still valid (the key cache period). */
   readonly keyRecheckMs: number;
+  /**
+   * Largest event batch an agent server may post to its webhook (default 32 MiB): browser screenshots make a
+   * batch of five events several MiB.
+   */
+  readonly maxWebhookBytes?: number;
 }
 
 export const DEFAULT_LIMITS: TransportLimits = Object.freeze({
@@ -24,4 +29,5 @@ export const DEFAULT_LIMITS: TransportLimits = Object.freeze({
   requestTimeoutMs: 30_000,
   headersTimeoutMs: 10_000,
   keyRecheckMs: 5_000,
+  maxWebhookBytes: 32 * 1024 * 1024,
 });

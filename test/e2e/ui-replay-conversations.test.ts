@@ -309,7 +309,7 @@ describe("UI replay: conversations", () => {
     expect((await api("GET", "/api/v1/app-conversations/count")).body).toBe(2);
   });
 
-  it("checks the sandbox's own key on webhooks: a wrong key is 401 and stores nothing; oversize is 413", async () => {
+  it("checks the sandbox's own key on webhooks (401, nothing stored); takes screenshot-sized batches; acknowledges refused ones", async () => {
     const event = { kind: "MessageEvent", id: "forged-1", timestamp: "2025-11-28T10:00:00", source: "user" };
     const path = `/api/v1/webhooks/${v1Sandbox}/events/${v1Id}`;
     const wrong = await call(t.url, "not-the-key", "POST", path, [event]);
@@ -320,17 +320,27 @@ describe("UI replay: conversations", () => {
     expect((await call(t.url, undefined, "POST", path, [event])).status).toBe(401);
     const sandboxKey = ((await api("GET", `/api/conversations/${v1Id}`)).body as ConversationInfo)
       .session_api_key;
-    const big = [{ ...event, id: "big", padding: "x".repeat(1024 * 1024) }];
-    expect((await call(t.url, sandboxKey ?? "", "POST", path, big)).status).toBe(413);
+    // A refused batch is answered 200 with success false: the agent-server re-sends any other answer for ever.
+    const over = [{ ...event, id: "over", padding: "x".repeat(33 * 1024 * 1024) }];
+    const tooBig = await call(t.url, sandboxKey ?? "", "POST", path, over);
+    expect(tooBig.status).toBe(200);
+    expect(tooBig.body).toMatchObject({ success: false, status: 413 });
     const malformed = await call(t.url, sandboxKey ?? "", "POST", path, [
       { ...event, timestamp: "yesterday" },
     ]);
-    expect(malformed.status).toBe(422);
+    expect(malformed.status).toBe(200);
+    expect(malformed.body).toMatchObject({ success: false, status: 422 });
     expect((await api("GET", `/api/v1/events/count?conversation_id__eq=${v1Id}`)).body).toBe(2);
+    // A browser screenshot (base64, MiBs) in a batch is stored.
+    const shot = [
+      { ...event, id: "shot", source: "environment", screenshot_data: "A".repeat(3 * 1024 * 1024) },
+    ];
+    expect((await call(t.url, sandboxKey ?? "", "POST", path, shot)).body).toEqual({ success: true });
+    expect((await api("GET", `/api/v1/events/count?conversation_id__eq=${v1Id}`)).body).toBe(3);
     // The right key stores, once (a retried post does not duplicate).
     expect((await call(t.url, sandboxKey ?? "", "POST", path, [event])).body).toEqual({ success: true });
     expect((await call(t.url, sandboxKey ?? "", "POST", path, [event])).status).toBe(200);
-    expect((await api("GET", `/api/v1/events/count?conversation_id__eq=${v1Id}`)).body).toBe(3);
+    expect((await api("GET", `/api/v1/events/count?conversation_id__eq=${v1Id}`)).body).toBe(4);
   });
 
   it("deletes as useDeleteConversation does: the conversation, its events, and its sandbox when unused", async () => {
