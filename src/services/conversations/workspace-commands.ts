@@ -192,7 +192,17 @@ export function parsePrepareOutput(stdout: string): PrepareOutput | null {
 
 /** Runs the project's setup script (output of both streams interleaved on stdout). */
 export function setupScriptCommand(): string {
-  return `chmod +x ${SETUP_SCRIPT} 2>/dev/null; bash ${SETUP_SCRIPT} 2>&1`;
+  // Only the end of its output is answered: a chatty script (a verbose install) would otherwise exceed the
+  // agent-server's 1 MiB output chunk, whose split answer can lose the exit code.
+  return [
+    `chmod +x ${SETUP_SCRIPT} 2>/dev/null`,
+    `out="\${TMPDIR:-/tmp}/openhands-setup-$$.log"`,
+    `bash ${SETUP_SCRIPT} >"$out" 2>&1`,
+    `status=$?`,
+    `tail -c 65536 "$out"`,
+    `rm -f "$out"`,
+    `exit $status`,
+  ].join("\n");
 }
 
 /**
