@@ -63,7 +63,7 @@ try {
 } catch (err) {
   const e = err as NodeJS.ErrnoException;
   process.stderr.write(
-    `ERROR:    Traceback (most recent call last): ... ${e.code ?? "OSError"}: ${e.message}\n` +
+    `ERROR:    Traceback (most recent call last): ... ${e.message}\n` +
       "ERROR:    Application startup failed. Exiting.\n",
   );
   process.exit(3);
