@@ -16,6 +16,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from "node:net";
 import { constants } from "node:os";
 import { join } from "node:path";
+import type { Duplex } from "node:stream";
 import type { StandinConfig, WebhookSpec } from "./config.ts";
 import {
   dashed,
@@ -35,6 +36,7 @@ import {
   validateStartConversation,
   validateUpdateConversation,
 } from "./validate.ts";
+import { acceptWebSocket, rejectUpgrade, type WsConnection } from "./websocket.ts";
 
 /** Tools the real image registers (openhands-tools presets default + planning), in registration order. */
 export const REGISTERED_TOOLS = [
@@ -148,6 +150,7 @@ interface Conversation {
   secrets: Json;
   events: Json[];
   subscribers: WebhookSubscriber[];
+  sockets: Set<WsConnection>;
 }
 
 /** conversation_service.py WebhookSubscriber: buffers events, posts batches, re-queues a batch that failed. */
@@ -230,6 +233,10 @@ export class StandinServer {
           this.#send(res, 500, { detail: "Internal Server Error", exception: String(err) });
       });
     });
+    server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+      if (head.length > 0) socket.unshift(head);
+      this.#upgrade(req, socket);
+    });
     this.#server = server;
     return new Promise((resolvePromise, reject) => {
       server.once("error", reject);
@@ -240,8 +247,12 @@ export class StandinServer {
     });
   }
 
+  /** Shutdown: the event services close, so each webhook subscriber posts what it still holds (bounded here). */
   async close(): Promise<void> {
     for (const child of this.#children) child.kill("SIGKILL");
+    const flushes = [...this.#conversations.values()].flatMap((c) => c.subscribers.map((s) => s.close()));
+    for (const c of this.#conversations.values()) for (const ws of c.sockets) ws.close(1001);
+    await Promise.race([Promise.all(flushes), new Promise((r) => setTimeout(r, 5000).unref())]);
     const server = this.#server;
     this.#server = null;
     if (server !== null) {
@@ -325,6 +336,8 @@ export class StandinServer {
     conv.updatedAt = utcNow();
     this.#lastEventTime = Date.now();
     for (const s of conv.subscribers) s.push(event);
+    const text = JSON.stringify(event);
+    for (const ws of conv.sockets) ws.sendText(text);
   }
   #event(kind: string, source: string, fields: Json): Json {
     return { kind, id: randomUUID(), timestamp: naiveNow(), source, ...fields };
@@ -417,12 +430,6 @@ export class StandinServer {
   async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? "/", "http://standin");
     const method = req.method ?? "GET";
-    const query: Record<string, string[]> = {};
-    for (const [k, v] of url.searchParams) {
-      const values = query[k] ?? [];
-      values.push(v);
-      query[k] = values;
-    }
     let raw: Buffer;
     try {
       raw = await this.#readBody(req);
@@ -449,26 +456,9 @@ export class StandinServer {
         }
       } else parsedBody = text;
     }
-    const standin = url.pathname.startsWith("/__standin/");
-    let record: RecordedRequest | null = null;
-    if (!standin) {
-      const headers: Record<string, string> = {};
-      for (const [k, v] of Object.entries(req.headers))
-        if (v !== undefined)
-          headers[k] = k === "x-session-api-key" ? "<redacted>" : Array.isArray(v) ? v.join(", ") : v;
-      record = {
-        seq: ++this.#seq,
-        time: utcNow(),
-        method,
-        path: url.pathname,
-        query,
-        headers,
-        body: bodyError === null ? (parsedBody ?? null) : text,
-        status: null,
-      };
-      this.#requests.push(record);
-      if (this.#requests.length > MAX_RECORDED) this.#requests.shift();
-    }
+    const record = url.pathname.startsWith("/__standin/")
+      ? null
+      : this.#record(req, url, bodyError === null ? (parsedBody ?? null) : text);
     let status: number;
     let body: unknown;
     try {
@@ -486,6 +476,92 @@ export class StandinServer {
     }
     if (record !== null) record.status = status;
     this.#send(res, status, body);
+  }
+
+  /** Keeps a request for /__standin/requests, the session key (header or websocket query) redacted. */
+  #record(req: IncomingMessage, url: URL, body: unknown): RecordedRequest {
+    const query: Record<string, string[]> = {};
+    for (const [k, v] of url.searchParams) {
+      const values = query[k] ?? [];
+      values.push(k === "session_api_key" ? "<redacted>" : v);
+      query[k] = values;
+    }
+    const headers: Record<string, string> = {};
+    for (const [k, v] of Object.entries(req.headers))
+      if (v !== undefined)
+        headers[k] = k === "x-session-api-key" ? "<redacted>" : Array.isArray(v) ? v.join(", ") : v;
+    const record: RecordedRequest = {
+      seq: ++this.#seq,
+      time: utcNow(),
+      method: req.method ?? "GET",
+      path: url.pathname,
+      query,
+      headers,
+      body,
+      status: null,
+    };
+    this.#requests.push(record);
+    if (this.#requests.length > MAX_RECORDED) this.#requests.shift();
+    return record;
+  }
+
+  /**
+   * sockets.py `/sockets/events/{conversation_id}`: the key is the `session_api_key` query parameter (a refusal
+   * closes before accept, which uvicorn answers with 403); an unknown conversation is accepted then closed with
+   * 4004. A new subscriber first gets a full-state update, then (with `resend_all`) every stored event, then each
+   * new one; a JSON message from the client is a Message sent with run=True (an invalid one is ignored).
+   */
+  #upgrade(req: IncomingMessage, socket: Duplex): void {
+    socket.on("error", () => undefined);
+    const url = new URL(req.url ?? "/", "http://standin");
+    const record = this.#record(req, url, null);
+    const m = url.pathname.match(/^\/sockets\/events\/([^/]+)$/);
+    const idVerdict = m === null ? null : validatePathUuid("conversation_id", m[1]!);
+    const resendRaw = url.searchParams.get("resend_all")?.toLowerCase() ?? null;
+    const truthy = ["1", "true", "t", "yes", "y", "on"];
+    const falsy = ["0", "false", "f", "no", "n", "off"];
+    const keys = this.config.sessionApiKeys;
+    const given = url.searchParams.get("session_api_key");
+    // An unknown path, a bad parameter and a wrong key all close before accept.
+    if (
+      idVerdict === null ||
+      !idVerdict.ok ||
+      (resendRaw !== null && !truthy.includes(resendRaw) && !falsy.includes(resendRaw)) ||
+      (keys.length > 0 && (given === null || !keys.includes(given)))
+    ) {
+      record.status = 403;
+      rejectUpgrade(socket, 403, "Forbidden");
+      return;
+    }
+    const ws = acceptWebSocket(req, socket);
+    if (ws === null) {
+      record.status = 400;
+      return;
+    }
+    record.status = 101;
+    const conv = this.#conversations.get(idVerdict.value);
+    if (conv === undefined) {
+      ws.close(4004, "Conversation not found");
+      return;
+    }
+    const snapshot = { key: "full_state", value: dropNulls(this.#state(conv)) };
+    ws.sendText(JSON.stringify(this.#event("ConversationStateUpdateEvent", "environment", snapshot)));
+    if (resendRaw !== null && truthy.includes(resendRaw))
+      for (const e of conv.events) ws.sendText(JSON.stringify(e));
+    conv.sockets.add(ws);
+    ws.onClose(() => conv.sockets.delete(ws));
+    ws.onMessage((text) => {
+      let data: unknown;
+      try {
+        data = JSON.parse(text);
+      } catch {
+        return;
+      }
+      // Message.model_validate: `role` has no default there.
+      if (typeof data !== "object" || data === null || !("role" in data)) return;
+      const verdict = validateSendMessage(data);
+      if (verdict.ok && this.#conversations.has(conv.hex)) this.#sendMessage(conv, verdict.value, true);
+    });
   }
 
   #authorized(req: IncomingMessage): boolean {
@@ -585,6 +661,7 @@ export class StandinServer {
       if (c === undefined) throw detail(400, "Bad Request");
       this.#conversations.delete(c.hex);
       await this.#notifyConversation(c);
+      for (const ws of c.sockets) ws.close(1000);
       for (const s of c.subscribers) void s.close();
       return [200, { success: true }];
     });
@@ -747,6 +824,7 @@ export class StandinServer {
       secrets: { ...(request.secrets as Json) },
       events: [],
       subscribers: this.config.webhooks.map((spec) => new WebhookSubscriber(this, spec, hex)),
+      sockets: new Set(),
     };
     this.#conversations.set(hex, conv);
     this.#publish(

@@ -472,6 +472,58 @@ describe("stand-in agent-server: conversation calls, bash and the service's clie
   });
 });
 
+describe("stand-in agent-server: events websocket", () => {
+  it("streams a full state, the stored events, new events, and takes messages like sockets.py", async () => {
+    const s = await startStandin();
+    const body = startBody(join(s.dir, "p"));
+    await call(s.url, "POST", "/api/conversations", body);
+    const wsUrl = s.url.replace("http:", "ws:");
+    const ws = new WebSocket(
+      `${wsUrl}/sockets/events/${body.conversation_id}?resend_all=true&session_api_key=${KEY}`,
+    );
+    const got: Record<string, unknown>[] = [];
+    ws.addEventListener("message", (e) => got.push(JSON.parse(String(e.data)) as Record<string, unknown>));
+    await new Promise((resolve, reject) => {
+      ws.addEventListener("open", resolve);
+      ws.addEventListener("error", reject);
+    });
+    const until = async (predicate: () => boolean): Promise<void> => {
+      const end = Date.now() + 5000;
+      while (!predicate()) {
+        if (Date.now() > end) throw new Error(`timed out; got ${JSON.stringify(got.map((e) => e.kind))}`);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    };
+    await until(() => got.length >= 5);
+    expect(got[0]).toMatchObject({ kind: "ConversationStateUpdateEvent", key: "full_state" });
+    expect(got.slice(1, 4).map((e) => e.kind)).toEqual([
+      "SystemPromptEvent",
+      "ConversationStateUpdateEvent",
+      "MessageEvent",
+    ]);
+    ws.send(JSON.stringify({ role: "user", content: [{ type: "text", text: "via the socket" }] }));
+    await until(() => got.some((e) => JSON.stringify(e).includes("via the socket")));
+    await call(s.url, "POST", `/api/conversations/${body.conversation_id}/pause`);
+    await until(() => got.some((e) => e.key === "execution_status" && e.value === "paused"));
+    ws.close();
+
+    const requests = (await call(s.url, "GET", "/__standin/requests")).body as {
+      requests: Record<string, unknown>[];
+    };
+    const upgrade = requests.requests.find((r) => String(r.path).startsWith("/sockets/"));
+    expect(upgrade).toMatchObject({
+      status: 101,
+      query: { session_api_key: ["<redacted>"], resend_all: ["true"] },
+    });
+
+    const refused = new WebSocket(`${wsUrl}/sockets/events/${body.conversation_id}?session_api_key=wrong`);
+    await new Promise((resolve) => refused.addEventListener("error", resolve));
+    const unknown = new WebSocket(`${wsUrl}/sockets/events/${hex()}?session_api_key=${KEY}`);
+    const code = await new Promise((resolve) => unknown.addEventListener("close", (e) => resolve(e.code)));
+    expect(code).toBe(4004);
+  });
+});
+
 describe("stand-in agent-server: webhooks", () => {
   let receiver: Server;
   let receiverUrl = "";
