@@ -11,11 +11,13 @@
 #   runtime needs no host paths; the image is rebuilt on every CI run, so it cannot go stale there. The image has no
 #   ENTRYPOINT and CMD = the built-in agent, so a spec with an empty command runs the agent, and any other command
 #   (e.g. `sh -c 'exit 1'`) replaces it. Import takes about a second (the Node binary is most of the ~120 MB).
-# - Exports DOCKER_HOST=unix://<sock> and WORKSPACE_TEST_DOCKER_IMAGE=<image>.
+# - A second image stands in for the OpenHands agent-server image (see _docker_build_standin_image).
+# - Exports DOCKER_HOST=unix://<sock>, WORKSPACE_TEST_DOCKER_IMAGE=<image> and WORKSPACE_TEST_AGENT_SERVER_IMAGE=<image>.
 #
 # Every step checks its own result: functions called as `docker_up || ...` run with `set -e` suspended.
 
 DOCKER_TEST_IMAGE_NAME="${DOCKER_TEST_IMAGE_NAME:-workspace-test/sandbox-agent:local}"
+DOCKER_STANDIN_IMAGE_NAME="${DOCKER_STANDIN_IMAGE_NAME:-workspace-test/agent-server-standin:local}"
 _docker_dir=""
 _docker_pid=""
 
@@ -60,6 +62,51 @@ _docker_build_image() {
     --change 'WORKDIR /workspace' \
     --change 'CMD ["/usr/local/bin/node", "/opt/sandbox-agent/main.ts"]' \
     - "$DOCKER_TEST_IMAGE_NAME" >/dev/null || return 1
+  rm -rf "$rootfs"
+}
+
+# The stand-in for the OpenHands agent-server image (test/standin-agent-server, see docs/agent-server-standin.md),
+# laid out like the SDK's docker/Dockerfile `binary` target (software-agent-sdk v1.3.0): user `openhands`
+# uid/gid 10001 (home /home/openhands, shell /bin/bash), /workspace and /workspace/project owned by it with mode
+# 0755 (so only that user can create the agent's state folders /workspace/conversations and
+# /workspace/bash_events), `USER openhands`, `WORKDIR /` (the real image's; the sandbox gives the container its
+# working dir), the real ENV lines that change behaviour (OH_ENABLE_VNC=false, LOG_JSON=true, the VS Code and
+# noVNC variables), and ENTRYPOINT /usr/local/bin/openhands-agent-server: here a sh wrapper exec'ing Node on the
+# stand-in's main.ts with "$@" (so `--host H --port P` reach it as they reach the real binary). The real image
+# EXPOSEs 8000 (agent) and 8002 (noVNC); VS Code listens on 8001 and the reference publishes workers 8011/8012.
+# Built offline from host binaries like the test image. $1 = project root.
+_docker_build_standin_image() {
+  local root=$1 rootfs="$_docker_dir/rootfs-standin" node bin f
+  node=$(command -v node) || return 1
+  rm -rf "$rootfs" && mkdir -p "$rootfs"/{bin,usr/bin,usr/local/bin,etc,tmp,root,home/openhands,workspace/project,opt/agent-server-standin} || return 1
+  chmod 1777 "$rootfs/tmp"
+  _docker_copy_with_libs "$rootfs" "$node" /usr/local/bin/node || return 1
+  if command -v bash >/dev/null; then _docker_copy_with_libs "$rootfs" "$(command -v bash)" /bin/bash || return 1; fi
+  _docker_copy_with_libs "$rootfs" "$(readlink -f /bin/sh)" /bin/sh || return 1
+  for bin in sleep cat ls head tail echo env pwd mkdir rm touch true false id wc sort seq printf; do
+    f=$(command -v "$bin" 2>/dev/null) || continue
+    case $f in /*) _docker_copy_with_libs "$rootfs" "$f" "/usr/bin/$bin" || return 1 ;; esac
+  done
+  printf 'root:x:0:0:root:/root:/bin/sh\nopenhands:x:10001:10001::/home/openhands:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n' >"$rootfs/etc/passwd"
+  printf 'root:x:0:\nsudo:x:27:openhands\nopenhands:x:10001:\nnogroup:x:65534:\n' >"$rootfs/etc/group"
+  chown 10001:10001 "$rootfs/home/openhands" "$rootfs/workspace" "$rootfs/workspace/project" || return 1
+  chmod 0755 "$rootfs/workspace" "$rootfs/workspace/project" || return 1
+  for f in "$root"/test/standin-agent-server/*.ts; do
+    case $f in *.test.ts) ;; *) cp "$f" "$rootfs/opt/agent-server-standin/" || return 1 ;; esac
+  done
+  printf '{"type":"module"}\n' >"$rootfs/opt/agent-server-standin/package.json"
+  printf '#!/bin/sh\nexec /usr/local/bin/node /opt/agent-server-standin/main.ts "$@"\n' >"$rootfs/usr/local/bin/openhands-agent-server"
+  chmod 0755 "$rootfs/usr/local/bin/openhands-agent-server"
+  tar -C "$rootfs" -c . | docker import \
+    --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin' \
+    --change 'ENV EDITOR=code VISUAL=code OPENVSCODE_SERVER_ROOT=/openhands/.openvscode-server' \
+    --change 'ENV NOVNC_PORT=8002 DISPLAY=:1' \
+    --change 'ENV OH_ENABLE_VNC=false LOG_JSON=true' \
+    --change 'EXPOSE 8000 8002' \
+    --change 'USER openhands' \
+    --change 'WORKDIR /' \
+    --change 'ENTRYPOINT ["/usr/local/bin/openhands-agent-server"]' \
+    - "$DOCKER_STANDIN_IMAGE_NAME" >/dev/null || return 1
   rm -rf "$rootfs"
 }
 
@@ -114,6 +161,14 @@ docker_up() {
   fi
   export WORKSPACE_TEST_DOCKER_IMAGE="$DOCKER_TEST_IMAGE_NAME"
   _docker_log "test image $WORKSPACE_TEST_DOCKER_IMAGE built ($(( ($(date +%s%N) - started) / 1000000 )) ms)"
+  started=$(date +%s%N)
+  # Not fatal: without it only the tests that need the stand-in skip (and say why).
+  if _docker_build_standin_image "$root"; then
+    export WORKSPACE_TEST_AGENT_SERVER_IMAGE="$DOCKER_STANDIN_IMAGE_NAME"
+    _docker_log "agent-server stand-in image $WORKSPACE_TEST_AGENT_SERVER_IMAGE built ($(( ($(date +%s%N) - started) / 1000000 )) ms)"
+  else
+    _docker_log "building the agent-server stand-in image failed: its tests will be skipped"
+  fi
 }
 
 # Stops the private dockerd by PID and removes its folders. Never fails (it runs from an EXIT trap under set -e).
@@ -137,6 +192,6 @@ docker_down() {
     rm -rf "$_docker_dir" 2>/dev/null || true
   fi
   _docker_dir=""
-  unset WORKSPACE_TEST_DOCKER_IMAGE
+  unset WORKSPACE_TEST_DOCKER_IMAGE WORKSPACE_TEST_AGENT_SERVER_IMAGE
   return 0
 }

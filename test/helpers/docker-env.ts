@@ -30,3 +30,27 @@ export async function findDocker(docker: Docker): Promise<{ image: string } | st
   }
   return { image };
 }
+
+/**
+ * The Docker engine and the offline-built stand-in for the OpenHands agent-server image
+ * (WORKSPACE_TEST_AGENT_SERVER_IMAGE, made by .ci/docker.sh from test/standin-agent-server), or the reason the
+ * tests that need it must skip.
+ */
+export async function findAgentServerImage(docker: Docker): Promise<{ image: string } | string> {
+  try {
+    await Promise.race([
+      docker.ping(),
+      new Promise((_, reject) => setTimeout(() => reject(new Error("timeout")), 3000)),
+    ]);
+  } catch {
+    return "no Docker socket";
+  }
+  const image = process.env.WORKSPACE_TEST_AGENT_SERVER_IMAGE;
+  if (!image) return "WORKSPACE_TEST_AGENT_SERVER_IMAGE is not set (.ci/docker.sh builds it)";
+  try {
+    await docker.getImage(image).inspect();
+  } catch {
+    return `image ${image} not found`;
+  }
+  return { image };
+}
