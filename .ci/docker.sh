@@ -83,10 +83,15 @@ _docker_build_standin_image() {
   _docker_copy_with_libs "$rootfs" "$node" /usr/local/bin/node || return 1
   if command -v bash >/dev/null; then _docker_copy_with_libs "$rootfs" "$(command -v bash)" /bin/bash || return 1; fi
   _docker_copy_with_libs "$rootfs" "$(readlink -f /bin/sh)" /bin/sh || return 1
-  for bin in sleep cat ls head tail echo env pwd mkdir rm touch true false id wc sort seq printf; do
+  for bin in sleep cat ls head tail echo env pwd mkdir rm touch true false id wc sort seq printf find grep chmod tr; do
     f=$(command -v "$bin" 2>/dev/null) || continue
     case $f in /*) _docker_copy_with_libs "$rootfs" "$f" "/usr/bin/$bin" || return 1 ;; esac
   done
+  # git, as the real image has it: the service clones and initialises repositories through the agent's bash API.
+  if command -v git >/dev/null && [ -d /usr/lib/git-core ]; then
+    _docker_copy_with_libs "$rootfs" "$(command -v git)" /usr/bin/git || return 1
+    mkdir -p "$rootfs/usr/lib" && cp -a /usr/lib/git-core "$rootfs/usr/lib/" || return 1
+  fi
   printf 'root:x:0:0:root:/root:/bin/sh\nopenhands:x:10001:10001::/home/openhands:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n' >"$rootfs/etc/passwd"
   printf 'root:x:0:\nsudo:x:27:openhands\nopenhands:x:10001:\nnogroup:x:65534:\n' >"$rootfs/etc/group"
   chown 10001:10001 "$rootfs/home/openhands" "$rootfs/workspace" "$rootfs/workspace/project" || return 1

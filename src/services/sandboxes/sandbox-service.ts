@@ -535,6 +535,10 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
             initialEnv: {
               ...spec.initialEnv,
               OH_WEBHOOKS_0_BASE_URL: `${webhookBase.replace(/\/+$/, "")}/api/v1/webhooks/${record.id}`,
+              // The agent-server posts events in batches of five or after this many seconds (its default: 30):
+              // half a second, as the built-in agent's default, so that searches, counts and titles follow the
+              // conversation. Only beside the URL: the agent-server refuses a webhook without one.
+              OH_WEBHOOKS_0_FLUSH_DELAY: spec.initialEnv.OH_WEBHOOKS_0_FLUSH_DELAY ?? "0.5",
             },
           };
     let handle: RuntimeHandle;
