@@ -446,9 +446,10 @@ export class StandinServer {
         try {
           parsedBody = JSON.parse(text) as unknown;
         } catch (err) {
+          const position = /position (\d+)/.exec(String((err as Error).message));
           bodyError = {
             type: "json_invalid",
-            loc: ["body", 0],
+            loc: ["body", position === null ? 0 : Number(position[1])],
             msg: "JSON decode error",
             input: {},
             ctx: { error: String((err as Error).message) },
@@ -691,17 +692,17 @@ export class StandinServer {
     add("POST", /^\/api\/conversations\/([^/]+)\/confirmation_policy$/, (m) => {
       const c = needConv(m[1]!);
       const b = jsonBody();
-      const v = validateStartConversation({
-        agent: { llm: { model: "x" } },
-        workspace: { working_dir: "/" },
-        confirmation_policy: (b as Json | undefined)?.policy,
-      });
-      if (!v.ok)
-        throw unprocessable(v.errors.map((e) => ({ ...e, loc: ["body", "policy", ...e.loc.slice(2)] })));
-      if (typeof b !== "object" || b === null || !("policy" in b))
+      if (typeof b !== "object" || b === null || Array.isArray(b) || !("policy" in b))
         throw unprocessable([
           { type: "missing", loc: ["body", "policy"], msg: "Field required", input: b ?? null },
         ]);
+      const v = validateStartConversation({
+        agent: { llm: { model: "x" } },
+        workspace: { working_dir: "/" },
+        confirmation_policy: (b as Json).policy,
+      });
+      if (!v.ok)
+        throw unprocessable(v.errors.map((e) => ({ ...e, loc: ["body", "policy", ...e.loc.slice(2)] })));
       c.confirmationPolicy = v.value.confirmation_policy as Json;
       return [200, { success: true }];
     });
@@ -888,9 +889,12 @@ export class StandinServer {
     this.#fullState(conv);
   }
 
+  /** LocalConversation.pause: only an idle or running conversation pauses; the state is published either way. */
   #pause(conv: Conversation): void {
-    if (conv.status === "running") this.#publish(conv, this.#event("PauseEvent", "user", {}));
-    this.#setStatus(conv, "paused");
+    if (conv.status === "idle" || conv.status === "running") {
+      this.#setStatus(conv, "paused");
+      this.#publish(conv, this.#event("PauseEvent", "user", {}));
+    }
     this.#fullState(conv);
   }
 

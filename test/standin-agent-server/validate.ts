@@ -309,7 +309,7 @@ function validateLlm(c: Ctx, v: unknown, loc: Loc): Json | undefined {
     d.model = `litellm_proxy/${modelVal.slice("openhands/".length)}`;
     d.base_url = "https://llm-proxy.app.all-hands.dev/";
   }
-  if (modelVal.startsWith("huggingface") && (d.top_p ?? 1.0) === 1.0) d.top_p = 0.9;
+  if (modelVal.startsWith("huggingface") && ("top_p" in d ? d.top_p : 1.0) === 1.0) d.top_p = 0.9;
   const before = c.errors.length;
   forbidExtra(c, d, loc, LLM_FIELDS);
   const out: Json = { ...LLM_DEFAULTS };
@@ -635,7 +635,8 @@ function run<T>(fn: (c: Ctx) => T | undefined): Verdict<T> {
 }
 /** A request body that is not a JSON object: FastAPI's error for a model body. */
 function bodyModel(c: Ctx, body: unknown): Json | undefined {
-  if (body === undefined) return c.add("missing", ["body"], "Field required", null);
+  // No body, an empty one and JSON null are all a missing body for FastAPI.
+  if (body === undefined || body === null) return c.add("missing", ["body"], "Field required", null);
   if (isObj(body)) return body;
   return c.add(
     "model_attributes_type",
