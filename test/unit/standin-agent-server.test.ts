@@ -310,6 +310,18 @@ describe("stand-in agent-server: keys and start validation", () => {
       { type: "literal_error", loc: ["body", "initial_message", "content", 0, "ImageContent", "type"] },
       { type: "missing", loc: ["body", "initial_message", "content", 0, "ImageContent", "image_urls"] },
     ]);
+    const skill = { name: "repo", content: "Use pnpm.", trigger: null, source: "AGENTS.md" };
+    expect((await post(startBody(dir, { agent: { agent_context: { skills: [skill] } } }))).status).toBe(201);
+    expect(await bad(startBody(dir, { agent: { agent_context: { skills: [skill, skill] } } }))).toMatchObject(
+      [{ type: "value_error", loc: ["body", "agent", "agent_context", "skills"] }],
+    );
+    expect(
+      await bad(
+        startBody(dir, { agent: { agent_context: { skills: [{ ...skill, trigger: { type: "word" } }] } } }),
+      ),
+    ).toMatchObject([
+      { type: "union_tag_invalid", loc: ["body", "agent", "agent_context", "skills", 0, "trigger"] },
+    ]);
     // A secret without `kind` breaks the discriminator itself (KeyError): the real server answers 500.
     expect(await post({ ...startBody(dir), secrets: { A: { value: "v" } } })).toEqual({
       status: 500,
