@@ -11,11 +11,11 @@
  */
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { constants } from "node:os";
-import { join } from "node:path";
+import { basename, isAbsolute, join } from "node:path";
 import type { Duplex } from "node:stream";
 import type { StandinConfig, WebhookSpec } from "./config.ts";
 import {
@@ -90,6 +90,16 @@ export interface WebhookAttempt {
   attempt: number;
   status: number | null;
   error: string | null;
+}
+
+/** A non-JSON answer (a downloaded file). */
+class RawBody {
+  readonly data: Buffer;
+  readonly headers: Record<string, string>;
+  constructor(data: Buffer, headers: Record<string, string>) {
+    this.data = data;
+    this.headers = headers;
+  }
 }
 
 /** An answer: status and JSON body. */
@@ -411,6 +421,11 @@ export class StandinServer {
   // ---- HTTP ----
 
   #send(res: ServerResponse, status: number, body: unknown): void {
+    if (body instanceof RawBody) {
+      res.writeHead(status, { ...body.headers, "content-length": body.data.length });
+      res.end(body.data);
+      return;
+    }
     const text = JSON.stringify(body);
     res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
     res.end(text);
@@ -455,7 +470,8 @@ export class StandinServer {
             ctx: { error: String((err as Error).message) },
           };
         }
-      } else parsedBody = text;
+      } else if (/^multipart\//.test(ctype)) parsedBody = `<${ctype.split(";")[0]}: ${raw.length} bytes>`;
+      else parsedBody = text;
     }
     const record = url.pathname.startsWith("/__standin/")
       ? null
@@ -463,7 +479,7 @@ export class StandinServer {
     let status: number;
     let body: unknown;
     try {
-      const out = await this.#route(req, url, method, parsedBody, bodyError);
+      const out = await this.#route(req, url, method, parsedBody, bodyError, raw);
       status = out[0];
       body = out[1];
     } catch (err) {
@@ -577,8 +593,15 @@ export class StandinServer {
     method: string,
     body: unknown,
     bodyError: PydanticError | null,
+    raw: Buffer,
   ): Promise<[number, unknown]> {
-    const path = url.pathname;
+    // Starlette matches routes on the percent-decoded path (so `{path:path}` can hold an encoded absolute path).
+    let path = url.pathname;
+    try {
+      path = decodeURIComponent(path);
+    } catch {
+      // kept as sent
+    }
     const q = url.searchParams;
     const routes: [
       string,
@@ -750,6 +773,10 @@ export class StandinServer {
       this.#sendMessage(c, msg, msg.run === true);
       return [200, { success: true }];
     });
+
+    // file_router
+    add("POST", /^\/api\/file\/upload\/(.*)$/s, (m) => this.#upload(req, m[1]!, raw));
+    add("GET", /^\/api\/file\/download\/(.*)$/s, (m) => this.#download(m[1]!));
 
     // bash_router
     add("POST", /^\/api\/bash\/execute_bash_command$/, () => this.#bash(jsonBody()));
@@ -993,6 +1020,64 @@ export class StandinServer {
     return [
       200,
       { items: all.slice(start, start + limit), next_page_id: next === undefined ? null : next.id },
+    ];
+  }
+
+  // ---- files (file_router.py) ----
+
+  /** UploadFile `file` in a multipart form, written to an absolute path; every failure becomes the route's 500. */
+  async #upload(req: IncomingMessage, target: string, raw: Buffer): Promise<[number, unknown]> {
+    let file: File | null = null;
+    const ctype = req.headers["content-type"] ?? "";
+    if (/^multipart\/form-data/i.test(ctype)) {
+      try {
+        const form = await new Request("http://standin/", {
+          method: "POST",
+          headers: { "content-type": ctype },
+          body: new Uint8Array(raw),
+        }).formData();
+        const entry = form.get("file");
+        if (entry instanceof File) file = entry;
+      } catch {
+        file = null;
+      }
+    }
+    if (file === null)
+      throw unprocessable([{ type: "missing", loc: ["body", "file"], msg: "Field required", input: null }]);
+    // The route's try/except turns everything, its own 400 included, into a 500.
+    const failed = (text: string): HttpError => internal(`500: Failed to upload file: ${text}`);
+    if (!isAbsolute(target)) throw failed("400: Path must be absolute");
+    try {
+      mkdirSync(join(target, ".."), { recursive: true });
+      writeFileSync(target, new Uint8Array(await file.arrayBuffer()));
+    } catch (err) {
+      throw failed(errnoText(err));
+    }
+    return [200, { success: true }];
+  }
+
+  #download(target: string): [number, unknown] {
+    if (!isAbsolute(target)) throw detail(400, "Path must be absolute");
+    let isFile: boolean;
+    try {
+      isFile = statSync(target).isFile();
+    } catch {
+      throw detail(404, "File not found");
+    }
+    if (!isFile) throw detail(400, "Path is not a file");
+    let data: Buffer;
+    try {
+      data = readFileSync(target);
+    } catch (err) {
+      throw internal(`500: Failed to download file: ${errnoText(err)}`);
+    }
+    const name = basename(target);
+    return [
+      200,
+      new RawBody(data, {
+        "content-type": "application/octet-stream",
+        "content-disposition": `attachment; filename="${name.replace(/["\\]/g, "_")}"`,
+      }),
     ];
   }
 

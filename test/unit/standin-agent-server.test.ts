@@ -453,6 +453,45 @@ describe("stand-in agent-server: conversation calls, bash and the service's clie
     expect((await call(s.url, "POST", "/api/bash/execute_bash_command", {})).status).toBe(422);
   });
 
+  it("uploads and downloads files at absolute paths like file_router.py", async () => {
+    const s = await startStandin();
+    const target = join(tempDir(), "sub", "note.txt");
+    const form = new FormData();
+    form.append("file", new Blob(["hello file"]), "note.txt");
+    const up = await fetch(`${s.url}/api/file/upload/${encodeURIComponent(target)}`, {
+      method: "POST",
+      headers: { "X-Session-API-Key": KEY },
+      body: form,
+    });
+    expect(up.status).toBe(200);
+    expect(await up.json()).toEqual({ success: true });
+    const down = await fetch(`${s.url}/api/file/download/${encodeURIComponent(target)}`, {
+      headers: { "X-Session-API-Key": KEY },
+    });
+    expect(down.status).toBe(200);
+    expect(down.headers.get("content-type")).toBe("application/octet-stream");
+    expect(await down.text()).toBe("hello file");
+    const relative = await fetch(`${s.url}/api/file/upload/relative.txt`, {
+      method: "POST",
+      headers: { "X-Session-API-Key": KEY },
+      body: form,
+    });
+    expect(relative.status).toBe(500);
+    expect(await relative.json()).toEqual({
+      detail: "Internal Server Error",
+      exception: "500: Failed to upload file: 400: Path must be absolute",
+    });
+    expect((await call(s.url, "POST", `/api/file/upload/${encodeURIComponent(target)}`, {})).status).toBe(
+      422,
+    );
+    expect(await call(s.url, "GET", `/api/file/download/${encodeURIComponent(`${target}.missing`)}`)).toEqual(
+      {
+        status: 404,
+        body: { detail: "File not found" },
+      },
+    );
+  });
+
   it("fails a command with 500 when the bash events folder cannot be written", async () => {
     const blocker = join(tempDir(), "file");
     writeFileSync(blocker, "x");
