@@ -122,6 +122,16 @@ function check<T>(verdict: Verdict<T>): T {
   return verdict.value;
 }
 
+/** The request target as a URL; an origin-form path is never read as a host (`//x` stays a path). */
+function requestUrl(req: IncomingMessage): URL {
+  const target = req.url ?? "/";
+  try {
+    return target.startsWith("/") ? new URL(`http://standin${target}`) : new URL(target);
+  } catch {
+    return new URL("http://standin/");
+  }
+}
+
 /** Python's `datetime.now().isoformat()` in a UTC container (naive, microseconds): event timestamps. */
 const naiveNow = (): string => `${new Date().toISOString().slice(0, 23)}000`;
 /** pydantic's JSON form of `datetime.now(UTC)`. */
@@ -443,7 +453,7 @@ export class StandinServer {
   }
 
   async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const url = new URL(req.url ?? "/", "http://standin");
+    const url = requestUrl(req);
     const method = req.method ?? "GET";
     let raw: Buffer;
     try {
@@ -530,7 +540,7 @@ export class StandinServer {
    */
   #upgrade(req: IncomingMessage, socket: Duplex): void {
     socket.on("error", () => undefined);
-    const url = new URL(req.url ?? "/", "http://standin");
+    const url = requestUrl(req);
     const record = this.#record(req, url, null);
     const m = url.pathname.match(/^\/sockets\/events\/([^/]+)$/);
     const idVerdict = m === null ? null : validatePathUuid("conversation_id", m[1]!);
