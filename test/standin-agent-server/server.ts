@@ -430,14 +430,18 @@ export class StandinServer {
 
   // ---- HTTP ----
 
-  #send(res: ServerResponse, status: number, body: unknown): void {
+  #send(res: ServerResponse, status: number, body: unknown, extra: Record<string, string> = {}): void {
     if (body instanceof RawBody) {
-      res.writeHead(status, { ...body.headers, "content-length": body.data.length });
+      res.writeHead(status, { ...extra, ...body.headers, "content-length": body.data.length });
       res.end(body.data);
       return;
     }
     const text = JSON.stringify(body);
-    res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
+    res.writeHead(status, {
+      ...extra,
+      "content-type": "application/json",
+      "content-length": Buffer.byteLength(text),
+    });
     res.end(text);
   }
 
@@ -452,14 +456,64 @@ export class StandinServer {
     return Buffer.concat(chunks);
   }
 
+  /**
+   * middleware.py LocalhostCORSMiddleware (Starlette's CORSMiddleware, credentials allowed, any method and header):
+   * an origin is allowed when listed in OH_ALLOW_CORS_ORIGINS (`*` = any), or, only when that list is empty, when
+   * its host is localhost or 127.0.0.1.
+   */
+  #originAllowed(origin: string): boolean {
+    const allowed = this.config.allowCorsOrigins;
+    if (allowed.includes("*") || allowed.includes(origin)) return true;
+    if (allowed.length > 0) return false;
+    try {
+      return ["localhost", "127.0.0.1"].includes(new URL(origin).hostname);
+    } catch {
+      return false;
+    }
+  }
+
+  /** Answers a CORS preflight before routing and the key check; false when the request is not one. */
+  #preflight(req: IncomingMessage, res: ServerResponse): boolean {
+    const origin = req.headers.origin;
+    const requested = req.headers["access-control-request-method"];
+    if (req.method !== "OPTIONS" || typeof origin !== "string" || typeof requested !== "string") return false;
+    const headers: Record<string, string> = {
+      vary: "Origin",
+      "access-control-allow-methods": "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT",
+      "access-control-max-age": "600",
+      "access-control-allow-credentials": "true",
+    };
+    const requestedHeaders = req.headers["access-control-request-headers"];
+    if (typeof requestedHeaders === "string") headers["access-control-allow-headers"] = requestedHeaders;
+    const ok = this.#originAllowed(origin);
+    if (ok) headers["access-control-allow-origin"] = origin;
+    const text = ok ? "OK" : "Disallowed CORS origin";
+    res.writeHead(ok ? 200 : 400, { ...headers, "content-type": "text/plain; charset=utf-8" });
+    res.end(text);
+    return true;
+  }
+
   async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = requestUrl(req);
     const method = req.method ?? "GET";
+    if (this.#preflight(req, res)) {
+      req.resume();
+      return;
+    }
+    const origin = req.headers.origin;
+    const cors: Record<string, string> =
+      typeof origin === "string" && this.#originAllowed(origin)
+        ? {
+            "access-control-allow-origin": origin,
+            "access-control-allow-credentials": "true",
+            vary: "Origin",
+          }
+        : {};
     let raw: Buffer;
     try {
       raw = await this.#readBody(req);
     } catch (err) {
-      if (err instanceof HttpError) return this.#send(res, err.status, err.body);
+      if (err instanceof HttpError) return this.#send(res, err.status, err.body, cors);
       throw err;
     }
     const text = raw.toString("utf8");
@@ -502,7 +556,7 @@ export class StandinServer {
       } else throw err;
     }
     if (record !== null) record.status = status;
-    this.#send(res, status, body);
+    this.#send(res, status, body, cors);
   }
 
   /** Keeps a request for /__standin/requests, the session key (header or websocket query) redacted. */

@@ -345,6 +345,28 @@ describe("stand-in agent-server: keys and start validation", () => {
     expect(sources.GITHUB_TOKEN?.value).toBe("**********");
   });
 
+  it("answers CORS like LocalhostCORSMiddleware: localhost origins only while no origin is configured", async () => {
+    const preflight = (base: string, origin: string) =>
+      fetch(`${base}/api/conversations`, {
+        method: "OPTIONS",
+        headers: {
+          origin,
+          "access-control-request-method": "POST",
+          "access-control-request-headers": "x-session-api-key",
+        },
+      });
+    const local = await preflight(s.url, "http://localhost:3001");
+    expect(local.status).toBe(200);
+    expect(local.headers.get("access-control-allow-origin")).toBe("http://localhost:3001");
+    expect(local.headers.get("access-control-allow-headers")).toBe("x-session-api-key");
+    expect((await preflight(s.url, "https://app.example.com")).status).toBe(400);
+    const simple = await fetch(`${s.url}/alive`, { headers: { origin: "http://127.0.0.1:8080" } });
+    expect(simple.headers.get("access-control-allow-origin")).toBe("http://127.0.0.1:8080");
+    const listed = await startStandin({ OH_ALLOW_CORS_ORIGINS_0: "https://app.example.com" });
+    expect((await preflight(listed.url, "https://app.example.com")).status).toBe(200);
+    expect((await preflight(listed.url, "http://localhost:3001")).status).toBe(400);
+  });
+
   it("refuses a batch of 100 ids like the real assert (500) and answers 99", async () => {
     const ids = Array.from({ length: 100 }, hex);
     const q = (n: number) =>
