@@ -11,11 +11,11 @@
  */
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { constants } from "node:os";
-import { join } from "node:path";
+import { basename, isAbsolute, join } from "node:path";
 import type { Duplex } from "node:stream";
 import type { StandinConfig, WebhookSpec } from "./config.ts";
 import {
@@ -92,6 +92,16 @@ export interface WebhookAttempt {
   error: string | null;
 }
 
+/** A non-JSON answer (a downloaded file). */
+class RawBody {
+  readonly data: Buffer;
+  readonly headers: Record<string, string>;
+  constructor(data: Buffer, headers: Record<string, string>) {
+    this.data = data;
+    this.headers = headers;
+  }
+}
+
 /** An answer: status and JSON body. */
 class HttpError extends Error {
   readonly status: number;
@@ -110,6 +120,16 @@ const internal = (exception: string): HttpError =>
 function check<T>(verdict: Verdict<T>): T {
   if (!verdict.ok) throw unprocessable(verdict.errors);
   return verdict.value;
+}
+
+/** The request target as a URL; an origin-form path is never read as a host (`//x` stays a path). */
+function requestUrl(req: IncomingMessage): URL {
+  const target = req.url ?? "/";
+  try {
+    return target.startsWith("/") ? new URL(`http://standin${target}`) : new URL(target);
+  } catch {
+    return new URL("http://standin/");
+  }
 }
 
 /** Python's `datetime.now().isoformat()` in a UTC container (naive, microseconds): event timestamps. */
@@ -410,9 +430,18 @@ export class StandinServer {
 
   // ---- HTTP ----
 
-  #send(res: ServerResponse, status: number, body: unknown): void {
+  #send(res: ServerResponse, status: number, body: unknown, extra: Record<string, string> = {}): void {
+    if (body instanceof RawBody) {
+      res.writeHead(status, { ...extra, ...body.headers, "content-length": body.data.length });
+      res.end(body.data);
+      return;
+    }
     const text = JSON.stringify(body);
-    res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
+    res.writeHead(status, {
+      ...extra,
+      "content-type": "application/json",
+      "content-length": Buffer.byteLength(text),
+    });
     res.end(text);
   }
 
@@ -427,14 +456,64 @@ export class StandinServer {
     return Buffer.concat(chunks);
   }
 
+  /**
+   * middleware.py LocalhostCORSMiddleware (Starlette's CORSMiddleware, credentials allowed, any method and header):
+   * an origin is allowed when listed in OH_ALLOW_CORS_ORIGINS (`*` = any), or, only when that list is empty, when
+   * its host is localhost or 127.0.0.1.
+   */
+  #originAllowed(origin: string): boolean {
+    const allowed = this.config.allowCorsOrigins;
+    if (allowed.includes("*") || allowed.includes(origin)) return true;
+    if (allowed.length > 0) return false;
+    try {
+      return ["localhost", "127.0.0.1"].includes(new URL(origin).hostname);
+    } catch {
+      return false;
+    }
+  }
+
+  /** Answers a CORS preflight before routing and the key check; false when the request is not one. */
+  #preflight(req: IncomingMessage, res: ServerResponse): boolean {
+    const origin = req.headers.origin;
+    const requested = req.headers["access-control-request-method"];
+    if (req.method !== "OPTIONS" || typeof origin !== "string" || typeof requested !== "string") return false;
+    const headers: Record<string, string> = {
+      vary: "Origin",
+      "access-control-allow-methods": "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT",
+      "access-control-max-age": "600",
+      "access-control-allow-credentials": "true",
+    };
+    const requestedHeaders = req.headers["access-control-request-headers"];
+    if (typeof requestedHeaders === "string") headers["access-control-allow-headers"] = requestedHeaders;
+    const ok = this.#originAllowed(origin);
+    if (ok) headers["access-control-allow-origin"] = origin;
+    const text = ok ? "OK" : "Disallowed CORS origin";
+    res.writeHead(ok ? 200 : 400, { ...headers, "content-type": "text/plain; charset=utf-8" });
+    res.end(text);
+    return true;
+  }
+
   async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const url = new URL(req.url ?? "/", "http://standin");
+    const url = requestUrl(req);
     const method = req.method ?? "GET";
+    if (this.#preflight(req, res)) {
+      req.resume();
+      return;
+    }
+    const origin = req.headers.origin;
+    const cors: Record<string, string> =
+      typeof origin === "string" && this.#originAllowed(origin)
+        ? {
+            "access-control-allow-origin": origin,
+            "access-control-allow-credentials": "true",
+            vary: "Origin",
+          }
+        : {};
     let raw: Buffer;
     try {
       raw = await this.#readBody(req);
     } catch (err) {
-      if (err instanceof HttpError) return this.#send(res, err.status, err.body);
+      if (err instanceof HttpError) return this.#send(res, err.status, err.body, cors);
       throw err;
     }
     const text = raw.toString("utf8");
@@ -446,15 +525,17 @@ export class StandinServer {
         try {
           parsedBody = JSON.parse(text) as unknown;
         } catch (err) {
+          const position = /position (\d+)/.exec(String((err as Error).message));
           bodyError = {
             type: "json_invalid",
-            loc: ["body", 0],
+            loc: ["body", position === null ? 0 : Number(position[1])],
             msg: "JSON decode error",
             input: {},
             ctx: { error: String((err as Error).message) },
           };
         }
-      } else parsedBody = text;
+      } else if (/^multipart\//.test(ctype)) parsedBody = `<${ctype.split(";")[0]}: ${raw.length} bytes>`;
+      else parsedBody = text;
     }
     const record = url.pathname.startsWith("/__standin/")
       ? null
@@ -462,7 +543,7 @@ export class StandinServer {
     let status: number;
     let body: unknown;
     try {
-      const out = await this.#route(req, url, method, parsedBody, bodyError);
+      const out = await this.#route(req, url, method, parsedBody, bodyError, raw);
       status = out[0];
       body = out[1];
     } catch (err) {
@@ -475,7 +556,7 @@ export class StandinServer {
       } else throw err;
     }
     if (record !== null) record.status = status;
-    this.#send(res, status, body);
+    this.#send(res, status, body, cors);
   }
 
   /** Keeps a request for /__standin/requests, the session key (header or websocket query) redacted. */
@@ -513,7 +594,7 @@ export class StandinServer {
    */
   #upgrade(req: IncomingMessage, socket: Duplex): void {
     socket.on("error", () => undefined);
-    const url = new URL(req.url ?? "/", "http://standin");
+    const url = requestUrl(req);
     const record = this.#record(req, url, null);
     const m = url.pathname.match(/^\/sockets\/events\/([^/]+)$/);
     const idVerdict = m === null ? null : validatePathUuid("conversation_id", m[1]!);
@@ -576,8 +657,15 @@ export class StandinServer {
     method: string,
     body: unknown,
     bodyError: PydanticError | null,
+    raw: Buffer,
   ): Promise<[number, unknown]> {
-    const path = url.pathname;
+    // Starlette matches routes on the percent-decoded path (so `{path:path}` can hold an encoded absolute path).
+    let path = url.pathname;
+    try {
+      path = decodeURIComponent(path);
+    } catch {
+      // kept as sent
+    }
     const q = url.searchParams;
     const routes: [
       string,
@@ -691,17 +779,17 @@ export class StandinServer {
     add("POST", /^\/api\/conversations\/([^/]+)\/confirmation_policy$/, (m) => {
       const c = needConv(m[1]!);
       const b = jsonBody();
-      const v = validateStartConversation({
-        agent: { llm: { model: "x" } },
-        workspace: { working_dir: "/" },
-        confirmation_policy: (b as Json | undefined)?.policy,
-      });
-      if (!v.ok)
-        throw unprocessable(v.errors.map((e) => ({ ...e, loc: ["body", "policy", ...e.loc.slice(2)] })));
-      if (typeof b !== "object" || b === null || !("policy" in b))
+      if (typeof b !== "object" || b === null || Array.isArray(b) || !("policy" in b))
         throw unprocessable([
           { type: "missing", loc: ["body", "policy"], msg: "Field required", input: b ?? null },
         ]);
+      const v = validateStartConversation({
+        agent: { llm: { model: "x" } },
+        workspace: { working_dir: "/" },
+        confirmation_policy: (b as Json).policy,
+      });
+      if (!v.ok)
+        throw unprocessable(v.errors.map((e) => ({ ...e, loc: ["body", "policy", ...e.loc.slice(2)] })));
       c.confirmationPolicy = v.value.confirmation_policy as Json;
       return [200, { success: true }];
     });
@@ -749,6 +837,10 @@ export class StandinServer {
       this.#sendMessage(c, msg, msg.run === true);
       return [200, { success: true }];
     });
+
+    // file_router
+    add("POST", /^\/api\/file\/upload\/(.*)$/s, (m) => this.#upload(req, m[1]!, raw));
+    add("GET", /^\/api\/file\/download\/(.*)$/s, (m) => this.#download(m[1]!));
 
     // bash_router
     add("POST", /^\/api\/bash\/execute_bash_command$/, () => this.#bash(jsonBody()));
@@ -888,9 +980,12 @@ export class StandinServer {
     this.#fullState(conv);
   }
 
+  /** LocalConversation.pause: only an idle or running conversation pauses; the state is published either way. */
   #pause(conv: Conversation): void {
-    if (conv.status === "running") this.#publish(conv, this.#event("PauseEvent", "user", {}));
-    this.#setStatus(conv, "paused");
+    if (conv.status === "idle" || conv.status === "running") {
+      this.#setStatus(conv, "paused");
+      this.#publish(conv, this.#event("PauseEvent", "user", {}));
+    }
     this.#fullState(conv);
   }
 
@@ -989,6 +1084,64 @@ export class StandinServer {
     return [
       200,
       { items: all.slice(start, start + limit), next_page_id: next === undefined ? null : next.id },
+    ];
+  }
+
+  // ---- files (file_router.py) ----
+
+  /** UploadFile `file` in a multipart form, written to an absolute path; every failure becomes the route's 500. */
+  async #upload(req: IncomingMessage, target: string, raw: Buffer): Promise<[number, unknown]> {
+    let file: File | null = null;
+    const ctype = req.headers["content-type"] ?? "";
+    if (/^multipart\/form-data/i.test(ctype)) {
+      try {
+        const form = await new Request("http://standin/", {
+          method: "POST",
+          headers: { "content-type": ctype },
+          body: new Uint8Array(raw),
+        }).formData();
+        const entry = form.get("file");
+        if (entry instanceof File) file = entry;
+      } catch {
+        file = null;
+      }
+    }
+    if (file === null)
+      throw unprocessable([{ type: "missing", loc: ["body", "file"], msg: "Field required", input: null }]);
+    // The route's try/except turns everything, its own 400 included, into a 500.
+    const failed = (text: string): HttpError => internal(`500: Failed to upload file: ${text}`);
+    if (!isAbsolute(target)) throw failed("400: Path must be absolute");
+    try {
+      mkdirSync(join(target, ".."), { recursive: true });
+      writeFileSync(target, new Uint8Array(await file.arrayBuffer()));
+    } catch (err) {
+      throw failed(errnoText(err));
+    }
+    return [200, { success: true }];
+  }
+
+  #download(target: string): [number, unknown] {
+    if (!isAbsolute(target)) throw detail(400, "Path must be absolute");
+    let isFile: boolean;
+    try {
+      isFile = statSync(target).isFile();
+    } catch {
+      throw detail(404, "File not found");
+    }
+    if (!isFile) throw detail(400, "Path is not a file");
+    let data: Buffer;
+    try {
+      data = readFileSync(target);
+    } catch (err) {
+      throw internal(`500: Failed to download file: ${errnoText(err)}`);
+    }
+    const name = basename(target);
+    return [
+      200,
+      new RawBody(data, {
+        "content-type": "application/octet-stream",
+        "content-disposition": `attachment; filename="${name.replace(/["\\]/g, "_")}"`,
+      }),
     ];
   }
 

@@ -309,7 +309,7 @@ function validateLlm(c: Ctx, v: unknown, loc: Loc): Json | undefined {
     d.model = `litellm_proxy/${modelVal.slice("openhands/".length)}`;
     d.base_url = "https://llm-proxy.app.all-hands.dev/";
   }
-  if (modelVal.startsWith("huggingface") && (d.top_p ?? 1.0) === 1.0) d.top_p = 0.9;
+  if (modelVal.startsWith("huggingface") && ("top_p" in d ? d.top_p : 1.0) === 1.0) d.top_p = 0.9;
   const before = c.errors.length;
   forbidExtra(c, d, loc, LLM_FIELDS);
   const out: Json = { ...LLM_DEFAULTS };
@@ -407,6 +407,65 @@ function validateTool(c: Ctx, v: unknown, loc: Loc): Json | undefined {
   return out;
 }
 
+/** Skill (sdk/context/skills/skill.py): name, content, trigger (tagged by `type`), source, mcp_tools, inputs. */
+function validateSkill(c: Ctx, v: unknown, loc: Loc): Json | undefined {
+  const skill = model(c, v, loc, "Skill");
+  if (skill === undefined) return undefined;
+  const out: Json = {
+    name: undefined,
+    content: undefined,
+    trigger: null,
+    source: null,
+    mcp_tools: null,
+    inputs: [],
+  };
+  if (!missing(c, skill, "name", loc)) out.name = str(c, skill.name, [...loc, "name"]);
+  if (!missing(c, skill, "content", loc)) out.content = str(c, skill.content, [...loc, "content"]);
+  if ("trigger" in skill && skill.trigger !== null) {
+    const tl: Loc = [...loc, "trigger"];
+    const t = skill.trigger;
+    if (!isObj(t)) {
+      c.add(
+        "model_attributes_type",
+        tl,
+        "Input should be a valid dictionary or object to extract fields from",
+        t,
+      );
+    } else if (!("type" in t)) {
+      c.add("union_tag_not_found", tl, "Unable to extract tag using discriminator 'type'", t, {
+        discriminator: "'type'",
+      });
+    } else if (t.type === "keyword" || t.type === "task") {
+      const field = t.type === "keyword" ? "keywords" : "triggers";
+      const ml: Loc = [...tl, t.type];
+      if (!missing(c, t, field, ml)) strList(c, t[field], [...ml, field]);
+      out.trigger = t;
+    } else {
+      const expected = "'keyword', 'task'";
+      c.add(
+        "union_tag_invalid",
+        tl,
+        `Input tag '${String(t.type)}' found using 'type' does not match any of the expected tags: ${expected}`,
+        t,
+        { discriminator: "'type'", tag: String(t.type), expected_tags: expected },
+      );
+    }
+  }
+  if ("source" in skill) out.source = optStr(c, skill.source, [...loc, "source"]);
+  if ("mcp_tools" in skill)
+    out.mcp_tools = skill.mcp_tools === null ? null : dict(c, skill.mcp_tools, [...loc, "mcp_tools"]);
+  if ("inputs" in skill)
+    out.inputs = list(c, skill.inputs, [...loc, "inputs"])?.map((input, i) => {
+      const il: Loc = [...loc, "inputs", i];
+      const o = model(c, input, il, "InputMetadata");
+      if (o === undefined) return undefined;
+      if (!missing(c, o, "name", il)) str(c, o.name, [...il, "name"]);
+      if (!missing(c, o, "description", il)) str(c, o.description, [...il, "description"]);
+      return o;
+    });
+  return out;
+}
+
 function validateAgentContext(c: Ctx, v: unknown, loc: Loc): Json | null | undefined {
   if (v === null) return null;
   const a = model(c, v, loc, "AgentContext");
@@ -418,15 +477,21 @@ function validateAgentContext(c: Ctx, v: unknown, loc: Loc): Json | null | undef
     load_user_skills: false,
   };
   if ("skills" in a) {
-    const skills = list(c, a.skills, [...loc, "skills"]);
-    out.skills = skills?.map((s, i) => {
-      const sl: Loc = [...loc, "skills", i];
-      const skill = model(c, s, sl, "Skill");
-      if (skill === undefined) return undefined;
-      if (!missing(c, skill, "name", sl)) str(c, skill.name, [...sl, "name"]);
-      if (!missing(c, skill, "content", sl)) str(c, skill.content, [...sl, "content"]);
-      return skill;
-    });
+    const sl: Loc = [...loc, "skills"];
+    const before = c.errors.length;
+    const skills = list(c, a.skills, sl)?.map((s, i) => validateSkill(c, s, [...sl, i]));
+    if (skills !== undefined && c.errors.length === before) {
+      // field_validator("skills"): names must be unique.
+      const seen = new Set<unknown>();
+      for (const skill of skills as Json[]) {
+        if (seen.has(skill.name)) {
+          valueError(c, sl, `Duplicate skill name found: ${String(skill.name)}`, a.skills);
+          break;
+        }
+        seen.add(skill.name);
+      }
+    }
+    out.skills = skills;
   }
   for (const k of ["system_message_suffix", "user_message_suffix"])
     if (k in a) out[k] = optStr(c, a[k], [...loc, k]);
@@ -635,7 +700,8 @@ function run<T>(fn: (c: Ctx) => T | undefined): Verdict<T> {
 }
 /** A request body that is not a JSON object: FastAPI's error for a model body. */
 function bodyModel(c: Ctx, body: unknown): Json | undefined {
-  if (body === undefined) return c.add("missing", ["body"], "Field required", null);
+  // No body, an empty one and JSON null are all a missing body for FastAPI.
+  if (body === undefined || body === null) return c.add("missing", ["body"], "Field required", null);
   if (isObj(body)) return body;
   return c.add(
     "model_attributes_type",

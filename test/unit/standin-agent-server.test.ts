@@ -310,6 +310,18 @@ describe("stand-in agent-server: keys and start validation", () => {
       { type: "literal_error", loc: ["body", "initial_message", "content", 0, "ImageContent", "type"] },
       { type: "missing", loc: ["body", "initial_message", "content", 0, "ImageContent", "image_urls"] },
     ]);
+    const skill = { name: "repo", content: "Use pnpm.", trigger: null, source: "AGENTS.md" };
+    expect((await post(startBody(dir, { agent: { agent_context: { skills: [skill] } } }))).status).toBe(201);
+    expect(await bad(startBody(dir, { agent: { agent_context: { skills: [skill, skill] } } }))).toMatchObject(
+      [{ type: "value_error", loc: ["body", "agent", "agent_context", "skills"] }],
+    );
+    expect(
+      await bad(
+        startBody(dir, { agent: { agent_context: { skills: [{ ...skill, trigger: { type: "word" } }] } } }),
+      ),
+    ).toMatchObject([
+      { type: "union_tag_invalid", loc: ["body", "agent", "agent_context", "skills", 0, "trigger"] },
+    ]);
     // A secret without `kind` breaks the discriminator itself (KeyError): the real server answers 500.
     expect(await post({ ...startBody(dir), secrets: { A: { value: "v" } } })).toEqual({
       status: 500,
@@ -331,6 +343,28 @@ describe("stand-in agent-server: keys and start validation", () => {
       (ok.body as Record<string, Record<string, unknown>>).secret_registry as Record<string, unknown>
     ).secret_sources as Record<string, Record<string, unknown>>;
     expect(sources.GITHUB_TOKEN?.value).toBe("**********");
+  });
+
+  it("answers CORS like LocalhostCORSMiddleware: localhost origins only while no origin is configured", async () => {
+    const preflight = (base: string, origin: string) =>
+      fetch(`${base}/api/conversations`, {
+        method: "OPTIONS",
+        headers: {
+          origin,
+          "access-control-request-method": "POST",
+          "access-control-request-headers": "x-session-api-key",
+        },
+      });
+    const local = await preflight(s.url, "http://localhost:3001");
+    expect(local.status).toBe(200);
+    expect(local.headers.get("access-control-allow-origin")).toBe("http://localhost:3001");
+    expect(local.headers.get("access-control-allow-headers")).toBe("x-session-api-key");
+    expect((await preflight(s.url, "https://app.example.com")).status).toBe(400);
+    const simple = await fetch(`${s.url}/alive`, { headers: { origin: "http://127.0.0.1:8080" } });
+    expect(simple.headers.get("access-control-allow-origin")).toBe("http://127.0.0.1:8080");
+    const listed = await startStandin({ OH_ALLOW_CORS_ORIGINS_0: "https://app.example.com" });
+    expect((await preflight(listed.url, "https://app.example.com")).status).toBe(200);
+    expect((await preflight(listed.url, "http://localhost:3001")).status).toBe(400);
   });
 
   it("refuses a batch of 100 ids like the real assert (500) and answers 99", async () => {
@@ -439,6 +473,45 @@ describe("stand-in agent-server: conversation calls, bash and the service's clie
     });
     expect(slow.body).toMatchObject({ exit_code: -1 });
     expect((await call(s.url, "POST", "/api/bash/execute_bash_command", {})).status).toBe(422);
+  });
+
+  it("uploads and downloads files at absolute paths like file_router.py", async () => {
+    const s = await startStandin();
+    const target = join(tempDir(), "sub", "note.txt");
+    const form = new FormData();
+    form.append("file", new Blob(["hello file"]), "note.txt");
+    const up = await fetch(`${s.url}/api/file/upload/${encodeURIComponent(target)}`, {
+      method: "POST",
+      headers: { "X-Session-API-Key": KEY },
+      body: form,
+    });
+    expect(up.status).toBe(200);
+    expect(await up.json()).toEqual({ success: true });
+    const down = await fetch(`${s.url}/api/file/download/${encodeURIComponent(target)}`, {
+      headers: { "X-Session-API-Key": KEY },
+    });
+    expect(down.status).toBe(200);
+    expect(down.headers.get("content-type")).toBe("application/octet-stream");
+    expect(await down.text()).toBe("hello file");
+    const relative = await fetch(`${s.url}/api/file/upload/relative.txt`, {
+      method: "POST",
+      headers: { "X-Session-API-Key": KEY },
+      body: form,
+    });
+    expect(relative.status).toBe(500);
+    expect(await relative.json()).toEqual({
+      detail: "Internal Server Error",
+      exception: "500: Failed to upload file: 400: Path must be absolute",
+    });
+    expect((await call(s.url, "POST", `/api/file/upload/${encodeURIComponent(target)}`, {})).status).toBe(
+      422,
+    );
+    expect(await call(s.url, "GET", `/api/file/download/${encodeURIComponent(`${target}.missing`)}`)).toEqual(
+      {
+        status: 404,
+        body: { detail: "File not found" },
+      },
+    );
   });
 
   it("fails a command with 500 when the bash events folder cannot be written", async () => {
