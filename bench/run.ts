@@ -910,6 +910,134 @@ async function dockerBenchmarks(): Promise<void> {
   });
 }
 
+/**
+ * Starts `n` conversations without repository one after another, each polled to READY: the time of each, start
+ * request to READY. The user gets a model first (a start needs one).
+ */
+async function timeConversationStarts(
+  base: string,
+  key: string,
+  n: number,
+  timeoutMs: number,
+): Promise<number[]> {
+  const stored = await request(
+    base,
+    key,
+    "POST",
+    "/api/settings",
+    JSON.stringify({ llm_model: "openai/bench" }),
+  );
+  if (stored.status !== 200) throw new Error(`storing the model failed: ${stored.status} ${stored.text}`);
+  const timings: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    const res = await request(base, key, "POST", "/api/v1/app-conversations", "{}");
+    let task = res.json as { id: string; status: string; detail?: string | null };
+    const deadline = Date.now() + timeoutMs;
+    while (task.status !== "READY" && task.status !== "ERROR" && Date.now() < deadline) {
+      await sleep(2);
+      const got = await request(base, key, "GET", `/api/v1/app-conversations/start-tasks?ids=${task.id}`);
+      task = (got.json as (typeof task | null)[])[0] ?? task;
+    }
+    if (task.status !== "READY") throw new Error(`conversation start ended ${task.status}: ${task.detail}`);
+    timings.push(performance.now() - t0);
+  }
+  return timings;
+}
+
+/** Starts with a stand-in boot delay of several seconds, as the Python agent-server's: few samples. */
+const AGENT_SERVER_SAMPLES = QUICK ? 3 : 8;
+
+/**
+ * The OpenHands agent-server on Docker, through its stand-in image (WORKSPACE_TEST_AGENT_SERVER_IMAGE, made by
+ * .ci/docker.sh), which takes seconds to boot like the Python server: a sandbox of the default spec start→RUNNING
+ * (the runtime alone), and a conversation start→READY through a service on the Docker runtime. The figures a user
+ * of the real image meets; no baseline.
+ */
+async function agentServerBenchmarks(): Promise<void> {
+  if (!selected("docker")) return;
+  const image = process.env.WORKSPACE_TEST_AGENT_SERVER_IMAGE;
+  const row = (what: string, ours: string, data?: unknown): void => {
+    rows.push({ bench: "docker", what, ours, baseline: "—", ratio: "—", target: "—", pass: null, data });
+  };
+  const socket = process.env.DOCKER_HOST?.startsWith("unix://")
+    ? process.env.DOCKER_HOST.slice(7)
+    : undefined;
+  const { default: Docker } = await import("dockerode");
+  const docker = new Docker(socket === undefined ? {} : { socketPath: socket });
+  const absent = image === undefined ? "WORKSPACE_TEST_AGENT_SERVER_IMAGE not set" : null;
+  if (
+    absent !== null ||
+    !(await docker.ping().then(
+      () => true,
+      () => false,
+    ))
+  ) {
+    row(
+      "agent-server (stand-in) Docker sandbox start→RUNNING",
+      `not available: ${absent ?? "no Docker engine"}`,
+    );
+    return;
+  }
+  const { createDockerRuntime } = await import("../src/sandbox/docker/docker-runtime.ts");
+  const { defaultSpecs } = await import("../src/server/sandbox-specs.ts");
+  const [spec] = defaultSpecs(
+    {
+      kind: "docker",
+      socketPath: socket,
+      network: "host",
+      image: image as string,
+      memoryBytes: undefined,
+      nanoCpus: undefined,
+      user: undefined,
+      pidsLimit: 2048,
+    },
+    new Date(),
+  );
+  const runtime = createDockerRuntime({
+    docker,
+    network: "host",
+    labels: { "workspace.bench": "1" },
+    stopTimeoutSeconds: 2,
+  });
+  const starts: number[] = [];
+  try {
+    for (let i = 0; i < AGENT_SERVER_SAMPLES && spec !== undefined; i++) {
+      const t0 = performance.now();
+      const handle = await runtime.start({
+        sandboxId: `benchas${i}${Date.now().toString(36)}`,
+        spec: { ...spec, initialEnv: { ...spec.initialEnv } },
+        sessionApiKey: "bench-key-0123",
+      });
+      if (!(await runtime.waitHealthy(handle, 60_000)))
+        throw new Error("the agent-server never became healthy");
+      starts.push(performance.now() - t0);
+      await runtime.remove(handle);
+    }
+  } finally {
+    await runtime.removeAll();
+  }
+  log(`[docker] agent-server start→RUNNING ${latencyCell(starts)}`);
+  row(
+    `agent-server (stand-in, seconds of boot) Docker sandbox start→RUNNING, p50 / p99 (n=${starts.length})`,
+    latencyCell(starts),
+    starts,
+  );
+  const service = await startService("service-agent-server", ["--docker-image", image as string]);
+  try {
+    const base = `http://127.0.0.1:${service.info.port}`;
+    const timings = await timeConversationStarts(base, service.info.key, AGENT_SERVER_SAMPLES, 120_000);
+    log(`[docker] agent-server conversation start→READY ${latencyCell(timings)}`);
+    row(
+      `agent-server (stand-in) on Docker: conversation start→READY without repository, p50 / p99 (n=${timings.length})`,
+      latencyCell(timings),
+      timings,
+    );
+  } finally {
+    await stop(service);
+  }
+}
+
 async function conversationBenchmarks(): Promise<void> {
   if (!selected("conversations")) return;
   const implemented = existsSync(join(ROOT, "src", "services", "conversations"));
@@ -969,26 +1097,8 @@ async function conversationBenchmarks(): Promise<void> {
     if (implemented) {
       const first = await request(base, key, "POST", "/api/v1/app-conversations", "{}");
       if (first.status === 200) {
-        const timings: number[] = [];
-        for (let i = 0; i < CONVERSATION_STARTS + 1; i++) {
-          const t0 = performance.now();
-          const res = i === 0 ? first : await request(base, key, "POST", "/api/v1/app-conversations", "{}");
-          let task = res.json as { id: string; status: string; detail?: string | null };
-          const deadline = Date.now() + 30_000;
-          while (task.status !== "READY" && task.status !== "ERROR" && Date.now() < deadline) {
-            await sleep(2);
-            const got = await request(
-              base,
-              key,
-              "GET",
-              `/api/v1/app-conversations/start-tasks?ids=${task.id}`,
-            );
-            task = (got.json as (typeof task | null)[])[0] ?? task;
-          }
-          if (task.status !== "READY")
-            throw new Error(`conversation start ended ${task.status}: ${task.detail}`);
-          if (i > 0) timings.push(performance.now() - t0); // the first start is the warm-up
-        }
+        // The first start is the warm-up.
+        const timings = (await timeConversationStarts(base, key, CONVERSATION_STARTS + 1, 30_000)).slice(1);
         log(`[conversations] start→READY p50/p99 ${latencyCell(timings)}`);
         Object.assign(startRow, {
           what: `conversation start→READY without repository, p50 / p99 (n=${CONVERSATION_STARTS})`,
@@ -1441,6 +1551,7 @@ try {
   await throughputBenchmarks();
   await sandboxBenchmarks();
   await dockerBenchmarks();
+  await agentServerBenchmarks();
   await conversationBenchmarks();
   await eventBenchmarks();
   await replicaBenchmarks();

@@ -7,6 +7,8 @@
 //                       conversation ids being benchEventConversation(0..N/1000-1) (events search benchmark)
 //   --warm-agents N     built-in agents the process runtime keeps started ahead of need (default: npm start's
 //                       default, SANDBOX_WARM_AGENTS); 0 measures cold starts
+//   --docker-image I    sandboxes on the Docker runtime (engine of DOCKER_HOST, --network host) with the default
+//                       spec of that image (the agent-server's), instead of the process runtime
 //   --log-level L       Fastify/pino level as in production (default info), written to a file in the temporary
 //                       folder through the production log destination (src/server/log-destination.ts), as the
 //                       server writes to stdout; "silent" turns it off
@@ -15,7 +17,9 @@ import { mkdtempSync, openSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
+import Docker from "dockerode";
 import type { EventRecord } from "../../src/ports/event-repository.ts";
+import { createDockerRuntime } from "../../src/sandbox/docker/docker-runtime.ts";
 import { createProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { buildApp } from "../../src/server/app.ts";
 import { DEFAULT_WARM_AGENTS } from "../../src/server/config.ts";
@@ -31,22 +35,50 @@ const { values } = parseArgs({
     events: { type: "string", default: "0" },
     "log-level": { type: "string", default: "info" },
     "warm-agents": { type: "string", default: String(DEFAULT_WARM_AGENTS) },
+    "docker-image": { type: "string" },
   },
 });
 const USER = "bench-user";
 
 const dir = mkdtempSync(join(tmpdir(), "aws-bench-"));
 const storage = createSqliteStorage({ path: join(dir, "workspace.sqlite") });
-const runtime = createProcessRuntime({
-  workspaceRoot: join(dir, "sandboxes"),
-  warmAgents: Number(values["warm-agents"]),
-});
+const dockerImage = values["docker-image"];
+const runtime =
+  dockerImage === undefined
+    ? createProcessRuntime({
+        workspaceRoot: join(dir, "sandboxes"),
+        warmAgents: Number(values["warm-agents"]),
+      })
+    : createDockerRuntime({
+        docker: new Docker(
+          process.env.DOCKER_HOST?.startsWith("unix://")
+            ? { socketPath: process.env.DOCKER_HOST.slice(7) }
+            : {},
+        ),
+        network: "host",
+        labels: { "workspace.bench": "1" },
+        stopTimeoutSeconds: 2,
+      });
 const level = values["log-level"] ?? "info";
 const logFd = openSync(join(dir, "server.log"), "a");
 const app = await buildApp({
   storage,
   runtime,
-  specs: defaultSpecs({ kind: "process" }, new Date()),
+  specs: defaultSpecs(
+    dockerImage === undefined
+      ? { kind: "process" }
+      : {
+          kind: "docker",
+          socketPath: undefined,
+          network: "host",
+          image: dockerImage,
+          memoryBytes: undefined,
+          nanoCpus: undefined,
+          user: undefined,
+          pidsLimit: 2048,
+        },
+    new Date(),
+  ),
   encryptionKey: randomBytes(32),
   verifier: null,
   // The load comes from one key: a limit far above what one core can serve keeps the limiter on the hot path
@@ -135,7 +167,7 @@ let stopping = false;
 const stop = async (): Promise<void> => {
   if (stopping) return;
   stopping = true;
-  await runtime.killAll();
+  await ("killAll" in runtime ? runtime.killAll() : runtime.removeAll());
   await app.close();
   rmSync(dir, { recursive: true, force: true });
   process.exit(0);
