@@ -848,12 +848,7 @@ async function dockerBenchmarks(): Promise<void> {
     unavailable("WORKSPACE_TEST_DOCKER_IMAGE not set (source .ci/docker.sh; docker_up)");
     return;
   }
-  const runtime = createDockerRuntime({
-    docker,
-    network: "host",
-    labels: { "workspace.bench": "1" },
-    stopTimeoutSeconds: 2,
-  });
+  const runtime = benchDockerRuntime(createDockerRuntime, docker);
   const starts: number[] = [];
   const pauses: number[] = [];
   const resumes: number[] = [];
@@ -945,6 +940,12 @@ async function timeConversationStarts(
   return timings;
 }
 
+/** The benchmarks' Docker runtime: the host network, containers labelled for removal, a short stop. */
+const benchDockerRuntime = (
+  create: typeof import("../src/sandbox/docker/docker-runtime.ts").createDockerRuntime,
+  docker: import("dockerode"),
+) => create({ docker, network: "host", labels: { "workspace.bench": "1" }, stopTimeoutSeconds: 2 });
+
 /** Starts with a stand-in boot delay of several seconds, as the Python agent-server's: few samples. */
 const AGENT_SERVER_SAMPLES = QUICK ? 3 : 8;
 
@@ -981,25 +982,8 @@ async function agentServerBenchmarks(): Promise<void> {
   }
   const { createDockerRuntime } = await import("../src/sandbox/docker/docker-runtime.ts");
   const { defaultSpecs } = await import("../src/server/sandbox-specs.ts");
-  const [spec] = defaultSpecs(
-    {
-      kind: "docker",
-      socketPath: socket,
-      network: "host",
-      image: image as string,
-      memoryBytes: undefined,
-      nanoCpus: undefined,
-      user: undefined,
-      pidsLimit: 2048,
-    },
-    new Date(),
-  );
-  const runtime = createDockerRuntime({
-    docker,
-    network: "host",
-    labels: { "workspace.bench": "1" },
-    stopTimeoutSeconds: 2,
-  });
+  const [spec] = defaultSpecs({ kind: "docker", image: image as string }, new Date());
+  const runtime = benchDockerRuntime(createDockerRuntime, docker);
   const starts: number[] = [];
   try {
     for (let i = 0; i < AGENT_SERVER_SAMPLES && spec !== undefined; i++) {

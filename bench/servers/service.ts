@@ -65,18 +65,7 @@ const app = await buildApp({
   storage,
   runtime,
   specs: defaultSpecs(
-    dockerImage === undefined
-      ? { kind: "process" }
-      : {
-          kind: "docker",
-          socketPath: undefined,
-          network: "host",
-          image: dockerImage,
-          memoryBytes: undefined,
-          nanoCpus: undefined,
-          user: undefined,
-          pidsLimit: 2048,
-        },
+    dockerImage === undefined ? { kind: "process" } : { kind: "docker", image: dockerImage },
     new Date(),
   ),
   encryptionKey: randomBytes(32),

@@ -15,7 +15,10 @@ const AGENT_SERVER_ENV: Record<string, string> = {
 };
 
 /** Built-in spec list of a runtime: the first is the default. */
-export function defaultSpecs(runtime: RuntimeConfig, now: Date): SandboxSpec[] {
+export function defaultSpecs(
+  runtime: { kind: "process" } | Pick<Extract<RuntimeConfig, { kind: "docker" }>, "kind" | "image">,
+  now: Date,
+): SandboxSpec[] {
   if (runtime.kind === "docker") {
     return [
       {

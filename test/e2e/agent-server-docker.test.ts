@@ -33,20 +33,7 @@ const makeRuntime = (user?: string): DockerRuntime => {
   runtimes.push(runtime);
   return runtime;
 };
-const specs = () =>
-  defaultSpecs(
-    {
-      kind: "docker",
-      socketPath: undefined,
-      network: "host",
-      image,
-      memoryBytes: undefined,
-      nanoCpus: undefined,
-      user: undefined,
-      pidsLimit: 2048,
-    },
-    new Date(),
-  );
+const specs = () => defaultSpecs({ kind: "docker", image }, new Date());
 
 interface Sandbox {
   id: string;

@@ -12,23 +12,8 @@ export function dockerFromEnv(host: string | undefined = process.env.DOCKER_HOST
  * The Docker engine and the offline-built test image (WORKSPACE_TEST_DOCKER_IMAGE, made by .ci/docker.sh), or the
  * reason Docker tests must skip.
  */
-export async function findDocker(docker: Docker): Promise<{ image: string } | string> {
-  try {
-    await Promise.race([
-      docker.ping(),
-      new Promise((_, reject) => setTimeout(() => reject(new Error("timeout")), 3000)),
-    ]);
-  } catch {
-    return "no Docker socket";
-  }
-  const image = process.env.WORKSPACE_TEST_DOCKER_IMAGE;
-  if (!image) return "WORKSPACE_TEST_DOCKER_IMAGE is not set (.ci/docker.sh builds it)";
-  try {
-    await docker.getImage(image).inspect();
-  } catch {
-    return `image ${image} not found`;
-  }
-  return { image };
+export function findDocker(docker: Docker): Promise<{ image: string } | string> {
+  return findImage(docker, "WORKSPACE_TEST_DOCKER_IMAGE");
 }
 
 /**
@@ -36,7 +21,12 @@ export async function findDocker(docker: Docker): Promise<{ image: string } | st
  * (WORKSPACE_TEST_AGENT_SERVER_IMAGE, made by .ci/docker.sh from test/standin-agent-server), or the reason the
  * tests that need it must skip.
  */
-export async function findAgentServerImage(docker: Docker): Promise<{ image: string } | string> {
+export function findAgentServerImage(docker: Docker): Promise<{ image: string } | string> {
+  return findImage(docker, "WORKSPACE_TEST_AGENT_SERVER_IMAGE");
+}
+
+/** The engine answering and the image named by the environment variable `variable` present, or why not. */
+async function findImage(docker: Docker, variable: string): Promise<{ image: string } | string> {
   try {
     await Promise.race([
       docker.ping(),
@@ -45,8 +35,8 @@ export async function findAgentServerImage(docker: Docker): Promise<{ image: str
   } catch {
     return "no Docker socket";
   }
-  const image = process.env.WORKSPACE_TEST_AGENT_SERVER_IMAGE;
-  if (!image) return "WORKSPACE_TEST_AGENT_SERVER_IMAGE is not set (.ci/docker.sh builds it)";
+  const image = process.env[variable];
+  if (!image) return `${variable} is not set (.ci/docker.sh builds it)`;
   try {
     await docker.getImage(image).inspect();
   } catch {
