@@ -48,9 +48,11 @@ describe("loadConfig", () => {
       requestTimeoutMs: 30000,
       headersTimeoutMs: 10000,
       keyRecheckMs: 5000,
+      maxWebhookBytes: 32 * 1024 * 1024,
     });
     const c = loadConfig(
       {
+        WEBHOOK_MAX_BODY_BYTES: "2097152",
         MAX_MESSAGE_BYTES: "2048",
         MAX_STREAMS_PER_KEY: "2",
         MAX_STREAMS: "5",
@@ -67,8 +69,12 @@ describe("loadConfig", () => {
       maxConnections: 7,
       requestTimeoutMs: 1500,
       headersTimeoutMs: 700,
+      maxWebhookBytes: 2 * 1024 * 1024,
     });
     expect(Object.isFrozen(c.limits)).toBe(true);
+    expect(() => loadConfig({ WEBHOOK_MAX_BODY_BYTES: "1000" }, "/srv")).toThrow(
+      /WEBHOOK_MAX_BODY_BYTES must be/,
+    );
     expect(() => loadConfig({ MAX_MESSAGE_BYTES: "1MiB" }, "/srv")).toThrow(
       /MAX_MESSAGE_BYTES must be an integer/,
     );
