@@ -73,12 +73,21 @@ export async function serve(config: Readonly<Config>): Promise<void> {
   if (config.web.singleUser)
     log.warn({ host: config.host }, "AUTH_MODE=single-user: requests without a key act as user default");
   if (keyCreated) log.info({ file: config.encryptionKeyFile }, "created encryption key file (mode 0600)");
-  const issued = await app.keys.bootstrap(config.sessionApiKey);
   let ports: { port: number; grpcPort: number };
   try {
     ports = await app.listen(config.host, config.port, config.grpcPort);
   } catch (err) {
     // One listener may already be up (a taken gRPC port): close everything, so the process ends with the error.
+    await app.close().catch(() => undefined);
+    destination.flush();
+    throw err;
+  }
+  // The first key is created only now, with both listeners bound: created before, a start that then fails (a port
+  // in use) would have stored a key nobody was shown, and the next start, finding a key, would create none.
+  let issued: Awaited<ReturnType<typeof app.keys.bootstrap>>;
+  try {
+    issued = await app.keys.bootstrap(config.sessionApiKey);
+  } catch (err) {
     await app.close().catch(() => undefined);
     destination.flush();
     throw err;
