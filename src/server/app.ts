@@ -61,7 +61,12 @@ export interface AppDeps {
   /** Timeouts of conversation starts and live status. */
   conversations?: Pick<
     AppConversationServiceOptions,
-    "timeouts" | "liveStatusTimeoutMs" | "shutdownGraceMs" | "leaseMs" | "maxAttempts"
+    | "timeouts"
+    | "liveStatusTimeoutMs"
+    | "shutdownGraceMs"
+    | "leaseMs"
+    | "maxAttempts"
+    | "localRepositoryRoots"
   >;
   /** Message size, stream, connection and timeout limits (defaults: DEFAULT_LIMITS). */
   limits?: Partial<TransportLimits>;

@@ -63,6 +63,7 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     sweepIntervalMs: config.sweepIntervalMs,
     leaseMs: config.leaseMs,
     sandboxStartTimeoutMs: config.sandboxStartTimeoutMs,
+    conversations: { localRepositoryRoots: config.localRepositoryRoots },
     ...(config.webhookBaseUrl === undefined ? {} : { webhookBaseUrl: config.webhookBaseUrl }),
   });
   const log = app.http.log;
@@ -139,6 +140,7 @@ async function openRuntime(
       ...(config.runtime.memoryBytes ? { memoryBytes: config.runtime.memoryBytes } : {}),
       user: config.runtime.user,
       pidsLimit: config.runtime.pidsLimit,
+      readOnlyPaths: config.localRepositoryRoots,
       ...(config.runtime.nanoCpus ? { nanoCpus: config.runtime.nanoCpus } : {}),
       log,
     });
@@ -150,6 +152,7 @@ async function openRuntime(
     ...(process.env.PATH ? { searchPath: process.env.PATH } : {}),
     uidBase: config.sandboxUidBase,
     warmAgents: config.sandboxWarmAgents,
+    readOnlyPaths: config.localRepositoryRoots,
     log,
   });
 }
