@@ -41,11 +41,16 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     keyCreated = k.created;
   }
   const hosts = new ProviderHostPolicy(config.gitProviderAllowedHosts);
+  let verifierLog: (msg: string, data: Record<string, unknown>) => void = () => {};
   const app = await buildApp({
     storage,
     encryptionKey: key,
     verifier: config.gitProviderVerify
-      ? new HttpGitProviderVerifier({ timeoutMs: config.gitProviderTimeoutMs, hosts })
+      ? new HttpGitProviderVerifier({
+          timeoutMs: config.gitProviderTimeoutMs,
+          hosts,
+          log: (msg, data) => verifierLog(msg, data),
+        })
       : null,
     git: {
       hosts,
@@ -68,6 +73,7 @@ export async function serve(config: Readonly<Config>): Promise<void> {
   });
   const log = app.http.log;
   runtimeLog = (msg, data) => log.info({ runtime: runtime.kind, ...data }, msg);
+  verifierLog = (msg, data) => log.warn(data, msg);
   if (runtime.kind === "process") warnIsolation(runtime.isolation, log);
   const counts = await app.services.sandboxes.reconcileAll();
   log.info({ sandboxes: counts }, "reconciled recorded sandboxes with the runtime");
@@ -119,8 +125,18 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     process.once("SIGTERM", stop);
     process.once("SIGINT", stop);
   });
+  // Counted before closing (the store closes with the app). Sandboxes outlive the server: say so, with what to do.
+  const running = await storage.sandboxes
+    .listAll()
+    .then((all) => all.filter((r) => r.status === "RUNNING" || r.status === "STARTING").length)
+    .catch(() => null);
   await app.close();
-  log.info("stopped");
+  if (running !== null && running > 0)
+    log.info(
+      { runningSandboxes: running },
+      `stopped; ${running} sandbox${running === 1 ? "" : "es"} left running (they outlive the server, and a server started on the same store takes them over; pause or delete them to stop them)`,
+    );
+  else log.info("stopped");
   destination.flush();
 }
 

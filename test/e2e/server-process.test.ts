@@ -136,6 +136,25 @@ describe("the server as users run it", () => {
     expect((await s.stop()).code).toBe(0);
   });
 
+  it("stopping says how many sandboxes stay running; the next server deletes one of them", async () => {
+    const headers = { "x-session-api-key": firstKey };
+    const s = await startServer();
+    const started = (await (
+      await fetch(`${s.url}/api/v1/sandboxes`, { method: "POST", headers })
+    ).json()) as { id: string };
+    const stopped = await s.stop();
+    expect(stopped.code).toBe(0);
+    const line = stopped.out.split("\n").find((l) => l.includes('"runningSandboxes"'));
+    expect(line, stopped.out).toBeDefined();
+    expect(JSON.parse(line ?? "{}")).toMatchObject({ runningSandboxes: 1 });
+    expect(line).toContain("1 sandbox left running");
+    const next = await startServer();
+    const del = await fetch(`${next.url}/api/v1/sandboxes/${started.id}`, { method: "DELETE", headers });
+    expect(del.status).toBe(200);
+    const out = (await next.stop()).out;
+    expect(out).not.toContain('"runningSandboxes"');
+  });
+
   it("CLI: keys create prints the key alone on the last line; list never shows keys; revoke locks it out", async () => {
     const created = runCli(["keys", "create", "--user", "alice", "--label", "laptop"]);
     expect(created.code).toBe(0);
