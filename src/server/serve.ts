@@ -80,6 +80,8 @@ export async function serve(config: Readonly<Config>): Promise<void> {
   if (config.web.singleUser)
     log.warn({ host: config.host }, "AUTH_MODE=single-user: requests without a key act as user default");
   if (keyCreated) log.info({ file: config.encryptionKeyFile }, "created encryption key file (mode 0600)");
+  // SESSION_API_KEY is stored before listening (it works from the first request); a generated key only after.
+  if (config.sessionApiKey !== undefined) await app.keys.bootstrap(config.sessionApiKey);
   let ports: { port: number; grpcPort: number };
   try {
     ports = await app.listen(config.host, config.port, config.grpcPort);
@@ -89,11 +91,11 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     destination.flush();
     throw err;
   }
-  // The first key is created only now, with both listeners bound: created before, a start that then fails (a port
-  // in use) would have stored a key nobody was shown, and the next start, finding a key, would create none.
-  let issued: Awaited<ReturnType<typeof app.keys.bootstrap>>;
+  // A generated first key is created only now, with both listeners bound: created before, a start that then fails
+  // (a port in use) would have stored a key nobody was shown, and the next start, finding a key, would create none.
+  let issued: Awaited<ReturnType<typeof app.keys.bootstrap>> = null;
   try {
-    issued = await app.keys.bootstrap(config.sessionApiKey);
+    if (config.sessionApiKey === undefined) issued = await app.keys.bootstrap(undefined);
   } catch (err) {
     await app.close().catch(() => undefined);
     destination.flush();
