@@ -53,14 +53,14 @@ _docker_build_image() {
   # Sandbox containers run as 1000:1000 (SANDBOX_DOCKER_USER's default): a new workspace volume takes the owner
   # of the image's folder it is mounted on.
   chown 1000:1000 "$rootfs/workspace" || return 1
-  for f in "$root"/src/sandbox-agent/*.ts; do
+  for f in "$root"/src/sandbox-agent/*.ts "$root"/src/sandbox-agent/*.mjs; do
     case $f in *.test.ts) ;; *) cp "$f" "$rootfs/opt/sandbox-agent/" || return 1 ;; esac
   done
   printf '{"type":"module"}\n' >"$rootfs/opt/sandbox-agent/package.json"
   tar -C "$rootfs" -c . | docker import \
     --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin' \
     --change 'WORKDIR /workspace' \
-    --change 'CMD ["/usr/local/bin/node", "/opt/sandbox-agent/main.ts"]' \
+    --change 'CMD ["/usr/local/bin/node", "--import", "/opt/sandbox-agent/require-node.mjs", "/opt/sandbox-agent/main.ts"]' \
     - "$DOCKER_TEST_IMAGE_NAME" >/dev/null || return 1
   rm -rf "$rootfs"
 }

@@ -1110,7 +1110,7 @@ async function replicaBenchmarks(): Promise<void> {
   mkdirSync(dataDir, { recursive: true });
   const cli = join(ROOT, "dist", "src", "cli", "main.js");
   const env = { ...START.env, DATA_DIR: dataDir, LOG_LEVEL: SERVICE_LOG_LEVEL, RATE_LIMIT_PER_SECOND: "0" };
-  const made = spawnSync(process.execPath, [cli, "keys", "create", "--user", "bench-user"], {
+  const made = spawnSync(process.execPath, [cli, "keys", "create", "--init", "--user", "bench-user"], {
     env: { ...process.env, ...env },
     encoding: "utf8",
   });

@@ -23,17 +23,34 @@ export class HttpGitProviderVerifier implements GitProviderVerifier {
   readonly #hosts: ProviderHostPolicy;
   readonly #rateLimits = new RateLimitMemory();
   readonly #resolve: ((hostname: string) => Promise<string[]>) | undefined;
+  readonly #log: (msg: string, data: Record<string, unknown>) => void;
 
   constructor(
     options: {
       timeoutMs?: number;
       hosts?: ProviderHostPolicy;
       resolve?: (hostname: string) => Promise<string[]>;
+      /**
+       * Told why a check could not reach the provider (the caller only hears "unreachable"): the provider, the
+       * host and the cause (timeout, DNS, refused connection, a host the policy does not allow…), never the token.
+       */
+      log?: (msg: string, data: Record<string, unknown>) => void;
     } = {},
   ) {
     this.#timeoutMs = options.timeoutMs ?? 5_000;
     this.#hosts = options.hosts ?? new ProviderHostPolicy();
     this.#resolve = options.resolve;
+    this.#log = options.log ?? (() => {});
+  }
+
+  #unreachable(provider: string, host: string | null, token: string, err: unknown): "unreachable" {
+    const cause = err instanceof Error ? describeCause(err) : String(err);
+    this.#log("git provider token check could not reach the provider", {
+      provider,
+      host: host ?? "(public host)",
+      cause: token.length >= 4 ? cause.replaceAll(token, "***") : cause,
+    });
+    return "unreachable";
   }
 
   async verify(provider: string, token: string, host: string | null): Promise<VerifyOutcome> {
@@ -42,8 +59,8 @@ export class HttpGitProviderVerifier implements GitProviderVerifier {
     let base: string;
     try {
       base = providerApiBase(provider, host, this.#hosts);
-    } catch {
-      return "unreachable";
+    } catch (err) {
+      return this.#unreachable(provider, host, token, err);
     }
     const authorization =
       provider === "azure_devops"
@@ -66,7 +83,18 @@ export class HttpGitProviderVerifier implements GitProviderVerifier {
     } catch (err) {
       if (err instanceof GitProviderError && (err.kind === "unauthorized" || err.kind === "forbidden"))
         return "invalid";
-      return "unreachable";
+      return this.#unreachable(provider, host, token, err);
     }
   }
+}
+
+/** An error's message with its causes' (fetch's "fetch failed" says nothing; its cause says ECONNREFUSED …). */
+function describeCause(err: Error): string {
+  const parts = [err.message];
+  let cause: unknown = err.cause;
+  for (let depth = 0; cause instanceof Error && depth < 3; depth++) {
+    parts.push(cause.message);
+    cause = cause.cause;
+  }
+  return parts.join(": ");
 }

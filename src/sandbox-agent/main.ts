@@ -11,6 +11,10 @@
  * waits for one line on stdin, the JSON object `{"env": {...}, "cwd": "..."}`, which becomes its whole environment
  * and working directory before it reads the configuration above and serves. It exits 0 when stdin ends without one.
  */
+// First: the Node.js version check (an image or a host with an old Node gets one clear line and exit 1). A Node
+// too old for .ts files fails before this module runs: start the agent as `node --import <this folder>/
+// require-node.mjs main.ts` there (the Docker test image's command does).
+import "./require-node.mjs";
 import { mkdirSync } from "node:fs";
 import { resolve } from "node:path";
 import { createAgentServer, type WebhookOptions } from "./agent-server.ts";

@@ -61,7 +61,12 @@ export interface AppDeps {
   /** Timeouts of conversation starts and live status. */
   conversations?: Pick<
     AppConversationServiceOptions,
-    "timeouts" | "liveStatusTimeoutMs" | "shutdownGraceMs" | "leaseMs" | "maxAttempts"
+    | "timeouts"
+    | "liveStatusTimeoutMs"
+    | "shutdownGraceMs"
+    | "leaseMs"
+    | "maxAttempts"
+    | "localRepositoryRoots"
   >;
   /** Message size, stream, connection and timeout limits (defaults: DEFAULT_LIMITS). */
   limits?: Partial<TransportLimits>;
@@ -179,7 +184,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     routes: REST_ROUTES,
     sweep,
     async listen(host, port, grpcPort) {
-      await server.listen({ host, port });
+      await namedListen("HTTP", "PORT", port, () => server.listen({ host, port }));
       const address = server.server.address();
       if (typeof address === "object" && address !== null) {
         const h =
@@ -190,7 +195,9 @@ export async function buildApp(deps: AppDeps): Promise<App> {
               : host;
         listenerUrl = `http://${h}:${address.port}`;
       }
-      grpcListener = await listenGrpc(grpcServer, host, grpcPort, limits.maxConnections);
+      grpcListener = await namedListen("gRPC", "GRPC_PORT", grpcPort, () =>
+        listenGrpc(grpcServer, host, grpcPort, limits.maxConnections),
+      );
       // Listening (sandboxes started from now on get this server's webhook URL): resume at once what an earlier
       // run of this server, or another server that died, left unfinished.
       conversations.startLeases();
@@ -218,4 +225,33 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       await deps.storage.close();
     },
   };
+}
+
+/**
+ * Runs one listener's listen and, when it fails, says which listener and which variable sets its port (the
+ * original error is the cause): "listen EADDRINUSE :::3000" alone names neither.
+ */
+async function namedListen<T>(
+  listener: string,
+  variable: string,
+  port: number,
+  listen: () => Promise<T>,
+): Promise<T> {
+  try {
+    return await listen();
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    const why =
+      code === "EADDRINUSE"
+        ? "the port is already in use (EADDRINUSE: another server or program listens there)"
+        : code === "EACCES"
+          ? "permission denied (EACCES: ports below 1024 need privileges)"
+          : (err as Error).message;
+    throw new Error(
+      `the ${listener} listener cannot listen on port ${port} (${variable}): ${why}; set ${variable} to a free port`,
+      {
+        cause: err,
+      },
+    );
+  }
 }

@@ -127,8 +127,9 @@ const describeExit = (code: number | null, signal: string | null): string =>
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
- * The cluster primary: serves nothing itself. Starts the workers (the first alone, so that only it can create the
- * first API key, then the others together), restarts a worker that dies with a bounded backoff, replaces them
+ * The cluster primary: serves nothing itself. Starts the workers (the first alone, so that only it creates the
+ * first API key, which a worker does right after it listens, well before the others have loaded; then the others
+ * together), restarts a worker that dies with a bounded backoff, replaces them
  * one at a time on SIGHUP, and stops them all on SIGTERM/SIGINT.
  */
 class ClusterPrimary {

@@ -62,14 +62,26 @@ export interface Config {
   readonly sandboxIsolation: "auto" | "bwrap" | "none";
   /** As root, isolated process sandbox n runs as uid/gid sandboxUidBase + n. */
   readonly sandboxUidBase: number;
+  /**
+   * Absolute folders whose repositories a conversation may start from by local path or file:// URL; bound
+   * read-only into every sandbox (LOCAL_REPOSITORY_ROOTS). Empty: local repositories are refused.
+   */
+  readonly localRepositoryRoots: readonly string[];
   /** Built-in agents the process runtime keeps started ahead of need (0: none). */
   readonly sandboxWarmAgents: number;
   /** Server processes sharing the ports (node:cluster, src/server/cluster.ts); 1: this process alone. */
   readonly workers: number;
 }
 
+/** Invalid configuration; `problems` lists every one found (the message joins them, one a line). */
 export class ConfigError extends Error {
   override name = "ConfigError";
+  readonly problems: readonly string[];
+  constructor(problems: string | readonly string[]) {
+    const list = typeof problems === "string" ? [problems] : problems;
+    super(list.join("\n"));
+    this.problems = list;
+  }
 }
 
 /** Every environment variable the server reads, with its meaning (README and --help print this). */
@@ -124,6 +136,10 @@ export const ENV_DOC: readonly [string, string][] = [
   ],
   ["SANDBOX_UID_BASE", "as root, isolated process sandboxes run as uids from this one (default 1000000000)"],
   [
+    "LOCAL_REPOSITORY_ROOTS",
+    "comma-separated absolute folders a conversation may start from by local path or file:// URL, bound read-only into sandboxes (default none: local repositories are refused)",
+  ],
+  [
     "SANDBOX_WARM_AGENTS",
     "process sandboxes: built-in agents kept started ahead of need, so that a start does not wait for one to boot (default 2; 0: none)",
   ],
@@ -157,91 +173,107 @@ export const ENV_DOC: readonly [string, string][] = [
 
 type Env = Record<string, string | undefined>;
 
-function port(env: Env, name: string, fallback: number): number {
-  const raw = env[name];
-  if (raw === undefined || raw === "") return fallback;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < 0 || n > 65535)
-    throw new ConfigError(`${name} must be a port number 0-65535, got ${JSON.stringify(raw)}`);
-  return n;
-}
-
-function int(env: Env, name: string, fallback: number, min: number, max: number): number {
-  const raw = env[name];
-  if (raw === undefined || raw === "") return fallback;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < min || n > max)
-    throw new ConfigError(`${name} must be an integer ${min}-${max}, got ${JSON.stringify(raw)}`);
-  return n;
-}
-
-function flag(env: Env, name: string, fallback: boolean): boolean {
-  const raw = env[name]?.trim().toLowerCase();
-  if (raw === undefined || raw === "") return fallback;
-  if (["1", "true", "yes", "on"].includes(raw)) return true;
-  if (["0", "false", "no", "off"].includes(raw)) return false;
-  throw new ConfigError(`${name} must be true or false, got ${JSON.stringify(env[name])}`);
-}
-
-function key(raw: string | undefined): Buffer | undefined {
-  if (raw === undefined || raw === "") return undefined;
-  const t = raw.trim();
-  const buf = /^[0-9a-fA-F]{64}$/.test(t) ? Buffer.from(t, "hex") : Buffer.from(t, "base64");
-  if (buf.length !== 32) throw new ConfigError("ENCRYPTION_KEY must be 32 bytes, as 64 hex digits or base64");
-  return buf;
-}
-
-function allowedHosts(raw: string | undefined): readonly string[] {
-  const entries = (raw ?? "")
-    .split(",")
-    .map((e) => e.trim())
-    .filter((e) => e !== "");
-  try {
-    new ProviderHostPolicy(entries);
-  } catch {
-    throw new ConfigError(
-      "GIT_PROVIDER_ALLOWED_HOSTS must list host, host:port or http://host:port entries, comma-separated",
-    );
-  }
-  return Object.freeze(entries);
-}
-
 /** Parses the environment once. Throws ConfigError with a clear message on any invalid value. */
 /** Default of SANDBOX_WARM_AGENTS: enough for one start after another while the next agent boots. */
 export const DEFAULT_WARM_AGENTS = 2;
 
 export function loadConfig(env: Env = process.env, cwd: string = process.cwd()): Readonly<Config> {
+  // Every value is checked and every problem reported at once: fixing them one start at a time is a slow loop.
+  const problems: string[] = [];
+  const fail = (message: string): void => {
+    problems.push(message);
+  };
+  const port = (name: string, fallback: number): number => {
+    const raw = env[name];
+    if (raw === undefined || raw === "") return fallback;
+    const n = Number(raw);
+    if (Number.isInteger(n) && n >= 0 && n <= 65535) return n;
+    fail(`${name} must be a port number 0-65535, got ${JSON.stringify(raw)}`);
+    return fallback;
+  };
+  const int = (name: string, fallback: number, min: number, max: number): number => {
+    const raw = env[name];
+    if (raw === undefined || raw === "") return fallback;
+    const n = Number(raw);
+    if (Number.isInteger(n) && n >= min && n <= max) return n;
+    fail(`${name} must be an integer ${min}-${max}, got ${JSON.stringify(raw)}`);
+    return fallback;
+  };
+  const flag = (name: string, fallback: boolean): boolean => {
+    const raw = env[name]?.trim().toLowerCase();
+    if (raw === undefined || raw === "") return fallback;
+    if (["1", "true", "yes", "on"].includes(raw)) return true;
+    if (["0", "false", "no", "off"].includes(raw)) return false;
+    fail(`${name} must be true or false, got ${JSON.stringify(env[name])}`);
+    return fallback;
+  };
+  const key = (raw: string | undefined): Buffer | undefined => {
+    if (raw === undefined || raw === "") return undefined;
+    const t = raw.trim();
+    const buf = /^[0-9a-fA-F]{64}$/.test(t) ? Buffer.from(t, "hex") : Buffer.from(t, "base64");
+    if (buf.length === 32) return buf;
+    fail("ENCRYPTION_KEY must be 32 bytes, as 64 hex digits or base64");
+    return undefined;
+  };
+  const list = (raw: string | undefined): string[] =>
+    (raw ?? "")
+      .split(",")
+      .map((e) => e.trim())
+      .filter((e) => e !== "");
+  const allowedHosts = (raw: string | undefined): readonly string[] => {
+    const entries = list(raw);
+    try {
+      new ProviderHostPolicy(entries);
+    } catch {
+      fail(
+        "GIT_PROVIDER_ALLOWED_HOSTS must list host, host:port or http://host:port entries, comma-separated",
+      );
+      return Object.freeze([]);
+    }
+    return Object.freeze(entries);
+  };
+  const localRepositoryRoots = (raw: string | undefined): readonly string[] => {
+    const roots = list(raw);
+    const bad = roots.filter((r) => !isAbsolute(r));
+    if (bad.length > 0) {
+      fail(
+        `LOCAL_REPOSITORY_ROOTS must list absolute folders, comma-separated; not absolute: ${bad.join(", ")}`,
+      );
+      return Object.freeze([]);
+    }
+    // Normalized (no trailing "/", no ".."), so that a containment check compares like with like.
+    return Object.freeze([...new Set(roots.map((r) => resolve(r)))]);
+  };
   const dataDir = resolve(cwd, env.DATA_DIR || "data");
   const mongoUri = env.MONGODB_URI?.trim();
   if (mongoUri && !/^mongodb(\+srv)?:\/\//.test(mongoUri))
-    throw new ConfigError("MONGODB_URI must start with mongodb:// or mongodb+srv://");
+    fail("MONGODB_URI must start with mongodb:// or mongodb+srv://");
   const runtimeKind = (env.SANDBOX_RUNTIME || "process").trim();
   if (runtimeKind !== "process" && runtimeKind !== "docker")
-    throw new ConfigError(`SANDBOX_RUNTIME must be process or docker, got ${JSON.stringify(runtimeKind)}`);
+    fail(`SANDBOX_RUNTIME must be process or docker, got ${JSON.stringify(runtimeKind)}`);
   const cpus = env.SANDBOX_CPUS ? Number(env.SANDBOX_CPUS) : undefined;
-  if (cpus !== undefined && !(cpus > 0 && cpus <= 1024))
-    throw new ConfigError("SANDBOX_CPUS must be a positive number");
-  const memMb = int(env, "SANDBOX_MEMORY_MB", 4096, 6, 1 << 20);
+  if (cpus !== undefined && !(cpus > 0 && cpus <= 1024)) fail("SANDBOX_CPUS must be a positive number");
+  const memMb = int("SANDBOX_MEMORY_MB", 4096, 6, 1 << 20);
   const isolation = (env.SANDBOX_ISOLATION || "auto").trim();
   if (isolation !== "auto" && isolation !== "bwrap" && isolation !== "none")
-    throw new ConfigError(`SANDBOX_ISOLATION must be auto, bwrap or none, got ${JSON.stringify(isolation)}`);
+    fail(`SANDBOX_ISOLATION must be auto, bwrap or none, got ${JSON.stringify(isolation)}`);
   const dockerUser = env.SANDBOX_DOCKER_USER?.trim() || undefined;
   if (dockerUser !== undefined && !/^[1-9][0-9]{0,9}(:[1-9][0-9]{0,9})?$/.test(dockerUser))
-    throw new ConfigError(
+    fail(
       `SANDBOX_DOCKER_USER must be a non-root uid[:gid] such as 1000:1000, got ${JSON.stringify(dockerUser)}`,
     );
   const level = (env.LOG_LEVEL || "info").trim();
   if (!["fatal", "error", "warn", "info", "debug", "trace", "silent"].includes(level))
-    throw new ConfigError(`LOG_LEVEL ${JSON.stringify(level)} is not a level`);
+    fail(`LOG_LEVEL ${JSON.stringify(level)} is not a level`);
   const sessionApiKey =
     env.SESSION_API_KEY === undefined || env.SESSION_API_KEY === "" ? undefined : env.SESSION_API_KEY;
   if (sessionApiKey !== undefined && sessionApiKey.length < 8)
-    throw new ConfigError("SESSION_API_KEY must be at least 8 characters");
+    fail("SESSION_API_KEY must be at least 8 characters");
   const keyFile = env.ENCRYPTION_KEY_FILE || "secret.key";
   const host = env.HOST || "127.0.0.1";
   const webhookBaseUrl = env.WEBHOOK_BASE_URL?.trim() || undefined;
   if (webhookBaseUrl !== undefined && !/^https?:\/\/[^/\s]+(\/\S*)?$/.test(webhookBaseUrl))
-    throw new ConfigError("WEBHOOK_BASE_URL must be an http(s) URL such as http://127.0.0.1:3000");
+    fail("WEBHOOK_BASE_URL must be an http(s) URL such as http://127.0.0.1:3000");
   const dockerNetwork = env.DOCKER_NETWORK?.trim() || "bridge";
   // Containers on a network of their own reach this service through the host gateway (host.docker.internal):
   // a loopback-only listener cannot answer their webhooks, and every conversation start would wait on retries.
@@ -252,13 +284,28 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     webhookBaseUrl === undefined &&
     /^(127\.|localhost$|::1$|\[::1\]$)/.test(host)
   )
-    throw new ConfigError(
+    fail(
       `DOCKER_NETWORK=${dockerNetwork}: sandbox containers reach this service at the host gateway (host.docker.internal), but HOST=${host} listens on loopback only. Set HOST=0.0.0.0 (or the gateway's address), or WEBHOOK_BASE_URL to an address containers reach, or DOCKER_NETWORK=host`,
     );
+  const httpPort = port("PORT", 3000);
+  const grpcPort = port("GRPC_PORT", 3001);
+  if (httpPort === grpcPort && httpPort !== 0)
+    fail(
+      `PORT and GRPC_PORT must differ (both are ${httpPort}): HTTP and gRPC each need a port of their own`,
+    );
+  const localRoots = localRepositoryRoots(env.LOCAL_REPOSITORY_ROOTS);
+  let web: WebConfig;
+  try {
+    web = loadWebConfig(env, host, cwd, (msg) => new ConfigError(msg));
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    problems.push(...err.problems);
+    web = loadWebConfig({}, host, cwd, (msg) => new ConfigError(msg));
+  }
   const config: Config = {
     host,
-    port: port(env, "PORT", 3000),
-    grpcPort: port(env, "GRPC_PORT", 3001),
+    port: httpPort,
+    grpcPort,
     dataDir,
     storage: mongoUri
       ? { kind: "mongo", uri: mongoUri, dbName: env.MONGODB_DB || undefined }
@@ -275,41 +322,43 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
             memoryBytes: memMb * 1024 * 1024,
             nanoCpus: cpus === undefined ? undefined : Math.round(cpus * 1e9),
             user: dockerUser,
-            pidsLimit: int(env, "SANDBOX_PIDS_LIMIT", 2048, 16, 4_194_304),
+            pidsLimit: int("SANDBOX_PIDS_LIMIT", 2048, 16, 4_194_304),
           }
         : { kind: "process" },
     sessionApiKey,
-    gitProviderVerify: flag(env, "GIT_PROVIDER_VERIFY", true),
-    gitProviderTimeoutMs: int(env, "GIT_PROVIDER_TIMEOUT_MS", 5000, 100, 120_000),
+    gitProviderVerify: flag("GIT_PROVIDER_VERIFY", true),
+    gitProviderTimeoutMs: int("GIT_PROVIDER_TIMEOUT_MS", 5000, 100, 120_000),
     gitProviderAllowedHosts: allowedHosts(env.GIT_PROVIDER_ALLOWED_HOSTS),
-    gitRepositoryCacheSeconds: int(env, "GIT_REPOSITORY_CACHE_SECONDS", 60, 0, 3600),
+    gitRepositoryCacheSeconds: int("GIT_REPOSITORY_CACHE_SECONDS", 60, 0, 3600),
     encryptionKey: key(env.ENCRYPTION_KEY),
     encryptionKeyFile: isAbsolute(keyFile) ? keyFile : resolve(dataDir, keyFile),
-    rateLimitPerSecond: int(env, "RATE_LIMIT_PER_SECOND", 200, 0, 1_000_000),
-    rateLimitBurst: int(env, "RATE_LIMIT_BURST", 400, 1, 10_000_000),
-    maxRunningSandboxes: int(env, "MAX_RUNNING_SANDBOXES", 5, 1, 1000),
-    maxSandboxesPerUser: int(env, "MAX_SANDBOXES_PER_USER", 20, 1, 100_000),
-    sweepIntervalMs: int(env, "SWEEP_INTERVAL_MS", 30_000, 0, 86_400_000),
-    leaseMs: int(env, "LEASE_MS", 15_000, 300, 3_600_000),
-    sandboxStartTimeoutMs: int(env, "SANDBOX_START_TIMEOUT_MS", 120_000, 1000, 3_600_000),
+    rateLimitPerSecond: int("RATE_LIMIT_PER_SECOND", 200, 0, 1_000_000),
+    rateLimitBurst: int("RATE_LIMIT_BURST", 400, 1, 10_000_000),
+    maxRunningSandboxes: int("MAX_RUNNING_SANDBOXES", 5, 1, 1000),
+    maxSandboxesPerUser: int("MAX_SANDBOXES_PER_USER", 20, 1, 100_000),
+    sweepIntervalMs: int("SWEEP_INTERVAL_MS", 30_000, 0, 86_400_000),
+    leaseMs: int("LEASE_MS", 15_000, 300, 3_600_000),
+    sandboxStartTimeoutMs: int("SANDBOX_START_TIMEOUT_MS", 120_000, 1000, 3_600_000),
     sandboxSpecsFile: env.SANDBOX_SPECS_FILE || undefined,
     logLevel: level,
-    web: loadWebConfig(env, host, cwd, (msg) => new ConfigError(msg)),
+    web,
     limits: Object.freeze({
-      maxMessageBytes: int(env, "MAX_MESSAGE_BYTES", DEFAULT_LIMITS.maxMessageBytes, 1024, 64 * 1024 * 1024),
-      maxStreamsPerKey: int(env, "MAX_STREAMS_PER_KEY", DEFAULT_LIMITS.maxStreamsPerKey, 1, 100_000),
-      maxStreams: int(env, "MAX_STREAMS", DEFAULT_LIMITS.maxStreams, 1, 1_000_000),
-      maxConnections: int(env, "MAX_CONNECTIONS", DEFAULT_LIMITS.maxConnections, 1, 1_000_000),
-      requestTimeoutMs: int(env, "REQUEST_TIMEOUT_MS", DEFAULT_LIMITS.requestTimeoutMs, 100, 3_600_000),
-      headersTimeoutMs: int(env, "HEADERS_TIMEOUT_MS", DEFAULT_LIMITS.headersTimeoutMs, 100, 3_600_000),
+      maxMessageBytes: int("MAX_MESSAGE_BYTES", DEFAULT_LIMITS.maxMessageBytes, 1024, 64 * 1024 * 1024),
+      maxStreamsPerKey: int("MAX_STREAMS_PER_KEY", DEFAULT_LIMITS.maxStreamsPerKey, 1, 100_000),
+      maxStreams: int("MAX_STREAMS", DEFAULT_LIMITS.maxStreams, 1, 1_000_000),
+      maxConnections: int("MAX_CONNECTIONS", DEFAULT_LIMITS.maxConnections, 1, 1_000_000),
+      requestTimeoutMs: int("REQUEST_TIMEOUT_MS", DEFAULT_LIMITS.requestTimeoutMs, 100, 3_600_000),
+      headersTimeoutMs: int("HEADERS_TIMEOUT_MS", DEFAULT_LIMITS.headersTimeoutMs, 100, 3_600_000),
       keyRecheckMs: DEFAULT_LIMITS.keyRecheckMs,
-      maxWebhookBytes: int(env, "WEBHOOK_MAX_BODY_BYTES", 32 * 1024 * 1024, 1024 * 1024, 1024 * 1024 * 1024),
+      maxWebhookBytes: int("WEBHOOK_MAX_BODY_BYTES", 32 * 1024 * 1024, 1024 * 1024, 1024 * 1024 * 1024),
     }),
     webhookBaseUrl,
-    sandboxIsolation: isolation,
-    sandboxUidBase: int(env, "SANDBOX_UID_BASE", 1_000_000_000, 1000, 4_000_000_000),
-    sandboxWarmAgents: int(env, "SANDBOX_WARM_AGENTS", DEFAULT_WARM_AGENTS, 0, 64),
-    workers: int(env, "WORKERS", 1, 1, 64),
+    sandboxIsolation: isolation as Config["sandboxIsolation"],
+    localRepositoryRoots: localRoots,
+    sandboxUidBase: int("SANDBOX_UID_BASE", 1_000_000_000, 1000, 4_000_000_000),
+    sandboxWarmAgents: int("SANDBOX_WARM_AGENTS", DEFAULT_WARM_AGENTS, 0, 64),
+    workers: int("WORKERS", 1, 1, 64),
   };
+  if (problems.length > 0) throw new ConfigError(problems);
   return Object.freeze(config);
 }

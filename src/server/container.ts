@@ -62,7 +62,12 @@ export interface ContainerDeps {
   /** Timeouts of conversation starts and live status, and how long a server's lease on a start lasts. */
   conversations?: Pick<
     AppConversationServiceOptions,
-    "timeouts" | "liveStatusTimeoutMs" | "shutdownGraceMs" | "leaseMs" | "maxAttempts"
+    | "timeouts"
+    | "liveStatusTimeoutMs"
+    | "shutdownGraceMs"
+    | "leaseMs"
+    | "maxAttempts"
+    | "localRepositoryRoots"
   >;
   /** How long a sandbox may take to start before it is ERROR (default 120 s). */
   sandboxStartTimeoutMs?: number;

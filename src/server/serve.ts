@@ -41,11 +41,16 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     keyCreated = k.created;
   }
   const hosts = new ProviderHostPolicy(config.gitProviderAllowedHosts);
+  let verifierLog: (msg: string, data: Record<string, unknown>) => void = () => {};
   const app = await buildApp({
     storage,
     encryptionKey: key,
     verifier: config.gitProviderVerify
-      ? new HttpGitProviderVerifier({ timeoutMs: config.gitProviderTimeoutMs, hosts })
+      ? new HttpGitProviderVerifier({
+          timeoutMs: config.gitProviderTimeoutMs,
+          hosts,
+          log: (msg, data) => verifierLog(msg, data),
+        })
       : null,
     git: {
       hosts,
@@ -63,22 +68,35 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     sweepIntervalMs: config.sweepIntervalMs,
     leaseMs: config.leaseMs,
     sandboxStartTimeoutMs: config.sandboxStartTimeoutMs,
+    conversations: { localRepositoryRoots: config.localRepositoryRoots },
     ...(config.webhookBaseUrl === undefined ? {} : { webhookBaseUrl: config.webhookBaseUrl }),
   });
   const log = app.http.log;
   runtimeLog = (msg, data) => log.info({ runtime: runtime.kind, ...data }, msg);
+  verifierLog = (msg, data) => log.warn(data, msg);
   if (runtime.kind === "process") warnIsolation(runtime.isolation, log);
   const counts = await app.services.sandboxes.reconcileAll();
   log.info({ sandboxes: counts }, "reconciled recorded sandboxes with the runtime");
   if (config.web.singleUser)
     log.warn({ host: config.host }, "AUTH_MODE=single-user: requests without a key act as user default");
   if (keyCreated) log.info({ file: config.encryptionKeyFile }, "created encryption key file (mode 0600)");
-  const issued = await app.keys.bootstrap(config.sessionApiKey);
+  // SESSION_API_KEY is stored before listening (it works from the first request); a generated key only after.
+  if (config.sessionApiKey !== undefined) await app.keys.bootstrap(config.sessionApiKey);
   let ports: { port: number; grpcPort: number };
   try {
     ports = await app.listen(config.host, config.port, config.grpcPort);
   } catch (err) {
     // One listener may already be up (a taken gRPC port): close everything, so the process ends with the error.
+    await app.close().catch(() => undefined);
+    destination.flush();
+    throw err;
+  }
+  // A generated first key is created only now, with both listeners bound: created before, a start that then fails
+  // (a port in use) would have stored a key nobody was shown, and the next start, finding a key, would create none.
+  let issued: Awaited<ReturnType<typeof app.keys.bootstrap>> = null;
+  try {
+    if (config.sessionApiKey === undefined) issued = await app.keys.bootstrap(undefined);
+  } catch (err) {
     await app.close().catch(() => undefined);
     destination.flush();
     throw err;
@@ -109,8 +127,18 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     process.once("SIGTERM", stop);
     process.once("SIGINT", stop);
   });
+  // Counted before closing (the store closes with the app). Sandboxes outlive the server: say so, with what to do.
+  const running = await storage.sandboxes
+    .listAll()
+    .then((all) => all.filter((r) => r.status === "RUNNING" || r.status === "STARTING").length)
+    .catch(() => null);
   await app.close();
-  log.info("stopped");
+  if (running !== null && running > 0)
+    log.info(
+      { runningSandboxes: running },
+      `stopped; ${running} sandbox${running === 1 ? "" : "es"} left running (they outlive the server, and a server started on the same store takes them over; pause or delete them to stop them)`,
+    );
+  else log.info("stopped");
   destination.flush();
 }
 
@@ -130,6 +158,7 @@ async function openRuntime(
       ...(config.runtime.memoryBytes ? { memoryBytes: config.runtime.memoryBytes } : {}),
       ...(config.runtime.user === undefined ? {} : { user: config.runtime.user }),
       pidsLimit: config.runtime.pidsLimit,
+      readOnlyPaths: config.localRepositoryRoots,
       ...(config.runtime.nanoCpus ? { nanoCpus: config.runtime.nanoCpus } : {}),
       log,
     });
@@ -141,6 +170,7 @@ async function openRuntime(
     ...(process.env.PATH ? { searchPath: process.env.PATH } : {}),
     uidBase: config.sandboxUidBase,
     warmAgents: config.sandboxWarmAgents,
+    readOnlyPaths: config.localRepositoryRoots,
     log,
   });
 }

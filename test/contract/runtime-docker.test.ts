@@ -1,4 +1,7 @@
 import { randomBytes } from "node:crypto";
+import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import type { RuntimeHandle, RuntimeSpec } from "../../src/ports/sandbox-runtime.ts";
 import { probeAlive } from "../../src/sandbox/agent-health.ts";
@@ -22,7 +25,7 @@ const runId = randomBytes(4).toString("hex");
 const image = typeof found === "string" ? "unused" : found.image;
 const runtimes: DockerRuntime[] = [];
 const makeRuntime = (
-  options: { network?: string; memoryBytes?: number; pidsLimit?: number } = {},
+  options: { network?: string; memoryBytes?: number; pidsLimit?: number; readOnlyPaths?: string[] } = {},
 ): DockerRuntime => {
   const runtime = createDockerRuntime({
     docker,
@@ -162,6 +165,37 @@ describe.skipIf(skipReason !== null)(`docker runtime${skipReason ? ` (skipped: $
         expect(out.exit_code).toBe(0);
       } finally {
         await runtime.remove(handle);
+      }
+    });
+
+    it("binds the LOCAL_REPOSITORY_ROOTS folders read-only at the same path, and nothing else of the host", async () => {
+      const root = mkdtempSync(join(tmpdir(), "aws-docker-roots-"));
+      chmodSync(root, 0o755);
+      writeFileSync(join(root, "file.txt"), "from the host\n", { mode: 0o644 });
+      const bound = makeRuntime({ readOnlyPaths: [root] });
+      const handle = await bound.start({ sandboxId: "dt-roots", spec: spec([]), sessionApiKey: key });
+      try {
+        const info = await docker.getContainer(dataOf(handle).containerId).inspect();
+        expect(info.Mounts.map((m) => [m.Type, m.Destination, m.RW])).toEqual(
+          expect.arrayContaining([
+            ["volume", "/workspace/project", true],
+            ["bind", root, false],
+          ]),
+        );
+        expect(info.Mounts).toHaveLength(2);
+        expect(await bound.waitHealthy(handle, 30_000)).toBe(true);
+        const res = await fetch(new URL("/api/bash/execute_bash_command", handle.agentUrl), {
+          method: "POST",
+          headers: { "x-session-api-key": key },
+          body: JSON.stringify({ command: `cat ${root}/file.txt; touch ${root}/new.txt || echo refused` }),
+        });
+        const out = (await res.json()) as { stdout: string };
+        expect(out.stdout).toContain("from the host\n");
+        expect(out.stdout).toContain("refused");
+        expect(existsSync(join(root, "new.txt"))).toBe(false);
+      } finally {
+        await bound.remove(handle);
+        rmSync(root, { recursive: true, force: true });
       }
     });
 

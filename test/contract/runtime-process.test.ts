@@ -471,6 +471,44 @@ describe("warm agents", () => {
     expect(next.warmReady()).toBe(0);
   });
 
+  it("a running server reaps warm agents whose server is gone, periodically; another live server's agents stay", async () => {
+    const root = join(base, "reap");
+    // Another server on the same root, alive, with one warm agent.
+    const other = await warmServer(root, 1);
+    const [otherFolder] = readdirSync(join(root, ".warm"));
+    expect(otherFolder).toBeDefined();
+    // This server runs before the leftover appears (its sweep at creation finds nothing): only its periodic sweep
+    // can find it.
+    const server = createProcessRuntime({ workspaceRoot: root, warmAgents: 0, leftoverSweepMs: 100 });
+    made.push(server);
+    await new Promise((r) => setTimeout(r, 200));
+    // What a killed server left: a warm agent still running (here a stand-in process in its folder) whose
+    // record names an owner that is gone (a pid and start time no process has).
+    const leftover = "ws-LeftOverAgentXXXXXX";
+    mkdirSync(join(root, leftover));
+    const agent = spawn("sleep", ["60"], {
+      cwd: join(root, leftover),
+      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: join(root, leftover) },
+      stdio: "ignore",
+      detached: true,
+    });
+    agent.unref();
+    const gone = spawnSync("true");
+    writeFileSync(join(root, ".warm", leftover), `${gone.pid}:1`);
+    await until("the stand-in agent running", () => processesOf(leftover).length > 0);
+    await until(
+      "the leftover reaped",
+      () => processesOf(leftover).length === 0 && !existsSync(join(root, leftover)),
+    );
+    expect(existsSync(join(root, ".warm", leftover))).toBe(false);
+    // The live server's agent is untouched.
+    await new Promise((r) => setTimeout(r, 300));
+    expect(processesOf(otherFolder ?? "")).not.toEqual([]);
+    expect(existsSync(join(root, otherFolder ?? ""))).toBe(true);
+    other.stdin?.end();
+    await new Promise((r) => other.once("exit", r));
+  });
+
   const isolatedAsRoot = process.getuid?.() === 0 && spawnSync("bwrap", ["--version"]).error === undefined;
   it.skipIf(!isolatedAsRoot)(
     "as root, servers sharing a root never hand out one uid twice (claims in .uids/); removal gives a uid back",

@@ -1,4 +1,6 @@
 import { spawn } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestApp, type TestApp } from "../helpers/test-app.ts";
@@ -114,5 +116,63 @@ describe("CLI against a running server", () => {
     const help = await run(["--help"]);
     expect(help.stdout).toContain("sandboxes pause|resume|delete ID");
     expect(help.stdout).toContain("Exit codes");
+  });
+});
+
+describe("CLI administration: which store, no silent new database, short usage errors", () => {
+  const dataDir = mkdtempSync(join(tmpdir(), "aws-cli-store-"));
+  afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
+  const db = join(dataDir, "workspace.sqlite");
+
+  it("keys commands refuse to create a database (naming DATA_DIR and --init); --init creates it; each says which store", async () => {
+    const refused = await run(["keys", "create", "--user", "alice"], { DATA_DIR: dataDir });
+    expect(refused.code).toBe(1);
+    expect(refused.stdout).toBe("");
+    expect(refused.stderr).toBe(
+      `error: no database yet: SQLite database ${db} (DATA_DIR=${dataDir}). Set DATA_DIR as the server has it, or pass --init to create a new, empty database there\n`,
+    );
+    expect(existsSync(db)).toBe(false);
+    expect((await run(["keys", "list"], { DATA_DIR: dataDir })).code).toBe(1);
+    expect(existsSync(db)).toBe(false);
+
+    const created = await run(["keys", "create", "--user", "alice", "--init"], { DATA_DIR: dataDir });
+    expect(created.code, created.stderr).toBe(0);
+    expect(created.stderr).toBe(`using SQLite database ${db} (DATA_DIR=${dataDir})\n`);
+    expect(created.stdout.trim().split("\n").at(-1)).toMatch(/^ws_/);
+    const listed = await run(["keys", "list", "--json"], { DATA_DIR: dataDir });
+    expect(listed.code).toBe(0);
+    expect(listed.stderr).toContain(`using SQLite database ${db}`);
+    expect(JSON.parse(listed.stdout)).toMatchObject([{ userId: "alice" }]);
+  });
+
+  it("MongoDB: the store is named by database and hosts, never with the URI's credentials", async () => {
+    const { describeStorage } = await import("../../src/server/open-storage.ts");
+    expect(
+      describeStorage(
+        { kind: "mongo", uri: "mongodb://u:secret@db1:27017,db2/prod?replicaSet=rs", dbName: undefined },
+        "/d",
+      ),
+    ).toBe("MongoDB database prod at db1:27017,db2 (MONGODB_URI)");
+    expect(describeStorage({ kind: "mongo", uri: "mongodb://db1", dbName: "x" }, "/d")).toBe(
+      "MongoDB database x at db1 (MONGODB_URI, MONGODB_DB)",
+    );
+  });
+
+  it("a usage error is one line that points to --help; bad configuration lists every problem at once", async () => {
+    for (const args of [["keys", "create"], ["bogus"], ["keys", "list", "--colour"]]) {
+      const r = await run(args, { DATA_DIR: dataDir });
+      expect(r.code).toBe(2);
+      expect(r.stderr).toMatch(/^error: .+ \(see --help\)\n$/);
+    }
+    const bad = await run(["serve"], {
+      PORT: "3005",
+      GRPC_PORT: "3005",
+      LOG_LEVEL: "loud",
+      DATA_DIR: dataDir,
+    });
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toBe(
+      '2 configuration errors:\n  LOG_LEVEL "loud" is not a level\n  PORT and GRPC_PORT must differ (both are 3005): HTTP and gRPC each need a port of their own\n',
+    );
   });
 });

@@ -97,7 +97,7 @@ describe.skipIf(skipReason !== null)(
 
     it("example.py stores and reads settings and starts, pauses, resumes and deletes a sandbox over gRPC", async () => {
       // A key of its own user, made by the CLI (printed alone on the last line).
-      const created = spawnSync(process.execPath, [cli, "keys", "create", "--user", "python"], {
+      const created = spawnSync(process.execPath, [cli, "keys", "create", "--init", "--user", "python"], {
         env: baseEnv(),
         encoding: "utf8",
       });

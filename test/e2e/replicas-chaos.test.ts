@@ -70,7 +70,7 @@ const baseEnv = (): Record<string, string> => ({
 
 function createKey(user: string): Promise<string> {
   return new Promise((resolve, reject) => {
-    const p = spawn(process.execPath, [CLI, "keys", "create", "--user", user], {
+    const p = spawn(process.execPath, [CLI, "keys", "create", "--init", "--user", user], {
       env: baseEnv(),
       stdio: ["ignore", "pipe", "pipe"],
     });

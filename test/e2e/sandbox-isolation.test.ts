@@ -45,7 +45,7 @@ function env(dir: string, extra: Record<string, string>): Record<string, string>
 }
 
 function createKey(dir: string, user: string, extra: Record<string, string> = {}): string {
-  const r = spawnSync(process.execPath, [cli, "keys", "create", "--user", user], {
+  const r = spawnSync(process.execPath, [cli, "keys", "create", "--init", "--user", user], {
     env: env(dir, extra),
     encoding: "utf8",
   });

@@ -69,6 +69,30 @@ async function startServer(extra: Record<string, string> = {}, entry: string = c
   };
 }
 
+/** Runs `serve` until it exits by itself (a start that fails); its stdout and stderr together. */
+async function runServe(extra: Record<string, string>): Promise<{ code: number | null; out: string }> {
+  const proc = spawn(process.execPath, [cli, "serve"], {
+    env: baseEnv(extra),
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  children.push(proc);
+  let out = "";
+  proc.stdout?.on("data", (d: Buffer) => {
+    out += d.toString();
+  });
+  proc.stderr?.on("data", (d: Buffer) => {
+    out += d.toString();
+  });
+  const code = await new Promise<number | null>((resolve) => {
+    const timer = setTimeout(() => resolve(-1), 30_000);
+    proc.once("exit", (c) => {
+      clearTimeout(timer);
+      resolve(c);
+    });
+  });
+  return { code, out };
+}
+
 function runCli(args: string[], extra: Record<string, string> = {}) {
   const r = spawnSync(process.execPath, [cli, ...args], { env: baseEnv(extra), encoding: "utf8" });
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
@@ -110,6 +134,25 @@ describe("the server as users run it", () => {
     expect(r.status).toBe(200);
     expect(((await r.json()) as { agent: string; llm_api_key_set: boolean }).agent).toBe("persisted");
     expect((await s.stop()).code).toBe(0);
+  });
+
+  it("stopping says how many sandboxes stay running; the next server deletes one of them", async () => {
+    const headers = { "x-session-api-key": firstKey };
+    const s = await startServer();
+    const started = (await (
+      await fetch(`${s.url}/api/v1/sandboxes`, { method: "POST", headers })
+    ).json()) as { id: string };
+    const stopped = await s.stop();
+    expect(stopped.code).toBe(0);
+    const line = stopped.out.split("\n").find((l) => l.includes('"runningSandboxes"'));
+    expect(line, stopped.out).toBeDefined();
+    expect(JSON.parse(line ?? "{}")).toMatchObject({ runningSandboxes: 1 });
+    expect(line).toContain("1 sandbox left running");
+    const next = await startServer();
+    const del = await fetch(`${next.url}/api/v1/sandboxes/${started.id}`, { method: "DELETE", headers });
+    expect(del.status).toBe(200);
+    const out = (await next.stop()).out;
+    expect(out).not.toContain('"runningSandboxes"');
   });
 
   it("CLI: keys create prints the key alone on the last line; list never shows keys; revoke locks it out", async () => {
@@ -191,9 +234,35 @@ describe("the server as users run it", () => {
       });
       expect(code).toBe(1);
       expect(err).toContain("EADDRINUSE");
+      expect(err).toContain(`the gRPC listener cannot listen on port ${port} (GRPC_PORT)`);
     } finally {
       taken.close();
     }
+  }, 40_000);
+
+  it("a first start that fails (HTTP port taken) creates no key; the next, working start prints one that works", async () => {
+    const fresh = mkdtempSync(join(tmpdir(), "aws-e2e-fresh-"));
+    const taken = createServer();
+    await new Promise<void>((resolve) => taken.listen(0, "127.0.0.1", resolve));
+    const port = (taken.address() as { port: number }).port;
+    try {
+      const failed = await runServe({ DATA_DIR: fresh, PORT: String(port) });
+      expect(failed.code).toBe(1);
+      expect(failed.out).toContain(`the HTTP listener cannot listen on port ${port} (PORT)`);
+      expect(failed.out).not.toContain("X-Session-API-Key:");
+      // Nothing was issued, so nothing was lost.
+      const listed = runCli(["keys", "list", "--json"], { DATA_DIR: fresh });
+      expect(listed.code, listed.stderr).toBe(0);
+      expect(JSON.parse(listed.stdout)).toEqual([]);
+    } finally {
+      taken.close();
+    }
+    const s = await startServer({ DATA_DIR: fresh });
+    const key = /X-Session-API-Key: (\S+)/.exec(s.stdout())?.[1] ?? "";
+    expect(key).toMatch(/^ws_/);
+    expect((await get(s.url, key)).status).toBe(404); // authenticated: user default has no settings yet
+    expect((await s.stop()).code).toBe(0);
+    rmSync(fresh, { recursive: true, force: true });
   }, 40_000);
 
   it("CLI usage errors exit 2 with help; bad configuration exits 1 with a clear message", () => {

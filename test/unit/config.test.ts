@@ -10,6 +10,41 @@ const dir = mkdtempSync(join(tmpdir(), "aws-config-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 describe("loadConfig", () => {
+  it("reports every invalid value at once; PORT and GRPC_PORT must differ", () => {
+    let error: unknown;
+    try {
+      loadConfig(
+        { PORT: "3005", GRPC_PORT: "3005", LOG_LEVEL: "loud", MAX_STREAMS: "0", AUTH_MODE: "nope" },
+        "/srv",
+      );
+    } catch (err) {
+      error = err;
+    }
+    expect(error).toBeInstanceOf(ConfigError);
+    const problems = (error as ConfigError).problems;
+    expect(problems).toHaveLength(4);
+    expect(problems[0]).toMatch(/^LOG_LEVEL "loud" is not a level/);
+    expect(problems).toContain(
+      "PORT and GRPC_PORT must differ (both are 3005): HTTP and gRPC each need a port of their own",
+    );
+    expect(problems.some((p) => p.startsWith("MAX_STREAMS must be an integer 1-1000000"))).toBe(true);
+    expect(problems.some((p) => p.includes("AUTH_MODE"))).toBe(true);
+    expect((error as ConfigError).message.split("\n")).toEqual(problems);
+    // Port 0 (any free port) twice is two different ports.
+    expect(loadConfig({ PORT: "0", GRPC_PORT: "0" }, "/srv").port).toBe(0);
+  });
+
+  it("LOCAL_REPOSITORY_ROOTS: absolute folders, normalized; relative entries refused", () => {
+    expect(loadConfig({}, "/srv").localRepositoryRoots).toEqual([]);
+    expect(
+      loadConfig({ LOCAL_REPOSITORY_ROOTS: " /srv/repos/ , /mirrors/../mirrors,," }, "/srv")
+        .localRepositoryRoots,
+    ).toEqual(["/srv/repos", "/mirrors"]);
+    expect(() => loadConfig({ LOCAL_REPOSITORY_ROOTS: "/ok,repos" }, "/srv")).toThrow(
+      "LOCAL_REPOSITORY_ROOTS must list absolute folders, comma-separated; not absolute: repos",
+    );
+  });
+
   it("defaults: SQLite under ./data, ports 3000/3001, loopback, process runtime, verification on", () => {
     const c = loadConfig({}, "/srv");
     expect(c).toMatchObject({

@@ -5,7 +5,10 @@ import { dateTime, parseDateTime, uuidHex } from "../../src/core/model-formats.t
 import {
   branchProblem,
   cloneSource,
+  localRepositoryPath,
+  localRepositoryProblem,
   parsePrepareOutput,
+  prepareCommand,
   redact,
   repositoryDirName,
   repositoryProblem,
@@ -144,5 +147,50 @@ describe("UUID and datetime formats", () => {
     expect(iso("2025-01-02T25:00")).toBe("hour value is outside expected range of 0-23");
     expect(iso("01/02/2025")).toBe("invalid character in year");
     expect(() => validate(dateTime(), "nope", ["query", "d"])).toThrow(/valid datetime or date/);
+  });
+});
+
+describe("local repositories (LOCAL_REPOSITORY_ROOTS)", () => {
+  it("localRepositoryPath: absolute paths and file:// URLs of this machine, normalized; nothing else", () => {
+    expect(localRepositoryPath("/srv/repos/a.git")).toBe("/srv/repos/a.git");
+    expect(localRepositoryPath("/srv/repos/../etc/")).toBe("/srv/etc");
+    expect(localRepositoryPath("file:///srv/repos/my%20repo")).toBe("/srv/repos/my repo");
+    expect(localRepositoryPath("file://localhost/srv/x")).toBe("/srv/x");
+    expect(localRepositoryPath("file://otherhost/srv/x")).toBeNull();
+    expect(localRepositoryPath("https://github.com/a/b")).toBeNull();
+    expect(localRepositoryPath("owner/repo")).toBeNull();
+  });
+
+  it("localRepositoryProblem: inside a root or nothing; the message says why and names the variable", () => {
+    const roots = ["/srv/repos", "/mirrors"];
+    expect(localRepositoryProblem("/srv/repos/a.git", roots)).toBeNull();
+    expect(localRepositoryProblem("file:///mirrors/x", roots)).toBeNull();
+    expect(localRepositoryProblem("/srv/repos", roots)).toBeNull();
+    expect(localRepositoryProblem("owner/repo", [])).toBeNull();
+    expect(localRepositoryProblem("https://h/x.git", [])).toBeNull();
+    expect(localRepositoryProblem("/srv/repos-other/a.git", roots)).toBe(
+      "selected_repository is a local path outside LOCAL_REPOSITORY_ROOTS (/srv/repos, /mirrors): sandboxes see only those folders of the host",
+    );
+    expect(localRepositoryProblem("/srv/repos/../../etc", roots)).not.toBeNull();
+    expect(localRepositoryProblem("/srv/repos/a.git", [])).toContain("LOCAL_REPOSITORY_ROOTS");
+    expect(localRepositoryProblem("/anything", ["/"])).toBeNull();
+  });
+
+  it("a local clone trusts only that repository (safe.directory) in a clone-only global git configuration", () => {
+    const cmd = prepareCommand({
+      clone: { url: "/srv/repos/a b.git", dir: "a-b" },
+      branch: null,
+      gitUserName: null,
+      gitUserEmail: null,
+    });
+    expect(cmd).toContain(`'"/srv/repos/a b.git"' >"$trust"`);
+    expect(cmd).toContain(`GIT_CONFIG_GLOBAL="$trust" git clone -q -- '/srv/repos/a b.git' 'a-b'`);
+    const remote = prepareCommand({
+      clone: { url: "https://h/x.git", dir: "x" },
+      branch: null,
+      gitUserName: null,
+      gitUserEmail: null,
+    });
+    expect(remote).not.toContain("GIT_CONFIG_GLOBAL");
   });
 });

@@ -216,7 +216,8 @@ export class ProviderHttp {
     } catch (err) {
       if (stop.aborted) throw stopped();
       if ((err as { name?: unknown }).name === "AbortError") throw err;
-      throw this.#fail("unavailable", "could not be reached");
+      // The network cause (DNS, refused, reset…) kept for the log; the message stays the same for the client.
+      throw Object.assign(this.#fail("unavailable", "could not be reached"), { cause: err });
     }
     const status = res.status;
     const remaining = res.headers.get("x-ratelimit-remaining") ?? res.headers.get("ratelimit-remaining");

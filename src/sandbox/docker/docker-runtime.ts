@@ -117,6 +117,11 @@ export interface DockerRuntimeOptions {
   healthPollMs?: number;
   /** Timeout of the health probe made by inspect (default 1000 ms). */
   probeTimeoutMs?: number;
+  /**
+   * Host folders bound read-only into every container at the same path (LOCAL_REPOSITORY_ROOTS: repositories a
+   * conversation clones by local path).
+   */
+  readOnlyPaths?: readonly string[];
   /** Image pull progress (default: logged on each status change). */
   onPullProgress?: (image: string, event: PullProgressEvent) => void;
   log?: (msg: string, data?: object) => void;
@@ -365,12 +370,21 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
       const imageUser = nonRootUser(imageConfig.User);
       const user = options.user ?? imageUser ?? FALLBACK_USER;
       const owner = options.user !== undefined || imageUser === null ? numericUser(user) : null;
-      // Nothing of the host but the workspace volume; a non-root user without capabilities that cannot gain
-      // privileges (setuid binaries: the image's sudo does not work), with memory and process limits.
+      // Nothing of the host but the workspace volume (and the local repository folders, read-only); a non-root user
+      // without capabilities that cannot gain privileges (setuid binaries: the image's sudo does not work), with
+      // memory and process limits.
       const hostConfig: NonNullable<ContainerCreateOptions["HostConfig"]> = {
         NetworkMode: network,
         Init: options.init ?? true,
-        Mounts: [{ Type: "volume", Source: volume, Target: workingDir }],
+        Mounts: [
+          { Type: "volume", Source: volume, Target: workingDir },
+          ...(options.readOnlyPaths ?? []).map((path) => ({
+            Type: "bind" as const,
+            Source: path,
+            Target: path,
+            ReadOnly: true,
+          })),
+        ],
         Privileged: false,
         CapDrop: ["ALL"],
         SecurityOpt: ["no-new-privileges"],

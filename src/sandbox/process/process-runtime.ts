@@ -97,6 +97,12 @@ export interface ProcessRuntimeOptions {
    * one instead of waiting for a Node process to boot; see warm-agents.ts.
    */
   warmAgents?: number;
+  /**
+   * Period of the sweep that removes the warm agents of servers that are gone (default 30 s; 0: only once, at
+   * creation). Every server on a workspace root sweeps, so a server that keeps running reaps what a killed one
+   * left; agents whose server still runs (another server on the same root) are never touched.
+   */
+  leftoverSweepMs?: number;
 }
 
 /** How this runtime runs sandboxes, decided once when it is created. */
@@ -666,14 +672,29 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     }
   }
 
-  // What servers that died left of their warm agents is removed by whichever server starts next on this root.
-  const swept = sweepWarmAgents(
-    workspaceRoot,
-    async (folder) => {
-      await removeFolder(folder);
-    },
-    log,
-  ).catch((e: unknown) => log("warm agents: sweep failed", { error: String(e) }));
+  // What servers that died left of their warm agents is removed by whichever server starts next on this root, and
+  // then periodically by every server on it (an agent normally exits with its server, when its stdin closes; one
+  // that did not would otherwise run until the next server start).
+  const sweepLeftovers = (): Promise<void> =>
+    sweepWarmAgents(
+      workspaceRoot,
+      async (folder) => {
+        await removeFolder(folder);
+      },
+      log,
+    ).catch((e: unknown) => log("warm agents: sweep failed", { error: String(e) }));
+  const swept = sweepLeftovers();
+  let sweeping: Promise<void> | null = null;
+  const leftoverSweepMs = options.leftoverSweepMs ?? 30_000;
+  const leftoverTimer =
+    leftoverSweepMs > 0
+      ? setInterval(() => {
+          sweeping ??= sweepLeftovers().finally(() => {
+            sweeping = null;
+          });
+        }, leftoverSweepMs)
+      : null;
+  leftoverTimer?.unref();
   const warm =
     (options.warmAgents ?? 0) > 0 && agentCommand[0] === process.execPath
       ? new WarmPool({
@@ -811,7 +832,8 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     async close(): Promise<void> {
       // Sandboxes keep running; the exit listeners hold no reference that keeps Node alive (children are unref'd).
       // Warm agents are not sandboxes: they go.
-      await warm?.close();
+      if (leftoverTimer !== null) clearInterval(leftoverTimer);
+      await Promise.all([warm?.close(), sweeping]);
     },
 
     warmReady(): number {
@@ -819,7 +841,8 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     },
 
     async killAll(): Promise<void> {
-      await warm?.close();
+      if (leftoverTimer !== null) clearInterval(leftoverTimer);
+      await Promise.all([warm?.close(), sweeping]);
       await Promise.all([...children.values()].map((own) => runtime.remove(own.handle)));
     },
   };

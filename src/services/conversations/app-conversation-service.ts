@@ -77,7 +77,7 @@ import {
   type StartFlowTimeouts,
   saveUnsavedEnds,
 } from "./conversation-start.ts";
-import { branchProblem, repositoryProblem } from "./workspace-commands.ts";
+import { branchProblem, localRepositoryProblem, repositoryProblem } from "./workspace-commands.ts";
 
 /** The detail of a task whose start was cut off too many times to go on. */
 export const TOO_MANY_ATTEMPTS_DETAIL =
@@ -118,6 +118,12 @@ export interface AppConversationServiceOptions {
   leaseMs?: number;
   /** How many servers may take a task over before it ends in ERROR (default 3). */
   maxAttempts?: number;
+  /**
+   * Folders a conversation may start from by local path or file:// URL (LOCAL_REPOSITORY_ROOTS, bound read-only
+   * into sandboxes); a local repository elsewhere is refused up front. Undefined: any local path (embedding,
+   * tests); the server always passes its configured list, empty by default.
+   */
+  localRepositoryRoots?: readonly string[];
 }
 
 /** Whether pull requests are still open, as a user's own git provider tokens see them. */
@@ -250,7 +256,7 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
     ctx: HandlerContext,
   ): Promise<StartAppConversationResponse> {
     const { userId } = requireCaller(ctx);
-    const request = checkStartRequest(req.request);
+    const request = checkStartRequest(req.request, this.#o.localRepositoryRoots);
     const task = await this.#begin(userId, request, newHexId());
     return { $typeName: "workspace.v1.StartAppConversationResponse", task: toTask(task) };
   }
@@ -264,7 +270,7 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
     ctx: HandlerContext,
   ): AsyncGenerator<StreamStartAppConversationResponse> {
     const { userId } = requireCaller(ctx);
-    const request = checkStartRequest(req.request);
+    const request = checkStartRequest(req.request, this.#o.localRepositoryRoots);
     const id = newHexId();
     const wrap = (t: StartTaskRecord): StreamStartAppConversationResponse => ({
       $typeName: "workspace.v1.StreamStartAppConversationResponse",
@@ -829,7 +835,10 @@ function checkIds(ids: readonly string[]): string[] {
  * Validates what the binder cannot (for RPC callers too) and normalises ids to 32 hex. INVALID_ARGUMENT with
  * violations located at the request's field names.
  */
-function checkStartRequest(req: AppConversationStartRequest | undefined): AppConversationStartRequest {
+function checkStartRequest(
+  req: AppConversationStartRequest | undefined,
+  localRoots?: readonly string[],
+): AppConversationStartRequest {
   const r: AppConversationStartRequest = req ? { ...req } : create(AppConversationStartRequestSchema);
   const issues: FieldViolation[] = [];
   for (const field of ["conversationId", "parentConversationId"] as const) {
@@ -841,7 +850,10 @@ function checkStartRequest(req: AppConversationStartRequest | undefined): AppCon
     else r[field] = id;
   }
   if (r.sandboxId === "") delete r.sandboxId;
-  const repoProblem = r.selectedRepository ? repositoryProblem(r.selectedRepository) : null;
+  const repoProblem = r.selectedRepository
+    ? (repositoryProblem(r.selectedRepository) ??
+      (localRoots === undefined ? null : localRepositoryProblem(r.selectedRepository, localRoots)))
+    : null;
   if (repoProblem !== null)
     issues.push(valueError(["selected_repository"], repoProblem, r.selectedRepository));
   const branch = r.selectedBranch ? branchProblem(r.selectedBranch) : null;

@@ -34,6 +34,8 @@ import { providerName, triggerName } from "./conversation-json.ts";
 import {
   cloneSource,
   gitHooksCommand,
+  isDirectRepository,
+  localRepositoryPath,
   PREPARE_EXIT,
   parsePrepareOutput,
   prepareCommand,
@@ -217,6 +219,7 @@ class StartFlow {
           taskId: this.#task.id,
           error: redact(String(err), this.#secrets),
         });
+      await this.#pauseCreatedSandbox();
       try {
         await this.#save({ status: "ERROR", detail });
       } catch (saveErr) {
@@ -234,6 +237,26 @@ class StartFlow {
         this.#d.unsaved?.set(ended.id, ended);
         this.#d.onChange(ended);
       }
+    }
+  }
+
+  /**
+   * A failed start pauses the sandbox it created (before its ERROR is saved, so whoever sees the ERROR sees the
+   * sandbox paused): it stops holding one of the user's running slots, and its workspace stays for a look (resume
+   * it) until the user deletes it. A sandbox the request named, or a parent conversation's, is left as it is.
+   */
+  async #pauseCreatedSandbox(): Promise<void> {
+    const id = this.#plan.sandboxId;
+    if (id === undefined || this.#task.sandboxId !== id) return;
+    try {
+      await this.#d.sandboxes.pause(this.#task.ownerId, id);
+    } catch (err) {
+      // Deleted meanwhile, or storage down: the sweep settles a sandbox whose process is gone.
+      this.#d.log("could not pause the sandbox of a failed start", {
+        taskId: this.#task.id,
+        sandboxId: id,
+        error: String(err),
+      });
     }
   }
 
@@ -575,11 +598,20 @@ function firstProviderWithToken(config: ConversationConfig): string | null {
   return PROVIDERS.find((p) => config.providerTokens[p] !== undefined) ?? null;
 }
 
+/** What to check when a clone fails: the token only matters for a provider's "owner/repo". */
+function cloneHint(repository: string): string {
+  if (localRepositoryPath(repository) !== null)
+    return "Check that the path is a git repository inside LOCAL_REPOSITORY_ROOTS, readable by the server's user.";
+  if (isDirectRepository(repository))
+    return "Check the URL, and that the sandbox can reach it (its credentials, if any, go in the URL).";
+  return "Check the repository name and your git provider token.";
+}
+
 function prepareFailure(r: { exitCode: number; stdout: string; stderr: string }, eff: Effective): string {
   const output = tail(r.stderr || r.stdout, 1000);
   switch (r.exitCode) {
     case PREPARE_EXIT.clone:
-      return `Could not clone ${eff.repository}: ${output || "git clone failed"}. Check the repository name and your git provider token.`;
+      return `Could not clone ${eff.repository}: ${output || "git clone failed"}. ${cloneHint(eff.repository ?? "")}`;
     case PREPARE_EXIT.checkout:
       return eff.branch === null
         ? `Could not create a working branch in ${eff.repository}: ${output}`

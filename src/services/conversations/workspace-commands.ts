@@ -2,6 +2,7 @@
  * Shell commands the start flow runs in a sandbox's workspace through the agent (POST
  * /api/bash/execute_bash_command), and how a repository becomes a clone URL. Pure functions: no I/O here.
  */
+import { posix } from "node:path";
 import { base62 } from "../../core/ids.ts";
 
 /** Public hosts of the providers, used when a stored token has no host. */
@@ -31,6 +32,33 @@ export function shellQuote(s: string): string {
 /** True for a repository given as a local path or URL (cloned as given, no token), not as "owner/repo". */
 export function isDirectRepository(repo: string): boolean {
   return repo.startsWith("/") || /^[a-z][a-z0-9+.-]*:\/\//i.test(repo);
+}
+
+/** The host path of a repository given as an absolute path or a file:// URL; null for any other repository. */
+export function localRepositoryPath(repo: string): string | null {
+  if (repo.startsWith("/")) return posix.resolve(repo);
+  if (!/^file:\/\//i.test(repo)) return null;
+  try {
+    const url = new URL(repo);
+    // file://host/path names another machine's file: not a local path (git refuses it too).
+    if (url.hostname !== "" && url.hostname !== "localhost") return null;
+    return posix.resolve(decodeURIComponent(url.pathname));
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Why a local repository (absolute path or file:// URL) cannot be cloned in a sandbox, or null when it can (or
+ * is not local): sandboxes see only the LOCAL_REPOSITORY_ROOTS folders of the host, read-only.
+ */
+export function localRepositoryProblem(repo: string, roots: readonly string[]): string | null {
+  const path = localRepositoryPath(repo);
+  if (path === null) return null;
+  if (roots.some((root) => path === root || path.startsWith(root === "/" ? "/" : `${root}/`))) return null;
+  return roots.length === 0
+    ? "selected_repository is a local path, but this server allows none: sandboxes cannot see the host's folders. The server's administrator can list the folders holding local repositories in LOCAL_REPOSITORY_ROOTS (they are bound read-only into sandboxes)"
+    : `selected_repository is a local path outside LOCAL_REPOSITORY_ROOTS (${roots.join(", ")}): sandboxes see only those folders of the host`;
 }
 
 const PROVIDER_REPO = /^[A-Za-z0-9_.-]+(?:\/[A-Za-z0-9_.-]+)+$/;
@@ -154,7 +182,7 @@ export function prepareCommand(o: PrepareOptions): string {
         ? "  :"
         : `  git checkout -q ${shellQuote(o.branch)} -- >&2 || exit ${PREPARE_EXIT.checkout}`,
       "else",
-      `  git clone -q -- ${shellQuote(o.clone.url)} ${dir} >&2 || exit ${PREPARE_EXIT.clone}`,
+      ...cloneLines(o.clone.url, dir),
       `  cd ${dir} || exit ${PREPARE_EXIT.enter}`,
       o.branch === null
         ? `  git checkout -q -b ${newBranch} >&2 || exit ${PREPARE_EXIT.checkout}`
@@ -170,6 +198,26 @@ export function prepareCommand(o: PrepareOptions): string {
     `if [ -f ${PRE_COMMIT_SCRIPT} ]; then echo ${HOOK_MARK}; fi`,
   );
   return lines.join("\n");
+}
+
+/**
+ * The clone step. A local repository (LOCAL_REPOSITORY_ROOTS) belongs to the server's user, and an isolated
+ * sandbox runs as a uid of its own, so git refuses it as of "dubious ownership"; git honours the exception
+ * (safe.directory) only from the global or system configuration, so the clone gets a global configuration of its
+ * own that includes the user's and trusts that one repository.
+ */
+function cloneLines(url: string, dir: string): string[] {
+  const clone = `git clone -q -- ${shellQuote(url)} ${dir} >&2 || exit ${PREPARE_EXIT.clone}`;
+  const local = localRepositoryPath(url);
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: a line break would end the configuration value.
+  if (local === null || /[\u0000-\u001f\u007f]/.test(local)) return [`  ${clone}`];
+  const quoted = `"${local.replaceAll("\\", "\\\\").replaceAll('"', '\\"')}"`;
+  return [
+    `  trust=$(mktemp) || exit ${PREPARE_EXIT.clone}`,
+    `  printf '[include]\\n\\tpath = %s\\n[safe]\\n\\tdirectory = %s\\n' "\${GIT_CONFIG_GLOBAL:-$HOME/.gitconfig}" ${shellQuote(quoted)} >"$trust"`,
+    `  GIT_CONFIG_GLOBAL="$trust" git clone -q -- ${shellQuote(url)} ${dir} >&2; cloned=$?; rm -f "$trust"`,
+    `  [ "$cloned" = 0 ] || exit ${PREPARE_EXIT.clone}`,
+  ];
 }
 
 export interface PrepareOutput {

@@ -4,6 +4,7 @@ import type { Storage } from "../../ports/storage.ts";
 import { createMongoApiKeyRepository } from "./mongo-api-key-repository.ts";
 import { createMongoChangeLog } from "./mongo-change-log.ts";
 import { createMongoConversationRepository } from "./mongo-conversation-repository.ts";
+import { mongoDbName } from "./mongo-db-name.ts";
 import { guarded, toMongoStorageError } from "./mongo-errors.ts";
 import { createMongoEventRepository } from "./mongo-event-repository.ts";
 import { COLLECTIONS, ensureMongoIndexes } from "./mongo-indexes.ts";
@@ -18,16 +19,16 @@ export interface MongoStorageOptions {
   uri: string;
   /** Database name; defaults to the one in the URI path, else "agent_workspace". */
   dbName?: string;
+  /**
+   * Only open a database this service has used before (it holds the API key collection): otherwise reject with
+   * {@link MissingStoreError} and create nothing (the admin CLI, so that a wrong URI does not make a new database).
+   */
+  mustExist?: boolean;
 }
 
-/** Default database when neither `dbName` nor the URI names one. */
-export const DEFAULT_MONGO_DB_NAME = "agent_workspace";
-
-/** The database named in a connection string's path, if any. */
-function dbNameOfUri(uri: string): string | undefined {
-  const match = /^mongodb(?:\+srv)?:\/\/[^/?]*\/([^?]+)/.exec(uri);
-  const name = match?.[1];
-  return name === undefined || name === "" ? undefined : decodeURIComponent(name);
+/** The store asked for with `mustExist` does not exist; nothing was created. */
+export class MissingStoreError extends Error {
+  override name = "MissingStoreError";
 }
 
 /**
@@ -41,11 +42,17 @@ export async function createMongoStorage(options: MongoStorageOptions): Promise<
   const client = new MongoClient(options.uri);
   try {
     await client.connect();
-    const db = client.db(options.dbName ?? dbNameOfUri(options.uri) ?? DEFAULT_MONGO_DB_NAME);
+    const name = mongoDbName(options.uri, options.dbName);
+    const db = client.db(name);
+    if (options.mustExist === true) {
+      const found = await db.listCollections({ name: COLLECTIONS.apiKeys }, { nameOnly: true }).toArray();
+      if (found.length === 0)
+        throw new MissingStoreError(`MongoDB database ${name} holds no data of this service`);
+    }
     return await createMongoStorageFromDb(db, client);
   } catch (error: unknown) {
     await client.close().catch(() => undefined);
-    throw toMongoStorageError(error);
+    throw error instanceof MissingStoreError ? error : toMongoStorageError(error);
   }
 }
 
