@@ -41,7 +41,11 @@ describe.skipIf(skip !== "")(
         readOnlyPaths: [allowed],
         warmAgents: 0,
       });
-      t = await startTestApp({ runtime, conversations: { localRepositoryRoots: [allowed] } });
+      t = await startTestApp({
+        runtime,
+        conversations: { localRepositoryRoots: [allowed] },
+        llmModel: "openai/test-model",
+      });
       key = await t.keyFor("dana");
     });
     afterAll(async () => {
