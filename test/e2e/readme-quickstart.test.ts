@@ -11,6 +11,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ENV_DOC } from "../../src/server/config.ts";
 
 const root = join(import.meta.dirname, "..", "..");
 const cli = join(root, "src", "cli", "main.ts");
@@ -80,6 +81,14 @@ function runBash(script: string, env: NodeJS.ProcessEnv, timeoutMs: number) {
 
 const readme = readFileSync(join(root, "README.md"), "utf8");
 const blocks = quickstartBlocks(readme);
+
+describe("the README's configuration", () => {
+  it("names every environment variable the server reads (ENV_DOC, which --help prints)", () => {
+    const config = readme.slice(readme.indexOf("## Configuration"), readme.indexOf("## Security model"));
+    const missing = ENV_DOC.map(([name]) => name).filter((name) => !config.includes(`\`${name}\``));
+    expect(missing).toEqual([]);
+  });
+});
 
 describe("the README's quick start", () => {
   let dir = "";
