@@ -165,7 +165,17 @@ export function createAgentServer(options: AgentServerOptions): Server {
       return { status: 200, body: ids.map(() => null) };
     }
     if (conversationRoute.test(path)) {
-      loaded = await loadRuntime();
+      try {
+        loaded = await loadRuntime();
+      } catch (e: unknown) {
+        runtime = undefined; // tried again on the next request
+        const message = e instanceof Error ? e.message : String(e);
+        process.emitWarning(`agent conversation module failed to load: ${message}`);
+        return detail(
+          503,
+          `The agent cannot load its conversation module (its packages ws and openai): ${message}`,
+        );
+      }
       return (await loaded.route(req, url, path, method)) ?? detail(404, "Not Found");
     }
     if (path === "/api/bash/execute_bash_command") {
@@ -294,8 +304,9 @@ export function createAgentServer(options: AgentServerOptions): Server {
         r.upgrade(req, socket, head, url);
       },
       (e: unknown) => {
+        runtime = undefined;
         process.emitWarning(`agent websocket failed: ${e instanceof Error ? e.message : String(e)}`);
-        refuse(500, "Internal Server Error");
+        refuse(503, "Service Unavailable");
       },
     );
   });
