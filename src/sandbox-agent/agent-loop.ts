@@ -104,6 +104,8 @@ export class Conversation {
   readonly #confirm: boolean;
   readonly #maxIterations: number;
   readonly #systemSuffix: string | null;
+  /** The tool specs offered to the model: the request's `agent.tools` this agent has, plus think and finish. */
+  readonly #toolSpecs: Json[];
   #toolbox: Toolbox | undefined;
   /** Actions of the last model answer still waiting for the user's confirmation. */
   #pending: Json[] = [];
@@ -139,6 +141,16 @@ export class Conversation {
     const policy = (body.confirmation_policy ?? {}) as Json;
     this.#confirm = policy.kind === "AlwaysConfirm";
     this.#maxIterations = num(body.max_iterations) ?? MAX_ITERATIONS_DEFAULT;
+    // The SDK's agent has only the tools the request names (plus think and finish); without a list, all of ours.
+    const named = Array.isArray(agent.tools)
+      ? new Set(
+          agent.tools.map((t: unknown) => (t as Json | null)?.name).filter((n) => typeof n === "string"),
+        )
+      : null;
+    this.#toolSpecs = TOOL_SPECS.filter((spec) => {
+      const name = (spec.function as Json).name as string;
+      return named === null || name === "think" || name === "finish" || named.has(name);
+    });
     const context = (agent.agent_context ?? {}) as Json;
     this.#systemSuffix =
       typeof context.system_message_suffix === "string" ? context.system_message_suffix : null;
@@ -422,7 +434,14 @@ export class Conversation {
       if (this.#llm.model === null)
         throw new Error("No LLM model is set for this conversation; choose one in the LLM settings.");
       const target = resolveModel(this.#llm.model, this.#llm.baseUrl);
-      const { default: OpenAI } = await import("openai");
+      let OpenAI: typeof import("openai").OpenAI;
+      try {
+        ({ default: OpenAI } = await import("openai"));
+      } catch (e: unknown) {
+        throw new Error(
+          `The built-in agent cannot load its model client (the openai package): ${errorText(e)}`,
+        );
+      }
       return new OpenAI({
         apiKey: this.#llm.apiKey ?? "not-needed",
         baseURL: target.baseURL,
@@ -456,7 +475,7 @@ export class Conversation {
         {
           model,
           messages: this.#messages() as never,
-          tools: TOOL_SPECS as never,
+          tools: this.#toolSpecs as never,
           tool_choice: "auto",
           ...(this.#llm.temperature !== null ? { temperature: this.#llm.temperature } : {}),
           ...(this.#llm.maxOutputTokens !== null ? { max_tokens: this.#llm.maxOutputTokens } : {}),
@@ -495,8 +514,10 @@ export class Conversation {
       let action: Json | string;
       try {
         args = rawArgs.trim() === "" ? {} : JSON.parse(rawArgs);
-        action =
-          typeof args === "object" && args !== null && !Array.isArray(args)
+        const offered = this.#toolSpecs.some((spec) => (spec.function as Json).name === name);
+        action = !offered
+          ? `Tool '${name}' not found. Available: ${this.#toolSpecs.map((spec) => (spec.function as Json).name).join(", ")}.`
+          : typeof args === "object" && args !== null && !Array.isArray(args)
             ? toAction(name, args as Json)
             : "Tool arguments must be a JSON object.";
       } catch {

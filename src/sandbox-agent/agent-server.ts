@@ -1,8 +1,10 @@
 /**
  * The small agent server that the default sandbox specs run inside a sandbox (a child process or a container).
  *
- * Plain `node:http` (no framework) so that it starts in a few tens of milliseconds. It must stay self-contained:
- * it imports only Node built-ins, because the Docker test image copies this folder on its own.
+ * Plain `node:http` (no framework) so that it starts in a few tens of milliseconds. This module imports only Node
+ * built-ins; the conversation side (conversations.ts: the agent loop, the events websocket, the workspace routes)
+ * is imported on the first conversation request, and it loads the packages `ws` (first websocket) and `openai`
+ * (first model call) itself, so an idle agent carries none of it. See docs/builtin-agent.md.
  */
 import type { ChildProcess } from "node:child_process";
 import { existsSync, statSync } from "node:fs";
@@ -110,14 +112,14 @@ export const unprocessable = (violations: AgentViolation[]): RequestError =>
 /**
  * Creates (does not start) the agent server. Routes:
  * - `GET /alive` → `{"status":"ok"}`; `GET /health` → `"OK"` (no key needed);
- * - `POST /api/conversations`, `GET /api/conversations?ids=..`, `GET /api/conversations/{id}`: in-memory
- *   conversation records, always `execution_status: "idle"`;
- * - `POST /api/bash/execute_bash_command` `{command, cwd?, timeout?}` → {@link CommandResult}.
+ * - `POST /api/bash/execute_bash_command` `{command, cwd?, timeout?}` → {@link CommandResult};
+ * - the conversation routes (`/api/conversations…`), `/api/git/…`, `/api/file/upload/…`, `/api/vscode/url` and the
+ *   websocket `/sockets/events/{id}?session_api_key=…&resend_all=…`, answered by conversations.ts.
  *
- * Errors: 401 `{"detail":"Unauthorized"}` without the right key, 422 `{"detail":[...]}` for bad JSON or fields,
- * 413 for bodies over the limit, 404/405 for unknown routes, 500 `{"detail":"Internal Server Error"}` otherwise.
- * Commands run in the agent's own process group; closing the server kills the commands still running, with every
- * process below them.
+ * Errors: 401 `{"detail":"Unauthorized"}` without the right key (403 for a websocket), 422 `{"detail":[...]}` for
+ * bad JSON or fields, 413 for bodies over the limit, 404/405 for unknown routes, 500 `{"detail":"Internal Server
+ * Error"}` otherwise. Commands run in the agent's own process group; closing the server kills the commands still
+ * running, with every process below them, and stops every conversation.
  */
 export function createAgentServer(options: AgentServerOptions): Server {
   const expectedKey = digest(options.sessionApiKey);
@@ -171,10 +173,7 @@ export function createAgentServer(options: AgentServerOptions): Server {
         runtime = undefined; // tried again on the next request
         const message = e instanceof Error ? e.message : String(e);
         process.emitWarning(`agent conversation module failed to load: ${message}`);
-        return detail(
-          503,
-          `The agent cannot load its conversation module (its packages ws and openai): ${message}`,
-        );
+        return detail(503, `The agent cannot load its conversation module: ${message}`);
       }
       return (await loaded.route(req, url, path, method)) ?? detail(404, "Not Found");
     }

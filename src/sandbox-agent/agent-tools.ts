@@ -9,7 +9,7 @@ import { randomUUID } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { dirname, isAbsolute, join, relative } from "node:path";
 import type { Json } from "./agent-server.ts";
-import { descendantsOf, killTree } from "./proc-tree.ts";
+import { killTree } from "./proc-tree.ts";
 
 /** What a tool call produced: the observation (SDK shape, with `kind`) and whether the conversation ends. */
 export interface ToolResult {
@@ -269,8 +269,8 @@ export interface TerminalOptions {
 /**
  * A persistent shell: one bash process reading commands on stdin, so `cd` and `export` carry over. Each command
  * runs as `{ command } </dev/null` (it never reads the agent's pipe) followed by a marker line carrying `$?` and
- * `$PWD`. A command past its timeout is stopped with every process below the shell; if the shell itself does not
- * come back, a new one is started.
+ * `$PWD`. A command past its timeout is stopped with the shell and every process below it; the next command starts
+ * a new shell in the last working directory.
  */
 export class Terminal {
   readonly #o: TerminalOptions;
@@ -377,10 +377,8 @@ export class Terminal {
     let timedOut = false;
     const result = await new Promise<{ output: string; exitCode: number | null; restarted: boolean }>(
       (resolveResult) => {
-        let killTimer: NodeJS.Timeout | undefined;
         const done = (r: { output: string; exitCode: number | null; restarted: boolean }): void => {
           clearTimeout(timer);
-          clearTimeout(killTimer);
           this.#onData = undefined;
           resolveResult(r);
         };
@@ -394,13 +392,11 @@ export class Terminal {
           }
         };
         const timer = setTimeout(() => {
+          // Stop the command with the whole shell (a list's later commands would otherwise go on); the next command
+          // gets a new shell in the same directory.
           timedOut = true;
-          // Stop the command (everything below the shell); the shell then prints the marker.
-          if (child.pid !== undefined) for (const pid of descendantsOf(child.pid)) killTree(pid);
-          killTimer = setTimeout(() => {
-            this.#kill();
-            done({ output: this.#out, exitCode: null, restarted: true });
-          }, 2000);
+          this.#kill();
+          done({ output: this.#out, exitCode: null, restarted: true });
         }, timeoutSeconds * 1000);
         this.#onData();
       },
@@ -417,8 +413,12 @@ export class Terminal {
       output = `${output.slice(0, half)}\n[... ${dropped} characters of output cut ...]\n${output.slice(half)}`;
     }
     let suffix = "";
-    if (timedOut) suffix = `\n[The command was stopped after ${timeoutSeconds} seconds (its timeout).]`;
-    if (result.restarted) suffix += "\n[The shell exited; a new shell session starts with the next command.]";
+    if (timedOut)
+      suffix =
+        `\n[The command was stopped after ${timeoutSeconds} seconds (its timeout). The next command runs in a new ` +
+        `shell session in ${this.#cwd}: exported variables are reset.]`;
+    else if (result.restarted)
+      suffix = "\n[The shell exited; a new shell session starts with the next command.]";
     if (!timedOut && result.exitCode !== null)
       suffix += `\n[The command completed with exit code ${result.exitCode}.]`;
     return observation(`${output}${suffix}`, timedOut ? -1 : result.exitCode, {

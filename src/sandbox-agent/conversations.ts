@@ -6,7 +6,7 @@
 import { randomUUID } from "node:crypto";
 import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
-import { type WebSocket, WebSocketServer } from "ws";
+import type { WebSocket, WebSocketServer } from "ws";
 import { Conversation } from "./agent-loop.ts";
 import {
   type AgentViolation,
@@ -47,7 +47,12 @@ const TRUE = new Set(["true", "1", "yes", "on"]);
 export function createConversationRuntime(ctx: RuntimeContext): ConversationRuntime {
   const conversations = new Map<string, Conversation>();
   const sockets = new Map<string, Set<WebSocket>>();
-  const wss = new WebSocketServer({ noServer: true, maxPayload: ctx.maxBodyBytes });
+  // `ws` is loaded on the first websocket, `openai` on the first model call: the REST routes need neither.
+  let wss: Promise<WebSocketServer> | undefined;
+  const websocketServer = (): Promise<WebSocketServer> =>
+    (wss ??= import("ws").then(
+      ({ WebSocketServer }) => new WebSocketServer({ noServer: true, maxPayload: ctx.maxBodyBytes }),
+    ));
 
   const host = {
     workspaceDir: ctx.workspaceDir,
@@ -292,35 +297,47 @@ export function createConversationRuntime(ctx: RuntimeContext): ConversationRunt
   function upgrade(req: IncomingMessage, socket: Duplex, head: Buffer, url: URL): void {
     const raw = url.pathname.replace(/\/+$/, "").slice("/sockets/events/".length);
     const resendAll = TRUE.has((url.searchParams.get("resend_all") ?? "").toLowerCase());
-    wss.handleUpgrade(req, socket, head, (ws) => {
-      const conversation = find(raw);
-      if (conversation === undefined) {
-        ws.close(4004, "Conversation not found");
-        return;
+    websocketServer().then(
+      (server) => server.handleUpgrade(req, socket, head, (ws) => accept(ws, raw, resendAll)),
+      (e: unknown) => {
+        wss = undefined;
+        process.emitWarning(`agent websocket failed: ${e instanceof Error ? e.message : String(e)}`);
+        const body = JSON.stringify({ detail: "The agent cannot load its websocket package (ws)" });
+        socket.end(
+          `HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+        );
+      },
+    );
+  }
+
+  function accept(ws: WebSocket, raw: string, resendAll: boolean): void {
+    const conversation = find(raw);
+    if (conversation === undefined) {
+      ws.close(4004, "Conversation not found");
+      return;
+    }
+    let set = sockets.get(conversation.id);
+    if (set === undefined) {
+      set = new Set();
+      sockets.set(conversation.id, set);
+    }
+    // The state first, then (resend_all) every past event; new events follow as they happen.
+    ws.send(JSON.stringify(conversation.fullState()));
+    if (resendAll) for (const e of conversation.events) ws.send(JSON.stringify(e));
+    set.add(ws);
+    ws.on("message", (data, isBinary) => {
+      if (isBinary) return;
+      let message: { role: string; content: Json[] };
+      try {
+        message = parseMessage(JSON.parse(data.toString()), ["body"]);
+      } catch {
+        return; // as the reference: a bad message is logged and the socket stays open
       }
-      let set = sockets.get(conversation.id);
-      if (set === undefined) {
-        set = new Set();
-        sockets.set(conversation.id, set);
-      }
-      // The state first, then (resend_all) every past event; new events follow as they happen.
-      ws.send(JSON.stringify(conversation.fullState()));
-      if (resendAll) for (const e of conversation.events) ws.send(JSON.stringify(e));
-      set.add(ws);
-      ws.on("message", (data, isBinary) => {
-        if (isBinary) return;
-        let message: { role: string; content: Json[] };
-        try {
-          message = parseMessage(JSON.parse(data.toString()), ["body"]);
-        } catch {
-          return; // as the reference: a bad message is logged and the socket stays open
-        }
-        const current = conversations.get(conversation.id);
-        current?.sendMessage(message.role, message.content, true);
-      });
-      ws.on("close", () => set.delete(ws));
-      ws.on("error", () => set.delete(ws));
+      const current = conversations.get(conversation.id);
+      current?.sendMessage(message.role, message.content, true);
     });
+    ws.on("close", () => set.delete(ws));
+    ws.on("error", () => set.delete(ws));
   }
 
   return {
@@ -329,7 +346,7 @@ export function createConversationRuntime(ctx: RuntimeContext): ConversationRunt
     close(): void {
       for (const c of conversations.values()) c.close();
       for (const set of sockets.values()) for (const ws of set) ws.terminate();
-      wss.close();
+      void wss?.then((server) => server.close()).catch(() => {});
     },
   };
 }

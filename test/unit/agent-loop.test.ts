@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { createAgentServer } from "../../src/sandbox-agent/agent-server.ts";
+import { Terminal } from "../../src/sandbox-agent/agent-tools.ts";
 import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
 
 const KEY = "loop-test-key";
@@ -464,6 +465,43 @@ describe("agent loop: model failures", () => {
     socket.close();
   });
 
+  it("offers only the tools the request names (plus think and finish); a call to another is an AgentErrorEvent", async () => {
+    llm.script(
+      { toolCalls: [{ name: "terminal", arguments: { command: "echo no" } }] },
+      { toolCalls: [{ name: "file_editor", arguments: "{not json" }] },
+      { content: "ok" },
+    );
+    const before = llm.requests.length;
+    const id = await startConversation(
+      {
+        agent: {
+          kind: "Agent",
+          llm: { model: "fake", base_url: llm.url, api_key: "k", num_retries: 0 },
+          tools: [{ name: "file_editor" }, { name: "browser_tool_set" }],
+        },
+      },
+      "edit",
+    );
+    const socket = new Socket(id);
+    const events = await socket.untilStatus("finished");
+    expect(llm.requests[before]?.body.tools?.map((t) => t.function.name)).toEqual([
+      "file_editor",
+      "think",
+      "finish",
+    ]);
+    const errors = events.filter((e) => e.kind === "AgentErrorEvent");
+    expect(errors.map((e) => [e.tool_name, e.source])).toEqual([
+      ["terminal", "agent"],
+      ["file_editor", "agent"],
+    ]);
+    expect(String(errors[0]?.error)).toMatch(/Tool 'terminal' not found/);
+    expect(String(errors[1]?.error)).toMatch(/parsing the arguments/);
+    // The model saw both errors as the results of its calls.
+    const last = llm.requests.at(-1)?.body.messages ?? [];
+    expect(last.filter((m) => m.role === "tool")).toHaveLength(2);
+    socket.close();
+  });
+
   it("stops at max_iterations", async () => {
     llm.script(
       { toolCalls: [{ name: "think", arguments: { thought: "a" } }] },
@@ -547,5 +585,49 @@ describe("agent server: conversation routes the UI calls", () => {
     expect(outside.status).toBe(400);
     const noKey = await fetch(`${base}/api/vscode/url`);
     expect(noKey.status).toBe(401);
+  });
+});
+
+describe("terminal tool", () => {
+  const text = (o: Record<string, unknown>) => (o.content as { text: string }[])[0]?.text ?? "";
+
+  it("stops a command past its timeout, keeps the shell, caps long output in the middle, refuses is_input", async () => {
+    const terminal = new Terminal({
+      shell: "bash",
+      cwd: workspace,
+      env: { PATH: process.env.PATH ?? "" },
+      maxOutputChars: 1000,
+    });
+    try {
+      await terminal.execute({ command: "export KEEP=kept; cd /tmp" });
+      const slow = await terminal.execute({ command: "echo start; sleep 30; echo never", timeout: 0.5 });
+      expect(slow).toMatchObject({
+        kind: "TerminalObservation",
+        exit_code: -1,
+        timeout: true,
+        is_error: true,
+      });
+      expect(text(slow)).toMatch(/^start\n[\s\S]*stopped after 0.5 seconds/);
+      expect(text(slow)).not.toContain("never");
+      const after = await terminal.execute({ command: "echo keep=$KEEP; pwd" });
+      // A new shell, in the same directory.
+      expect(text(after)).toMatch(/^keep=\n\/tmp\n/);
+      await terminal.execute({ command: "export KEEP=kept" });
+      expect(text(await terminal.execute({ command: "echo $KEEP" }))).toMatch(/^kept\n/);
+      expect(after).toMatchObject({ exit_code: 0, metadata: { working_dir: "/tmp", exit_code: 0 } });
+      const long = await terminal.execute({ command: "seq 1 20000" });
+      const out = text(long);
+      expect(out.startsWith("1\n2\n")).toBe(true);
+      expect(out).toMatch(/\[\.\.\. \d+ characters of output cut \.\.\.\]/);
+      expect(out).toContain("20000\n");
+      expect(out.length).toBeLessThan(1200);
+      expect((await terminal.execute({ command: "cat" })).exit_code).toBe(0); // no stdin: returns at once
+      expect(await terminal.execute({ command: "y", is_input: true })).toMatchObject({ is_error: true });
+      const exited = await terminal.execute({ command: "exit 3" });
+      expect(text(exited)).toMatch(/shell exited/);
+      expect(text(await terminal.execute({ command: "echo back" }))).toMatch(/^back\n/);
+    } finally {
+      terminal.close();
+    }
   });
 });
