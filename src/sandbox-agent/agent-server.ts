@@ -437,6 +437,9 @@ function createWebhook(o: WebhookOptions, sessionApiKey: string) {
         const status = await postJson(url, headers, body);
         if (status >= 200 && status < 300) return true;
         process.emitWarning(`webhook ${url} answered ${status}`);
+        // Refused for what it is (too large, malformed): sending it again, alone or with later events, cannot
+        // succeed and would hold back every later event of the conversation. Dropped.
+        if (status >= 400 && status < 500 && status !== 401 && status !== 408 && status !== 429) return true;
       } catch (e: unknown) {
         process.emitWarning(`webhook ${url} failed: ${e instanceof Error ? e.message : String(e)}`);
       }

@@ -440,6 +440,10 @@ export class Terminal {
 }
 
 const SNIPPET_LINES = 4;
+/** Contents larger than this are left out of a FileEditorObservation (null), so an event stays small. */
+const MAX_EVENT_CONTENT_CHARS = 256 * 1024;
+const small = (s: string | null): string | null =>
+  s !== null && s.length > MAX_EVENT_CONTENT_CHARS ? null : s;
 const MAX_VIEW_CHARS = 100_000;
 
 /** The SDK's file editor, on the real file system. Keeps each file's previous contents for undo_edit. */
@@ -479,7 +483,7 @@ export class FileEditor {
             is_error: false,
             prev_exist: false,
             old_content: null,
-            new_content: action.file_text,
+            new_content: small(action.file_text),
           };
         }
         case "str_replace": {
@@ -531,11 +535,13 @@ export class FileEditor {
           writeFileSync(path, previous);
           return {
             ...base,
-            content: text(`Last edit to ${path} undone successfully.\n${numbered(previous, 1)}`),
+            content: text(
+              `Last edit to ${path} undone successfully.\n${numbered(previous.slice(0, MAX_VIEW_CHARS), 1)}`,
+            ),
             is_error: false,
             prev_exist: true,
-            old_content: current,
-            new_content: previous,
+            old_content: small(current),
+            new_content: small(previous),
           };
         }
         default:
@@ -575,8 +581,8 @@ export class FileEditor {
       ),
       is_error: false,
       prev_exist: true,
-      old_content: old,
-      new_content: updated,
+      old_content: small(old),
+      new_content: small(updated),
     };
   }
 

@@ -631,3 +631,57 @@ describe("terminal tool", () => {
     }
   });
 });
+
+describe("agent server: webhook refusals", () => {
+  it("drops a batch the service refuses for what it is (413) instead of holding back every later event", async () => {
+    const posts: { path: string; count: number }[] = [];
+    let refuse = true;
+    const receiver = createServer((req, res) => {
+      let text = "";
+      req.on("data", (c: Buffer) => {
+        text += c.toString();
+      });
+      req.on("end", () => {
+        const body = JSON.parse(text) as unknown;
+        if (req.url?.includes("/events/")) posts.push({ path: req.url, count: (body as unknown[]).length });
+        if (req.url?.includes("/events/") && refuse) {
+          refuse = false;
+          res.writeHead(413, { "content-type": "application/json" }).end('{"detail":"too large"}');
+        } else res.writeHead(200, { "content-type": "application/json" }).end("{}");
+      });
+    });
+    const receiverBase = await listen(receiver);
+    const other = createAgentServer({
+      sessionApiKey: KEY,
+      workspaceDir: workspace,
+      webhook: { baseUrl: receiverBase, flushDelayMs: 10, bufferSize: 100, retryDelayMs: 10 },
+    });
+    const otherBase = await listen(other);
+    try {
+      const post = (path: string, body: unknown) =>
+        fetch(`${otherBase}${path}`, {
+          method: "POST",
+          headers: { "x-session-api-key": KEY },
+          body: JSON.stringify(body),
+        });
+      const id = ((await (await post("/api/conversations", {})).json()) as { id: string }).id;
+      await until(
+        () => posts.length,
+        (n) => n >= 1,
+      );
+      await post(`/api/conversations/${id}/events`, { content: [{ type: "text", text: "later" }] });
+      await until(
+        () => posts.length,
+        (n) => n >= 2,
+      );
+      await new Promise((r) => setTimeout(r, 100));
+      // The refused batch (the state event) was not sent again; the later one went alone.
+      expect(posts.map((p) => p.count)).toEqual([1, 1]);
+    } finally {
+      other.closeAllConnections();
+      await new Promise((r) => other.close(r));
+      receiver.closeAllConnections();
+      await new Promise((r) => receiver.close(r));
+    }
+  });
+});
