@@ -32,6 +32,11 @@ export interface AgentServerOptions {
   webhook?: WebhookOptions;
   /** Largest file accepted by `POST /api/file/upload/{path}` in bytes (default 100 MiB); larger gets 413. */
   maxUploadBytes?: number;
+  /**
+   * Browser origins allowed to call the agent (CORS), as the reference's OH_ALLOW_CORS_ORIGINS: empty (default)
+   * allows any `localhost` or `127.0.0.1` origin; otherwise exactly those listed (`*` for any).
+   */
+  corsOrigins?: string[];
 }
 
 /**
@@ -262,7 +267,54 @@ export function createAgentServer(options: AgentServerOptions): Server {
     });
   }
 
+  const corsOrigins = options.corsOrigins ?? [];
+  /** The reference's CORS rule: without configured origins, any localhost or 127.0.0.1 origin; else those listed. */
+  const allowedOrigin = (origin: string): boolean => {
+    if (corsOrigins.length === 0) {
+      try {
+        const host = new URL(origin).hostname;
+        return host === "localhost" || host === "127.0.0.1";
+      } catch {
+        return false;
+      }
+    }
+    return corsOrigins.includes("*") || corsOrigins.includes(origin);
+  };
+
   const server = createServer((req, res) => {
+    // The OpenHands UI calls the agent straight from the browser (pause, run, confirmation, git, upload, VS Code).
+    const origin = req.headers.origin;
+    const corsHeaders: Record<string, string> =
+      typeof origin === "string" && allowedOrigin(origin)
+        ? {
+            "access-control-allow-origin": origin,
+            "access-control-allow-credentials": "true",
+            vary: "Origin",
+          }
+        : {};
+    if (
+      req.method === "OPTIONS" &&
+      typeof origin === "string" &&
+      req.headers["access-control-request-method"]
+    ) {
+      req.resume();
+      if (corsHeaders["access-control-allow-origin"] === undefined) {
+        res.writeHead(400, { "content-type": "text/plain", vary: "Origin" }).end("Disallowed CORS origin");
+        return;
+      }
+      const requested = req.headers["access-control-request-headers"];
+      res
+        .writeHead(200, {
+          ...corsHeaders,
+          "access-control-allow-methods": "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT",
+          ...(typeof requested === "string" ? { "access-control-allow-headers": requested } : {}),
+          "access-control-max-age": "600",
+          "content-type": "text/plain",
+        })
+        .end("OK");
+      return;
+    }
+    for (const [name, value] of Object.entries(corsHeaders)) res.setHeader(name, value);
     route(req)
       .catch((e: unknown) => {
         if (e instanceof RequestError) return e.reply;

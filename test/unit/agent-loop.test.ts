@@ -685,3 +685,56 @@ describe("agent server: webhook refusals", () => {
     }
   });
 });
+
+describe("agent server: CORS for the UI's direct calls", () => {
+  it("answers a localhost origin's preflight and requests, and refuses another origin's preflight", async () => {
+    const preflight = await fetch(`${base}/api/conversations/x/pause`, {
+      method: "OPTIONS",
+      headers: {
+        origin: "http://localhost:3000",
+        "access-control-request-method": "POST",
+        "access-control-request-headers": "x-session-api-key,content-type",
+      },
+    });
+    expect(preflight.status).toBe(200);
+    expect(preflight.headers.get("access-control-allow-origin")).toBe("http://localhost:3000");
+    expect(preflight.headers.get("access-control-allow-headers")).toBe("x-session-api-key,content-type");
+    expect(preflight.headers.get("access-control-allow-methods")).toContain("POST");
+    const real = await fetch(`${base}/api/vscode/url`, {
+      headers: { origin: "http://127.0.0.1:3000", "x-session-api-key": KEY },
+    });
+    expect(real.headers.get("access-control-allow-origin")).toBe("http://127.0.0.1:3000");
+    expect(real.headers.get("access-control-allow-credentials")).toBe("true");
+    const foreign = await fetch(`${base}/api/vscode/url`, {
+      method: "OPTIONS",
+      headers: { origin: "http://evil.example", "access-control-request-method": "GET" },
+    });
+    expect(foreign.status).toBe(400);
+    expect(foreign.headers.get("access-control-allow-origin")).toBeNull();
+    const foreignGet = await fetch(`${base}/api/vscode/url`, {
+      headers: { origin: "http://evil.example", "x-session-api-key": KEY },
+    });
+    expect(foreignGet.headers.get("access-control-allow-origin")).toBeNull();
+  });
+
+  it("allows exactly the configured origins when some are given", async () => {
+    const other = createAgentServer({
+      sessionApiKey: KEY,
+      workspaceDir: workspace,
+      corsOrigins: ["https://ui.example"],
+    });
+    const otherBase = await listen(other);
+    try {
+      const ask = (origin: string) =>
+        fetch(`${otherBase}/alive`, {
+          method: "OPTIONS",
+          headers: { origin, "access-control-request-method": "GET" },
+        });
+      expect((await ask("https://ui.example")).status).toBe(200);
+      expect((await ask("http://localhost:3000")).status).toBe(400);
+    } finally {
+      other.closeAllConnections();
+      await new Promise((r) => other.close(r));
+    }
+  });
+});
