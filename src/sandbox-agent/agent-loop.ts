@@ -4,9 +4,12 @@
  * (the `openai` package, loaded on the first model call) and runs the tools it calls.
  */
 import { randomUUID } from "node:crypto";
+import { statSync } from "node:fs";
+import { resolve } from "node:path";
 import type { Json } from "./agent-server.ts";
 import { messageEvent, redact, sdkTimestamp } from "./agent-server.ts";
 import { Terminal, TOOL_SPECS, Toolbox, toAction } from "./agent-tools.ts";
+import { inWorkspace } from "./workspace-routes.ts";
 
 export type ExecutionStatus =
   | "idle"
@@ -104,6 +107,8 @@ export class Conversation {
   readonly #confirm: boolean;
   readonly #maxIterations: number;
   readonly #systemSuffix: string | null;
+  /** Where the tools start: the request's `workspace.working_dir` when it is an existing folder in the workspace. */
+  readonly workingDir: string;
   /** The tool specs offered to the model: the request's `agent.tools` this agent has, plus think and finish. */
   readonly #toolSpecs: Json[];
   #toolbox: Toolbox | undefined;
@@ -151,6 +156,13 @@ export class Conversation {
       const name = (spec.function as Json).name as string;
       return named === null || name === "think" || name === "finish" || named.has(name);
     });
+    const requestedDir = ((body.workspace ?? {}) as Json).working_dir;
+    let workingDir = host.workspaceDir;
+    if (typeof requestedDir === "string" && requestedDir !== "") {
+      const mapped = inWorkspace(resolve(host.workspaceDir, requestedDir), host.workspaceDir);
+      if (mapped !== null && isDirectory(mapped)) workingDir = mapped;
+    }
+    this.workingDir = workingDir;
     const context = (agent.agent_context ?? {}) as Json;
     this.#systemSuffix =
       typeof context.system_message_suffix === "string" ? context.system_message_suffix : null;
@@ -169,7 +181,7 @@ export class Conversation {
       title: null,
       execution_status: "idle",
       max_iterations: this.#maxIterations,
-      workspace: { kind: "LocalWorkspace", working_dir: host.workspaceDir },
+      workspace: { kind: "LocalWorkspace", working_dir: workingDir },
       metrics: null,
       created_at: now,
       updated_at: now,
@@ -312,7 +324,7 @@ export class Conversation {
       this.#toolbox = new Toolbox(
         new Terminal({
           shell: this.#host.shell,
-          cwd: this.#host.workspaceDir,
+          cwd: this.workingDir,
           env,
           mask: (s) => this.mask(s),
         }),
@@ -556,7 +568,7 @@ export class Conversation {
     const secretNames = [...this.#secrets.keys()];
     const lines = [
       "You are an autonomous software engineering agent working in a sandbox for the user.",
-      `The workspace is ${this.#host.workspaceDir}; run commands and edit files there unless told otherwise.`,
+      `The working directory is ${this.workingDir}; run commands and edit files there unless told otherwise.`,
       "Use the `terminal` tool to run bash commands and the `file_editor` tool to view, create and edit files " +
         "(absolute paths). Work in small verified steps: look before you change, and check your changes (run the " +
         "code or tests). When the task is done, call `finish` with a short summary, or answer without a tool call.",
@@ -671,4 +683,12 @@ export function describeLlmError(e: unknown): { code: string; detail: string } {
     hint = "The model endpoint could not be reached; check the base URL.";
   const head = status !== null ? `LLM request failed with status ${status}` : "LLM request failed";
   return { code, detail: `${head}: ${message}${hint ? `. ${hint}` : ""}` };
+}
+
+function isDirectory(path: string): boolean {
+  try {
+    return statSync(path).isDirectory();
+  } catch {
+    return false;
+  }
 }

@@ -52,7 +52,7 @@ export async function workspaceRoute(
 }
 
 /** The absolute path inside the workspace that `raw` names, or null. */
-function inWorkspace(raw: string, workspaceDir: string): string | null {
+export function inWorkspace(raw: string, workspaceDir: string): string | null {
   const inside = (p: string): boolean => {
     const rel = relative(workspaceDir, p);
     return !rel.startsWith("..") && !isAbsolute(rel);

@@ -516,6 +516,34 @@ describe("agent loop: model failures", () => {
   });
 });
 
+describe("agent loop: working directory", () => {
+  it("starts the tools in the request's workspace.working_dir when it is a folder in the workspace", async () => {
+    const dir = join(workspace, "project-dir");
+    mkdirSync(dir, { recursive: true });
+    for (const [requested, expected] of [
+      [dir, dir],
+      ["/etc", workspace],
+      [join(workspace, "missing"), workspace],
+    ]) {
+      llm.script({ toolCalls: [{ name: "terminal", arguments: { command: "pwd" } }] }, { content: "ok" });
+      const id = await startConversation(
+        { workspace: { kind: "LocalWorkspace", working_dir: requested } },
+        "pwd",
+      );
+      expect((await call("GET", `/api/conversations/${id}`)).json).toMatchObject({
+        workspace: { working_dir: expected },
+      });
+      const socket = new Socket(id);
+      const events = await socket.untilStatus("finished");
+      const observation = events.find((e) => e.kind === "ObservationEvent")?.observation as
+        | { content: { text: string }[] }
+        | undefined;
+      expect(observation?.content[0]?.text).toMatch(new RegExp(`^${expected}\\n`));
+      socket.close();
+    }
+  });
+});
+
 describe("agent server: conversation routes the UI calls", () => {
   it("renames and deletes a conversation", async () => {
     llm.script({ content: "ok" });
