@@ -90,7 +90,7 @@ const MAX_TIMEOUT_SECONDS = 600;
 /** After the shell exits, how long to wait for its output pipes to close (a background job may hold them open). */
 const PIPE_DRAIN_MS = 200;
 const REDACTED = "**********";
-const SECRET_KEY = /api_?key|token|secret|password/i;
+const SECRET_KEY = /api_?key|token|secret|password|authorization|credential/i;
 const UUID = /^[0-9a-f]{32}$|^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 export type Json = Record<string, unknown>;

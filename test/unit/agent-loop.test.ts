@@ -547,7 +547,25 @@ describe("agent loop: working directory", () => {
 describe("agent server: conversation routes the UI calls", () => {
   it("renames and deletes a conversation", async () => {
     llm.script({ content: "ok" });
-    const id = await startConversation({}, "hi");
+    const id = await startConversation(
+      {
+        agent: {
+          kind: "Agent",
+          llm: { model: "fake", base_url: llm.url, api_key: "sk-fake", num_retries: 0 },
+          mcp_config: {
+            mcpServers: {
+              s: { url: "https://mcp.example", headers: { Authorization: "Bearer mcp-secret" } },
+            },
+          },
+        },
+      },
+      "hi",
+    );
+    // Credentials in the request stay out of the record the agent shows and posts.
+    const record = JSON.stringify((await call("GET", `/api/conversations/${id}`)).json);
+    expect(record).not.toContain("mcp-secret");
+    expect(record).not.toContain("sk-fake");
+    expect(record).not.toContain(SECRET);
     expect((await call("PATCH", `/api/conversations/${id}`, { title: "New name" })).json).toEqual({
       success: true,
     });
