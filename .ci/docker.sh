@@ -57,6 +57,11 @@ _docker_build_image() {
     case $f in *.test.ts) ;; *) cp "$f" "$rootfs/opt/sandbox-agent/" || return 1 ;; esac
   done
   printf '{"type":"module"}\n' >"$rootfs/opt/sandbox-agent/package.json"
+  # The packages the agent loads on its first conversation (the events websocket and the model client), without
+  # their type declarations, source maps and TypeScript sources.
+  mkdir -p "$rootfs/opt/sandbox-agent/node_modules" || return 1
+  tar -C "$root/node_modules" --exclude='*.d.ts' --exclude='*.d.mts' --exclude='*.d.cts' --exclude='*.map' \
+    --exclude='openai/src' -c ws openai | tar -C "$rootfs/opt/sandbox-agent/node_modules" -x || return 1
   tar -C "$rootfs" -c . | docker import \
     --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin' \
     --change 'WORKDIR /workspace' \

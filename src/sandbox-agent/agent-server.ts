@@ -1,13 +1,17 @@
 /**
  * The small agent server that the default sandbox specs run inside a sandbox (a child process or a container).
  *
- * Plain `node:http` (no framework) so that it starts in a few tens of milliseconds. It must stay self-contained:
- * it imports only Node built-ins, because the Docker test image copies this folder on its own.
+ * Plain `node:http` (no framework) so that it starts in a few tens of milliseconds. This module imports only Node
+ * built-ins; the conversation side (conversations.ts: the agent loop, the events websocket, the workspace routes)
+ * is imported on the first conversation request, and it loads the packages `ws` (first websocket) and `openai`
+ * (first model call) itself, so an idle agent carries none of it. See docs/builtin-agent.md.
  */
 import type { ChildProcess } from "node:child_process";
 import { existsSync, statSync } from "node:fs";
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import { delimiter, isAbsolute, join, relative, resolve } from "node:path";
+import type { Duplex } from "node:stream";
+import type { ConversationRuntime } from "./conversations.ts";
 import { killTree } from "./proc-tree.ts";
 
 /** Options of {@link createAgentServer}. */
@@ -26,6 +30,13 @@ export interface AgentServerOptions {
   maxOutputBytes?: number;
   /** Where to report conversations and their events (the agent server's OH_WEBHOOKS_0_* settings). */
   webhook?: WebhookOptions;
+  /** Largest file accepted by `POST /api/file/upload/{path}` in bytes (default 100 MiB); larger gets 413. */
+  maxUploadBytes?: number;
+  /**
+   * Browser origins allowed to call the agent (CORS), as the reference's OH_ALLOW_CORS_ORIGINS: empty (default)
+   * allows any `localhost` or `127.0.0.1` origin; otherwise exactly those listed (`*` for any).
+   */
+  corsOrigins?: string[];
 }
 
 /**
@@ -79,19 +90,19 @@ const MAX_TIMEOUT_SECONDS = 600;
 /** After the shell exits, how long to wait for its output pipes to close (a background job may hold them open). */
 const PIPE_DRAIN_MS = 200;
 const REDACTED = "**********";
-const SECRET_KEY = /api_?key|token|secret|password/i;
+const SECRET_KEY = /api_?key|token|secret|password|authorization|credential/i;
 const UUID = /^[0-9a-f]{32}$|^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
-type Json = Record<string, unknown>;
+export type Json = Record<string, unknown>;
 
 /** A response the router decided on. */
-interface Reply {
+export interface Reply {
   status: number;
   body: unknown;
   headers?: Record<string, string>;
 }
 
-class RequestError extends Error {
+export class RequestError extends Error {
   readonly reply: Reply;
   constructor(reply: Reply) {
     super(`request error ${reply.status}`);
@@ -99,21 +110,21 @@ class RequestError extends Error {
   }
 }
 
-const detail = (status: number, message: string): Reply => ({ status, body: { detail: message } });
-const unprocessable = (violations: AgentViolation[]): RequestError =>
+export const detail = (status: number, message: string): Reply => ({ status, body: { detail: message } });
+export const unprocessable = (violations: AgentViolation[]): RequestError =>
   new RequestError({ status: 422, body: { detail: violations } });
 
 /**
  * Creates (does not start) the agent server. Routes:
  * - `GET /alive` → `{"status":"ok"}`; `GET /health` → `"OK"` (no key needed);
- * - `POST /api/conversations`, `GET /api/conversations?ids=..`, `GET /api/conversations/{id}`: in-memory
- *   conversation records, always `execution_status: "idle"`;
- * - `POST /api/bash/execute_bash_command` `{command, cwd?, timeout?}` → {@link CommandResult}.
+ * - `POST /api/bash/execute_bash_command` `{command, cwd?, timeout?}` → {@link CommandResult};
+ * - the conversation routes (`/api/conversations…`), `/api/git/…`, `/api/file/upload/…`, `/api/vscode/url` and the
+ *   websocket `/sockets/events/{id}?session_api_key=…&resend_all=…`, answered by conversations.ts.
  *
- * Errors: 401 `{"detail":"Unauthorized"}` without the right key, 422 `{"detail":[...]}` for bad JSON or fields,
- * 413 for bodies over the limit, 404/405 for unknown routes, 500 `{"detail":"Internal Server Error"}` otherwise.
- * Commands run in the agent's own process group; closing the server kills the commands still running, with every
- * process below them.
+ * Errors: 401 `{"detail":"Unauthorized"}` without the right key (403 for a websocket), 422 `{"detail":[...]}` for
+ * bad JSON or fields, 413 for bodies over the limit, 404/405 for unknown routes, 500 `{"detail":"Internal Server
+ * Error"}` otherwise. Commands run in the agent's own process group; closing the server kills the commands still
+ * running, with every process below them, and stops every conversation.
  */
 export function createAgentServer(options: AgentServerOptions): Server {
   const expectedKey = digest(options.sessionApiKey);
@@ -121,23 +132,24 @@ export function createAgentServer(options: AgentServerOptions): Server {
   const maxBodyBytes = options.maxBodyBytes ?? MIB;
   const maxOutputBytes = options.maxOutputBytes ?? MIB;
   const shell = options.shell ?? findShell(options.commandEnv?.PATH);
-  const conversations = new Map<string, Json>();
-  /** Every event of each conversation, oldest first (for generate_title). */
-  const events = new Map<string, Json[]>();
   const running = new Set<ChildProcess>();
   const hook = options.webhook ? createWebhook(options.webhook, options.sessionApiKey) : null;
-
-  function addEvent(conversationId: string, event: Json): void {
-    let list = events.get(conversationId);
-    if (list === undefined) {
-      list = [];
-      events.set(conversationId, list);
-    }
-    list.push(event);
-    const record = conversations.get(conversationId);
-    if (record) record.updated_at = new Date().toISOString();
-    hook?.event(conversationId, event);
-  }
+  /** The conversation side (agent loop, websocket, workspace routes), loaded on its first use. */
+  let runtime: Promise<ConversationRuntime> | undefined;
+  const loadRuntime = (): Promise<ConversationRuntime> =>
+    (runtime ??= import("./conversations.ts").then((m) =>
+      m.createConversationRuntime({
+        workspaceDir,
+        shell,
+        commandEnv: options.commandEnv,
+        hook,
+        readJson: readJsonObject,
+        maxBodyBytes,
+        maxUploadBytes: options.maxUploadBytes ?? 100 * MIB,
+      }),
+    ));
+  let loaded: ConversationRuntime | undefined;
+  const conversationRoute = /^\/api\/(conversations|git|file|vscode)(\/|$)/;
 
   const authorized = (header: string | string[] | undefined): boolean =>
     typeof header === "string" && timingSafeEqual(digest(header), expectedKey);
@@ -152,42 +164,23 @@ export function createAgentServer(options: AgentServerOptions): Server {
     }
     if (!authorized(req.headers["x-session-api-key"])) return detail(401, "Unauthorized");
 
-    if (path === "/api/conversations") {
-      if (method === "POST") return { status: 200, body: createConversation(await readJsonObject(req)) };
-      if (method === "GET") return { status: 200, body: getConversations(url.searchParams.getAll("ids")) };
-      return detail(405, "Method Not Allowed");
+    if (path === "/api/conversations" && method === "GET" && loaded === undefined) {
+      // Before the first conversation there is none to find: answer without loading the agent loop.
+      const ids = url.searchParams.getAll("ids");
+      if (ids.length === 0)
+        throw unprocessable([{ type: "missing", loc: ["query", "ids"], msg: "Field required", input: null }]);
+      return { status: 200, body: ids.map(() => null) };
     }
-    const sub = /^\/api\/conversations\/([^/]+)\/(events|generate_title)$/.exec(path);
-    if (sub !== null) {
-      if (method !== "POST") return detail(405, "Method Not Allowed");
-      const id = normaliseId(sub[1] ?? "");
-      const found = id === null ? undefined : conversations.get(id);
-      if (found === undefined || id === null) return detail(404, "Not Found");
-      const body = await readJsonObject(req);
-      if (sub[2] === "events") {
-        const message = parseMessage(body, ["body"]);
-        addEvent(id, messageEvent(message.role, message.content));
-        return { status: 200, body: { success: true } };
+    if (conversationRoute.test(path)) {
+      try {
+        loaded = await loadRuntime();
+      } catch (e: unknown) {
+        runtime = undefined; // tried again on the next request
+        const message = e instanceof Error ? e.message : String(e);
+        process.emitWarning(`agent conversation module failed to load: ${message}`);
+        return detail(503, `The agent cannot load its conversation module: ${message}`);
       }
-      const max = body.max_length ?? 50;
-      if (typeof max !== "number" || !Number.isInteger(max) || max < 1 || max > 200)
-        throw unprocessable([
-          {
-            type: "int_type",
-            loc: ["body", "max_length"],
-            msg: "Input should be an integer 1..200",
-            input: max,
-          },
-        ]);
-      const text = firstUserText(events.get(id) ?? []);
-      if (text === null) return detail(500, "Internal Server Error");
-      return { status: 200, body: { title: text.length > max ? `${text.slice(0, max - 3)}...` : text } };
-    }
-    if (path.startsWith("/api/conversations/") && path.indexOf("/", "/api/conversations/".length) < 0) {
-      if (method !== "GET") return detail(405, "Method Not Allowed");
-      const id = normaliseId(path.slice("/api/conversations/".length));
-      const found = id === null ? undefined : conversations.get(id);
-      return found ? { status: 200, body: found } : detail(404, "Not Found");
+      return (await loaded.route(req, url, path, method)) ?? detail(404, "Not Found");
     }
     if (path === "/api/bash/execute_bash_command") {
       if (method !== "POST") return detail(405, "Method Not Allowed");
@@ -224,66 +217,6 @@ export function createAgentServer(options: AgentServerOptions): Server {
       ]);
     }
     return body as Json;
-  }
-
-  function createConversation(body: Json): Json {
-    let id: string;
-    const requested = body.conversation_id;
-    if (requested === undefined || requested === null) {
-      id = randomUUID().replaceAll("-", "");
-    } else {
-      const parsed = typeof requested === "string" ? normaliseId(requested) : null;
-      if (parsed === null) {
-        throw unprocessable([
-          {
-            type: "uuid_parsing",
-            loc: ["body", "conversation_id"],
-            msg: "Input should be a valid UUID",
-            input: requested,
-          },
-        ]);
-      }
-      id = parsed;
-    }
-    const existing = conversations.get(id);
-    if (existing) return existing;
-    const record: Json = {};
-    for (const [key, value] of Object.entries(body)) {
-      if (key === "conversation_id") continue;
-      // Secrets stay out of memory: only their names are kept.
-      if (key === "secrets")
-        record.secret_names = value && typeof value === "object" ? Object.keys(value) : [];
-      else record[key] = redact(value);
-    }
-    const now = new Date().toISOString();
-    Object.assign(record, { id, execution_status: "idle", workspace: { working_dir: workspaceDir } });
-    record.created_at = now;
-    record.updated_at = now;
-    conversations.set(id, record);
-    const initial = body.initial_message;
-    if (initial !== undefined && initial !== null) {
-      const message = parseMessage(initial, ["body", "initial_message"]);
-      addEvent(id, messageEvent(message.role, message.content));
-    }
-    addEvent(id, {
-      kind: "ConversationStateUpdateEvent",
-      id: randomUUID(),
-      timestamp: sdkTimestamp(),
-      source: "environment",
-      key: "execution_status",
-      value: "idle",
-    });
-    hook?.conversation(record);
-    return record;
-  }
-
-  function getConversations(ids: string[]): (Json | null)[] {
-    if (ids.length === 0)
-      throw unprocessable([{ type: "missing", loc: ["query", "ids"], msg: "Field required", input: null }]);
-    return ids.map((raw) => {
-      const id = normaliseId(raw);
-      return (id !== null && conversations.get(id)) || null;
-    });
   }
 
   function runCommand(request: CommandRequest): Promise<CommandResult> {
@@ -334,7 +267,54 @@ export function createAgentServer(options: AgentServerOptions): Server {
     });
   }
 
+  const corsOrigins = options.corsOrigins ?? [];
+  /** The reference's CORS rule: without configured origins, any localhost or 127.0.0.1 origin; else those listed. */
+  const allowedOrigin = (origin: string): boolean => {
+    if (corsOrigins.length === 0) {
+      try {
+        const host = new URL(origin).hostname;
+        return host === "localhost" || host === "127.0.0.1";
+      } catch {
+        return false;
+      }
+    }
+    return corsOrigins.includes("*") || corsOrigins.includes(origin);
+  };
+
   const server = createServer((req, res) => {
+    // The OpenHands UI calls the agent straight from the browser (pause, run, confirmation, git, upload, VS Code).
+    const origin = req.headers.origin;
+    const corsHeaders: Record<string, string> =
+      typeof origin === "string" && allowedOrigin(origin)
+        ? {
+            "access-control-allow-origin": origin,
+            "access-control-allow-credentials": "true",
+            vary: "Origin",
+          }
+        : {};
+    if (
+      req.method === "OPTIONS" &&
+      typeof origin === "string" &&
+      req.headers["access-control-request-method"]
+    ) {
+      req.resume();
+      if (corsHeaders["access-control-allow-origin"] === undefined) {
+        res.writeHead(400, { "content-type": "text/plain", vary: "Origin" }).end("Disallowed CORS origin");
+        return;
+      }
+      const requested = req.headers["access-control-request-headers"];
+      res
+        .writeHead(200, {
+          ...corsHeaders,
+          "access-control-allow-methods": "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT",
+          ...(typeof requested === "string" ? { "access-control-allow-headers": requested } : {}),
+          "access-control-max-age": "600",
+          "content-type": "text/plain",
+        })
+        .end("OK");
+      return;
+    }
+    for (const [name, value] of Object.entries(corsHeaders)) res.setHeader(name, value);
     route(req)
       .catch((e: unknown) => {
         if (e instanceof RequestError) return e.reply;
@@ -356,7 +336,33 @@ export function createAgentServer(options: AgentServerOptions): Server {
       socket.destroy();
     }
   });
+  // The events websocket (/sockets/events/{id}?session_api_key=..): the key travels in the query, as browsers
+  // cannot set headers on a websocket.
+  server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    const url = new URL(req.url ?? "/", "http://agent");
+    const refuse = (status: number, text: string): void => {
+      const body = JSON.stringify({ detail: text });
+      socket.end(
+        `HTTP/1.1 ${status} ${text}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+      );
+    };
+    if (!/^\/sockets\/events\/[^/]+\/?$/.test(url.pathname)) return refuse(404, "Not Found");
+    const key = url.searchParams.get("session_api_key") ?? req.headers["x-session-api-key"];
+    if (!authorized(key ?? undefined)) return refuse(403, "Forbidden");
+    loadRuntime().then(
+      (r) => {
+        loaded = r;
+        r.upgrade(req, socket, head, url);
+      },
+      (e: unknown) => {
+        runtime = undefined;
+        process.emitWarning(`agent websocket failed: ${e instanceof Error ? e.message : String(e)}`);
+        refuse(503, "Service Unavailable");
+      },
+    );
+  });
   server.on("close", () => {
+    loaded?.close();
     for (const child of running) if (child.pid !== undefined) killTree(child.pid);
     hook?.flushAll();
   });
@@ -368,7 +374,7 @@ let lastTimestampUs = 0;
  * The SDK's event timestamp: ISO-8601 with microseconds and no offset (here UTC). Strictly increasing, so that
  * events made in the same millisecond keep their order.
  */
-function sdkTimestamp(): string {
+export function sdkTimestamp(): string {
   lastTimestampUs = Math.max(Date.now() * 1000, lastTimestampUs + 1);
   const ms = Math.floor(lastTimestampUs / 1000);
   const micros = String(lastTimestampUs % 1_000_000).padStart(6, "0");
@@ -376,7 +382,7 @@ function sdkTimestamp(): string {
 }
 
 /** A MessageEvent as the SDK writes it. */
-function messageEvent(role: string, content: Json[]): Json {
+export function messageEvent(role: string, content: Json[]): Json {
   return {
     kind: "MessageEvent",
     id: randomUUID(),
@@ -391,7 +397,7 @@ function messageEvent(role: string, content: Json[]): Json {
 }
 
 /** A SendMessageRequest (`{role?, content?}`), checked. */
-function parseMessage(value: unknown, loc: (string | number)[]): { role: string; content: Json[] } {
+export function parseMessage(value: unknown, loc: (string | number)[]): { role: string; content: Json[] } {
   if (typeof value !== "object" || value === null || Array.isArray(value))
     throw unprocessable([
       { type: "model_attributes_type", loc, msg: "Input should be a valid dictionary", input: value },
@@ -419,7 +425,7 @@ function parseMessage(value: unknown, loc: (string | number)[]): { role: string;
 }
 
 /** The text of the first user message among the events (the SDK's title source), whitespace collapsed. */
-function firstUserText(list: Json[]): string | null {
+export function firstUserText(list: Json[]): string | null {
   for (const e of list) {
     if (e.kind !== "MessageEvent" || e.source !== "user") continue;
     const content = (e.llm_message as { content?: Json[] } | undefined)?.content ?? [];
@@ -466,6 +472,7 @@ function postJson(url: string, headers: Record<string, string>, body: string): P
 }
 
 /** The webhook sender (see {@link WebhookOptions}). */
+export type Webhook = ReturnType<typeof createWebhook>;
 function createWebhook(o: WebhookOptions, sessionApiKey: string) {
   const base = o.baseUrl.replace(/\/+$/, "");
   const bufferSize = o.bufferSize ?? 5;
@@ -475,12 +482,16 @@ function createWebhook(o: WebhookOptions, sessionApiKey: string) {
   const queues = new Map<string, { events: Json[]; timer: NodeJS.Timeout | undefined }>();
   const headers = { "content-type": "application/json", "x-session-api-key": sessionApiKey };
 
-  async function post(url: string, body: unknown): Promise<boolean> {
+  /** Posts `body` (JSON text, fixed when the post is made: a retry sends what was true then). */
+  async function post(url: string, body: string): Promise<boolean> {
     for (let attempt = 0; attempt <= retries; attempt++) {
       try {
-        const status = await postJson(url, headers, JSON.stringify(body));
+        const status = await postJson(url, headers, body);
         if (status >= 200 && status < 300) return true;
         process.emitWarning(`webhook ${url} answered ${status}`);
+        // Refused for what it is (too large, malformed): sending it again, alone or with later events, cannot
+        // succeed and would hold back every later event of the conversation. Dropped.
+        if (status >= 400 && status < 500 && status !== 401 && status !== 408 && status !== 429) return true;
       } catch (e: unknown) {
         process.emitWarning(`webhook ${url} failed: ${e instanceof Error ? e.message : String(e)}`);
       }
@@ -495,7 +506,7 @@ function createWebhook(o: WebhookOptions, sessionApiKey: string) {
     clearTimeout(q.timer);
     q.timer = undefined;
     const batch = q.events.splice(0);
-    void post(`${base}/events/${conversationId}`, batch).then((ok) => {
+    void post(`${base}/events/${conversationId}`, JSON.stringify(batch)).then((ok) => {
       // Kept for the next post, in order, as the reference does.
       if (!ok) q.events.unshift(...batch);
     });
@@ -513,7 +524,7 @@ function createWebhook(o: WebhookOptions, sessionApiKey: string) {
       else q.timer ??= setTimeout(() => flush(conversationId), flushDelayMs).unref();
     },
     conversation(info: Json): void {
-      void post(`${base}/conversations`, info);
+      void post(`${base}/conversations`, JSON.stringify(info));
     },
     flushAll(): void {
       for (const id of queues.keys()) flush(id);
@@ -594,7 +605,7 @@ const valueError = (field: string, message: string, input: unknown): AgentViolat
   ctx: { error: message },
 });
 
-const tooLarge = (limit: number): RequestError =>
+export const tooLarge = (limit: number): RequestError =>
   new RequestError({
     status: 413,
     body: { detail: `Request body too large (limit ${limit} bytes)` },
@@ -603,7 +614,7 @@ const tooLarge = (limit: number): RequestError =>
   });
 
 /** Reads the whole body; null as soon as it exceeds the limit. */
-function readBody(req: IncomingMessage, limit: number): Promise<Buffer | null> {
+export function readBody(req: IncomingMessage, limit: number): Promise<Buffer | null> {
   return new Promise((resolvePromise, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
@@ -642,7 +653,7 @@ function send(req: IncomingMessage, res: ServerResponse, reply: Reply): void {
 }
 
 /** Keeps at most `limit` bytes of a stream and counts the rest. */
-function collector(limit: number): { push: (chunk: Buffer) => void; text: () => string } {
+export function collector(limit: number): { push: (chunk: Buffer) => void; text: () => string } {
   const chunks: Buffer[] = [];
   let kept = 0;
   let dropped = 0;
@@ -669,13 +680,13 @@ function digest(value: string): Buffer {
   return createHash("sha256").update(value, "utf8").digest();
 }
 
-function normaliseId(raw: string): string | null {
+export function normaliseId(raw: string): string | null {
   const s = raw.trim().toLowerCase();
   return UUID.test(s) ? s.replaceAll("-", "") : null;
 }
 
 /** Replaces string values under secret-looking keys (api_key, token, ...) so that no credential is kept. */
-function redact(value: unknown): unknown {
+export function redact(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(redact);
   if (value === null || typeof value !== "object") return value;
   const out: Json = {};
@@ -693,7 +704,7 @@ function isDirectory(path: string): boolean {
   }
 }
 
-function findShell(pathVariable: string | undefined): string {
+export function findShell(pathVariable: string | undefined): string {
   const dirs = (pathVariable ?? "/usr/local/bin:/usr/bin:/bin").split(delimiter).filter((d) => d !== "");
   for (const dir of dirs) if (existsSync(join(dir, "bash"))) return join(dir, "bash");
   return "/bin/sh";

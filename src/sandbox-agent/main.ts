@@ -4,7 +4,8 @@
  * Environment: PORT (or `--port N`; default 8000), HOST (default 127.0.0.1; 0.0.0.0 in a container with its own
  * network), LISTEN_FD (an inherited listening socket to serve on instead of binding HOST:PORT), SESSION_API_KEY or OH_SESSION_API_KEYS_0 (required), WORKSPACE_DIR (default: the current directory),
  * OH_WEBHOOKS_0_BASE_URL (report conversations and events there) with OH_WEBHOOKS_0_EVENT_BUFFER_SIZE,
- * OH_WEBHOOKS_0_FLUSH_DELAY and OH_WEBHOOKS_0_RETRY_DELAY (seconds) and OH_WEBHOOKS_0_NUM_RETRIES.
+ * OH_WEBHOOKS_0_FLUSH_DELAY and OH_WEBHOOKS_0_RETRY_DELAY (seconds) and OH_WEBHOOKS_0_NUM_RETRIES,
+ * OH_ALLOW_CORS_ORIGINS_0, _1, … (browser origins allowed to call it; default any localhost/127.0.0.1 origin).
  * Exits 0 on SIGTERM/SIGINT after closing the listener and killing running commands; 2 on bad configuration.
  *
  * SANDBOX_AGENT_CLAIM=stdin starts a warm agent (see src/sandbox/process/warm-agents.ts): it loads its modules, then
@@ -138,10 +139,16 @@ function defined<K extends string>(key: K, value: number | undefined): Partial<R
   return value === undefined ? {} : ({ [key]: value } as Record<K, number>);
 }
 
+// OH_ALLOW_CORS_ORIGINS_0, _1, …: the browser origins allowed besides localhost (as the reference reads its list).
+const corsOrigins: string[] = [];
+for (let i = 0; process.env[`OH_ALLOW_CORS_ORIGINS_${i}`]; i++)
+  corsOrigins.push(process.env[`OH_ALLOW_CORS_ORIGINS_${i}`] as string);
+
 const server = createAgentServer({
   sessionApiKey,
   workspaceDir,
   commandEnv,
+  corsOrigins,
   ...(webhook ? { webhook } : {}),
 });
 server.on("error", (e: Error) => {

@@ -1,0 +1,150 @@
+/**
+ * A conversation held as the OpenHands UI holds it, on the embedded default (process runtime, built-in agent), with
+ * a scripted OpenAI-compatible model set in the user's LLM settings: the start through the service, the agent's
+ * events on its websocket, the same events in the service's event store (through the webhooks), the status in the
+ * conversation list, and the file the agent wrote.
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import WebSocket from "ws";
+import { createProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
+import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
+import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
+
+type Ev = { kind: string; id: string; key?: string; value?: unknown; [k: string]: unknown };
+
+let t: TestApp;
+let key: string;
+let llm: FakeLlm;
+const root = mkdtempSync(join(tmpdir(), "builtin-agent-e2e-"));
+const api = (method: string, path: string, body?: unknown) => call(t.url, key, method, path, body);
+
+async function until<T>(fn: () => Promise<T> | T, done: (v: T) => boolean, ms = 30_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (done(v)) return v;
+    if (Date.now() > deadline) throw new Error(`timed out: ${JSON.stringify(v).slice(0, 800)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+beforeAll(async () => {
+  llm = await startFakeLlm();
+  // Under bubblewrap a sandbox sees only the agent's folder of the checkout; the agent also needs the packages ws
+  // and openai (see docs/builtin-agent.md), handed in here read-only.
+  const runtime = createProcessRuntime({
+    workspaceRoot: join(root, "sandboxes"),
+    readOnlyPaths: [fileURLToPath(new URL("../../node_modules", import.meta.url))],
+  });
+  t = await startTestApp({ dir: root, runtime });
+  key = await t.keyFor("alice");
+  const saved = await api("POST", "/api/settings", {
+    llm_model: "openai/fake-model",
+    llm_base_url: llm.url,
+    llm_api_key: "sk-test-key",
+  });
+  expect(saved.status).toBe(200);
+}, 60_000);
+
+afterAll(async () => {
+  await t?.close();
+  await llm?.close();
+  rmSync(root, { recursive: true, force: true });
+});
+
+describe("a conversation with the built-in agent through the service", () => {
+  it("runs the user's first message with their model; the websocket and the service's event store agree", async () => {
+    llm.script(
+      {
+        content: "Writing it.",
+        toolCalls: [{ name: "terminal", arguments: { command: "echo 42 > answer.txt" } }],
+      },
+      { content: "The answer is in answer.txt." },
+    );
+    const created = await api("POST", "/api/v1/app-conversations", {
+      initial_message: { role: "user", content: [{ type: "text", text: "Write 42 to answer.txt" }] },
+    });
+    expect(created.status).toBe(200);
+    const taskId = (created.body as { id: string }).id;
+    const tasks = await until(
+      async () =>
+        (await api("GET", `/api/v1/app-conversations/start-tasks?ids=${taskId}`)).body as {
+          status: string;
+          app_conversation_id: string | null;
+          detail: string | null;
+        }[],
+      (b) => b[0]?.status === "READY" || b[0]?.status === "ERROR",
+    );
+    expect(tasks[0]?.detail ?? null).toBeNull();
+    const id = tasks[0]?.app_conversation_id ?? "";
+    const [app] = (await api("GET", `/api/v1/app-conversations?ids=${id}`)).body as {
+      conversation_url: string;
+      session_api_key: string;
+    }[];
+    expect(app?.conversation_url).toBeTruthy();
+    const agentHost = new URL(app?.conversation_url ?? "").host;
+
+    // The UI's websocket (conversation-websocket-context.tsx): resend_all and the key in the query.
+    const events: Ev[] = [];
+    const ws = new WebSocket(
+      `ws://${agentHost}/sockets/events/${id}?resend_all=true&session_api_key=${app?.session_api_key}`,
+    );
+    ws.on("message", (d) => events.push(JSON.parse(d.toString()) as Ev));
+    await new Promise<void>((r, j) => ws.once("open", () => r()).once("error", j));
+    await until(
+      () => events,
+      (es) => es.some((e) => e.key === "execution_status" && e.value === "finished"),
+    );
+    ws.close();
+    const shown = events.slice(1); // after the full_state snapshot
+    expect(events[0]).toMatchObject({ kind: "ConversationStateUpdateEvent", key: "full_state" });
+    expect(shown.map((e) => (e.key === "execution_status" ? `state:${String(e.value)}` : e.kind))).toEqual([
+      "MessageEvent",
+      "state:idle",
+      "state:running",
+      "ActionEvent",
+      "ObservationEvent",
+      "MessageEvent",
+      "state:finished",
+    ]);
+    expect(llm.requests.at(-1)?.authorization).toBe("Bearer sk-test-key");
+    expect(llm.requests.at(-1)?.body.model).toBe("fake-model");
+
+    // The service's event store (webhooks) holds the same events in the same order.
+    const stored = await until(
+      async () =>
+        (
+          (await api("GET", `/api/v1/events/search?conversation_id__eq=${id}&limit=100`)).body as {
+            items: Ev[];
+          }
+        ).items,
+      (items) => items.length >= shown.length,
+    );
+    expect(stored.map((e) => e.id)).toEqual(shown.map((e) => e.id));
+    expect((await api("GET", `/api/v1/events/count?conversation_id__eq=${id}`)).body).toBe(shown.length);
+
+    // The conversation list shows the agent's status.
+    const listed = await until(
+      async () =>
+        (
+          (await api("GET", `/api/v1/app-conversations?ids=${id}`)).body as {
+            execution_status: string | null;
+          }[]
+        )[0],
+      (c) => c?.execution_status === "finished",
+    );
+    expect(listed?.execution_status).toBe("finished");
+
+    // The file is in the sandbox's workspace.
+    const cat = await fetch(new URL("/api/bash/execute_bash_command", app?.conversation_url), {
+      method: "POST",
+      headers: { "x-session-api-key": app?.session_api_key ?? "" },
+      body: JSON.stringify({ command: "cat answer.txt" }),
+    });
+    expect(await cat.json()).toMatchObject({ exit_code: 0, stdout: "42\n" });
+  }, 60_000);
+});
