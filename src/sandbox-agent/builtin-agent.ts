@@ -13,6 +13,9 @@ export const BUILTIN_AGENT_MAIN = fileURLToPath(
   new URL(import.meta.url.endsWith(".ts") ? "./main.ts" : "./main.js", import.meta.url),
 );
 
+/** The npm packages the built-in agent's conversations load (the events websocket, the model client). */
+export const BUILTIN_AGENT_PACKAGES = ["ws", "openai"] as const;
+
 /** True when a spec command asks for the built-in agent. */
 export function isBuiltinAgentCommand(command: readonly string[]): boolean {
   return command.length === 0 || command[0] === BUILTIN_AGENT_COMMAND;

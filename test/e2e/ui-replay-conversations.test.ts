@@ -10,9 +10,14 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Browser } from "../helpers/browser.ts";
+import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
 
 let t: TestApp;
+/** The model server of the users: it answers each call with a final message. */
+let llm: FakeLlm;
+/** What a first message run to its end stores: the message, idle, running, the agent's answer, finished. */
+const RUN_EVENTS = 5;
 let key: string;
 let otherKey: string;
 const api = (method: string, path: string, body?: unknown, k: string | undefined = key) =>
@@ -81,13 +86,15 @@ function expectConversationShape(c: ConversationInfo): void {
 
 beforeAll(async () => {
   // Users who have set up their model, as the UI asks a person to before a first conversation.
-  t = await startTestApp({ llmModel: "anthropic/claude-sonnet-4-5" });
+  llm = await startFakeLlm();
+  t = await startTestApp({ llmModel: "anthropic/claude-sonnet-4-5", llmBaseUrl: llm.url });
   key = await t.keyFor("alice");
   otherKey = await t.keyFor("bob");
 }, 30_000);
 
 afterAll(async () => {
   await t?.close();
+  await llm?.close();
 });
 
 describe("UI replay: conversations", () => {
@@ -155,15 +162,17 @@ describe("UI replay: conversations", () => {
 
   it("answers the event count the conversation page asks on connect, from the agent's webhooks", async () => {
     // EventService.getEventCount: GET /api/v1/events/count?conversation_id__eq=<id> → a bare integer.
+    // The agent ran the first message with the (fake) model: the user's message, idle, running, the agent's
+    // answer, finished.
     const counted = await until(
       async () => await api("GET", `/api/v1/events/count?conversation_id__eq=${v1Id}`),
-      (r) => r.body === 2,
+      (r) => r.body === RUN_EVENTS,
     );
     expect(counted.status).toBe(200);
-    expect(counted.text).toBe("2");
+    expect(counted.text).toBe(String(RUN_EVENTS));
     // Dashed ids are accepted too.
     const dashed = `${v1Id.slice(0, 8)}-${v1Id.slice(8, 12)}-${v1Id.slice(12, 16)}-${v1Id.slice(16, 20)}-${v1Id.slice(20)}`;
-    expect((await api("GET", `/api/v1/events/count?conversation_id__eq=${dashed}`)).body).toBe(2);
+    expect((await api("GET", `/api/v1/events/count?conversation_id__eq=${dashed}`)).body).toBe(RUN_EVENTS);
     // Another user sees none of them.
     expect(
       (await api("GET", `/api/v1/events/count?conversation_id__eq=${v1Id}`, undefined, otherKey)).body,
@@ -174,7 +183,20 @@ describe("UI replay: conversations", () => {
       next_page_id: string | null;
     };
     expect(page.next_page_id).toBeNull();
-    expect(page.items.map((e) => e.kind)).toEqual(["MessageEvent", "ConversationStateUpdateEvent"]);
+    expect(page.items.map((e) => e.kind)).toEqual([
+      "MessageEvent",
+      "ConversationStateUpdateEvent",
+      "ConversationStateUpdateEvent",
+      "MessageEvent",
+      "ConversationStateUpdateEvent",
+    ]);
+    expect(page.items.map((e) => e.source)).toEqual([
+      "user",
+      "environment",
+      "environment",
+      "agent",
+      "environment",
+    ]);
     const message = page.items[0];
     expect(message?.source).toBe("user");
     expect(message?.llm_message).toEqual({
@@ -184,7 +206,8 @@ describe("UI replay: conversations", () => {
     const byId = await api("GET", `/api/v1/events?id=${message?.id}&id=unknown`);
     expect(byId.body).toEqual([message, null]);
     const users = await api("GET", `/api/v1/events/search?conversation_id__eq=${v1Id}&kind__eq=MessageEvent`);
-    expect((users.body as { items: unknown[] }).items).toEqual([message]);
+    // The user's message and the agent's answer.
+    expect((users.body as { items: unknown[] }).items).toEqual([message, page.items[3]]);
   }, 30_000);
 
   it("names the conversation after its first user message (set-title), as the UI's 30 s poll then shows", async () => {
@@ -330,17 +353,17 @@ describe("UI replay: conversations", () => {
     ]);
     expect(malformed.status).toBe(200);
     expect(malformed.body).toMatchObject({ success: false, status: 422 });
-    expect((await api("GET", `/api/v1/events/count?conversation_id__eq=${v1Id}`)).body).toBe(2);
+    expect((await api("GET", `/api/v1/events/count?conversation_id__eq=${v1Id}`)).body).toBe(RUN_EVENTS);
     // A browser screenshot (base64, MiBs) in a batch is stored.
     const shot = [
       { ...event, id: "shot", source: "environment", screenshot_data: "A".repeat(3 * 1024 * 1024) },
     ];
     expect((await call(t.url, sandboxKey ?? "", "POST", path, shot)).body).toEqual({ success: true });
-    expect((await api("GET", `/api/v1/events/count?conversation_id__eq=${v1Id}`)).body).toBe(3);
+    expect((await api("GET", `/api/v1/events/count?conversation_id__eq=${v1Id}`)).body).toBe(RUN_EVENTS + 1);
     // The right key stores, once (a retried post does not duplicate).
     expect((await call(t.url, sandboxKey ?? "", "POST", path, [event])).body).toEqual({ success: true });
     expect((await call(t.url, sandboxKey ?? "", "POST", path, [event])).status).toBe(200);
-    expect((await api("GET", `/api/v1/events/count?conversation_id__eq=${v1Id}`)).body).toBe(4);
+    expect((await api("GET", `/api/v1/events/count?conversation_id__eq=${v1Id}`)).body).toBe(RUN_EVENTS + 2);
   });
 
   it("deletes as useDeleteConversation does: the conversation, its events, and its sandbox when unused", async () => {
@@ -508,9 +531,9 @@ describe("UI replay: conversations as a signed-in browser (session cookie only)"
     expect(config.body).toEqual({ runtime_id: v1Sandbox, session_id: v1Id });
     const count = await until(
       async () => (await b.request("GET", `/api/v1/events/count?conversation_id__eq=${v1Id}`)).body,
-      (n) => n === 2,
+      (n) => n === RUN_EVENTS,
     );
-    expect(count).toBe(2);
+    expect(count).toBe(RUN_EVENTS);
     // Named after the first message, read by the 30 s poll.
     const titled = await until(
       () => getConversation(v1Id),
@@ -639,7 +662,8 @@ describe("UI replay: conversations as a signed-in browser (session cookie only)"
     expect(app.sandbox_status).toBe("RUNNING");
     expect(app.conversation_url).toBe(c.url);
     expect(app.session_api_key).toBe(c.session_api_key);
-    expect(app.execution_status).toBe("idle");
+    // The agent had answered the first message before the sandbox was stopped.
+    expect(app.execution_status).toBe("finished");
     const agent = await fetch(c.url as string, {
       headers: { "x-session-api-key": c.session_api_key as string },
     });

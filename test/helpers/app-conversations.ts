@@ -1,6 +1,7 @@
 // Shared setup of the app-conversation integration suites (test/integration/app-conversations-*.test.ts): one
 // test app per file on the process runtime with a "hung-agent" spec, a local bare git repository with branches,
 // and REST helpers that start conversations and wait for their start tasks.
+
 import { execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -9,6 +10,7 @@ import { expect } from "vitest";
 import { createProcessRuntime, type ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
 import { ProviderHostPolicy } from "../../src/services/git/provider-host.ts";
+import { type FakeLlm, startFakeLlm } from "./fake-llm.ts";
 import { call, startTestApp, type TestApp } from "./test-app.ts";
 
 export interface Task {
@@ -58,6 +60,8 @@ export interface ConversationApp {
   bare: string;
   runtime: ProcessRuntime;
   runtimeDir: string;
+  /** The users' model server: answers every call with a final message unless a test scripts it. */
+  llm: FakeLlm;
 }
 
 let current: ConversationApp | null = null;
@@ -191,6 +195,7 @@ export async function startConversationApp(): Promise<ConversationApp> {
   // their sandboxes unisolated; test/e2e/sandbox-isolation.test.ts covers isolation.
   const runtimeDir = mkdtempSync(join(tmpdir(), "aws-conv-"));
   const runtime = createProcessRuntime({ workspaceRoot: join(runtimeDir, "sandboxes"), isolation: "none" });
+  const llm = await startFakeLlm();
   const t = await startTestApp({
     runtime,
     specs: [
@@ -200,8 +205,9 @@ export async function startConversationApp(): Promise<ConversationApp> {
     // A provider host on loopback (an unreachable port) must be allowed by the operator.
     git: { hosts: new ProviderHostPolicy(["127.0.0.1"]) },
     llmModel: "openai/test-model",
+    llmBaseUrl: llm.url,
   });
-  current = { t, gitDir, bare, runtime, runtimeDir };
+  current = { t, gitDir, bare, runtime, runtimeDir, llm };
   return current;
 }
 
@@ -211,6 +217,7 @@ export async function stopConversationApp(): Promise<void> {
   if (app === null) return;
   await app.t.close();
   await app.runtime.killAll();
+  await app.llm.close();
   rmSync(app.gitDir, { recursive: true, force: true });
   rmSync(app.runtimeDir, { recursive: true, force: true });
 }

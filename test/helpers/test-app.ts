@@ -59,6 +59,8 @@ export interface TestAppOptions {
    * has set up the UI); none by default.
    */
   llmModel?: string;
+  /** With llmModel: the model server's URL (a fake one of the tests: no test may reach outside this machine). */
+  llmBaseUrl?: string;
 }
 
 /** A real server on free loopback ports over a SQLite file in a temporary folder. */
@@ -104,7 +106,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
           const r = await fetch(`http://127.0.0.1:${ports.port}/api/settings`, {
             method: "POST",
             headers: { "x-session-api-key": k, "content-type": "application/json" },
-            body: JSON.stringify({ llm_model: options.llmModel }),
+            body: JSON.stringify({ llm_model: options.llmModel, llm_base_url: options.llmBaseUrl ?? null }),
           });
           if (!r.ok) throw new Error(`storing the test model failed: ${r.status} ${await r.text()}`);
         }

@@ -100,7 +100,8 @@ describe("starting a conversation without a repository", () => {
       parent_conversation_id: null,
       sub_conversation_ids: [],
       sandbox_status: "RUNNING",
-      execution_status: "idle",
+      // The agent runs the first message with the (fake) model at once.
+      execution_status: expect.stringMatching(/^(running|finished)$/),
       conversation_url: `${done.agent_server_url}/api/conversations/0f3b6b1e8d3a4c619d4a2b7f3c9e1a55`,
     });
     expect(c?.session_api_key).toBeTruthy();

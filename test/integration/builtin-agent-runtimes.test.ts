@@ -97,7 +97,7 @@ function conversationScenario(name: string, setup: () => Promise<{ handle: Runti
       });
       expect(start.status).toBe(200);
       const id = String(start.json?.id);
-      const workingDir = String((start.json?.workspace as { working_dir: string }).working_dir);
+      const workingDir = String((start.json?.workspace as { working_dir: string } | undefined)?.working_dir);
       const socket = open(id);
       await socket.opened;
       const file = `${workingDir}/from-agent.txt`;

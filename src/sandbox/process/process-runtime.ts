@@ -31,6 +31,7 @@ import type {
 import {
   BUILTIN_AGENT_COMMAND,
   BUILTIN_AGENT_MAIN,
+  BUILTIN_AGENT_PACKAGES,
   isBuiltinAgentCommand,
 } from "../../sandbox-agent/builtin-agent.ts";
 import { descendantsOf, type ProcStat, readProcStat, signal } from "../../sandbox-agent/proc-tree.ts";
@@ -258,13 +259,27 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
   const singleUserFile = join(workspaceRoot, ".single-user");
   /** As root, `<uid>` files claim sandbox uids (see allocateUser). */
   const uidsDir = join(workspaceRoot, ".uids");
-  /** What the built-in agent reads: its folder and the package.json that makes its modules ES modules. */
+  /**
+   * What the built-in agent reads: its folder, the package.json that makes its modules ES modules, and the two
+   * packages its conversations load (the events websocket and the model client), wherever Node resolves them.
+   */
   const agentFiles = [dirname(BUILTIN_AGENT_MAIN)];
   for (let dir = dirname(BUILTIN_AGENT_MAIN); dir !== dirname(dir); dir = dirname(dir)) {
     if (existsSync(join(dir, "package.json"))) {
       agentFiles.push(join(dir, "package.json"));
       break;
     }
+  }
+  for (const pkg of BUILTIN_AGENT_PACKAGES) {
+    // Where Node finds a bare import: node_modules/<pkg> in the agent's folder or the nearest ancestor holding it.
+    let found: string | null = null;
+    for (let dir = dirname(BUILTIN_AGENT_MAIN); found === null && dir !== dirname(dir); dir = dirname(dir))
+      if (existsSync(join(dir, "node_modules", pkg, "package.json"))) found = join(dir, "node_modules", pkg);
+    if (found !== null) agentFiles.push(found);
+    else
+      options.log?.("a package of the built-in agent is not installed: its conversations cannot use it", {
+        pkg,
+      });
   }
 
   let warming: Promise<void> | null = null;
