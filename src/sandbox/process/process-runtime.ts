@@ -11,6 +11,7 @@ import {
   openSync,
   readdirSync,
   readFileSync,
+  readlinkSync,
   renameSync,
   rmSync,
   statSync,
@@ -45,6 +46,7 @@ import {
   runningAsRoot,
   type SandboxUser,
 } from "./bwrap.ts";
+import { limitedArgv, SandboxCgroups, type SandboxLimits } from "./sandbox-limits.ts";
 import { stopSandboxProcesses } from "./sandbox-processes.ts";
 import {
   claimedFolder,
@@ -97,6 +99,23 @@ export interface ProcessRuntimeOptions {
    * one instead of waiting for a Node process to boot; see warm-agents.ts.
    */
   warmAgents?: number;
+  /**
+   * Limits of every sandbox (see sandbox-limits.ts): pids, memory and CPUs in a cgroup per sandbox, else rlimits;
+   * /tmp and /dev/shm sizes on bwrap's tmpfs. Default: none.
+   */
+  limits?: SandboxLimits;
+  /** `off`: never use cgroups (rlimits only; for hosts and tests where cgroups must be left alone). Default auto. */
+  cgroups?: "auto" | "off";
+}
+
+/** How a runtime enforces {@link ProcessRuntimeOptions.limits}, for the server's start log. */
+export interface ProcessLimitsReport {
+  pids: string;
+  memory: string;
+  cpu: string;
+  tmp: string;
+  shm: string;
+  nestedUserNamespaces: string;
 }
 
 /** How this runtime runs sandboxes, decided once when it is created. */
@@ -116,6 +135,10 @@ export interface ProcessRuntime extends SandboxRuntime {
   killAll(): Promise<void>;
   /** Warm agents ready to be claimed now (see {@link ProcessRuntimeOptions.warmAgents}). */
   warmReady(): number;
+  /** Which limits hold and how (cgroup v1/v2, rlimit, tmpfs size, none). */
+  readonly limits: ProcessLimitsReport;
+  /** Why the sandbox ended in error when the runtime knows (its memory limit), else null. */
+  failureReason(handle: RuntimeHandle): string | null;
 }
 
 /** What the runtime stores in {@link RuntimeHandle.data}: enough to recognise the process after a restart. */
@@ -248,6 +271,47 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       ? tools
       : probeBwrap(tools, workspaceRoot, asRoot ? { uid: uidBase, gid: uidBase } : ownUser, asRoot),
   );
+  const limits = options.limits ?? {};
+  const cgroupsOrWhy =
+    options.cgroups === "off" ? "cgroups are off (cgroups: off)" : SandboxCgroups.open(workspaceRoot, limits);
+  const cgroups = typeof cgroupsOrWhy === "string" ? null : cgroupsOrWhy;
+  const prlimit = findExecutable("prlimit", options.searchPath ?? DEFAULT_PATH);
+  /**
+   * Without cgroups: RLIMIT_NPROC counts the processes of a uid, so it bounds a sandbox only when the sandbox has a
+   * uid of its own (isolated, as root); RLIMIT_AS bounds each process's address space.
+   */
+  const rlimits =
+    cgroups === null && prlimit !== null
+      ? {
+          ...(limits.pids && asRoot && isolation.mode === "bwrap" ? { nproc: limits.pids } : {}),
+          ...(limits.memoryBytes ? { asBytes: limits.memoryBytes } : {}),
+        }
+      : null;
+  const how = (asked: unknown, controller: "pids" | "memory" | "cpu", rlimit: unknown): string =>
+    !asked
+      ? "none asked"
+      : cgroups?.controllers.includes(controller)
+        ? `cgroup v${cgroups.version}`
+        : rlimit
+          ? `rlimit ${controller === "pids" ? "RLIMIT_NPROC (per sandbox uid)" : "RLIMIT_AS (per process)"}`
+          : `not enforced (${typeof cgroupsOrWhy === "string" ? cgroupsOrWhy : "no cgroup"}${prlimit ? "" : "; prlimit not found"})`;
+  const bwrapped = isolation.mode === "bwrap";
+  const limitsReport: ProcessLimitsReport = {
+    pids: how(limits.pids, "pids", rlimits?.nproc),
+    memory: how(limits.memoryBytes, "memory", rlimits?.asBytes),
+    cpu: how(limits.cpus, "cpu", false),
+    tmp: bwrapped
+      ? limits.tmpBytes
+        ? `tmpfs of ${limits.tmpBytes} bytes`
+        : "tmpfs without size"
+      : "host /tmp",
+    shm: bwrapped
+      ? limits.shmBytes
+        ? `tmpfs of ${limits.shmBytes} bytes`
+        : "tmpfs without size"
+      : "host /dev/shm",
+    nestedUserNamespaces: bwrapped ? "refused (bwrap --disable-userns)" : "allowed (no isolation)",
+  };
   const readOnlyPaths = [process.execPath, ...(options.readOnlyPaths ?? [])];
   const singleUserFile = join(workspaceRoot, ".single-user");
   /** As root, `<uid>` files claim sandbox uids (see allocateUser). */
@@ -381,6 +445,20 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
   const removeWorkspace = (folder: string): void => {
     releaseUser(folder);
     rmSync(join(workspaceRoot, folder), { recursive: true, force: true });
+    if (cgroups) {
+      // What is left in the cgroup is the sandbox's (a process that escaped its group): killed, then the cgroup goes.
+      for (const pid of cgroups.pids(folder)) signal(pid, "SIGKILL");
+      if (!cgroups.remove(folder)) setTimeout(() => removeCgroupLater(folder, 10), 50).unref();
+    }
+  };
+
+  /** Retries removing a cgroup whose last processes were still exiting. */
+  const removeCgroupLater = (folder: string, tries: number): void => {
+    if (!cgroups) return;
+    for (const pid of cgroups.pids(folder)) signal(pid, "SIGKILL");
+    if (cgroups.remove(folder)) return;
+    if (tries > 0) setTimeout(() => removeCgroupLater(folder, tries - 1), 200).unref();
+    else log("sandbox cgroup could not be removed", { folder });
   };
 
   /** The child entry for this handle if this instance spawned exactly that process. */
@@ -402,6 +480,16 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     return rel !== "" && !rel.includes("/") && !isAbsolute(rel) && WORKSPACE_FOLDER.test(rel)
       ? join(workspaceRoot, rel)
       : null;
+  };
+
+  /** True when the process runs the bwrap binary (a monitor of a sandbox's namespaces). */
+  const isBwrapMonitor = (pid: number): boolean => {
+    if (typeof tools === "string") return false;
+    try {
+      return readlinkSync(`/proc/${pid}/exe`) === tools.bwrap;
+    } catch {
+      return false;
+    }
   };
 
   /** Signals the sandbox's group and every descendant outside it. */
@@ -544,9 +632,21 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
           }
         }
       }
-      const argv = isolated
-        ? [...bwrapArgs(bwrapTools(), { workspace, cwd, readOnly, user, asRoot }), ...command]
+      const sandboxed = isolated
+        ? [
+            ...bwrapArgs(bwrapTools(), {
+              workspace,
+              cwd,
+              readOnly,
+              user,
+              asRoot,
+              ...(limits.tmpBytes ? { tmpBytes: limits.tmpBytes } : {}),
+              ...(limits.shmBytes ? { shmBytes: limits.shmBytes } : {}),
+            }),
+            ...command,
+          ]
         : command;
+      const argv = limitedArgv(sandboxed, cgroups ? cgroups.create(folder) : [], rlimits, prlimit);
       const [file, ...args] = argv;
       if (file === undefined || command[0] === undefined) throw new Error("empty sandbox command");
       // bwrap starts whatever it is given and fails later: check the command is there first, as spawn does.
@@ -768,13 +868,15 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
         const descendants = descendantsOf(data.pid)
           .map((pid) => readProcStat(pid))
           .filter((s): s is ProcStat => s !== null);
-        const signalDescendants = (sig: NodeJS.Signals): void => {
-          for (const d of descendants) if (readProcStat(d.pid)?.startTime === d.startTime) signal(d.pid, sig);
+        const signalDescendants = (sig: NodeJS.Signals, skip?: (pid: number) => boolean): void => {
+          for (const d of descendants)
+            if (readProcStat(d.pid)?.startTime === d.startTime && !skip?.(d.pid)) signal(d.pid, sig);
         };
-        // Under bwrap the leader is bwrap's monitor, which SIGTERM would kill at once (the exit handler then
-        // SIGKILLs the rest): only the processes inside get SIGTERM, and the monitor ends when they have.
+        // Under bwrap the leader and the nested bwrap that refuses user namespaces are bwrap monitors, which
+        // SIGTERM would kill at once (the exit handler then SIGKILLs the rest): only the processes they run get
+        // SIGTERM, and the monitors end when those have.
         if (data.isolation !== "bwrap") signal(-data.pgid, "SIGTERM");
-        signalDescendants("SIGTERM");
+        signalDescendants("SIGTERM", data.isolation === "bwrap" ? isBwrapMonitor : undefined);
         signal(-data.pgid, "SIGCONT");
         signalDescendants("SIGCONT");
         const graceful = await waitLeaderGone(data, stopGraceMs);
@@ -816,6 +918,17 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
 
     warmReady(): number {
       return warm?.ready ?? 0;
+    },
+
+    limits: limitsReport,
+
+    failureReason(handle: RuntimeHandle): string | null {
+      const data = parseHandleData(handle.data);
+      const workspace = data && workspaceOf(data);
+      if (!workspace || !cgroups) return null;
+      return cgroups.oomKilled(relative(workspaceRoot, workspace))
+        ? `killed by its memory limit (${limits.memoryBytes} bytes)`
+        : null;
     },
 
     async killAll(): Promise<void> {

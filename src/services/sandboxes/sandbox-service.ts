@@ -664,6 +664,14 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
   ): Promise<boolean> {
     const updatedAt = new Date();
     if (!(await this.#o.repo.transition(record.id, from, to, updatedAt))) return false;
+    if (to === "ERROR") {
+      const handle = handleOrNull(record);
+      const reason = handle && this.#o.runtime.failureReason?.(handle);
+      this.#o.log?.("sandbox failed", {
+        sandboxId: record.id,
+        reason: reason ?? "its process ended or stopped answering",
+      });
+    }
     record.status = to;
     record.updatedAt = updatedAt;
     this.#o.changes.poke();
