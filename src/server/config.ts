@@ -33,6 +33,8 @@ export interface SandboxLimitsConfig {
   readonly shmBytes: number;
   /** Workspace size of a process sandbox; 0: no limit. */
   readonly diskBytes: number;
+  /** New process sandboxes are refused while SANDBOX_ROOT's file system has less free. */
+  readonly diskReserveBytes: number;
 }
 
 export interface Config {
@@ -155,6 +157,10 @@ export const ENV_DOC: readonly [string, string][] = [
   [
     "SANDBOX_DISK_MB",
     "process sandboxes: size of one workspace, a loop-mounted filesystem where the host allows, else watched (default 10240; 0: no limit)",
+  ],
+  [
+    "SANDBOX_DISK_RESERVE_MB",
+    "process sandboxes: no new one starts while SANDBOX_ROOT's file system has less free (default 1024)",
   ],
   [
     "SANDBOX_ROOT",
@@ -326,6 +332,7 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
       tmpBytes: int(env, "SANDBOX_TMP_MB", 512, 1, 1 << 20) * MB,
       shmBytes: int(env, "SANDBOX_SHM_MB", 64, 1, 1 << 20) * MB,
       diskBytes: int(env, "SANDBOX_DISK_MB", 10_240, 0, 1 << 30) * MB,
+      diskReserveBytes: int(env, "SANDBOX_DISK_RESERVE_MB", 1024, 0, 1 << 30) * MB,
     }),
     sandboxRoot: resolve(cwd, env.SANDBOX_ROOT || resolve(dataDir, "sandboxes")),
     workers: int(env, "WORKERS", 1, 1, 64),

@@ -161,6 +161,8 @@ async function openRuntime(
       tmpBytes: config.sandboxLimits.tmpBytes,
       shmBytes: config.sandboxLimits.shmBytes,
     },
+    diskBytes: config.sandboxLimits.diskBytes,
+    diskReserveBytes: config.sandboxLimits.diskReserveBytes,
     log,
   });
 }

@@ -713,3 +713,73 @@ describe("process sandbox limits", () => {
     },
   );
 });
+
+describe("process sandbox workspace sizes", () => {
+  const base = mkdtempSync(join(tmpdir(), "runtime-disk-"));
+  const made: ProcessRuntime[] = [];
+  const MB = 1024 * 1024;
+  const make = (dir: string, extra: Partial<Parameters<typeof createProcessRuntime>[0]>): ProcessRuntime => {
+    const r = createProcessRuntime({ workspaceRoot: join(base, dir), stopGraceMs: 500, ...extra });
+    made.push(r);
+    return r;
+  };
+  const key = "disk-key-0123456789";
+  afterAll(async () => {
+    for (const r of made) await r.killAll();
+    rmSync(base, { recursive: true, force: true });
+  });
+  const loop = make("loop", { diskBytes: 32 * MB });
+  const loopHere = loop.limits.disk.startsWith("loop-mounted");
+  if (!loopHere) console.log(`loop-mounted workspace test skipped: ${loop.limits.disk}`);
+
+  it.skipIf(!loopHere)(
+    "as root with loop devices: each workspace is a file system of its size; writing past it fails there only; removal unmounts it",
+    async () => {
+      const handle = await loop.start({ sandboxId: "sized", spec: spec([]), sessionApiKey: key });
+      expect(await loop.waitHealthy(handle, 10_000)).toBe(true);
+      const out = await execIn(
+        handle,
+        key,
+        "head -c 48000000 /dev/zero > big; echo rc=$?; ls; df -k . | tail -1 | awk '{print $2}'",
+      );
+      expect(out.stdout).toContain("rc=1");
+      expect(out.stdout).not.toContain("lost+found");
+      const sizeKb = Number(out.stdout.trim().split("\n").at(-1));
+      expect(sizeKb).toBeGreaterThan(20 * 1024);
+      expect(sizeKb).toBeLessThanOrEqual(32 * 1024);
+      expect(await loop.inspect(handle)).toBe("running");
+      const workspace = dataOf(handle).workspace;
+      expect(readFileSync("/proc/self/mountinfo", "utf8")).toContain(` ${workspace} `);
+      await loop.remove(handle);
+      expect(readFileSync("/proc/self/mountinfo", "utf8")).not.toContain(` ${workspace} `);
+      expect(existsSync(workspace)).toBe(false);
+      expect(readdirSync(join(base, "loop", ".disks"))).toEqual([]);
+    },
+    30_000,
+  );
+
+  it("elsewhere (or asked): watched; a sandbox whose workspace passes its size is stopped and says why", async () => {
+    const watched = make("watch", { diskBytes: 8 * MB, disk: "watch", diskWatchMs: 100 });
+    expect(watched.limits.disk).toMatch(/^watched every 100 ms/);
+    const handle = await watched.start({
+      sandboxId: "filler",
+      spec: spec([
+        "/bin/sh",
+        "-c",
+        "head -c 6000000 /dev/zero > a; head -c 6000000 /dev/zero > b; head -c 20000000 /dev/zero > c; echo c=$?; sleep 30",
+      ]),
+      sessionApiKey: key,
+    });
+    await vi.waitFor(async () => expect(await watched.inspect(handle)).toBe("error"), { timeout: 10_000 });
+    expect(watched.failureReason(handle)).toMatch(/workspace holds \d+ MB, more than its 8 MB/);
+    await watched.remove(handle);
+  });
+
+  it("refuses new workspaces while their file system has less free space than the reserve", async () => {
+    const full = make("reserve", { diskReserveBytes: Number.MAX_SAFE_INTEGER });
+    await expect(full.start({ sandboxId: "no-room", spec: spec([]), sessionApiKey: key })).rejects.toThrow(
+      /kept in reserve/,
+    );
+    expect(existsSync(join(base, "reserve", "no-room"))).toBe(false);
+  });
+});

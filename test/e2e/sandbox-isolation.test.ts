@@ -182,6 +182,7 @@ describe.skipIf(skipReason !== null)(
         SANDBOX_MEMORY_MB: "256",
         SANDBOX_TMP_MB: "16",
         SANDBOX_SHM_MB: "8",
+        SANDBOX_DISK_MB: "64",
       });
       alice = await startSandbox(s, aliceKey);
       bob = await startSandbox(s, bobKey);
@@ -367,6 +368,27 @@ describe.skipIf(skipReason !== null)(
       expect(limits.nestedUserNamespaces).toMatch(/refused/);
       expect(limits.tmp).toBe(`tmpfs of ${16 * 1024 * 1024} bytes`);
       expect(limits.pids).toMatch(/^(cgroup v[12]|rlimit|not enforced)/);
+      expect(limits.disk).toMatch(/^(loop-mounted ext4 of 67108864 bytes|watched every)/);
+    });
+
+    it("cannot fill the disk: its workspace holds its size at most, and the server keeps storing", async () => {
+      const line = s
+        .output()
+        .split("\n")
+        .find((l) => l.includes('"process sandbox limits enforced"'));
+      if (!/loop-mounted/.test(line ?? ""))
+        return console.log("workspaces are watched here: checked by the runtime tests");
+      const r = await run(bob, "head -c 100000000 /dev/zero > fill; echo rc=$?; rm -f fill");
+      expect(r.stdout).toContain("rc=1");
+      expect(r.stderr).toMatch(/No space left/);
+      // The server's own store is elsewhere and still takes writes.
+      const key = createKey(dir, "dave");
+      const saved = await fetch(`${s.url}/api/settings`, {
+        method: "POST",
+        headers: { "x-session-api-key": key, "content-type": "application/json" },
+        body: JSON.stringify({ llm_model: "openai/gpt-test" }),
+      });
+      expect(saved.status).toBe(200);
     });
 
     it("cannot make a nested user namespace (no capabilities back)", async () => {

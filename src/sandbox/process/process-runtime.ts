@@ -56,6 +56,7 @@ import {
   WarmPool,
   WORKSPACE_FOLDER,
 } from "./warm-agents.ts";
+import { freeBytes, LoopDisks, usedBytes } from "./workspace-disk.ts";
 
 /** Options of {@link createProcessRuntime}. */
 export interface ProcessRuntimeOptions {
@@ -106,6 +107,16 @@ export interface ProcessRuntimeOptions {
   limits?: SandboxLimits;
   /** `off`: never use cgroups (rlimits only; for hosts and tests where cgroups must be left alone). Default auto. */
   cgroups?: "auto" | "off";
+  /**
+   * Size of each workspace in bytes (0 or absent: none), enforced as workspace-disk.ts says: a loop-mounted file
+   * system where the host allows (`auto`, the default), else (or with `watch`) by measuring and stopping.
+   */
+  diskBytes?: number;
+  disk?: "auto" | "watch";
+  /** How often watched workspaces are measured (default 5000 ms). */
+  diskWatchMs?: number;
+  /** New workspaces are refused while the file system holding them has less free (default 1 GiB). */
+  diskReserveBytes?: number;
 }
 
 /** How a runtime enforces {@link ProcessRuntimeOptions.limits}, for the server's start log. */
@@ -116,6 +127,7 @@ export interface ProcessLimitsReport {
   tmp: string;
   shm: string;
   nestedUserNamespaces: string;
+  disk: string;
 }
 
 /** How this runtime runs sandboxes, decided once when it is created. */
@@ -280,11 +292,28 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
    * Without cgroups: RLIMIT_NPROC counts the processes of a uid, so it bounds a sandbox only when the sandbox has a
    * uid of its own (isolated, as root); RLIMIT_AS bounds each process's address space.
    */
+  const diskBytes = options.diskBytes ?? 0;
+  const loopOrWhy =
+    diskBytes <= 0
+      ? "no workspace size asked"
+      : options.disk === "watch"
+        ? "watching asked (disk: watch)"
+        : LoopDisks.open(workspaceRoot, diskBytes, options.searchPath ?? DEFAULT_PATH);
+  const loopDisks = typeof loopOrWhy === "string" ? null : loopOrWhy;
+  const watchDisks = diskBytes > 0 && loopDisks === null;
+  const diskWatchMs = options.diskWatchMs ?? 5000;
+  const diskReserveBytes = options.diskReserveBytes ?? 1024 * 1024 * 1024;
+  /** Workspaces stopped for passing their size, with the reason (see failureReason). */
+  const diskStops = new Map<string, string>();
   const rlimits =
-    cgroups === null && prlimit !== null
+    prlimit !== null && (cgroups === null || watchDisks)
       ? {
-          ...(limits.pids && asRoot && isolation.mode === "bwrap" ? { nproc: limits.pids } : {}),
-          ...(limits.memoryBytes ? { asBytes: limits.memoryBytes } : {}),
+          ...(cgroups === null && limits.pids && asRoot && isolation.mode === "bwrap"
+            ? { nproc: limits.pids }
+            : {}),
+          ...(cgroups === null && limits.memoryBytes ? { asBytes: limits.memoryBytes } : {}),
+          // Watched workspaces: no single file may pass the size between two measurements.
+          ...(watchDisks ? { fsizeBytes: diskBytes } : {}),
         }
       : null;
   const how = (asked: unknown, controller: "pids" | "memory" | "cpu", rlimit: unknown): string =>
@@ -311,7 +340,13 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
         : "tmpfs without size"
       : "host /dev/shm",
     nestedUserNamespaces: bwrapped ? "refused (bwrap --disable-userns)" : "allowed (no isolation)",
+    disk: loopDisks
+      ? `loop-mounted ext4 of ${diskBytes} bytes per workspace`
+      : watchDisks
+        ? `watched every ${diskWatchMs} ms (du), sandbox stopped past ${diskBytes} bytes, RLIMIT_FSIZE per file (${loopOrWhy})`
+        : "no limit",
   };
+  loopDisks?.sweep(workspaceRoot);
   const readOnlyPaths = [process.execPath, ...(options.readOnlyPaths ?? [])];
   const singleUserFile = join(workspaceRoot, ".single-user");
   /** As root, `<uid>` files claim sandbox uids (see allocateUser). */
@@ -444,7 +479,9 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
   /** Deletes the workspace folder `folder`, giving back the uid claimed for it. */
   const removeWorkspace = (folder: string): void => {
     releaseUser(folder);
+    loopDisks?.remove(join(workspaceRoot, folder), folder);
     rmSync(join(workspaceRoot, folder), { recursive: true, force: true });
+    diskStops.delete(folder);
     if (cgroups) {
       // What is left in the cgroup is the sandbox's (a process that escaped its group): killed, then the cgroup goes.
       for (const pid of cgroups.pids(folder)) signal(pid, "SIGKILL");
@@ -613,8 +650,19 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     try {
       // From here to the spawn nothing awaits: the uid chosen is owned by the new workspace before anyone looks again.
       isolated = isolation.mode === "bwrap";
+      const free = freeBytes(workspaceRoot);
+      if (free !== null && free < diskReserveBytes)
+        throw failedPrecondition(
+          `the disk of the sandbox workspaces has ${Math.floor(free / 1048576)} MB free, less than the ${Math.floor(diskReserveBytes / 1048576)} MB kept in reserve: no new sandbox starts until space is freed`,
+        );
       user = isolated ? (reusableUser(workspace) ?? allocateUser(folder)) : ownUser;
       mkdirSync(workspace, { recursive: true, mode: 0o700 });
+      try {
+        loopDisks?.create(folder);
+      } catch (e: unknown) {
+        removeWorkspace(folder);
+        throw e;
+      }
       chmodSync(workspace, 0o700);
       const cwd = makeCwd(workspace, rel, user, isolated);
       const command = withPort(builtin ? [...agentCommand, ...spec.command.slice(1)] : spec.command, port);
@@ -911,6 +959,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     },
 
     async close(): Promise<void> {
+      if (diskWatch) clearInterval(diskWatch);
       // Sandboxes keep running; the exit listeners hold no reference that keeps Node alive (children are unref'd).
       // Warm agents are not sandboxes: they go.
       await warm?.close();
@@ -925,17 +974,52 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     failureReason(handle: RuntimeHandle): string | null {
       const data = parseHandleData(handle.data);
       const workspace = data && workspaceOf(data);
-      if (!workspace || !cgroups) return null;
-      return cgroups.oomKilled(relative(workspaceRoot, workspace))
-        ? `killed by its memory limit (${limits.memoryBytes} bytes)`
-        : null;
+      if (!workspace) return null;
+      const folder = relative(workspaceRoot, workspace);
+      const stopped = diskStops.get(folder);
+      if (stopped) return stopped;
+      if (!cgroups) return null;
+      return cgroups.oomKilled(folder) ? `killed by its memory limit (${limits.memoryBytes} bytes)` : null;
     },
 
     async killAll(): Promise<void> {
+      if (diskWatch) clearInterval(diskWatch);
       await warm?.close();
       await Promise.all([...children.values()].map((own) => runtime.remove(own.handle)));
     },
   };
+  /**
+   * Watched workspaces: each sandbox this instance runs is measured in turn; one past its size is stopped (its
+   * processes killed; its files stay until it is deleted) and reports why.
+   */
+  let measuring = false;
+  const diskWatch = watchDisks
+    ? setInterval(async () => {
+        if (measuring) return;
+        measuring = true;
+        try {
+          for (const own of [...children.values()]) {
+            const data = parseHandleData(own.handle.data);
+            if (own.exit || !data) continue;
+            const folder = relative(workspaceRoot, data.workspace);
+            const used = await usedBytes(data.workspace);
+            if (used === null || used <= diskBytes || own.exit) continue;
+            const reason = `stopped: its workspace holds ${Math.ceil(used / 1048576)} MB, more than its ${Math.floor(diskBytes / 1048576)} MB`;
+            diskStops.set(folder, reason);
+            log("sandbox stopped: workspace over its size", {
+              sandboxId: own.label ?? folder,
+              used,
+              limit: diskBytes,
+            });
+            for (const pid of descendantsOf(data.pid)) signal(pid, "SIGKILL");
+            signal(-data.pgid, "SIGKILL");
+          }
+        } finally {
+          measuring = false;
+        }
+      }, diskWatchMs)
+    : null;
+  diskWatch?.unref();
   warm?.fill();
   return runtime;
 }
