@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
 import {
   existsSync,
   mkdirSync,
@@ -677,6 +678,21 @@ describe("process sandbox limits", () => {
       await vi.waitFor(async () => expect(await runtime.inspect(handle)).toBe("error"), { timeout: 10_000 });
       expect(runtime.failureReason(handle)).toMatch(/memory limit/);
       await runtime.remove(handle);
+    },
+  );
+
+  it.skipIf(!cgroups)(
+    "a new runtime on the root removes the cgroups of workspaces that are gone",
+    async () => {
+      const cgroupBase = (): string => {
+        const line = cgroupOf(process.pid).match(/^\d+:pids:/m) ? "/sys/fs/cgroup/pids" : "/sys/fs/cgroup";
+        const hash = createHash("sha256").update(join(base, "cg")).digest("hex").slice(0, 12);
+        return join(line, `agent-workspace-${hash}`);
+      };
+      const stale = join(cgroupBase(), "gone-sandbox");
+      mkdirSync(stale);
+      make("cg");
+      expect(existsSync(stale)).toBe(false);
     },
   );
 

@@ -347,6 +347,8 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
         : "no limit",
   };
   loopDisks?.sweep(workspaceRoot);
+  const sweptCgroups = cgroups?.sweep((folder) => existsSync(join(workspaceRoot, folder))) ?? 0;
+  if (sweptCgroups > 0) log("cgroups of removed sandboxes removed", { count: sweptCgroups });
   const readOnlyPaths = [process.execPath, ...(options.readOnlyPaths ?? [])];
   const singleUserFile = join(workspaceRoot, ".single-user");
   /** As root, `<uid>` files claim sandbox uids (see allocateUser). */
@@ -963,6 +965,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       // Sandboxes keep running; the exit listeners hold no reference that keeps Node alive (children are unref'd).
       // Warm agents are not sandboxes: they go.
       await warm?.close();
+      cgroups?.release();
     },
 
     warmReady(): number {
@@ -986,6 +989,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       if (diskWatch) clearInterval(diskWatch);
       await warm?.close();
       await Promise.all([...children.values()].map((own) => runtime.remove(own.handle)));
+      cgroups?.release();
     },
   };
   /**

@@ -14,7 +14,7 @@
  * never share one.
  */
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 /** The limits of every process sandbox (0 or undefined: none of that kind). */
@@ -181,6 +181,47 @@ export class SandboxCgroups {
       return match !== null && Number(match[1]) > 0;
     } catch {
       return false;
+    }
+  }
+
+  /**
+   * Removes the cgroups of workspace folders that are gone (a server died while removing a sandbox), killing what
+   * is left in them; returns how many went. Trial cgroups of servers starting meanwhile are left alone.
+   */
+  sweep(exists: (folder: string) => boolean): number {
+    let removed = 0;
+    for (const base of new Set(this.#bases.values())) {
+      let names: string[] = [];
+      try {
+        names = readdirSync(base, { withFileTypes: true })
+          .filter((e) => e.isDirectory())
+          .map((e) => e.name);
+      } catch {
+        continue;
+      }
+      for (const name of names) {
+        if (name.startsWith("probe-") || exists(name)) continue;
+        for (const pid of this.pids(name)) {
+          try {
+            process.kill(pid, "SIGKILL");
+          } catch {
+            // gone
+          }
+        }
+        if (this.remove(name)) removed++;
+      }
+    }
+    return removed;
+  }
+
+  /** Removes the base cgroups when no sandbox cgroup is left in them (at shutdown; else they stay, harmless). */
+  release(): void {
+    for (const base of new Set(this.#bases.values())) {
+      try {
+        rmdirSync(base);
+      } catch {
+        // sandboxes still run (they outlive the server), or already gone
+      }
     }
   }
 
