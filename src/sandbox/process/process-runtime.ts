@@ -322,7 +322,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       : cgroups?.controllers.includes(controller)
         ? `cgroup v${cgroups.version}`
         : rlimit
-          ? `rlimit ${controller === "pids" ? "RLIMIT_NPROC (per sandbox uid)" : "RLIMIT_AS (per process)"}`
+          ? `rlimit ${controller === "pids" ? "RLIMIT_NPROC (per sandbox uid)" : `RLIMIT_AS (per process${(limits.memoryBytes ?? 0) < 1536 * 1024 * 1024 ? "; below 1536 MB the built-in agent cannot start" : ""})`}`
           : `not enforced (${typeof cgroupsOrWhy === "string" ? cgroupsOrWhy : "no cgroup"}${prlimit ? "" : "; prlimit not found"})`;
   const bwrapped = isolation.mode === "bwrap";
   const limitsReport: ProcessLimitsReport = {
