@@ -76,6 +76,9 @@ export async function serve(config: Readonly<Config>): Promise<void> {
           pids: config.sandboxLimits.pids,
           memoryBytes: config.sandboxLimits.memoryBytes,
           cpus: config.sandboxLimits.cpus ?? "no limit",
+          shmBytes: config.sandboxLimits.shmBytes,
+          workspace: "not limited (a named volume)",
+          nestedUserNamespaces: "refused (the engine's default seccomp profile, no capabilities)",
         },
       },
       "docker sandbox limits enforced (container cgroup)",
@@ -143,6 +146,7 @@ async function openRuntime(
       ...(config.runtime.memoryBytes ? { memoryBytes: config.runtime.memoryBytes } : {}),
       user: config.runtime.user,
       pidsLimit: config.runtime.pidsLimit,
+      shmBytes: config.sandboxLimits.shmBytes,
       ...(config.runtime.nanoCpus ? { nanoCpus: config.runtime.nanoCpus } : {}),
       log,
     });

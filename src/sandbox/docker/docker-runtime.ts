@@ -54,6 +54,8 @@ export interface DockerRuntimeOptions {
   nanoCpus?: number;
   /** Process limit of the container (default 512). */
   pidsLimit?: number;
+  /** Size of the container's /dev/shm in bytes (default: the engine's, 64 MiB). */
+  shmBytes?: number;
   /** Run a tiny init (docker-init) as PID 1 to reap orphans and forward signals (default true). */
   init?: boolean;
   /** Grace period of `docker stop` on removal (default 10 s, as the reference). */
@@ -293,6 +295,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
         PidsLimit: options.pidsLimit ?? DEFAULT_PIDS_LIMIT,
       };
       if (options.nanoCpus !== undefined) hostConfig.NanoCpus = options.nanoCpus;
+      if (options.shmBytes !== undefined) hostConfig.ShmSize = options.shmBytes;
       const create: ContainerCreateOptions = {
         name: containerName,
         Image: image,
