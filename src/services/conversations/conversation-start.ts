@@ -514,7 +514,7 @@ class StartFlow {
     if (live.status !== "RUNNING")
       throw new StartError(
         sandboxId === null
-          ? `Sandbox ${id} failed to start (status ${live.status}); see the server log`
+          ? `Sandbox ${id} failed to start (status ${live.status}${live.reason ? `: ${live.reason}` : ""}); see the server log`
           : `Sandbox ${id} cannot be used: its status is ${live.status}`,
       );
     return live;

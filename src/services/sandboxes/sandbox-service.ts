@@ -109,6 +109,8 @@ export interface LiveSandbox {
   record: SandboxRecord;
   status: SandboxStatus;
   handle: RuntimeHandle | null;
+  /** Why it is ERROR, when the runtime knows (e.g. killed by its memory limit). */
+  reason?: string;
 }
 
 /** What reconciliation saw: the live status plus the runtime's own state (null without a handle). */
@@ -726,7 +728,8 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       default:
         status = "MISSING";
     }
-    return { record, status, handle, runtime };
+    const reason = status === "ERROR" ? this.#o.runtime.failureReason?.(handle) : null;
+    return reason ? { record, status, handle, runtime, reason } : { record, status, handle, runtime };
   }
 
   /** Compare-and-set of the record's status (logged by the store); on success updates `record`, wakes watches. */

@@ -99,6 +99,20 @@ describe("SandboxService", () => {
     expect(settled?.status).toBe("RUNNING");
   });
 
+  it("an ERROR sandbox carries the runtime's reason (a memory limit kill)", async () => {
+    const service = makeService();
+    Object.assign(runtime, { failureReason: () => "killed by its memory limit (268435456 bytes)" });
+    runtime.healthy = false;
+    const failed = await service.start("alice", undefined);
+    expect(failed.status).toBe("ERROR");
+    expect((await service.get("alice", failed.record.id))?.reason).toBe(
+      "killed by its memory limit (268435456 bytes)",
+    );
+    runtime.healthy = true;
+    const ok = await service.start("alice", undefined);
+    expect((await service.get("alice", ok.record.id))?.reason).toBeUndefined();
+  });
+
   it("never pauses a starting sandbox: a start waits for a slot, says why once, and takes it when one runs", async () => {
     const service = makeService({ maxRunning: 1, inlineWaitMs: 10, slotWaitMs: 5_000 });
     let release: (ok: boolean) => void = () => {};
