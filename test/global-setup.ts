@@ -1,10 +1,11 @@
 // Gives the run its own TMPDIR (every test's temp folders, sandbox workspaces included, live below it) and, at the
-// end, checks that no sandbox process or container outlived the suite: leftovers are killed, listed, and written
+// end, checks that no sandbox process, container or workspace mount outlived the suite: leftovers are killed, listed, and written
 // to $WORKSPACE_LEFTOVER_REPORT so that scripts/test.ts counts them as a failure.
 import { mkdtempSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { dockerFromEnv } from "./helpers/docker-env.ts";
+import { unmountUnder } from "./helpers/mounts.ts";
 
 export default function setup(): () => Promise<void> {
   const runDir = mkdtempSync(join(tmpdir(), "aws-run-"));
@@ -38,6 +39,8 @@ export default function setup(): () => Promise<void> {
     } catch {
       // no Docker engine: nothing to check
     }
+    // Loop-mounted workspaces of sandboxes nobody removed.
+    for (const path of unmountUnder(runDir)) leftovers.push(`mount ${path}`);
     if (leftovers.length > 0)
       console.error(`LEFTOVERS after the suite (now removed): ${leftovers.join(", ")}`);
     else console.log("no sandbox process or container left behind");

@@ -144,6 +144,11 @@ export interface StartTaskRepository {
   count(ownerId: string, filter: StartTaskFilter): Promise<number>;
   /** Tasks of every owner not in READY or ERROR (metrics, tests). */
   listUnfinished(): Promise<StartTaskRecord[]>;
+  /**
+   * The sandboxes the owner's unfinished tasks use or planned to use (the task's sandbox, else its plan's): the
+   * running limit does not pause them while their starts run.
+   */
+  sandboxesInUse(ownerId: string): Promise<string[]>;
   /** Extends the leases `owner` still holds on these unfinished tasks; returns the ids it still holds. */
   renewLeases(owner: string, ids: readonly string[], expiresAt: Date): Promise<string[]>;
   /** Lets the leases `owner` holds on these tasks expire now (a graceful shutdown hands them over). */

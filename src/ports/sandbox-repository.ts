@@ -28,6 +28,11 @@ export interface SandboxLimits {
   maxPerUser: number;
   /** Records of an owner that may hold a running slot (status STARTING or RUNNING) at once. */
   maxRunning: number;
+  /**
+   * RUNNING records that must not be evicted either (sandboxes in use by a conversation start). STARTING records
+   * are never evicted: a start in progress is never paused by another.
+   */
+  protect?: readonly string[];
 }
 
 /** What {@link SandboxRepository.create} did. */
@@ -35,7 +40,12 @@ export type SandboxCreateOutcome =
   /** Inserted; `evicted` are the owner's records this call set PAUSED, as they were just before. */
   | { created: true; evicted: SandboxRecord[] }
   /** Refused: the owner already has `count` records (at least maxPerUser); nothing was written. */
-  | { created: false; count: number };
+  | { created: false; count: number }
+  /**
+   * Refused: the owner's slots are all held by records that may not be evicted (starting, or protected); nothing
+   * was written. `holders` is how many hold a slot.
+   */
+  | { created: false; busy: true; holders: number };
 
 /** What {@link SandboxRepository.claim} did. */
 export interface SandboxClaimOutcome {
@@ -45,6 +55,8 @@ export interface SandboxClaimOutcome {
   claimed: boolean;
   /** The owner's records this call set PAUSED, as they were just before (handle included). */
   evicted: SandboxRecord[];
+  /** Set when the record could not be claimed because no slot holder may be evicted (nothing was written). */
+  busy?: true;
 }
 
 /**
@@ -57,20 +69,23 @@ export interface SandboxRepository {
   insert(record: SandboxRecord): Promise<void>;
   /**
    * Inserts `record` (its status is stored as STARTING) unless its owner already has `limits.maxPerUser` records.
-   * In the same atomic step, the owner's oldest records holding a slot (createdAt, then id) are set PAUSED so that
-   * at most `limits.maxRunning` hold one, the new record included.
+   * In the same atomic step, the owner's oldest RUNNING records not in `limits.protect` (createdAt, then id) are
+   * set PAUSED so that at most `limits.maxRunning` hold one, the new record included; when too few of those exist,
+   * nothing is written and the outcome is `busy`.
    */
   create(record: SandboxRecord, limits: SandboxLimits): Promise<SandboxCreateOutcome>;
   /**
    * Claims a running slot for an existing record of `ownerId`: one not holding a slot is set STARTING and, in the
-   * same atomic step, the owner's oldest other records holding a slot are set PAUSED so that at most `maxRunning`
-   * hold one. A record already holding a slot is returned unchanged. null when there is no such record.
+   * same atomic step, the owner's oldest other RUNNING records not in `protect` are set PAUSED so that at most
+   * `maxRunning` hold one (`busy`, and nothing written, when too few of those exist). A record already holding a
+   * slot is returned unchanged. null when there is no such record.
    */
   claim(
     id: string,
     ownerId: string,
     maxRunning: number,
     updatedAt: Date,
+    protect?: readonly string[],
   ): Promise<SandboxClaimOutcome | null>;
   /**
    * Saves the runtime handle whatever the status, and returns the record as this write left it (its status tells

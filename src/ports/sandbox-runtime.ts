@@ -78,6 +78,8 @@ export interface SandboxRuntime {
    * Resolves with how many runtime objects (processes, containers) it stopped; idempotent.
    */
   removeBySandboxId(sandboxId: string): Promise<number>;
+  /** Why a sandbox ended in error, when the runtime knows (e.g. killed by its memory limit); else null. */
+  failureReason?(handle: RuntimeHandle): string | null;
   /** Resolves when the runtime can start sandboxes (readiness: workspace writable, engine reachable). */
   ping(): Promise<void>;
   /** Releases runtime resources held by the server (not the sandboxes). */

@@ -23,6 +23,20 @@ export type RuntimeConfig =
       pidsLimit: number;
     };
 
+/** SANDBOX_PIDS_LIMIT, SANDBOX_MEMORY_MB, SANDBOX_CPUS, SANDBOX_TMP_MB, SANDBOX_SHM_MB, SANDBOX_DISK_MB. */
+export interface SandboxLimitsConfig {
+  readonly pids: number;
+  readonly memoryBytes: number;
+  /** undefined: no CPU limit. */
+  readonly cpus: number | undefined;
+  readonly tmpBytes: number;
+  readonly shmBytes: number;
+  /** Workspace size of a process sandbox; 0: no limit. */
+  readonly diskBytes: number;
+  /** New process sandboxes are refused while SANDBOX_ROOT's file system has less free. */
+  readonly diskReserveBytes: number;
+}
+
 export interface Config {
   readonly host: string;
   readonly port: number;
@@ -69,6 +83,10 @@ export interface Config {
   readonly localRepositoryRoots: readonly string[];
   /** Built-in agents the process runtime keeps started ahead of need (0: none). */
   readonly sandboxWarmAgents: number;
+  /** Limits of every sandbox, both runtimes (docker: the container's; process: cgroups or rlimits, tmpfs sizes). */
+  readonly sandboxLimits: SandboxLimitsConfig;
+  /** Where process sandboxes' workspaces live (default DATA_DIR/sandboxes): put it on its own filesystem. */
+  readonly sandboxRoot: string;
   /** Server processes sharing the ports (node:cluster, src/server/cluster.ts); 1: this process alone. */
   readonly workers: number;
 }
@@ -147,9 +165,29 @@ export const ENV_DOC: readonly [string, string][] = [
     "SANDBOX_DOCKER_USER",
     "uid[:gid] of the processes in sandbox containers (default: the image's own user; 1000:1000 for a root image)",
   ],
-  ["SANDBOX_PIDS_LIMIT", "process limit of a sandbox container (default 2048)"],
-  ["SANDBOX_MEMORY_MB", "memory limit of a sandbox container (default 4096)"],
-  ["SANDBOX_CPUS", "CPU limit of a sandbox container (e.g. 1.5)"],
+  [
+    "SANDBOX_PIDS_LIMIT",
+    "processes of one sandbox, docker and process runtimes (default 2048; docs/sandbox-isolation.md)",
+  ],
+  ["SANDBOX_MEMORY_MB", "memory of one sandbox, docker and process runtimes (default 4096)"],
+  ["SANDBOX_CPUS", "CPUs of one sandbox, docker and process runtimes, e.g. 1.5 (default: no limit)"],
+  ["SANDBOX_TMP_MB", "process sandboxes: size of their private /tmp (default 512)"],
+  [
+    "SANDBOX_SHM_MB",
+    "size of a sandbox's /dev/shm, docker and process runtimes (default 512: Chromium's renderers)",
+  ],
+  [
+    "SANDBOX_DISK_MB",
+    "process sandboxes: size of one workspace, a loop-mounted filesystem where the host allows, else watched (default 10240; 0: no limit)",
+  ],
+  [
+    "SANDBOX_DISK_RESERVE_MB",
+    "process sandboxes: no new one starts while SANDBOX_ROOT's file system has less free (default 1024)",
+  ],
+  [
+    "SANDBOX_ROOT",
+    "folder of process sandboxes' workspaces (default DATA_DIR/sandboxes; best its own filesystem)",
+  ],
   ["LOG_LEVEL", "fatal, error, warn, info (default), debug, trace, silent"],
   ...WEB_ENV_DOC,
   [
@@ -254,6 +292,8 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
   const cpus = env.SANDBOX_CPUS ? Number(env.SANDBOX_CPUS) : undefined;
   if (cpus !== undefined && !(cpus > 0 && cpus <= 1024)) fail("SANDBOX_CPUS must be a positive number");
   const memMb = int("SANDBOX_MEMORY_MB", 4096, 6, 1 << 20);
+  const pidsLimit = int("SANDBOX_PIDS_LIMIT", 2048, 16, 4_194_304);
+  const MB = 1024 * 1024;
   const isolation = (env.SANDBOX_ISOLATION || "auto").trim();
   if (isolation !== "auto" && isolation !== "bwrap" && isolation !== "none")
     fail(`SANDBOX_ISOLATION must be auto, bwrap or none, got ${JSON.stringify(isolation)}`);
@@ -322,7 +362,7 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
             memoryBytes: memMb * 1024 * 1024,
             nanoCpus: cpus === undefined ? undefined : Math.round(cpus * 1e9),
             user: dockerUser,
-            pidsLimit: int("SANDBOX_PIDS_LIMIT", 2048, 16, 4_194_304),
+            pidsLimit,
           }
         : { kind: "process" },
     sessionApiKey,
@@ -357,6 +397,16 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     localRepositoryRoots: localRoots,
     sandboxUidBase: int("SANDBOX_UID_BASE", 1_000_000_000, 1000, 4_000_000_000),
     sandboxWarmAgents: int("SANDBOX_WARM_AGENTS", DEFAULT_WARM_AGENTS, 0, 64),
+    sandboxLimits: Object.freeze({
+      pids: pidsLimit,
+      memoryBytes: memMb * MB,
+      cpus,
+      tmpBytes: int("SANDBOX_TMP_MB", 512, 1, 1 << 20) * MB,
+      shmBytes: int("SANDBOX_SHM_MB", 512, 1, 1 << 20) * MB,
+      diskBytes: int("SANDBOX_DISK_MB", 10_240, 0, 1 << 30) * MB,
+      diskReserveBytes: int("SANDBOX_DISK_RESERVE_MB", 1024, 0, 1 << 30) * MB,
+    }),
+    sandboxRoot: resolve(cwd, env.SANDBOX_ROOT || resolve(dataDir, "sandboxes")),
     workers: int("WORKERS", 1, 1, 64),
   };
   if (problems.length > 0) throw new ConfigError(problems);

@@ -159,6 +159,8 @@ export function createContainer(deps: ContainerDeps): Container {
     ...(deps.sandboxStartTimeoutMs === undefined ? {} : { startTimeoutMs: deps.sandboxStartTimeoutMs }),
     changes,
     log: deps.log,
+    // Sandboxes used by unfinished conversation starts (of any server sharing the store) keep their slot.
+    inUseByStarts: (userId) => storage.startTasks.sandboxesInUse(userId),
   });
   const conversations = new AppConversationService({
     conversations: storage.conversations,

@@ -1,5 +1,4 @@
 import { chmodSync, mkdirSync } from "node:fs";
-import { join } from "node:path";
 import type { FastifyBaseLogger, FastifyServerOptions } from "fastify";
 import { HttpGitProviderVerifier } from "../integrations/http-git-provider-verifier.ts";
 import type { DockerRuntime } from "../sandbox/docker/docker-runtime.ts";
@@ -74,7 +73,24 @@ export async function serve(config: Readonly<Config>): Promise<void> {
   const log = app.http.log;
   runtimeLog = (msg, data) => log.info({ runtime: runtime.kind, ...data }, msg);
   verifierLog = (msg, data) => log.warn(data, msg);
-  if (runtime.kind === "process") warnIsolation(runtime.isolation, log);
+  if (runtime.kind === "process") {
+    warnIsolation(runtime.isolation, log);
+    log.info({ limits: runtime.limits, root: config.sandboxRoot }, "process sandbox limits enforced");
+  } else {
+    log.info(
+      {
+        limits: {
+          pids: config.sandboxLimits.pids,
+          memoryBytes: config.sandboxLimits.memoryBytes,
+          cpus: config.sandboxLimits.cpus ?? "no limit",
+          shmBytes: config.sandboxLimits.shmBytes,
+          workspace: "not limited (a named volume)",
+          nestedUserNamespaces: "refused (the engine's default seccomp profile, no capabilities)",
+        },
+      },
+      "docker sandbox limits enforced (container cgroup)",
+    );
+  }
   const counts = await app.services.sandboxes.reconcileAll();
   log.info({ sandboxes: counts }, "reconciled recorded sandboxes with the runtime");
   if (config.web.singleUser)
@@ -159,18 +175,28 @@ async function openRuntime(
       ...(config.runtime.user === undefined ? {} : { user: config.runtime.user }),
       pidsLimit: config.runtime.pidsLimit,
       readOnlyPaths: config.localRepositoryRoots,
+      shmBytes: config.sandboxLimits.shmBytes,
       ...(config.runtime.nanoCpus ? { nanoCpus: config.runtime.nanoCpus } : {}),
       log,
     });
   }
   const { createProcessRuntime } = await import("../sandbox/process/process-runtime.ts");
   return createProcessRuntime({
-    workspaceRoot: join(config.dataDir, "sandboxes"),
+    workspaceRoot: config.sandboxRoot,
     isolation: config.sandboxIsolation,
     ...(process.env.PATH ? { searchPath: process.env.PATH } : {}),
     uidBase: config.sandboxUidBase,
     warmAgents: config.sandboxWarmAgents,
     readOnlyPaths: config.localRepositoryRoots,
+    limits: {
+      pids: config.sandboxLimits.pids,
+      memoryBytes: config.sandboxLimits.memoryBytes,
+      ...(config.sandboxLimits.cpus ? { cpus: config.sandboxLimits.cpus } : {}),
+      tmpBytes: config.sandboxLimits.tmpBytes,
+      shmBytes: config.sandboxLimits.shmBytes,
+    },
+    diskBytes: config.sandboxLimits.diskBytes,
+    diskReserveBytes: config.sandboxLimits.diskReserveBytes,
     log,
   });
 }

@@ -25,7 +25,14 @@ const runId = randomBytes(4).toString("hex");
 const image = typeof found === "string" ? "unused" : found.image;
 const runtimes: DockerRuntime[] = [];
 const makeRuntime = (
-  options: { network?: string; memoryBytes?: number; pidsLimit?: number; readOnlyPaths?: string[] } = {},
+  options: {
+    network?: string;
+    memoryBytes?: number;
+    pidsLimit?: number;
+    shmBytes?: number;
+    nanoCpus?: number;
+    readOnlyPaths?: string[];
+  } = {},
 ): DockerRuntime => {
   const runtime = createDockerRuntime({
     docker,
@@ -100,7 +107,12 @@ describe.skipIf(skipReason !== null)(`docker runtime${skipReason ? ` (skipped: $
       runtime.start({ sandboxId: `dt${randomBytes(6).toString("hex")}`, spec: s, sessionApiKey: key });
 
     it("labels the container, mounts the workspace volume, applies limits and the session key", async () => {
-      const limited = makeRuntime({ memoryBytes: 256 * 1024 * 1024, pidsLimit: 256 });
+      const limited = makeRuntime({
+        memoryBytes: 256 * 1024 * 1024,
+        pidsLimit: 256,
+        shmBytes: 8 * 1024 * 1024,
+        nanoCpus: 500_000_000,
+      });
       const handle = await limited.start({ sandboxId: "dt-labels", spec: spec([]), sessionApiKey: key });
       try {
         const info = await docker.getContainer(dataOf(handle).containerId).inspect();
@@ -114,6 +126,8 @@ describe.skipIf(skipReason !== null)(`docker runtime${skipReason ? ` (skipped: $
         expect(info.HostConfig.NetworkMode).toBe("host");
         expect(info.HostConfig.Memory).toBe(256 * 1024 * 1024);
         expect(info.HostConfig.PidsLimit).toBe(256);
+        expect(info.HostConfig.ShmSize).toBe(8 * 1024 * 1024);
+        expect(info.HostConfig.NanoCpus).toBe(500_000_000);
         expect(info.Mounts).toContainEqual(
           expect.objectContaining({
             Type: "volume",

@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
 import {
   existsSync,
   mkdirSync,
@@ -634,4 +635,205 @@ describe("process runtime isolation choice", () => {
       await r.remove(handle);
     },
   );
+});
+
+describe("process sandbox limits", () => {
+  const base = mkdtempSync(join(tmpdir(), "runtime-limits-"));
+  const made: ProcessRuntime[] = [];
+  const MB = 1024 * 1024;
+  const limits = { pids: 48, memoryBytes: 192 * MB, cpus: 0.5, tmpBytes: 8 * MB, shmBytes: 4 * MB };
+  const make = (
+    dir: string,
+    extra: Partial<Parameters<typeof createProcessRuntime>[0]> = {},
+  ): ProcessRuntime => {
+    const r = createProcessRuntime({ workspaceRoot: join(base, dir), stopGraceMs: 500, limits, ...extra });
+    made.push(r);
+    return r;
+  };
+  const key = "limits-key-0123456789";
+  const exec = (handle: RuntimeHandle, command: string) => execIn(handle, key, command);
+  const cgroupOf = (pid: number): string => readFileSync(`/proc/${pid}/cgroup`, "utf8");
+  afterAll(async () => {
+    for (const r of made) await r.killAll();
+    rmSync(base, { recursive: true, force: true });
+  });
+  const runtime = make("cg");
+  const isolated = runtime.isolation.mode === "bwrap";
+  const cgroups = /^cgroup v[12]$/.test(runtime.limits.pids);
+  if (!cgroups) console.log(`cgroup limit tests skipped: ${runtime.limits.pids}`);
+
+  it.skipIf(!cgroups || !isolated)(
+    "every sandbox runs in a cgroup of its own with the pid, memory and CPU limits; /tmp and /dev/shm have their sizes; no nested user namespaces",
+    async () => {
+      expect(runtime.limits).toMatchObject({ memory: runtime.limits.pids, cpu: runtime.limits.pids });
+      const handle = await runtime.start({ sandboxId: "limited", spec: spec([]), sessionApiKey: key });
+      expect(await runtime.waitHealthy(handle, 10_000)).toBe(true);
+      expect(cgroupOf(dataOf(handle).pid)).toMatch(/pids:\/agent-workspace-[0-9a-f]{12}\/limited$/m);
+      // A fork bomb's worth of sleeps: at most the limit run (the agent's and this Node's threads count too).
+      const bombScript =
+        "const {spawn}=require('child_process');const kids=[];for(let i=0;i<200;i++){const c=spawn('sleep',['30']);c.on('error',()=>{});if(c.pid)kids.push(c)}setTimeout(()=>{for(const c of kids)c.kill();console.log('started='+kids.length)},200)";
+      const bomb = await exec(handle, `${process.execPath} -e "${bombScript}"`);
+      const started = Number(/started=(\d+)/.exec(bomb.stdout)?.[1] ?? -1);
+      expect(started).toBeGreaterThan(5);
+      expect(started).toBeLessThan(limits.pids);
+      // 400 MB touched: the kernel kills the command, the agent lives on.
+      const hog = await exec(
+        handle,
+        `${process.execPath} -e "const a=[];for(let i=0;i<40;i++)a.push(Buffer.alloc(10*1024*1024,1));console.log('kept')"; echo "exit=$?"`,
+      );
+      expect(hog.stdout).not.toContain("kept");
+      expect(hog.stdout).toContain("exit=137");
+      expect(await runtime.inspect(handle)).toBe("running");
+      const tmp = await exec(
+        handle,
+        "head -c 16000000 /dev/zero > /tmp/big; echo tmp=$?; head -c 8000000 /dev/zero > /dev/shm/big; echo shm=$?; df -k /tmp /dev/shm | tail -2",
+      );
+      expect(tmp.stdout).toContain("tmp=1");
+      expect(tmp.stdout).toContain("shm=1");
+      const userns = await exec(handle, "unshare -U -r id; echo rc=$?");
+      expect(userns.stdout).not.toContain("uid=0");
+      expect(userns.stdout).toContain("rc=1");
+      const folder = dataOf(handle).workspace.split("/").pop() ?? "";
+      const cgroupDir = join(
+        "/sys/fs/cgroup/pids",
+        cgroupOf(dataOf(handle).pid).match(/pids:(\/\S+)/)?.[1] ?? "",
+      );
+      expect(existsSync(cgroupDir) || !cgroupDir.endsWith(folder)).toBe(true);
+      await runtime.remove(handle);
+      await vi.waitFor(() => expect(existsSync(cgroupDir)).toBe(false), { timeout: 3000 });
+    },
+    60_000,
+  );
+
+  it.skipIf(!cgroups)(
+    "a sandbox killed by its memory limit is an error, and the runtime says why",
+    async () => {
+      const handle = await runtime.start({
+        sandboxId: "oom",
+        spec: spec([process.execPath, "-e", "const a=[];for(;;)a.push(Buffer.alloc(10*1024*1024,1))"]),
+        sessionApiKey: key,
+      });
+      await vi.waitFor(async () => expect(await runtime.inspect(handle)).toBe("error"), { timeout: 10_000 });
+      expect(runtime.failureReason(handle)).toMatch(/memory limit/);
+      await runtime.remove(handle);
+    },
+  );
+
+  it.skipIf(!cgroups)(
+    "a new runtime on the root removes the cgroups of workspaces that are gone",
+    async () => {
+      const cgroupBase = (): string => {
+        const line = cgroupOf(process.pid).match(/^\d+:pids:/m) ? "/sys/fs/cgroup/pids" : "/sys/fs/cgroup";
+        const hash = createHash("sha256").update(join(base, "cg")).digest("hex").slice(0, 12);
+        return join(line, `agent-workspace-${hash}`);
+      };
+      const stale = join(cgroupBase(), "gone-sandbox");
+      mkdirSync(stale);
+      make("cg");
+      expect(existsSync(stale)).toBe(false);
+    },
+  );
+
+  it.skipIf(!cgroups)("a claimed warm agent runs in its own limited cgroup", async () => {
+    const warm = make("warm", { warmAgents: 1 });
+    await vi.waitFor(() => expect(warm.warmReady()).toBe(1), { timeout: 10_000 });
+    const handle = await warm.start({ sandboxId: "claimed", spec: spec([]), sessionApiKey: key });
+    expect(await warm.waitHealthy(handle, 10_000)).toBe(true);
+    const folder = dataOf(handle).workspace.split("/").pop() ?? "";
+    expect(folder).toMatch(/^ws-/);
+    expect(cgroupOf(dataOf(handle).pid)).toContain(`/${folder}\n`);
+    // Inside, the sandbox has a cgroup namespace of its own: it sees its cgroup as the root.
+    expect((await exec(handle, "cat /proc/self/cgroup")).stdout).toMatch(/^\d+:pids:\/$/m);
+    await warm.remove(handle);
+  });
+
+  it.skipIf(!isolated || process.getuid?.() !== 0)(
+    "without cgroups: rlimits, RLIMIT_NPROC for the sandbox's own uid and RLIMIT_AS per process",
+    async () => {
+      // RLIMIT_AS bounds address space, which Node reserves generously: the agent needs about 1.5 GiB of it.
+      const r = make("rl", { cgroups: "off", limits: { ...limits, memoryBytes: 2048 * MB } });
+      expect(r.limits.pids).toMatch(/RLIMIT_NPROC/);
+      expect(r.limits.memory).toMatch(/RLIMIT_AS/);
+      const handle = await r.start({ sandboxId: "rlimited", spec: spec([]), sessionApiKey: key });
+      expect(await r.waitHealthy(handle, 10_000)).toBe(true);
+      const out = await exec(
+        handle,
+        "prlimit --nproc --as --output SOFT --noheadings; unshare -U -r id; echo rc=$?",
+      );
+      expect(out.stdout).toContain(String(limits.pids));
+      expect(out.stdout).toContain(String(2048 * MB));
+      expect(out.stdout).toContain("rc=1");
+      await r.remove(handle);
+    },
+  );
+});
+
+describe("process sandbox workspace sizes", () => {
+  const base = mkdtempSync(join(tmpdir(), "runtime-disk-"));
+  const made: ProcessRuntime[] = [];
+  const MB = 1024 * 1024;
+  const make = (dir: string, extra: Partial<Parameters<typeof createProcessRuntime>[0]>): ProcessRuntime => {
+    const r = createProcessRuntime({ workspaceRoot: join(base, dir), stopGraceMs: 500, ...extra });
+    made.push(r);
+    return r;
+  };
+  const key = "disk-key-0123456789";
+  afterAll(async () => {
+    for (const r of made) await r.killAll();
+    rmSync(base, { recursive: true, force: true });
+  });
+  const loop = make("loop", { diskBytes: 32 * MB });
+  const loopHere = loop.limits.disk.startsWith("loop-mounted");
+  if (!loopHere) console.log(`loop-mounted workspace test skipped: ${loop.limits.disk}`);
+
+  it.skipIf(!loopHere)(
+    "as root with loop devices: each workspace is a file system of its size; writing past it fails there only; removal unmounts it",
+    async () => {
+      const handle = await loop.start({ sandboxId: "sized", spec: spec([]), sessionApiKey: key });
+      expect(await loop.waitHealthy(handle, 10_000)).toBe(true);
+      const out = await execIn(
+        handle,
+        key,
+        "head -c 48000000 /dev/zero > big; echo rc=$?; ls; df -k . | tail -1 | awk '{print $2}'",
+      );
+      expect(out.stdout).toContain("rc=1");
+      expect(out.stdout).not.toContain("lost+found");
+      const sizeKb = Number(out.stdout.trim().split("\n").at(-1));
+      expect(sizeKb).toBeGreaterThan(20 * 1024);
+      expect(sizeKb).toBeLessThanOrEqual(32 * 1024);
+      expect(await loop.inspect(handle)).toBe("running");
+      const workspace = dataOf(handle).workspace;
+      expect(readFileSync("/proc/self/mountinfo", "utf8")).toContain(` ${workspace} `);
+      await loop.remove(handle);
+      expect(readFileSync("/proc/self/mountinfo", "utf8")).not.toContain(` ${workspace} `);
+      expect(existsSync(workspace)).toBe(false);
+      expect(readdirSync(join(base, "loop", ".disks"))).toEqual([]);
+    },
+    30_000,
+  );
+
+  it("elsewhere (or asked): watched; a sandbox whose workspace passes its size is stopped and says why", async () => {
+    const watched = make("watch", { diskBytes: 8 * MB, disk: "watch", diskWatchMs: 100 });
+    expect(watched.limits.disk).toMatch(/^watched every 100 ms/);
+    const handle = await watched.start({
+      sandboxId: "filler",
+      spec: spec([
+        "/bin/sh",
+        "-c",
+        "head -c 6000000 /dev/zero > a; head -c 6000000 /dev/zero > b; head -c 20000000 /dev/zero > c; echo c=$?; sleep 30",
+      ]),
+      sessionApiKey: key,
+    });
+    await vi.waitFor(async () => expect(await watched.inspect(handle)).toBe("error"), { timeout: 10_000 });
+    expect(watched.failureReason(handle)).toMatch(/workspace holds \d+ MB, more than its 8 MB/);
+    await watched.remove(handle);
+  });
+
+  it("refuses new workspaces while their file system has less free space than the reserve", async () => {
+    const full = make("reserve", { diskReserveBytes: Number.MAX_SAFE_INTEGER });
+    await expect(full.start({ sandboxId: "no-room", spec: spec([]), sessionApiKey: key })).rejects.toThrow(
+      /kept in reserve/,
+    );
+    expect(existsSync(join(base, "reserve", "no-room"))).toBe(false);
+  });
 });

@@ -532,29 +532,62 @@ export function describeStorageContract(name: string, make: () => Promise<Storag
         expect((await storage.sandboxes.get(existing[2]!.id))?.status).toBe("RUNNING");
       });
 
-      it("12 concurrent creates over two connections: 10 created, at most maxRunning hold a slot, each eviction once", async () => {
+      it("12 concurrent creates over two connections: each eviction once, never a STARTING record; the rest busy", async () => {
         const second = await open();
         const owner = newOwner();
+        const running = Array.from({ length: 9 }, (_, i) => sandbox(owner, at(i + 1), { status: "RUNNING" }));
+        for (const r of running) await storage.sandboxes.insert(r);
         const records = Array.from({ length: 12 }, (_, i) => noHandle(owner, 10 + i));
         const outcomes = await Promise.all(
           records.map((r, i) =>
-            (i % 2 === 0 ? storage : second).sandboxes.create(r, { maxPerUser: 10, maxRunning: 3 }),
+            (i % 2 === 0 ? storage : second).sandboxes.create(r, { maxPerUser: 30, maxRunning: 3 }),
           ),
         );
-        expect(outcomes.filter((o) => o.created)).toHaveLength(10);
-        expect(outcomes.filter((o) => !o.created)).toHaveLength(2);
+        // Three creates take the slots of the nine RUNNING records; then every slot is held by a STARTING one.
+        expect(outcomes.filter((o) => o.created)).toHaveLength(3);
+        expect(outcomes.filter((o) => !o.created)).toStrictEqual(
+          Array.from({ length: 9 }, () => ({ created: false, busy: true, holders: 3 })),
+        );
         const all = await storage.sandboxes.listAll(owner);
-        expect(all).toHaveLength(10);
+        expect(all).toHaveLength(12);
         expect(all.filter((r) => r.status === "STARTING")).toHaveLength(3);
-        expect(all.filter((r) => r.status === "PAUSED")).toHaveLength(7);
+        expect(all.filter((r) => r.status === "PAUSED")).toHaveLength(9);
         const evicted = outcomes.flatMap((o) => (o.created ? o.evicted.map((e) => e.id) : []));
         expect(new Set(evicted).size).toBe(evicted.length); // nobody evicted twice
-        expect([...evicted].sort()).toStrictEqual(
-          all
-            .filter((r) => r.status === "PAUSED")
-            .map((r) => r.id)
-            .sort(),
-        );
+        expect([...evicted].sort()).toStrictEqual(running.map((r) => r.id).sort());
+      });
+
+      it("create and claim never evict STARTING or protected records: busy, and nothing written", async () => {
+        const owner = newOwner();
+        const starting = noHandle(owner, 1);
+        const inUse = sandbox(owner, at(2), { status: "RUNNING" });
+        const free = sandbox(owner, at(3), { status: "RUNNING" });
+        const paused = sandbox(owner, at(4), { status: "PAUSED" });
+        for (const r of [starting, inUse, free, paused]) await storage.sandboxes.insert(r);
+        const limits3 = { maxPerUser: 10, maxRunning: 3, protect: [inUse.id] };
+        // A fourth holder: the one RUNNING, unprotected record goes.
+        const c = noHandle(owner, 5);
+        expect(await storage.sandboxes.create(c, limits3)).toStrictEqual({ created: true, evicted: [free] });
+        // A fifth: only STARTING and protected holders are left.
+        const d = noHandle(owner, 6);
+        expect(await storage.sandboxes.create(d, limits3)).toStrictEqual({
+          created: false,
+          busy: true,
+          holders: 3,
+        });
+        expect(await storage.sandboxes.get(d.id)).toBeNull();
+        expect(await storage.sandboxes.claim(paused.id, owner, 3, at(7), [inUse.id])).toStrictEqual({
+          record: paused,
+          claimed: false,
+          evicted: [],
+          busy: true,
+        });
+        expect((await storage.sandboxes.get(paused.id))?.status).toBe("PAUSED");
+        // Without the protection the RUNNING one may go.
+        const claimed = await storage.sandboxes.claim(paused.id, owner, 3, at(8));
+        expect(claimed?.claimed && claimed.evicted.map((e) => e.id)).toStrictEqual([inUse.id]);
+        expect((await storage.sandboxes.get(starting.id))?.status).toBe("STARTING");
+        expect((await storage.sandboxes.get(c.id))?.status).toBe("STARTING");
       });
 
       it("claim moves a record into a slot, evicting the oldest other holders; a holder is returned unchanged", async () => {
@@ -599,21 +632,22 @@ export function describeStorageContract(name: string, make: () => Promise<Storag
           status: "STARTING",
           updatedAt: at(5),
         });
-        // A second start evicts the first; the first's next handle write sees PAUSED.
+        // Running, the first is evicted by a second start; its next handle write sees PAUSED.
+        expect(await storage.sandboxes.transition(first.id, ["STARTING"], "RUNNING", at(5))).toBe(true);
         const second = noHandle(owner, 2);
         const outcome = await storage.sandboxes.create(second, { maxPerUser: 10, maxRunning: 1 });
         expect(outcome.created && outcome.evicted.map((e) => e.handle)).toStrictEqual([handle]);
+        expect((await storage.sandboxes.setHandle(first.id, handle, at(6)))?.status).toBe("PAUSED");
         const later = await storage.sandboxes.setHandle(second.id, handle, at(6));
         expect(later?.status).toBe("STARTING");
+        // Still starting, the second is not evicted: a third start is refused as busy.
         const third = noHandle(owner, 3);
-        const evictsSecond = await storage.sandboxes.create(third, { maxPerUser: 10, maxRunning: 1 });
-        expect(evictsSecond.created && evictsSecond.evicted.map((e) => e.id)).toStrictEqual([second.id]);
-        // The third was evicted before its handle was saved: whoever saves it learns that.
-        const fourth = noHandle(owner, 4);
-        const evictsThird = await storage.sandboxes.create(fourth, { maxPerUser: 10, maxRunning: 1 });
-        expect(evictsThird.created && evictsThird.evicted).toStrictEqual([{ ...third, status: "STARTING" }]);
-        expect((await storage.sandboxes.setHandle(third.id, handle, at(7)))?.status).toBe("PAUSED");
-        expect((await storage.sandboxes.get(third.id))?.handle).toStrictEqual(handle);
+        expect(await storage.sandboxes.create(third, { maxPerUser: 10, maxRunning: 1 })).toStrictEqual({
+          created: false,
+          busy: true,
+          holders: 1,
+        });
+        expect((await storage.sandboxes.get(second.id))?.status).toBe("STARTING");
         expect(await storage.sandboxes.setHandle(hex(), handle, at(7))).toBeNull();
       });
 
@@ -1204,6 +1238,23 @@ export function describeStorageContract(name: string, make: () => Promise<Storag
         await storage.startTasks.update(tasks[1]?.id ?? "", { status: "ERROR" });
         const after = (await storage.startTasks.listUnfinished()).filter((t) => mine.has(t.id));
         expect(ids(after)).toStrictEqual(ids(tasks.slice(2, 7)));
+      });
+
+      it("sandboxesInUse: the sandbox (else the planned one) of the owner's unfinished tasks", async () => {
+        const owner = newOwner();
+        const sb = (n: number) => `sandbox-in-use-${n}-${hex().slice(0, 8)}`;
+        const [s1, s2, s3, s4] = [sb(1), sb(2), sb(3), sb(4)];
+        const using = startTask(owner, at(1), { status: "PREPARING_REPOSITORY", sandboxId: s1 });
+        const planned = startTask(owner, at(2), { status: "WORKING" });
+        const done = startTask(owner, at(3), { status: "READY", sandboxId: s3 });
+        const theirs = startTask(newOwner(), at(4), { status: "WORKING", sandboxId: s4 });
+        await storage.startTasks.insert(using);
+        await storage.startTasks.insert(planned, undefined, { sandboxId: s2 });
+        await storage.startTasks.insert(done);
+        await storage.startTasks.insert(theirs);
+        expect((await storage.startTasks.sandboxesInUse(owner)).sort()).toStrictEqual([s1, s2].sort());
+        await storage.startTasks.update(using.id, { status: "ERROR" });
+        expect(await storage.startTasks.sandboxesInUse(owner)).toStrictEqual([s2]);
       });
     });
 

@@ -175,7 +175,15 @@ describe.skipIf(skipReason !== null)(
       chmodSync(dir, 0o755);
       const aliceKey = createKey(dir, "alice");
       const bobKey = createKey(dir, "bob");
-      s = await startServer(dir, { SANDBOX_ISOLATION: "bwrap", SESSION_API_KEY: serverKey });
+      s = await startServer(dir, {
+        SANDBOX_ISOLATION: "bwrap",
+        SESSION_API_KEY: serverKey,
+        SANDBOX_PIDS_LIMIT: "64",
+        SANDBOX_MEMORY_MB: "256",
+        SANDBOX_TMP_MB: "16",
+        SANDBOX_SHM_MB: "8",
+        SANDBOX_DISK_MB: "64",
+      });
       alice = await startSandbox(s, aliceKey);
       bob = await startSandbox(s, bobKey);
       expect((await run(alice, "echo alice-private > secret-notes.txt")).exit_code).toBe(0);
@@ -349,6 +357,76 @@ describe.skipIf(skipReason !== null)(
       expect(pids.filter((p) => existsSync(`/proc/${p}`))).toEqual([]);
       expect(existsSync(workspaceOf(carol.id))).toBe(false);
     }, 90_000);
+
+    it("says at start which limits hold and how", () => {
+      const line = s
+        .output()
+        .split("\n")
+        .find((l) => l.includes('"process sandbox limits enforced"'));
+      expect(line).toBeDefined();
+      const { limits } = JSON.parse(line ?? "{}") as { limits: Record<string, string> };
+      expect(limits.nestedUserNamespaces).toMatch(/refused/);
+      expect(limits.tmp).toBe(`tmpfs of ${16 * 1024 * 1024} bytes`);
+      expect(limits.pids).toMatch(/^(cgroup v[12]|rlimit|not enforced)/);
+      expect(limits.disk).toMatch(/^(loop-mounted ext4 of 67108864 bytes|watched every)/);
+    });
+
+    it("cannot fill the disk: its workspace holds its size at most, and the server keeps storing", async () => {
+      const line = s
+        .output()
+        .split("\n")
+        .find((l) => l.includes('"process sandbox limits enforced"'));
+      if (!/loop-mounted/.test(line ?? ""))
+        return console.log("workspaces are watched here: checked by the runtime tests");
+      const r = await run(bob, "head -c 100000000 /dev/zero > fill; echo rc=$?; rm -f fill");
+      expect(r.stdout).toContain("rc=1");
+      expect(r.stderr).toMatch(/No space left/);
+      // The server's own store is elsewhere and still takes writes.
+      const key = createKey(dir, "dave");
+      const saved = await fetch(`${s.url}/api/settings`, {
+        method: "POST",
+        headers: { "x-session-api-key": key, "content-type": "application/json" },
+        body: JSON.stringify({ llm_model: "openai/gpt-test" }),
+      });
+      expect(saved.status).toBe(200);
+    });
+
+    it("cannot make a nested user namespace (no capabilities back)", async () => {
+      const r = await run(bob, "unshare -U -r id; echo rc=$?");
+      expect(r.stdout).not.toContain("uid=0");
+      expect(r.stdout).toContain("rc=1");
+    });
+
+    it("cannot fill /tmp or /dev/shm beyond their sizes", async () => {
+      const r = await run(
+        bob,
+        "head -c 20000000 /dev/zero > /tmp/big; echo tmp=$?; head -c 10000000 /dev/zero > /dev/shm/big; echo shm=$?; rm -f /tmp/big /dev/shm/big",
+      );
+      expect(r.stdout).toContain("tmp=1");
+      expect(r.stdout).toContain("shm=1");
+    });
+
+    it("cannot run more processes or hold more memory than its limits", async () => {
+      const line = s
+        .output()
+        .split("\n")
+        .find((l) => l.includes('"process sandbox limits enforced"'));
+      if (!/cgroup/.test(line ?? ""))
+        return console.log("limits are not cgroups here: checked by the runtime tests");
+      const bombScript =
+        "const {spawn}=require('child_process');const kids=[];for(let i=0;i<3000;i++){const c=spawn('sleep',['30']);c.on('error',()=>{});if(c.pid)kids.push(c)}setTimeout(()=>{for(const c of kids)c.kill();console.log('started='+kids.length)},300)";
+      const bomb = await run(bob, `${process.execPath} -e "${bombScript}"`);
+      const started = Number(/started=(\d+)/.exec(bomb.stdout)?.[1] ?? -1);
+      expect(started).toBeGreaterThan(0);
+      expect(started).toBeLessThan(64);
+      const hog = await run(
+        bob,
+        `${process.execPath} -e "const a=[];for(let i=0;i<60;i++)a.push(Buffer.alloc(10*1024*1024,1));console.log('kept')"; echo "exit=$?"`,
+      );
+      expect(hog.stdout).not.toContain("kept");
+      expect(hog.stdout).toContain("exit=137");
+      expect((await run(bob, "echo alive")).stdout).toBe("alive\n");
+    }, 60_000);
   },
 );
 

@@ -11,6 +11,7 @@ const READS = new Set([
   "count",
   "findByHash",
   "listUnfinished",
+  "sandboxesInUse",
   "changeToken",
   "read",
   "head",

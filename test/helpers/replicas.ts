@@ -5,6 +5,7 @@ import { appendFileSync, readdirSync, readFileSync, readlinkSync } from "node:fs
 import { createServer } from "node:net";
 import { join } from "node:path";
 import { WORKSPACE_FOLDER } from "../../src/sandbox/process/warm-agents.ts";
+import { unmountUnder } from "./mounts.ts";
 
 /** What one replica runs: `node <entry> serve` with this environment (PORT and GRPC_PORT are added). */
 export interface ReplicaSpec {
@@ -392,7 +393,11 @@ export async function killProcessesUnder(dir: string): Promise<number> {
         }
     }
     hit.delete(process.pid);
-    if (hit.size === 0) return killed;
+    if (hit.size === 0) {
+      // Their loop-mounted workspaces, so that the folder can be deleted.
+      unmountUnder(root);
+      return killed;
+    }
     for (const pid of hit) {
       try {
         process.kill(pid, "SIGKILL");

@@ -10,6 +10,7 @@ import { type App, type AppDeps, buildApp } from "../../src/server/app.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
 import type { SandboxSpec } from "../../src/services/sandboxes/sandbox-spec-service.ts";
 import { createSqliteStorage } from "../../src/storage/sqlite/sqlite-storage.ts";
+import { startFakeLlm } from "./fake-llm.ts";
 
 export interface TestApp {
   app: App;
@@ -59,7 +60,10 @@ export interface TestAppOptions {
    * has set up the UI); none by default.
    */
   llmModel?: string;
-  /** With llmModel: the model server's URL (a fake one of the tests: no test may reach outside this machine). */
+  /**
+   * With llmModel: the model server's URL. Default: a fake one started with the app (test/helpers/fake-llm.ts,
+   * answering each call with a final message), since no test may reach outside this machine.
+   */
   llmBaseUrl?: string;
 }
 
@@ -89,6 +93,9 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
   });
   const ports = await app.listen("127.0.0.1", 0, 0);
   const keys = new Map<string, string>();
+  const llm =
+    options.llmModel !== undefined && options.llmBaseUrl === undefined ? await startFakeLlm() : null;
+  const llmBaseUrl = options.llmBaseUrl ?? llm?.url ?? null;
   return {
     app,
     url: `http://127.0.0.1:${ports.port}`,
@@ -106,7 +113,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
           const r = await fetch(`http://127.0.0.1:${ports.port}/api/settings`, {
             method: "POST",
             headers: { "x-session-api-key": k, "content-type": "application/json" },
-            body: JSON.stringify({ llm_model: options.llmModel, llm_base_url: options.llmBaseUrl ?? null }),
+            body: JSON.stringify({ llm_model: options.llmModel, llm_base_url: llmBaseUrl }),
           });
           if (!r.ok) throw new Error(`storing the test model failed: ${r.status} ${await r.text()}`);
         }
@@ -117,6 +124,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
       if (options.runtime === undefined && options.keepSandboxes !== true)
         await (runtime as ProcessRuntime).killAll();
       await app.close();
+      await llm?.close();
       if (options.dir === undefined) rmSync(dir, { recursive: true, force: true });
     },
   };

@@ -161,6 +161,7 @@ describe("per-user cap, crash leftovers, storage faults", () => {
 
   beforeAll(async () => {
     t = await startTestApp({
+      llmModel: "openai/test-model",
       maxSandboxesPerUser: 4,
       maxRunningSandboxes: 10,
       sweepIntervalMs: 0,
@@ -285,6 +286,7 @@ describe("per-user cap, crash leftovers, storage faults", () => {
   it("a start task left by a server that died (its lease expired) is resumed by this one, to READY", async () => {
     const old = new Date(Date.now() - 10 * 60_000);
     const id = randomBytes(16).toString("hex");
+    await t.keyFor("resumer"); // the user, with a model
     await t.storage.startTasks.insert(
       {
         id,
@@ -415,8 +417,8 @@ describe("the running limit across two servers on one SQLite file", () => {
   }, 120_000);
 });
 
-describe("an eviction that comes before the evicted sandbox's handle is saved", () => {
-  it("the starting call pauses its own process: once, and it does not run", async () => {
+describe("a start that finds every running slot held by a starting sandbox", () => {
+  it("waits until that one runs, then takes its slot: the first is never paused while it starts, then once", async () => {
     const { mkdtempSync, rmSync } = await import("node:fs");
     const { tmpdir } = await import("node:os");
     const dir = mkdtempSync(join(tmpdir(), "aws-early-evict-"));
@@ -452,14 +454,17 @@ describe("an eviction that comes before the evicted sandbox's handle is saved", 
         expect(all).toHaveLength(1);
         firstId = all[0]?.id ?? "";
       });
-      const second = await call(t.url, key, "POST", "/api/v1/sandboxes");
-      expect(second.status).toBe(200);
-      const secondId = (second.body as Sandbox).id;
-      // The second start evicted the first, whose handle was not saved yet: nobody could pause it then.
-      expect((await t.storage.sandboxes.get(firstId))?.status).toBe("PAUSED");
+      const secondCall = call(t.url, key, "POST", "/api/v1/sandboxes");
+      // The first is still starting (held before its handle is saved): the second waits instead of evicting it.
+      await new Promise((r) => setTimeout(r, 600));
+      expect((await t.storage.sandboxes.get(firstId))?.status).toBe("STARTING");
+      expect(await t.storage.sandboxes.listAll("early")).toHaveLength(1);
       expect(pauses.get(firstId) ?? 0).toBe(0);
       released.resolve();
       expect((await first).status).toBe(200);
+      const second = await secondCall;
+      expect(second.status).toBe(200);
+      const secondId = (second.body as Sandbox).id;
       const record = await t.storage.sandboxes.get(firstId);
       expect(record?.status).toBe("PAUSED");
       const handle = handleOf(record);

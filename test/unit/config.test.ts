@@ -154,6 +154,49 @@ describe("loadConfig", () => {
     });
   });
 
+  it("sandbox limits apply to both runtimes: pids, memory, CPUs, /tmp, /dev/shm, workspace size and reserve, SANDBOX_ROOT", () => {
+    const MB = 1024 * 1024;
+    const c = loadConfig({}, "/srv");
+    expect(c.sandboxLimits).toEqual({
+      pids: 2048,
+      memoryBytes: 4096 * MB,
+      cpus: undefined,
+      tmpBytes: 512 * MB,
+      shmBytes: 512 * MB,
+      diskBytes: 10_240 * MB,
+      diskReserveBytes: 1024 * MB,
+    });
+    expect(c.sandboxRoot).toBe("/srv/data/sandboxes");
+    expect(Object.isFrozen(c.sandboxLimits)).toBe(true);
+    const set = loadConfig(
+      {
+        DATA_DIR: "/d",
+        SANDBOX_PIDS_LIMIT: "64",
+        SANDBOX_MEMORY_MB: "256",
+        SANDBOX_CPUS: "0.5",
+        SANDBOX_TMP_MB: "16",
+        SANDBOX_SHM_MB: "8",
+        SANDBOX_DISK_MB: "0",
+        SANDBOX_DISK_RESERVE_MB: "100",
+        SANDBOX_ROOT: "ws",
+      },
+      "/srv",
+    );
+    expect(set.sandboxLimits).toEqual({
+      pids: 64,
+      memoryBytes: 256 * MB,
+      cpus: 0.5,
+      tmpBytes: 16 * MB,
+      shmBytes: 8 * MB,
+      diskBytes: 0,
+      diskReserveBytes: 100 * MB,
+    });
+    expect(set.sandboxRoot).toBe("/srv/ws");
+    expect(() => loadConfig({ SANDBOX_TMP_MB: "0" }, "/srv")).toThrow(/SANDBOX_TMP_MB/);
+    expect(() => loadConfig({ SANDBOX_DISK_MB: "-1" }, "/srv")).toThrow(/SANDBOX_DISK_MB/);
+    expect(() => loadConfig({ SANDBOX_PIDS_LIMIT: "3" }, "/srv")).toThrow(/SANDBOX_PIDS_LIMIT/);
+  });
+
   it("MONGODB_URI selects MongoDB; docker runtime options are parsed", () => {
     const c = loadConfig(
       {

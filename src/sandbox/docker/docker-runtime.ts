@@ -104,10 +104,10 @@ export interface DockerRuntimeOptions {
   user?: string;
   /** Size of the container's /dev/shm in bytes (default 512 MiB). */
   shmBytes?: number;
-  /** Memory limit in bytes (default 2 GiB). */
+  /** Memory limit in bytes (default 4 GiB). */
   memoryBytes?: number;
   nanoCpus?: number;
-  /** Process limit of the container (default 512). */
+  /** Process limit of the container (default 2048). */
   pidsLimit?: number;
   /** Run a tiny init (docker-init) as PID 1 to reap orphans and forward signals (default true). */
   init?: boolean;

@@ -8,8 +8,10 @@
  *
  * Users: run as root, bwrap sets the sandbox up with root's rights (no user namespace, so bind sources behind
  * 0700 folders such as DATA_DIR are reachable), then `setpriv` (util-linux) switches the command to the sandbox's
- * own uid/gid with no supplementary groups, no capabilities (empty bounding set) and no_new_privs. Run as any other
- * user, bwrap makes a user namespace that maps the server's uid onto itself and forbids nested user namespaces.
+ * own uid/gid with no supplementary groups, no capabilities (empty bounding set) and no_new_privs, and a second,
+ * unprivileged bwrap puts the command in a user namespace of its own that forbids nested ones (--disable-userns).
+ * Run as any other user, bwrap makes a user namespace that maps the server's uid onto itself and forbids nested user
+ * namespaces. /tmp and /dev/shm are tmpfs of the sizes given (their pages also count against a memory cgroup).
  */
 import { spawnSync } from "node:child_process";
 import { accessSync, constants, existsSync, lstatSync, readlinkSync, statSync } from "node:fs";
@@ -34,6 +36,9 @@ export interface BwrapLayout {
   /** The sandbox's user; `asRoot` selects how it is applied (see the module comment). */
   user: SandboxUser;
   asRoot: boolean;
+  /** Sizes of the private /tmp and /dev/shm in bytes (absent: the tmpfs default, half the RAM). */
+  tmpBytes?: number;
+  shmBytes?: number;
 }
 
 /** Top-level system folders bound read-only (or recreated as the same symlink, for merged-/usr systems). */
@@ -102,8 +107,19 @@ export function bwrapArgs(tools: BwrapTools, layout: BwrapLayout): string[] {
     else if (stat?.isDirectory()) args.push("--ro-bind", path, path);
   }
   for (const path of OPTIONAL_PATHS) if (existsSync(path)) args.push("--ro-bind", path, path);
-  args.push("--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm");
-  args.push("--perms", "1777", "--tmpfs", "/tmp");
+  const size = (bytes: number | undefined): string[] => (bytes ? ["--size", String(bytes)] : []);
+  args.push(
+    "--proc",
+    "/proc",
+    "--dev",
+    "/dev",
+    "--perms",
+    "1777",
+    ...size(layout.shmBytes),
+    "--tmpfs",
+    "/dev/shm",
+  );
+  args.push("--perms", "1777", ...size(layout.tmpBytes), "--tmpfs", "/tmp");
   // bwrap creates missing parent folders of a bind target with mode 0700 (root's when run as root): create them
   // first, world-traversable, so that the sandbox user can reach what is bound below them.
   const made = new Set<string>(["/"]);
@@ -131,6 +147,25 @@ export function bwrapArgs(tools: BwrapTools, layout: BwrapLayout): string[] {
       "--inh-caps=-all",
       "--bounding-set=-all",
       "--no-new-privs",
+      "--",
+      // Nested user namespaces are refused by a second, unprivileged bwrap: a user namespace of its own, mapping
+      // the sandbox's uid onto itself, whose limit of further user namespaces is zero (--disable-userns). Without
+      // it any sandbox could `unshare -U -r` and get capabilities (over its own namespaces) back. It keeps the
+      // working directory it is started in.
+      tools.bwrap,
+      "--unshare-user",
+      "--uid",
+      String(layout.user.uid),
+      "--gid",
+      String(layout.user.gid),
+      "--disable-userns",
+      "--bind",
+      "/",
+      "/",
+      // Device files of /dev stay usable (a plain bind would make them nodev in the new namespace).
+      "--dev-bind",
+      "/dev",
+      "/dev",
       "--",
     );
   }

@@ -11,6 +11,7 @@ import {
   openSync,
   readdirSync,
   readFileSync,
+  readlinkSync,
   renameSync,
   rmSync,
   statSync,
@@ -46,6 +47,7 @@ import {
   runningAsRoot,
   type SandboxUser,
 } from "./bwrap.ts";
+import { limitedArgv, SandboxCgroups, type SandboxLimits } from "./sandbox-limits.ts";
 import { stopSandboxProcesses } from "./sandbox-processes.ts";
 import {
   claimedFolder,
@@ -55,6 +57,7 @@ import {
   WarmPool,
   WORKSPACE_FOLDER,
 } from "./warm-agents.ts";
+import { freeBytes, LoopDisks, usedBytes } from "./workspace-disk.ts";
 
 /** Options of {@link createProcessRuntime}. */
 export interface ProcessRuntimeOptions {
@@ -104,6 +107,34 @@ export interface ProcessRuntimeOptions {
    * left; agents whose server still runs (another server on the same root) are never touched.
    */
   leftoverSweepMs?: number;
+  /**
+   * Limits of every sandbox (see sandbox-limits.ts): pids, memory and CPUs in a cgroup per sandbox, else rlimits;
+   * /tmp and /dev/shm sizes on bwrap's tmpfs. Default: none.
+   */
+  limits?: SandboxLimits;
+  /** `off`: never use cgroups (rlimits only; for hosts and tests where cgroups must be left alone). Default auto. */
+  cgroups?: "auto" | "off";
+  /**
+   * Size of each workspace in bytes (0 or absent: none), enforced as workspace-disk.ts says: a loop-mounted file
+   * system where the host allows (`auto`, the default), else (or with `watch`) by measuring and stopping.
+   */
+  diskBytes?: number;
+  disk?: "auto" | "watch";
+  /** How often watched workspaces are measured (default 5000 ms). */
+  diskWatchMs?: number;
+  /** New workspaces are refused while the file system holding them has less free (default 1 GiB). */
+  diskReserveBytes?: number;
+}
+
+/** How a runtime enforces {@link ProcessRuntimeOptions.limits}, for the server's start log. */
+export interface ProcessLimitsReport {
+  pids: string;
+  memory: string;
+  cpu: string;
+  tmp: string;
+  shm: string;
+  nestedUserNamespaces: string;
+  disk: string;
 }
 
 /** How this runtime runs sandboxes, decided once when it is created. */
@@ -123,6 +154,10 @@ export interface ProcessRuntime extends SandboxRuntime {
   killAll(): Promise<void>;
   /** Warm agents ready to be claimed now (see {@link ProcessRuntimeOptions.warmAgents}). */
   warmReady(): number;
+  /** Which limits hold and how (cgroup v1/v2, rlimit, tmpfs size, none). */
+  readonly limits: ProcessLimitsReport;
+  /** Why the sandbox ended in error when the runtime knows (its memory limit), else null. */
+  failureReason(handle: RuntimeHandle): string | null;
 }
 
 /** What the runtime stores in {@link RuntimeHandle.data}: enough to recognise the process after a restart. */
@@ -255,6 +290,72 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       ? tools
       : probeBwrap(tools, workspaceRoot, asRoot ? { uid: uidBase, gid: uidBase } : ownUser, asRoot),
   );
+  const limits = options.limits ?? {};
+  const cgroupsOrWhy =
+    options.cgroups === "off" ? "cgroups are off (cgroups: off)" : SandboxCgroups.open(workspaceRoot, limits);
+  const cgroups = typeof cgroupsOrWhy === "string" ? null : cgroupsOrWhy;
+  const prlimit = findExecutable("prlimit", options.searchPath ?? DEFAULT_PATH);
+  /**
+   * Without cgroups: RLIMIT_NPROC counts the processes of a uid, so it bounds a sandbox only when the sandbox has a
+   * uid of its own (isolated, as root); RLIMIT_AS bounds each process's address space.
+   */
+  const diskBytes = options.diskBytes ?? 0;
+  const loopOrWhy =
+    diskBytes <= 0
+      ? "no workspace size asked"
+      : options.disk === "watch"
+        ? "watching asked (disk: watch)"
+        : LoopDisks.open(workspaceRoot, diskBytes, options.searchPath ?? DEFAULT_PATH);
+  const loopDisks = typeof loopOrWhy === "string" ? null : loopOrWhy;
+  const watchDisks = diskBytes > 0 && loopDisks === null;
+  const diskWatchMs = options.diskWatchMs ?? 5000;
+  const diskReserveBytes = options.diskReserveBytes ?? 1024 * 1024 * 1024;
+  /** Workspaces stopped for passing their size, with the reason (see failureReason). */
+  const diskStops = new Map<string, string>();
+  const rlimits =
+    prlimit !== null && (cgroups === null || watchDisks)
+      ? {
+          ...(cgroups === null && limits.pids && asRoot && isolation.mode === "bwrap"
+            ? { nproc: limits.pids }
+            : {}),
+          ...(cgroups === null && limits.memoryBytes ? { asBytes: limits.memoryBytes } : {}),
+          // Watched workspaces: no single file may pass the size between two measurements.
+          ...(watchDisks ? { fsizeBytes: diskBytes } : {}),
+        }
+      : null;
+  const how = (asked: unknown, controller: "pids" | "memory" | "cpu", rlimit: unknown): string =>
+    !asked
+      ? "none asked"
+      : cgroups?.controllers.includes(controller)
+        ? `cgroup v${cgroups.version}`
+        : rlimit
+          ? `rlimit ${controller === "pids" ? "RLIMIT_NPROC (per sandbox uid)" : `RLIMIT_AS (per process${(limits.memoryBytes ?? 0) < 1536 * 1024 * 1024 ? "; below 1536 MB the built-in agent cannot start" : ""})`}`
+          : `not enforced (${typeof cgroupsOrWhy === "string" ? cgroupsOrWhy : "no cgroup"}${prlimit ? "" : "; prlimit not found"})`;
+  const bwrapped = isolation.mode === "bwrap";
+  const limitsReport: ProcessLimitsReport = {
+    pids: how(limits.pids, "pids", rlimits?.nproc),
+    memory: how(limits.memoryBytes, "memory", rlimits?.asBytes),
+    cpu: how(limits.cpus, "cpu", false),
+    tmp: bwrapped
+      ? limits.tmpBytes
+        ? `tmpfs of ${limits.tmpBytes} bytes`
+        : "tmpfs without size"
+      : "host /tmp",
+    shm: bwrapped
+      ? limits.shmBytes
+        ? `tmpfs of ${limits.shmBytes} bytes`
+        : "tmpfs without size"
+      : "host /dev/shm",
+    nestedUserNamespaces: bwrapped ? "refused (bwrap --disable-userns)" : "allowed (no isolation)",
+    disk: loopDisks
+      ? `loop-mounted ext4 of ${diskBytes} bytes per workspace`
+      : watchDisks
+        ? `watched every ${diskWatchMs} ms (du), sandbox stopped past ${diskBytes} bytes, RLIMIT_FSIZE per file (${loopOrWhy})`
+        : "no limit",
+  };
+  loopDisks?.sweep(workspaceRoot);
+  const sweptCgroups = cgroups?.sweep((folder) => existsSync(join(workspaceRoot, folder))) ?? 0;
+  if (sweptCgroups > 0) log("cgroups of removed sandboxes removed", { count: sweptCgroups });
   const readOnlyPaths = [process.execPath, ...(options.readOnlyPaths ?? [])];
   const singleUserFile = join(workspaceRoot, ".single-user");
   /** As root, `<uid>` files claim sandbox uids (see allocateUser). */
@@ -401,7 +502,23 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
   /** Deletes the workspace folder `folder`, giving back the uid claimed for it. */
   const removeWorkspace = (folder: string): void => {
     releaseUser(folder);
+    loopDisks?.remove(join(workspaceRoot, folder), folder);
     rmSync(join(workspaceRoot, folder), { recursive: true, force: true });
+    diskStops.delete(folder);
+    if (cgroups) {
+      // What is left in the cgroup is the sandbox's (a process that escaped its group): killed, then the cgroup goes.
+      for (const pid of cgroups.pids(folder)) signal(pid, "SIGKILL");
+      if (!cgroups.remove(folder)) setTimeout(() => removeCgroupLater(folder, 10), 50).unref();
+    }
+  };
+
+  /** Retries removing a cgroup whose last processes were still exiting. */
+  const removeCgroupLater = (folder: string, tries: number): void => {
+    if (!cgroups) return;
+    for (const pid of cgroups.pids(folder)) signal(pid, "SIGKILL");
+    if (cgroups.remove(folder)) return;
+    if (tries > 0) setTimeout(() => removeCgroupLater(folder, tries - 1), 200).unref();
+    else log("sandbox cgroup could not be removed", { folder });
   };
 
   /** The child entry for this handle if this instance spawned exactly that process. */
@@ -423,6 +540,16 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     return rel !== "" && !rel.includes("/") && !isAbsolute(rel) && WORKSPACE_FOLDER.test(rel)
       ? join(workspaceRoot, rel)
       : null;
+  };
+
+  /** True when the process runs the bwrap binary (a monitor of a sandbox's namespaces). */
+  const isBwrapMonitor = (pid: number): boolean => {
+    if (typeof tools === "string") return false;
+    try {
+      return readlinkSync(`/proc/${pid}/exe`) === tools.bwrap;
+    } catch {
+      return false;
+    }
   };
 
   /** Signals the sandbox's group and every descendant outside it. */
@@ -546,8 +673,19 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     try {
       // From here to the spawn nothing awaits: the uid chosen is owned by the new workspace before anyone looks again.
       isolated = isolation.mode === "bwrap";
+      const free = freeBytes(workspaceRoot);
+      if (free !== null && free < diskReserveBytes)
+        throw failedPrecondition(
+          `the disk of the sandbox workspaces has ${Math.floor(free / 1048576)} MB free, less than the ${Math.floor(diskReserveBytes / 1048576)} MB kept in reserve: no new sandbox starts until space is freed`,
+        );
       user = isolated ? (reusableUser(workspace) ?? allocateUser(folder)) : ownUser;
       mkdirSync(workspace, { recursive: true, mode: 0o700 });
+      try {
+        loopDisks?.create(folder);
+      } catch (e: unknown) {
+        removeWorkspace(folder);
+        throw e;
+      }
       chmodSync(workspace, 0o700);
       const cwd = makeCwd(workspace, rel, user, isolated);
       const command = withPort(builtin ? [...agentCommand, ...spec.command.slice(1)] : spec.command, port);
@@ -565,9 +703,21 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
           }
         }
       }
-      const argv = isolated
-        ? [...bwrapArgs(bwrapTools(), { workspace, cwd, readOnly, user, asRoot }), ...command]
+      const sandboxed = isolated
+        ? [
+            ...bwrapArgs(bwrapTools(), {
+              workspace,
+              cwd,
+              readOnly,
+              user,
+              asRoot,
+              ...(limits.tmpBytes ? { tmpBytes: limits.tmpBytes } : {}),
+              ...(limits.shmBytes ? { shmBytes: limits.shmBytes } : {}),
+            }),
+            ...command,
+          ]
         : command;
+      const argv = limitedArgv(sandboxed, cgroups ? cgroups.create(folder) : [], rlimits, prlimit);
       const [file, ...args] = argv;
       if (file === undefined || command[0] === undefined) throw new Error("empty sandbox command");
       // bwrap starts whatever it is given and fails later: check the command is there first, as spawn does.
@@ -804,13 +954,15 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
         const descendants = descendantsOf(data.pid)
           .map((pid) => readProcStat(pid))
           .filter((s): s is ProcStat => s !== null);
-        const signalDescendants = (sig: NodeJS.Signals): void => {
-          for (const d of descendants) if (readProcStat(d.pid)?.startTime === d.startTime) signal(d.pid, sig);
+        const signalDescendants = (sig: NodeJS.Signals, skip?: (pid: number) => boolean): void => {
+          for (const d of descendants)
+            if (readProcStat(d.pid)?.startTime === d.startTime && !skip?.(d.pid)) signal(d.pid, sig);
         };
-        // Under bwrap the leader is bwrap's monitor, which SIGTERM would kill at once (the exit handler then
-        // SIGKILLs the rest): only the processes inside get SIGTERM, and the monitor ends when they have.
+        // Under bwrap the leader and the nested bwrap that refuses user namespaces are bwrap monitors, which
+        // SIGTERM would kill at once (the exit handler then SIGKILLs the rest): only the processes they run get
+        // SIGTERM, and the monitors end when those have.
         if (data.isolation !== "bwrap") signal(-data.pgid, "SIGTERM");
-        signalDescendants("SIGTERM");
+        signalDescendants("SIGTERM", data.isolation === "bwrap" ? isBwrapMonitor : undefined);
         signal(-data.pgid, "SIGCONT");
         signalDescendants("SIGCONT");
         const graceful = await waitLeaderGone(data, stopGraceMs);
@@ -845,22 +997,71 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     },
 
     async close(): Promise<void> {
+      if (diskWatch) clearInterval(diskWatch);
       // Sandboxes keep running; the exit listeners hold no reference that keeps Node alive (children are unref'd).
       // Warm agents are not sandboxes: they go.
       if (leftoverTimer !== null) clearInterval(leftoverTimer);
       await Promise.all([warm?.close(), sweeping]);
+      cgroups?.release();
     },
 
     warmReady(): number {
       return warm?.ready ?? 0;
     },
 
+    limits: limitsReport,
+
+    failureReason(handle: RuntimeHandle): string | null {
+      const data = parseHandleData(handle.data);
+      const workspace = data && workspaceOf(data);
+      if (!workspace) return null;
+      const folder = relative(workspaceRoot, workspace);
+      const stopped = diskStops.get(folder);
+      if (stopped) return stopped;
+      if (!cgroups) return null;
+      return cgroups.oomKilled(folder) ? `killed by its memory limit (${limits.memoryBytes} bytes)` : null;
+    },
+
     async killAll(): Promise<void> {
+      if (diskWatch) clearInterval(diskWatch);
       if (leftoverTimer !== null) clearInterval(leftoverTimer);
       await Promise.all([warm?.close(), sweeping]);
       await Promise.all([...children.values()].map((own) => runtime.remove(own.handle)));
+      cgroups?.release();
     },
   };
+  /**
+   * Watched workspaces: each sandbox this instance runs is measured in turn; one past its size is stopped (its
+   * processes killed; its files stay until it is deleted) and reports why.
+   */
+  let measuring = false;
+  const diskWatch = watchDisks
+    ? setInterval(async () => {
+        if (measuring) return;
+        measuring = true;
+        try {
+          for (const own of [...children.values()]) {
+            const data = parseHandleData(own.handle.data);
+            if (own.exit || !data) continue;
+            const folder = relative(workspaceRoot, data.workspace);
+            const used = await usedBytes(data.workspace);
+            if (used === null || used <= diskBytes || own.exit) continue;
+            const reason = `stopped: its workspace holds ${Math.ceil(used / 1048576)} MB, more than its ${Math.floor(diskBytes / 1048576)} MB`;
+            diskStops.set(folder, reason);
+            log("sandbox stopped: workspace over its size", {
+              sandboxId: own.label ?? folder,
+              used,
+              limit: diskBytes,
+            });
+            for (const pid of descendantsOf(data.pid)) signal(pid, "SIGKILL");
+            signal(-data.pgid, "SIGKILL");
+          }
+        } finally {
+          measuring = false;
+        }
+      }, diskWatchMs)
+    : null;
+  diskWatch?.unref();
   warm?.fill();
   return runtime;
 }

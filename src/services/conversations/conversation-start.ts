@@ -19,7 +19,12 @@ import type {
   StartTaskStatus,
 } from "../../ports/conversation-repository.ts";
 import { ACTIVE_STATUSES } from "../../ports/sandbox-repository.ts";
-import { type LiveSandbox, newSandboxId, type SandboxService } from "../sandboxes/sandbox-service.ts";
+import {
+  type LiveSandbox,
+  newSandboxId,
+  type SandboxService,
+  type SlotWait,
+} from "../sandboxes/sandbox-service.ts";
 import type { SecretsService } from "../secrets/secrets-service.ts";
 import { PROVIDERS } from "../settings/settings-fields.ts";
 import type { ConversationConfig, SettingsService } from "../settings/settings-service.ts";
@@ -498,6 +503,12 @@ class StartFlow {
     const owner = this.#task.ownerId;
     const s = this.#d.sandboxes;
     let live: LiveSandbox;
+    // When every running slot of the user is held by a starting sandbox, the start waits for one (and says so).
+    const wait: SlotWait = {
+      onWait: (detail) => this.#save({ status: "WAITING_FOR_SANDBOX", detail }),
+      waitMs: this.#d.timeouts.sandboxStartMs,
+      signal: this.#signal,
+    };
     const planned = sandboxId === null ? (this.#plan.sandboxId ?? null) : null;
     const existing = planned === null ? null : await s.get(owner, planned);
     // The task names the planned sandbox once it was created: gone since means deleted, not never started.
@@ -508,13 +519,14 @@ class StartFlow {
       const id = planned ?? newSandboxId();
       if (planned === null) await this.#savePlan({ sandboxId: id });
       try {
-        live = await s.start(owner, undefined, id);
+        live = await s.start(owner, undefined, id, wait);
       } catch (err) {
+        if (err instanceof LeaseLostError || this.#signal.aborted) throw err;
         throw new StartError(
           `Could not start a sandbox: ${err instanceof Error ? err.message : String(err)}`,
         );
       }
-      await this.#save({ status: "WAITING_FOR_SANDBOX", sandboxId: live.record.id });
+      await this.#save({ status: "WAITING_FOR_SANDBOX", sandboxId: live.record.id, detail: null });
     } else if (existing !== null) {
       // Resumed: the sandbox this start created. Started again when the server starting it died before it ran.
       await this.#save({ status: "WAITING_FOR_SANDBOX", sandboxId: existing.record.id });
@@ -522,14 +534,14 @@ class StartFlow {
         existing.status === "STARTING" && existing.handle === null
           ? await s.restartUnstarted(owner, existing.record.id)
           : existing.status === "PAUSED"
-            ? await s.resume(owner, existing.record.id)
+            ? await s.resume(owner, existing.record.id, wait)
             : existing;
     } else {
       const given = sandboxId ?? "";
       const found = await s.get(owner, given);
       if (found === null) throw new StartError(`Sandbox ${given} not found`);
       await this.#save({ status: "WAITING_FOR_SANDBOX", sandboxId: given });
-      live = found.status === "PAUSED" ? await s.resume(owner, given) : found;
+      live = found.status === "PAUSED" ? await s.resume(owner, given, wait) : found;
     }
     const id = live.record.id;
     // Also a sandbox holding its slot whose agent does not answer yet (a loaded machine): wait for it.
@@ -553,7 +565,7 @@ class StartFlow {
     if (live.status !== "RUNNING")
       throw new StartError(
         sandboxId === null
-          ? `Sandbox ${id} failed to start (status ${live.status}); see the server log`
+          ? `Sandbox ${id} failed to start (status ${live.status}${live.reason ? `: ${live.reason}` : ""}); see the server log`
           : `Sandbox ${id} cannot be used: its status is ${live.status}`,
       );
     return live;

@@ -83,13 +83,35 @@ export interface SandboxServiceOptions {
    * the agent gets OH_WEBHOOKS_0_BASE_URL = <base>/api/v1/webhooks/<sandbox id> to report its events.
    */
   webhookBaseUrl?: () => string | undefined;
+  /**
+   * The user's sandboxes in use by a conversation start that has not ended (any server's): the running limit
+   * never pauses them, as it never pauses a STARTING one. Default: none.
+   */
+  inUseByStarts?: (userId: string) => Promise<readonly string[]>;
+  /** How long start/resume wait for a running slot when every slot holder is starting (default 30 s). */
+  slotWaitMs?: number;
 }
+
+/** How a start or resume waits when all of the user's running slots are held by sandboxes that are starting. */
+export interface SlotWait {
+  /** Called once, when it starts waiting, with a sentence saying why. */
+  onWait?: (detail: string) => Promise<void> | void;
+  /** How long to wait before FAILED_PRECONDITION (default: the service's slotWaitMs). */
+  waitMs?: number;
+  /** Stops the wait (the promise rejects with the signal's reason). */
+  signal?: AbortSignal;
+}
+
+/** How often a start waiting for a running slot tries again. */
+const SLOT_POLL_MS = 200;
 
 /** A sandbox as the service sees it: the record plus its reconciled status. */
 export interface LiveSandbox {
   record: SandboxRecord;
   status: SandboxStatus;
   handle: RuntimeHandle | null;
+  /** Why it is ERROR, when the runtime knows (e.g. killed by its memory limit). */
+  reason?: string;
 }
 
 /** What reconciliation saw: the live status plus the runtime's own state (null without a handle). */
@@ -129,6 +151,8 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       maxPerUser: 20,
       inlineWaitMs: 2_000,
       orphanGraceMs: startTimeoutMs,
+      inUseByStarts: async () => [],
+      slotWaitMs: 30_000,
       ...options,
       startTimeoutMs,
     };
@@ -262,26 +286,36 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
    * user's oldest running sandboxes evicted in one atomic store operation; FAILED_PRECONDITION when the user
    * already has maxPerUser sandboxes.
    */
-  async start(userId: string, specId: string | undefined, id: string = newSandboxId()): Promise<LiveSandbox> {
+  async start(
+    userId: string,
+    specId: string | undefined,
+    id: string = newSandboxId(),
+    wait: SlotWait = {},
+  ): Promise<LiveSandbox> {
     const spec = this.#o.specs.resolve(specId);
     this.#o.runtime.admit?.(userId);
-    await this.#settleSlots(userId);
-    const now = new Date();
     const sessionApiKey = base62(43);
-    const record: SandboxRecord = {
-      id,
-      ownerId: userId,
-      specId: spec.id,
-      runtime: this.#o.runtime.kind,
-      handle: {},
-      sessionApiKey: this.#o.box.seal(sessionApiKey, `${userId}:sandbox`),
-      status: "STARTING",
-      createdAt: now,
-      updatedAt: now,
-    };
-    const outcome = await this.#o.repo.create(record, {
-      maxPerUser: this.#o.maxPerUser,
-      maxRunning: this.#o.maxRunning,
+    const sealed = this.#o.box.seal(sessionApiKey, `${userId}:sandbox`);
+    let record = {} as SandboxRecord; // set by each attempt below
+    const outcome = await this.#untilSlot(userId, wait, async (protect) => {
+      const now = new Date();
+      record = {
+        id,
+        ownerId: userId,
+        specId: spec.id,
+        runtime: this.#o.runtime.kind,
+        handle: {},
+        sessionApiKey: sealed,
+        status: "STARTING",
+        createdAt: now,
+        updatedAt: now,
+      };
+      const created = await this.#o.repo.create(record, {
+        maxPerUser: this.#o.maxPerUser,
+        maxRunning: this.#o.maxRunning,
+        protect,
+      });
+      return "busy" in created ? { busy: created.holders } : created;
     });
     if (!outcome.created)
       throw failedPrecondition(
@@ -332,16 +366,21 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       });
   }
 
-  /** Resumes (idempotent); claims a running slot first; waits up to inlineWaitMs for health. */
-  async resume(userId: string, id: string): Promise<LiveSandbox> {
+  /**
+   * Resumes (idempotent); claims a running slot first (waiting for one, see {@link SlotWait}, when every slot
+   * holder is starting); waits up to inlineWaitMs for health.
+   */
+  async resume(userId: string, id: string, wait: SlotWait = {}): Promise<LiveSandbox> {
     const record = await this.#owned(userId, id);
     const handle = handleOrNull(record);
     if (handle === null || record.status === "MISSING" || ACTIVE_STATUSES.includes(record.status))
       return this.#observe(record);
     const live = await this.#observe(record);
     if (live.status === "MISSING") return live;
-    await this.#settleSlots(userId);
-    const claim = await this.#o.repo.claim(id, userId, this.#o.maxRunning, new Date());
+    const claim = await this.#untilSlot(userId, wait, async (protect) => {
+      const c = await this.#o.repo.claim(id, userId, this.#o.maxRunning, new Date(), protect);
+      return c?.busy ? { busy: this.#o.maxRunning } : c;
+    });
     if (claim === null) throw notFound();
     if (!claim.claimed) {
       await this.#pauseEvicted(claim.evicted);
@@ -362,6 +401,42 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       return await this.#saveHandle(claimed, resumed);
     } finally {
       this.#busy.delete(id);
+    }
+  }
+
+  /**
+   * Runs `attempt` (a create or claim) until it is not refused as busy: each try first settles the user's slots
+   * (ended sandboxes give theirs back) and reads which sandboxes conversation starts use. Waits at most
+   * `wait.waitMs`, then FAILED_PRECONDITION saying why.
+   */
+  async #untilSlot<T>(
+    userId: string,
+    wait: SlotWait,
+    attempt: (protect: readonly string[]) => Promise<T | { busy: number }>,
+  ): Promise<T> {
+    const deadline = Date.now() + (wait.waitMs ?? this.#o.slotWaitMs);
+    let told = false;
+    for (;;) {
+      wait.signal?.throwIfAborted();
+      await this.#settleSlots(userId);
+      const protect = await this.#o.inUseByStarts(userId);
+      const outcome = await attempt(protect);
+      if (outcome === null || typeof outcome !== "object" || !("busy" in outcome)) return outcome as T;
+      const detail = `Waiting for a running slot: all ${outcome.busy} of your running sandboxes are starting or in use by a conversation start, and at most ${this.#o.maxRunning} run at once`;
+      if (Date.now() >= deadline)
+        throw failedPrecondition(`${detail}; try again once one of them is running`);
+      if (!told) {
+        told = true;
+        this.#o.log?.("start waits for a running slot", { userId, holders: outcome.busy });
+        await wait.onWait?.(detail);
+      }
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, SLOT_POLL_MS);
+        wait.signal?.addEventListener("abort", () => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
     }
   }
 
@@ -665,7 +740,8 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       default:
         status = "MISSING";
     }
-    return { record, status, handle, runtime };
+    const reason = status === "ERROR" ? this.#o.runtime.failureReason?.(handle) : null;
+    return reason ? { record, status, handle, runtime, reason } : { record, status, handle, runtime };
   }
 
   /** Compare-and-set of the record's status (logged by the store); on success updates `record`, wakes watches. */
@@ -676,6 +752,14 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
   ): Promise<boolean> {
     const updatedAt = new Date();
     if (!(await this.#o.repo.transition(record.id, from, to, updatedAt))) return false;
+    if (to === "ERROR") {
+      const handle = handleOrNull(record);
+      const reason = handle && this.#o.runtime.failureReason?.(handle);
+      this.#o.log?.("sandbox failed", {
+        sandboxId: record.id,
+        reason: reason ?? "its process ended or stopped answering",
+      });
+    }
     record.status = to;
     record.updatedAt = updatedAt;
     this.#o.changes.poke();

@@ -73,14 +73,30 @@ export function createMongoSandboxRepository(db: Db, changes?: ChangeLog): Sandb
 
   const hasHandle = (doc: SandboxDoc): boolean => Object.keys(doc.handle ?? {}).length > 0;
 
-  /** Sets PAUSED the owner's oldest slot holders beyond `keep` (other than `except`); returns them as they were. */
-  const evict = async (ownerId: string, except: string, keep: number, updatedAt: Date) => {
+  /**
+   * The owner's oldest RUNNING slot holders beyond `keep` (other than `except` and the protected), or `busy` when
+   * too few may be evicted (starting or protected records hold the slots). Called under the owner's lock: no other
+   * call moves a record into a slot meanwhile.
+   */
+  const toEvict = async (
+    ownerId: string,
+    except: string,
+    keep: number,
+    protect: readonly string[] = [],
+  ): Promise<SandboxDoc[] | { busy: true; holders: number }> => {
     const holders = await coll
       .find({ ownerId, _id: { $ne: except }, status: { $in: [...ACTIVE_STATUSES] } })
       .sort(OLDEST_FIRST)
       .toArray();
+    const need = holders.length - keep;
+    if (need <= 0) return [];
+    const evictable = holders.filter((doc) => doc.status === "RUNNING" && !protect.includes(doc._id));
+    return evictable.length < need ? { busy: true, holders: holders.length } : evictable.slice(0, need);
+  };
+  /** Sets PAUSED the records `toEvict` chose (still RUNNING); returns them as they were. */
+  const evict = async (chosen: readonly SandboxDoc[], updatedAt: Date) => {
     const evicted: SandboxRecord[] = [];
-    for (let doc of holders.slice(0, Math.max(0, holders.length - keep))) {
+    for (let doc of chosen) {
       for (;;) {
         const filter: Filter<SandboxDoc> = hasHandle(doc)
           ? { _id: doc._id, status: doc.status }
@@ -92,7 +108,8 @@ export function createMongoSandboxRepository(db: Db, changes?: ChangeLog): Sandb
           break;
         }
         const now = await coll.findOne({ _id: doc._id });
-        if (now === null || !ACTIVE_STATUSES.includes(now.status)) break; // no longer holds a slot
+        // No longer holds a slot (or, starting again, may not be evicted).
+        if (now === null || now.status !== "RUNNING") break;
         doc = now;
       }
     }
@@ -120,21 +137,21 @@ export function createMongoSandboxRepository(db: Db, changes?: ChangeLog): Sandb
         withOwnerLock(record.ownerId, async () => {
           const count = await coll.countDocuments({ ownerId: record.ownerId });
           if (count >= limits.maxPerUser) return { created: false as const, count };
+          const keep = Math.max(1, limits.maxRunning) - 1;
+          const chosen = await toEvict(record.ownerId, record.id, keep, limits.protect);
+          if (!Array.isArray(chosen))
+            return { created: false as const, busy: true as const, holders: chosen.holders };
           await coll.insertOne(toSandboxDoc({ ...record, status: "STARTING" }), DURABLE_WRITE);
           await logged([{ ...record, status: "STARTING" }]);
           try {
-            const keep = Math.max(1, limits.maxRunning) - 1;
-            return {
-              created: true as const,
-              evicted: await evict(record.ownerId, record.id, keep, record.updatedAt),
-            };
+            return { created: true as const, evicted: await evict(chosen, record.updatedAt) };
           } catch (error: unknown) {
             await coll.deleteOne({ _id: record.id }, DURABLE_WRITE).catch(() => undefined);
             throw error;
           }
         }),
       ),
-    claim: (id, ownerId, maxRunning, updatedAt) =>
+    claim: (id, ownerId, maxRunning, updatedAt, protect) =>
       guarded(() =>
         withOwnerLock(ownerId, async () => {
           for (let attempt = 0; ; attempt++) {
@@ -144,7 +161,9 @@ export function createMongoSandboxRepository(db: Db, changes?: ChangeLog): Sandb
             if (doc === null) return null;
             const record = fromSandboxDoc(doc);
             if (ACTIVE_STATUSES.includes(record.status)) return { record, claimed: false, evicted: [] };
-            const evicted = await evict(ownerId, id, Math.max(1, maxRunning) - 1, updatedAt);
+            const chosen = await toEvict(ownerId, id, Math.max(1, maxRunning) - 1, protect);
+            if (!Array.isArray(chosen)) return { record, claimed: false, evicted: [], busy: true as const };
+            const evicted = await evict(chosen, updatedAt);
             if (await transition(id, [record.status], "STARTING", updatedAt))
               return {
                 record: { ...record, status: "STARTING" as const, updatedAt },

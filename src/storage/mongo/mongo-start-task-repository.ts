@@ -117,6 +117,19 @@ export function createMongoStartTaskRepository(db: Db, changes?: ChangeLog): Sta
           .toArray();
         return docs.map(fromStartTaskDoc);
       }),
+    sandboxesInUse: (ownerId) =>
+      guarded(async () => {
+        const docs = await coll
+          .find(
+            { ownerId, status: { $nin: ["READY", "ERROR"] } },
+            { projection: { sandboxId: 1, "plan.sandboxId": 1 } },
+          )
+          .toArray();
+        return docs.flatMap((d) => {
+          const id = d.sandboxId ?? d.plan?.sandboxId;
+          return typeof id === "string" ? [id] : [];
+        });
+      }),
     renewLeases: (owner, ids, expiresAt) =>
       guarded(async () => {
         const held = await Promise.all(

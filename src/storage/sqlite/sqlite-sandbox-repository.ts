@@ -87,10 +87,24 @@ export function createSqliteSandboxRepository(
      WHERE id = @id AND status IN (SELECT value FROM json_each(@from)) RETURNING ${COLUMNS}`,
   );
 
-  /** Sets PAUSED the oldest slot holders beyond `keep` (other than `except`); returns them as they were. */
-  const evict = (ownerId: string, except: string, keep: number, updatedAt: number): SandboxRecord[] => {
+  /**
+   * The oldest RUNNING slot holders beyond `keep` (other than `except` and the protected), or `busy` when too few
+   * may be evicted (starting or protected records hold the slots).
+   */
+  const toEvict = (
+    ownerId: string,
+    except: string,
+    keep: number,
+    protect: readonly string[] = [],
+  ): SandboxRow[] | { busy: true; holders: number } => {
     const holders = activeOfOwner.all({ ownerId, except });
-    const evicted = holders.slice(0, Math.max(0, holders.length - keep));
+    const need = holders.length - keep;
+    if (need <= 0) return [];
+    const evictable = holders.filter((row) => row.status === "RUNNING" && !protect.includes(row.id));
+    return evictable.length < need ? { busy: true, holders: holders.length } : evictable.slice(0, need);
+  };
+  /** Sets PAUSED the rows `toEvict` chose; returns them as they were. */
+  const evict = (evicted: readonly SandboxRow[], updatedAt: number): SandboxRecord[] => {
     for (const row of evicted) setStatus.run({ id: row.id, status: "PAUSED", updatedAt });
     logged(
       evicted.map((row) => ({ ...fromSandboxRow(row), status: "PAUSED", updatedAt: new Date(updatedAt) })),
@@ -98,25 +112,34 @@ export function createSqliteSandboxRepository(
     return evicted.map(fromSandboxRow);
   };
   // IMMEDIATE: the write lock is taken before the first read, so another process's create/claim waits for it.
-  const create = db.transaction((record: SandboxRecord, maxPerUser: number, maxRunning: number) => {
-    const count = countOfOwner.get(record.ownerId)?.n ?? 0;
-    if (count >= maxPerUser) return { created: false as const, count };
-    const evicted = evict(record.ownerId, record.id, maxRunning - 1, record.updatedAt.getTime());
-    insert.run(toSandboxRow({ ...record, status: "STARTING" }));
-    logged([{ ...record, status: "STARTING" }]);
-    return { created: true as const, evicted };
-  });
-  const claim = db.transaction((id: string, ownerId: string, maxRunning: number, updatedAt: Date) => {
-    const row = byIdAndOwner.get(id, ownerId);
-    if (row === undefined) return null;
-    const record = fromSandboxRow(row);
-    if (ACTIVE_STATUSES.includes(record.status)) return { record, claimed: false, evicted: [] };
-    const evicted = evict(ownerId, id, maxRunning - 1, updatedAt.getTime());
-    setStatus.run({ id, status: "STARTING", updatedAt: updatedAt.getTime() });
-    const claimed = { ...record, status: "STARTING" as const, updatedAt };
-    logged([claimed]);
-    return { record: claimed, claimed: true, evicted };
-  });
+  const create = db.transaction(
+    (record: SandboxRecord, maxPerUser: number, maxRunning: number, protect?: readonly string[]) => {
+      const count = countOfOwner.get(record.ownerId)?.n ?? 0;
+      if (count >= maxPerUser) return { created: false as const, count };
+      const chosen = toEvict(record.ownerId, record.id, maxRunning - 1, protect);
+      if (!Array.isArray(chosen))
+        return { created: false as const, busy: true as const, holders: chosen.holders };
+      const evicted = evict(chosen, record.updatedAt.getTime());
+      insert.run(toSandboxRow({ ...record, status: "STARTING" }));
+      logged([{ ...record, status: "STARTING" }]);
+      return { created: true as const, evicted };
+    },
+  );
+  const claim = db.transaction(
+    (id: string, ownerId: string, maxRunning: number, updatedAt: Date, protect?: readonly string[]) => {
+      const row = byIdAndOwner.get(id, ownerId);
+      if (row === undefined) return null;
+      const record = fromSandboxRow(row);
+      if (ACTIVE_STATUSES.includes(record.status)) return { record, claimed: false, evicted: [] };
+      const chosen = toEvict(ownerId, id, maxRunning - 1, protect);
+      if (!Array.isArray(chosen)) return { record, claimed: false, evicted: [], busy: true as const };
+      const evicted = evict(chosen, updatedAt.getTime());
+      setStatus.run({ id, status: "STARTING", updatedAt: updatedAt.getTime() });
+      const claimed = { ...record, status: "STARTING" as const, updatedAt };
+      logged([claimed]);
+      return { record: claimed, claimed: true, evicted };
+    },
+  );
   const transitionLogged = db.transaction((id: string, from: string, to: string, updatedAt: number) => {
     const row = transition.get({ id, from, to, updatedAt });
     if (row !== undefined) logged([fromSandboxRow(row)]);
@@ -141,9 +164,11 @@ export function createSqliteSandboxRepository(
         insert.run(toSandboxRow(record));
       }),
     create: (record, limits) =>
-      attempt(() => create.immediate(record, limits.maxPerUser, Math.max(1, limits.maxRunning))),
-    claim: (id, ownerId, maxRunning, updatedAt) =>
-      attempt(() => claim.immediate(id, ownerId, Math.max(1, maxRunning), updatedAt)),
+      attempt(() =>
+        create.immediate(record, limits.maxPerUser, Math.max(1, limits.maxRunning), limits.protect),
+      ),
+    claim: (id, ownerId, maxRunning, updatedAt, protect) =>
+      attempt(() => claim.immediate(id, ownerId, Math.max(1, maxRunning), updatedAt, protect)),
     setHandle: (id, handle, updatedAt) =>
       attempt(() => {
         const row = setHandle.get({ id, handle: JSON.stringify(handle), updatedAt: updatedAt.getTime() });

@@ -143,6 +143,10 @@ export function createSqliteStartTaskRepository(
   const unfinished = db.prepare<[], StartTaskRow>(
     `SELECT ${COLUMNS} FROM start_tasks WHERE status NOT IN ('READY', 'ERROR') ORDER BY created_at, id`,
   );
+  const inUse = db.prepare<[string], { sandbox_id: string | null; planned: string | null }>(
+    `SELECT sandbox_id, json_extract(plan, '$.sandboxId') AS planned FROM start_tasks
+     WHERE owner_id = ? AND status NOT IN ('READY', 'ERROR')`,
+  );
   const prepared = createStatementCache(db);
 
   return {
@@ -207,6 +211,13 @@ export function createSqliteStartTaskRepository(
         return (prepared(query.sql).get(query.params) as { n: number }).n;
       }),
     listUnfinished: () => attempt(() => unfinished.all().map(fromStartTaskRow)),
+    sandboxesInUse: (ownerId) =>
+      attempt(() =>
+        inUse.all(ownerId).flatMap((r) => {
+          const id = r.sandbox_id ?? r.planned;
+          return typeof id === "string" ? [id] : [];
+        }),
+      ),
     renewLeases: (owner, ids, expiresAt) =>
       attempt(() =>
         ids.length === 0

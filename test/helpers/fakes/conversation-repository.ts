@@ -170,6 +170,14 @@ export class InMemoryStartTaskRepository implements StartTaskRepository {
       .map((r) => structuredClone(r));
   }
 
+  async sandboxesInUse(ownerId: string): Promise<string[]> {
+    return [...this.#rows.values()].flatMap((r) => {
+      if (r.ownerId !== ownerId || r.status === "READY" || r.status === "ERROR") return [];
+      const id = r.sandboxId ?? this.#leases.get(r.id)?.plan.sandboxId;
+      return id ? [id] : [];
+    });
+  }
+
   async findPending(ownerId: string, conversationId: string): Promise<StartTaskRecord | null> {
     const found = [...this.#rows.values()]
       .filter(

@@ -40,7 +40,9 @@ export class InMemorySandboxRepository implements SandboxRepository {
     const count = [...this.#rows.values()].filter((r) => r.ownerId === record.ownerId).length;
     if (count >= limits.maxPerUser) return { created: false, count };
     if (this.#rows.has(record.id)) throw new Error(`duplicate sandbox ${record.id}`);
-    const evicted = this.#evict(record.ownerId, record.id, limits.maxRunning - 1, record.createdAt);
+    const chosen = this.#toEvict(record.ownerId, record.id, limits.maxRunning - 1, limits.protect);
+    if (!Array.isArray(chosen)) return { created: false, busy: true, holders: chosen.holders };
+    const evicted = this.#evict(chosen, record.createdAt);
     this.#rows.set(record.id, copy({ ...record, status: "STARTING" }));
     this.#log({ ...record, status: "STARTING" });
     return { created: true, evicted };
@@ -51,11 +53,14 @@ export class InMemorySandboxRepository implements SandboxRepository {
     ownerId: string,
     maxRunning: number,
     updatedAt: Date,
+    protect?: readonly string[],
   ): Promise<SandboxClaimOutcome | null> {
     const r = this.#rows.get(id);
     if (r === undefined || r.ownerId !== ownerId) return null;
     if (ACTIVE_STATUSES.includes(r.status)) return { record: copy(r), claimed: false, evicted: [] };
-    const evicted = this.#evict(ownerId, id, maxRunning - 1, updatedAt);
+    const chosen = this.#toEvict(ownerId, id, maxRunning - 1, protect);
+    if (!Array.isArray(chosen)) return { record: copy(r), claimed: false, evicted: [], busy: true };
+    const evicted = this.#evict(chosen, updatedAt);
     const next = { ...r, status: "STARTING" as const, updatedAt };
     this.#rows.set(id, copy(next));
     this.#log(next);
@@ -87,12 +92,24 @@ export class InMemorySandboxRepository implements SandboxRepository {
     return true;
   }
 
-  /** Pauses the owner's oldest slot holders (other than `except`) so that at most `keep` hold one; returns them as they were. */
-  #evict(ownerId: string, except: string, keep: number, at: Date): SandboxRecord[] {
+  /** The owner's oldest RUNNING, unprotected holders beyond `keep` (other than `except`), or busy. */
+  #toEvict(
+    ownerId: string,
+    except: string,
+    keep: number,
+    protect: readonly string[] = [],
+  ): SandboxRecord[] | { holders: number } {
     const holders = [...this.#rows.values()]
       .filter((r) => r.ownerId === ownerId && r.id !== except && ACTIVE_STATUSES.includes(r.status))
       .sort(byCreated(true));
-    const evicted = holders.slice(0, Math.max(0, holders.length - keep));
+    const need = holders.length - keep;
+    if (need <= 0) return [];
+    const evictable = holders.filter((r) => r.status === "RUNNING" && !protect.includes(r.id));
+    return evictable.length < need ? { holders: holders.length } : evictable.slice(0, need);
+  }
+
+  /** Pauses the records `#toEvict` chose; returns them as they were. */
+  #evict(evicted: readonly SandboxRecord[], at: Date): SandboxRecord[] {
     for (const r of evicted) {
       this.#rows.set(r.id, copy({ ...r, status: "PAUSED", updatedAt: at }));
       this.#log({ ...r, status: "PAUSED", updatedAt: at });

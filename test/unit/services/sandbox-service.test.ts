@@ -29,7 +29,13 @@ const alice = callAs("alice");
 const bob = callAs("bob");
 
 function makeService(
-  options: { maxRunning?: number; inlineWaitMs?: number; orphanGraceMs?: number } = {},
+  options: {
+    maxRunning?: number;
+    inlineWaitMs?: number;
+    orphanGraceMs?: number;
+    slotWaitMs?: number;
+    inUseByStarts?: (userId: string) => Promise<readonly string[]>;
+  } = {},
 ): SandboxService {
   const { box, tokens } = testCrypto();
   const specs = new SandboxSpecService(
@@ -91,6 +97,57 @@ describe("SandboxService", () => {
     setTimeout(() => release(true), 20);
     const settled = await service.waitUntilSettled("alice", live.record.id, 5_000);
     expect(settled?.status).toBe("RUNNING");
+  });
+
+  it("an ERROR sandbox carries the runtime's reason (a memory limit kill)", async () => {
+    const service = makeService();
+    Object.assign(runtime, { failureReason: () => "killed by its memory limit (268435456 bytes)" });
+    runtime.healthy = false;
+    const failed = await service.start("alice", undefined);
+    expect(failed.status).toBe("ERROR");
+    expect((await service.get("alice", failed.record.id))?.reason).toBe(
+      "killed by its memory limit (268435456 bytes)",
+    );
+    runtime.healthy = true;
+    const ok = await service.start("alice", undefined);
+    expect((await service.get("alice", ok.record.id))?.reason).toBeUndefined();
+  });
+
+  it("never pauses a starting sandbox: a start waits for a slot, says why once, and takes it when one runs", async () => {
+    const service = makeService({ maxRunning: 1, inlineWaitMs: 10, slotWaitMs: 5_000 });
+    let release: (ok: boolean) => void = () => {};
+    runtime.healthy = () => new Promise<boolean>((r) => (release = r));
+    const first = await service.start("alice", undefined);
+    expect(first.status).toBe("STARTING");
+    runtime.healthy = true;
+    const waits: string[] = [];
+    const second = service.start("alice", undefined, undefined, { onWait: (d) => void waits.push(d) });
+    await sleep(300);
+    expect(waits).toEqual([
+      "Waiting for a running slot: all 1 of your running sandboxes are starting or in use by a conversation start, and at most 1 run at once",
+    ]);
+    expect(repo.peek(first.record.id)?.status).toBe("STARTING");
+    release(true);
+    expect((await second).status).toBe("RUNNING");
+    expect(repo.peek(first.record.id)?.status).toBe("PAUSED");
+  });
+
+  it("gives up waiting for a slot with FAILED_PRECONDITION; sandboxes in use by conversation starts are not paused", async () => {
+    const service = makeService({ maxRunning: 1, slotWaitMs: 300, inUseByStarts: async () => inUse });
+    let inUse: string[] = [];
+    const first = await service.start("alice", undefined);
+    expect(first.status).toBe("RUNNING");
+    inUse = [first.record.id];
+    const refused = await failure(service.start("alice", undefined));
+    expect(refused.code).toBe(Code.FailedPrecondition);
+    expect(refused.rawMessage).toMatch(
+      /^Waiting for a running slot: .*; try again once one of them is running$/,
+    );
+    expect(repo.peek(first.record.id)?.status).toBe("RUNNING");
+    expect(await repo.listAll("alice")).toHaveLength(1);
+    inUse = [];
+    expect((await service.start("alice", undefined)).status).toBe("RUNNING");
+    expect(repo.peek(first.record.id)?.status).toBe("PAUSED");
   });
 
   it("reports the runtime's state on read (a vanished sandbox is MISSING, a crashed one ERROR) and reconciles the registry", async () => {
