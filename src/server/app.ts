@@ -11,6 +11,7 @@ import { addReflection } from "../rpc/reflection.ts";
 import type { AppConversationServiceOptions } from "../services/conversations/app-conversation-service.ts";
 import type { ApiKeyService } from "../services/keys/api-key-service.ts";
 import type { SandboxSpec } from "../services/sandboxes/sandbox-spec-service.ts";
+import { ConnectionGuard } from "../transport/connection-guard.ts";
 import { DEFAULT_LIMITS, type TransportLimits } from "../transport/limits.ts";
 import type { ServiceBinding } from "../transport/service-binding.ts";
 import { type Container, createContainer, type GitDeps } from "./container.ts";
@@ -135,7 +136,13 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     web: deps.web ?? {},
   });
   const log = http.log;
+  // A gRPC connection with no call within the header timeout is closed, as an HTTP/1.1 one without a request head.
+  const grpcConnections = new ConnectionGuard({
+    maxConnections: limits.maxConnections,
+    firstRequestTimeoutMs: Math.min(limits.headersTimeoutMs, limits.requestTimeoutMs),
+  });
   const grpcServer = createGrpcServer({
+    onCallStart: (peer) => grpcConnections.beginPeer(peer),
     bindings: container.bindings,
     admission: container.admission,
     maxMessageBytes: limits.maxMessageBytes,
@@ -190,7 +197,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
               : host;
         listenerUrl = `http://${h}:${address.port}`;
       }
-      grpcListener = await listenGrpc(grpcServer, host, grpcPort, limits.maxConnections);
+      grpcListener = await listenGrpc(grpcServer, host, grpcPort, grpcConnections);
       // Listening (sandboxes started from now on get this server's webhook URL): resume at once what an earlier
       // run of this server, or another server that died, left unfinished.
       conversations.startLeases();

@@ -1,3 +1,4 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
 import { createRequire } from "node:module";
 import Fastify, {
   type FastifyInstance,
@@ -21,6 +22,7 @@ import { v1ConversationRoutes } from "../rest/v1-conversation-routes.ts";
 import { v1SandboxRoutes } from "../rest/v1-sandbox-routes.ts";
 import { connectPlugin } from "../rpc/connect-plugin.ts";
 import { nodeHeaders } from "../transport/browser-session.ts";
+import { ConnectionGuard } from "../transport/connection-guard.ts";
 import { INTERNAL_MESSAGE } from "../transport/errors.ts";
 import type { TransportLimits } from "../transport/limits.ts";
 import type { Container } from "./container.ts";
@@ -83,7 +85,16 @@ export async function createHttpServer(
       connectionsCheckingInterval: TIMEOUT_CHECK_MS,
     },
   });
-  http.server.maxConnections = limits.maxConnections;
+  // Connections without a request head within the header timeout are closed (Node times out only connections
+  // that have begun a request), and at MAX_CONNECTIONS the longest idle one makes room for a new client.
+  const connections = new ConnectionGuard({
+    maxConnections: limits.maxConnections,
+    firstRequestTimeoutMs: headersTimeout,
+  });
+  connections.attach(http.server);
+  http.server.on("request", (req: IncomingMessage, res: ServerResponse) => {
+    res.once("close", connections.begin(req.socket));
+  });
   http.setErrorHandler((err, req, reply) => {
     const client = frameworkError(err, limits.maxMessageBytes);
     if (client !== null) return reply.code(client.status).send(client.body);
