@@ -124,6 +124,23 @@ describe("bad input", () => {
       ],
       ["POST", "/api/v1/app-conversations", { git_provider: "gitea" }, ["body", "git_provider"], "enum"],
       ["POST", "/api/v1/app-conversations", { trigger: "email" }, ["body", "trigger"], "enum"],
+      // Titles: one rule on start and rename (1..200 characters).
+      [
+        "POST",
+        "/api/v1/app-conversations",
+        { title: "t".repeat(200_000) },
+        ["body", "title"],
+        "string_too_long",
+      ],
+      ["POST", "/api/v1/app-conversations", { title: "" }, ["body", "title"], "string_too_short"],
+      ["POST", "/api/v1/app-conversations", { title: "   " }, ["body", "title"], "string_too_short"],
+      [
+        "POST",
+        "/api/v1/app-conversations/stream-start",
+        { title: "t".repeat(201) },
+        ["body", "title"],
+        "string_too_long",
+      ],
       ["POST", "/api/v1/app-conversations", { agent_type: "smart" }, ["body", "agent_type"], "enum"],
       ["POST", "/api/v1/app-conversations", { pr_number: ["x"] }, ["body", "pr_number", 0], "int_parsing"],
       ["POST", "/api/v1/app-conversations", { sandbox_id: 5 }, ["body", "sandbox_id"], "string_type"],

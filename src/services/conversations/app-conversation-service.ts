@@ -77,6 +77,7 @@ import {
   type StartFlowTimeouts,
   saveUnsavedEnds,
 } from "./conversation-start.ts";
+import { titleViolation } from "./title.ts";
 import { branchProblem, repositoryProblem } from "./workspace-commands.ts";
 
 /** The detail of a task whose start was cut off too many times to go on. */
@@ -140,7 +141,6 @@ interface RunningStart {
 }
 
 const TERMINAL = new Set(["READY", "ERROR"]);
-const MAX_TITLE = 200;
 
 /**
  * App conversations: starting them (an asynchronous start task per start, saved at every state) and listing them
@@ -457,26 +457,9 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
     const id = checkId(req.id, "id");
     const patch: { title?: string } = {};
     if (req.title !== undefined) {
-      const title = req.title.trim();
-      if (title.length < 1 || title.length > MAX_TITLE)
-        throw new ValidationError([
-          title.length < 1
-            ? {
-                type: "string_too_short",
-                loc: ["title"],
-                msg: "String should have at least 1 character",
-                input: req.title,
-                ctx: { min_length: 1 },
-              }
-            : {
-                type: "string_too_long",
-                loc: ["title"],
-                msg: `String should have at most ${MAX_TITLE} characters`,
-                input: req.title,
-                ctx: { max_length: MAX_TITLE },
-              },
-        ]);
-      patch.title = title;
+      const problem = titleViolation(req.title, ["title"]);
+      if (problem !== null) throw new ValidationError([problem]);
+      patch.title = req.title.trim();
     }
     if (!(await this.#o.conversations.update(id, userId, { ...patch, updatedAt: this.#clock.now() })))
       throw notFound();
@@ -803,6 +786,8 @@ function checkStartRequest(req: AppConversationStartRequest | undefined): AppCon
     else r[field] = id;
   }
   if (r.sandboxId === "") delete r.sandboxId;
+  const title = r.title === undefined ? null : titleViolation(r.title, ["title"]);
+  if (title !== null) issues.push(title);
   const repoProblem = r.selectedRepository ? repositoryProblem(r.selectedRepository) : null;
   if (repoProblem !== null)
     issues.push(valueError(["selected_repository"], repoProblem, r.selectedRepository));

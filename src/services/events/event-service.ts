@@ -22,6 +22,7 @@ import type { ConversationRecord } from "../../ports/conversation-repository.ts"
 import type { EventCursor, EventFilter, EventRecord, EventRepository } from "../../ports/event-repository.ts";
 import type { SandboxRecord } from "../../ports/sandbox-repository.ts";
 import type { ChangeFeed } from "../change-feed.ts";
+import { MAX_TITLE } from "../conversations/title.ts";
 import { checkBatch, readPage } from "../paging.ts";
 import { checkEventBatch, eventFromRecord, eventSource, messageText, timestampUsOf } from "./event-json.ts";
 
@@ -374,7 +375,7 @@ export class EventService implements ServiceImpl<typeof EventServiceDesc> {
     // Only while the title is still the default: a rename that happened meanwhile wins.
     const current = await this.#o.conversations.get(conversationId, ownerId);
     if (current === null || !hasDefaultTitle(current)) return;
-    await this.#o.conversations.setTitle(conversationId, ownerId, title.trim().slice(0, 200));
+    await this.#o.conversations.setTitle(conversationId, ownerId, title.trim().slice(0, MAX_TITLE));
   }
 
   /** The conversation's earliest stored user MessageEvent (looked for among its first 100 messages), or null. */
