@@ -66,6 +66,12 @@ export interface Config {
   readonly sandboxWarmAgents: number;
   /** Server processes sharing the ports (node:cluster, src/server/cluster.ts); 1: this process alone. */
   readonly workers: number;
+  /** /metrics, /docs, /openapi.json on a listener of their own (ADMIN_PORT on ADMIN_HOST); else on PORT. */
+  readonly admin: {
+    readonly port: number | undefined;
+    readonly host: string;
+    readonly metricsToken: string | undefined;
+  };
 }
 
 export class ConfigError extends Error {
@@ -142,6 +148,15 @@ export const ENV_DOC: readonly [string, string][] = [
   ["MAX_CONNECTIONS", "open connections per listener, HTTP and gRPC each (default 10000)"],
   ["REQUEST_TIMEOUT_MS", "time for a whole HTTP request, headers and body, to arrive (default 30000)"],
   ["HEADERS_TIMEOUT_MS", "time for an HTTP request's headers to arrive (default 10000)"],
+  [
+    "ADMIN_PORT",
+    "serve /metrics, /docs and /openapi.json on this port only, off PORT (default: unset, they are on PORT and /metrics there wants an API key or METRICS_TOKEN)",
+  ],
+  ["ADMIN_HOST", "interface of the ADMIN_PORT listener (default 127.0.0.1)"],
+  [
+    "METRICS_TOKEN",
+    "bearer token for /metrics (Authorization: Bearer ...), at least 16 characters; on ADMIN_PORT the only way in when set (default none)",
+  ],
   [
     "WEBHOOK_BASE_URL",
     "this service's URL as sandboxes reach it, for their event webhooks (default http://<HOST>:<PORT>)",
@@ -235,6 +250,11 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
   const webhookBaseUrl = env.WEBHOOK_BASE_URL?.trim() || undefined;
   if (webhookBaseUrl !== undefined && !/^https?:\/\/[^/\s]+(\/\S*)?$/.test(webhookBaseUrl))
     throw new ConfigError("WEBHOOK_BASE_URL must be an http(s) URL such as http://127.0.0.1:3000");
+  const metricsToken = env.METRICS_TOKEN?.trim() || undefined;
+  if (metricsToken !== undefined && (metricsToken.length < 16 || /\s/.test(metricsToken)))
+    throw new ConfigError("METRICS_TOKEN must be at least 16 characters without spaces");
+  const adminPort =
+    env.ADMIN_PORT === undefined || env.ADMIN_PORT === "" ? undefined : port(env, "ADMIN_PORT", 0);
   const config: Config = {
     host,
     port: port(env, "PORT", 3000),
@@ -289,6 +309,7 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     sandboxUidBase: int(env, "SANDBOX_UID_BASE", 1_000_000_000, 1000, 4_000_000_000),
     sandboxWarmAgents: int(env, "SANDBOX_WARM_AGENTS", DEFAULT_WARM_AGENTS, 0, 64),
     workers: int(env, "WORKERS", 1, 1, 64),
+    admin: Object.freeze({ port: adminPort, host: env.ADMIN_HOST?.trim() || "127.0.0.1", metricsToken }),
   };
   return Object.freeze(config);
 }

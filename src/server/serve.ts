@@ -63,6 +63,7 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     sweepIntervalMs: config.sweepIntervalMs,
     leaseMs: config.leaseMs,
     sandboxStartTimeoutMs: config.sandboxStartTimeoutMs,
+    admin: config.admin,
     ...(config.webhookBaseUrl === undefined ? {} : { webhookBaseUrl: config.webhookBaseUrl }),
   });
   const log = app.http.log;
@@ -74,7 +75,7 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     log.warn({ host: config.host }, "AUTH_MODE=single-user: requests without a key act as user default");
   if (keyCreated) log.info({ file: config.encryptionKeyFile }, "created encryption key file (mode 0600)");
   const issued = await app.keys.bootstrap(config.sessionApiKey);
-  let ports: { port: number; grpcPort: number };
+  let ports: { port: number; grpcPort: number; adminPort?: number };
   try {
     ports = await app.listen(config.host, config.port, config.grpcPort);
   } catch (err) {
@@ -87,6 +88,7 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     {
       http: `http://${config.host}:${ports.port}`,
       grpc: `${config.host}:${ports.grpcPort}`,
+      ...(ports.adminPort === undefined ? {} : { admin: `http://${config.admin.host}:${ports.adminPort}` }),
       storage: storage.kind,
     },
     "agent workspace service listening",

@@ -16,6 +16,8 @@ export interface TestApp {
   /** http://127.0.0.1:PORT */
   url: string;
   grpcAddress: string;
+  /** The admin listener's http://127.0.0.1:PORT, when the app has one (options.admin.port). */
+  adminUrl?: string;
   storage: Storage;
   /** The runtime (a process runtime under dir unless one was given). */
   runtime: SandboxRuntime;
@@ -54,6 +56,8 @@ export interface TestAppOptions {
   limits?: AppDeps["limits"];
   /** Client of the sandboxes' agent servers (default: HTTP). */
   agent?: AppDeps["agent"];
+  /** /metrics, /docs, /openapi.json: an admin listener of their own (port 0: any free one), a metrics token. */
+  admin?: AppDeps["admin"];
 }
 
 /** A real server on free loopback ports over a SQLite file in a temporary folder. */
@@ -79,6 +83,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     ...(options.git ? { git: options.git } : {}),
     ...(options.limits ? { limits: options.limits } : {}),
     ...(options.agent ? { agent: options.agent } : {}),
+    ...(options.admin ? { admin: options.admin } : {}),
   });
   const ports = await app.listen("127.0.0.1", 0, 0);
   const keys = new Map<string, string>();
@@ -86,6 +91,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     app,
     url: `http://127.0.0.1:${ports.port}`,
     grpcAddress: `127.0.0.1:${ports.grpcPort}`,
+    ...(ports.adminPort === undefined ? {} : { adminUrl: `http://127.0.0.1:${ports.adminPort}` }),
     storage,
     runtime,
     dir,

@@ -16,7 +16,8 @@ const MiB = 1024 * 1024;
 
 /** The open_streams gauge of a server. */
 async function openStreams(t: TestApp): Promise<number> {
-  const text = await (await fetch(`${t.url}/metrics`)).text();
+  const headers = { "x-session-api-key": await t.keyFor("metrics-reader") };
+  const text = await (await fetch(`${t.url}/metrics`, { headers })).text();
   return Number(/^open_streams (\d+)$/m.exec(text)?.[1] ?? Number.NaN);
 }
 
