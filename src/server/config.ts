@@ -62,6 +62,8 @@ export interface Config {
   readonly sandboxIsolation: "auto" | "bwrap" | "none";
   /** As root, isolated process sandbox n runs as uid/gid sandboxUidBase + n. */
   readonly sandboxUidBase: number;
+  /** As root, the host-wide folder of sandbox uid claims, shared by every server on the host. */
+  readonly sandboxUidLockDir: string;
   /** Built-in agents the process runtime keeps started ahead of need (0: none). */
   readonly sandboxWarmAgents: number;
   /** Server processes sharing the ports (node:cluster, src/server/cluster.ts); 1: this process alone. */
@@ -129,6 +131,10 @@ export const ENV_DOC: readonly [string, string][] = [
     "process sandboxes: auto (default: bubblewrap when it works, else one user only), bwrap (required), none",
   ],
   ["SANDBOX_UID_BASE", "as root, isolated process sandboxes run as uids from this one (default 1000000000)"],
+  [
+    "SANDBOX_UID_LOCK_DIR",
+    "as root, the host-wide folder where sandbox uids are claimed, one file per uid, so that servers on one host (any DATA_DIR) never share a uid (default /var/lib/agent-workspace/sandbox-uids)",
+  ],
   [
     "SANDBOX_WARM_AGENTS",
     "process sandboxes: built-in agents kept started ahead of need, so that a start does not wait for one to boot (default 2; 0: none)",
@@ -307,6 +313,7 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     webhookBaseUrl,
     sandboxIsolation: isolation,
     sandboxUidBase: int(env, "SANDBOX_UID_BASE", 1_000_000_000, 1000, 4_000_000_000),
+    sandboxUidLockDir: resolve(cwd, env.SANDBOX_UID_LOCK_DIR || "/var/lib/agent-workspace/sandbox-uids"),
     sandboxWarmAgents: int(env, "SANDBOX_WARM_AGENTS", DEFAULT_WARM_AGENTS, 0, 64),
     workers: int(env, "WORKERS", 1, 1, 64),
     admin: Object.freeze({ port: adminPort, host: env.ADMIN_HOST?.trim() || "127.0.0.1", metricsToken }),

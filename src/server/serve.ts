@@ -142,6 +142,7 @@ async function openRuntime(
     isolation: config.sandboxIsolation,
     ...(process.env.PATH ? { searchPath: process.env.PATH } : {}),
     uidBase: config.sandboxUidBase,
+    uidLockDir: config.sandboxUidLockDir,
     warmAgents: config.sandboxWarmAgents,
     log,
   });
