@@ -14,7 +14,7 @@ import type { SandboxSpec } from "../services/sandboxes/sandbox-spec-service.ts"
 import { ConnectionGuard } from "../transport/connection-guard.ts";
 import { DEFAULT_LIMITS, type TransportLimits } from "../transport/limits.ts";
 import type { ServiceBinding } from "../transport/service-binding.ts";
-import { type Container, createContainer, type GitDeps } from "./container.ts";
+import { type Container, createContainer, type GitDeps, type Quotas } from "./container.ts";
 import { createAdminServer, createHttpServer, REST_ROUTES } from "./http-server.ts";
 import { keepMemoryReducerWorking } from "./idle-memory.ts";
 import type { Metrics } from "./metrics.ts";
@@ -68,6 +68,8 @@ export interface AppDeps {
   limits?: Partial<TransportLimits>;
   /** Browser-facing options: web UI folder, CORS, sign-in cookie, single-user mode, /api/options lists. */
   web?: WebDeps;
+  /** What one user may store and what sandboxes may post (default DEFAULT_QUOTAS; docs/quotas.md). */
+  quotas?: Quotas;
   /**
    * /metrics, /docs and /openapi.json: with `port`, served only by a listener of their own on `host` (default
    * 127.0.0.1); else on the HTTP port, /metrics there for an API key. `metricsToken`: a bearer token /metrics
@@ -136,6 +138,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     webhookBaseUrl: () => deps.webhookBaseUrl ?? listenerUrl,
     log: (msg, data) => http?.log.warn(data ?? {}, msg),
     web: deps.web ?? {},
+    ...(deps.quotas ? { quotas: deps.quotas } : {}),
   });
   http = await createHttpServer(container, {
     logger: deps.logger,

@@ -68,6 +68,20 @@ export interface Config {
   readonly sandboxWarmAgents: number;
   /** Server processes sharing the ports (node:cluster, src/server/cluster.ts); 1: this process alone. */
   readonly workers: number;
+  /** What one user may store and what sandboxes may post (docs/quotas.md). */
+  readonly quotas: {
+    readonly userData: {
+      readonly maxSecrets: number;
+      readonly maxBytes: number;
+      readonly writesPerSecond: number;
+      readonly writesBurst: number;
+    };
+    readonly events: {
+      readonly maxPerConversation: number;
+      readonly perSecond: number;
+      readonly burst: number;
+    };
+  };
   /** /metrics, /docs, /openapi.json on a listener of their own (ADMIN_PORT on ADMIN_HOST); else on PORT. */
   readonly admin: {
     readonly port: number | undefined;
@@ -154,6 +168,24 @@ export const ENV_DOC: readonly [string, string][] = [
   ["MAX_CONNECTIONS", "open connections per listener, HTTP and gRPC each (default 10000)"],
   ["REQUEST_TIMEOUT_MS", "time for a whole HTTP request, headers and body, to arrive (default 30000)"],
   ["HEADERS_TIMEOUT_MS", "time for an HTTP request's headers to arrive (default 10000)"],
+  ["MAX_SECRETS_PER_USER", "custom secrets a user may store; one more is refused with 409 (default 500)"],
+  [
+    "MAX_USER_DATA_BYTES",
+    "size of a user's stored settings, provider tokens and custom secrets together; a write beyond is refused with 409 (default 1048576)",
+  ],
+  [
+    "USER_DATA_WRITES_PER_SECOND",
+    "changes of one user's settings and secrets per second (burst twice that); beyond, 429 (default 10; 0 disables)",
+  ],
+  [
+    "MAX_EVENTS_PER_CONVERSATION",
+    "events stored per conversation; a webhook batch beyond is refused with 409 (default 50000)",
+  ],
+  [
+    "WEBHOOK_EVENTS_PER_SECOND",
+    "events a sandbox may post per second, sustained; beyond, 429 (default 200; 0 disables)",
+  ],
+  ["WEBHOOK_EVENTS_BURST", "events a sandbox may post at once above its rate (default 5000)"],
   [
     "ADMIN_PORT",
     "serve /metrics, /docs and /openapi.json on this port only, off PORT (default: unset, they are on PORT and /metrics there wants an API key or METRICS_TOKEN)",
@@ -316,6 +348,19 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     sandboxUidLockDir: resolve(cwd, env.SANDBOX_UID_LOCK_DIR || "/var/lib/agent-workspace/sandbox-uids"),
     sandboxWarmAgents: int(env, "SANDBOX_WARM_AGENTS", DEFAULT_WARM_AGENTS, 0, 64),
     workers: int(env, "WORKERS", 1, 1, 64),
+    quotas: Object.freeze({
+      userData: Object.freeze({
+        maxSecrets: int(env, "MAX_SECRETS_PER_USER", 500, 1, 1_000_000),
+        maxBytes: int(env, "MAX_USER_DATA_BYTES", 1024 * 1024, 16 * 1024, 1024 * 1024 * 1024),
+        writesPerSecond: int(env, "USER_DATA_WRITES_PER_SECOND", 10, 0, 1_000_000),
+        writesBurst: 2 * int(env, "USER_DATA_WRITES_PER_SECOND", 10, 0, 1_000_000) || 1,
+      }),
+      events: Object.freeze({
+        maxPerConversation: int(env, "MAX_EVENTS_PER_CONVERSATION", 50_000, 100, 100_000_000),
+        perSecond: int(env, "WEBHOOK_EVENTS_PER_SECOND", 200, 0, 10_000_000),
+        burst: int(env, "WEBHOOK_EVENTS_BURST", 5_000, 1000, 100_000_000),
+      }),
+    }),
     admin: Object.freeze({ port: adminPort, host: env.ADMIN_HOST?.trim() || "127.0.0.1", metricsToken }),
   };
   return Object.freeze(config);

@@ -193,6 +193,7 @@ export async function createHttpServer(
       callbacks,
       bindings: container.bindings,
       admission: container.admission,
+      canWriteUserData: container.canWriteUserData,
       maxBodyBytes: limits.maxMessageBytes,
       keyOf: container.keyOf,
     }),

@@ -64,6 +64,7 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     leaseMs: config.leaseMs,
     sandboxStartTimeoutMs: config.sandboxStartTimeoutMs,
     admin: config.admin,
+    quotas: config.quotas,
     ...(config.webhookBaseUrl === undefined ? {} : { webhookBaseUrl: config.webhookBaseUrl }),
   });
   const log = app.http.log;

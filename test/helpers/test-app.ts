@@ -7,6 +7,7 @@ import type { SandboxRuntime } from "../../src/ports/sandbox-runtime.ts";
 import type { Storage } from "../../src/ports/storage.ts";
 import { createProcessRuntime, type ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { type App, type AppDeps, buildApp } from "../../src/server/app.ts";
+import { DEFAULT_QUOTAS } from "../../src/server/container.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
 import type { SandboxSpec } from "../../src/services/sandboxes/sandbox-spec-service.ts";
 import { createSqliteStorage } from "../../src/storage/sqlite/sqlite-storage.ts";
@@ -58,6 +59,8 @@ export interface TestAppOptions {
   agent?: AppDeps["agent"];
   /** /metrics, /docs, /openapi.json: an admin listener of their own (port 0: any free one), a metrics token. */
   admin?: AppDeps["admin"];
+  /** What one user may store and what sandboxes may post. */
+  quotas?: AppDeps["quotas"];
 }
 
 /** A real server on free loopback ports over a SQLite file in a temporary folder. */
@@ -84,6 +87,11 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     ...(options.limits ? { limits: options.limits } : {}),
     ...(options.agent ? { agent: options.agent } : {}),
     ...(options.admin ? { admin: options.admin } : {}),
+    // As the per-key rate, one user's write rate is off unless a test asks for it.
+    quotas: options.quotas ?? {
+      ...DEFAULT_QUOTAS,
+      userData: { ...DEFAULT_QUOTAS.userData, writesPerSecond: 0 },
+    },
   });
   const ports = await app.listen("127.0.0.1", 0, 0);
   const keys = new Map<string, string>();
