@@ -293,3 +293,34 @@ describe("slow clients and connections", () => {
     await Promise.all(busy.map((b) => b.closed));
   });
 });
+
+describe("many idle connections", () => {
+  it("400 idle sockets on each listener (MAX_CONNECTIONS 200) keep no new client out", async () => {
+    const t = await startTestApp({ limits: { maxConnections: 200 } });
+    try {
+      const key = await t.keyFor("crowd");
+      const grpcPort = Number(t.grpcAddress.split(":")[1]);
+      for (const p of [Number(new URL(t.url).port), grpcPort]) {
+        const idle = Array.from({ length: 400 }, () => rawSocket(p));
+        await Promise.all(
+          idle.map((h) => new Promise((resolve) => h.socket.once("connect", resolve).once("close", resolve))),
+        );
+        for (let i = 0; i < 3; i++) {
+          if (p === grpcPort) {
+            const g = grpcClient(SettingsService, t.grpcAddress);
+            const err = await g.unary("GetSettings", {}, key).catch((e: grpc.ServiceError) => e);
+            expect((err as grpc.ServiceError).code, `gRPC client ${i}`).toBe(grpc.status.NOT_FOUND);
+            g.close();
+          } else {
+            const r = await fetch(`${t.url}/alive`, { headers: { connection: "close" } });
+            expect(r.status, `HTTP client ${i}`).toBe(200);
+          }
+        }
+        for (const h of idle) h.socket.destroy();
+        await Promise.all(idle.map((h) => h.closed));
+      }
+    } finally {
+      await t.close();
+    }
+  });
+});
