@@ -15,7 +15,26 @@ export class RateLimiter {
   }
 
   admit(keyId: string, now: number = performance.now()): void {
+    this.take(keyId, 1, now);
+  }
+
+  /** Whether `take(keyId, cost)` would succeed now (takes nothing). */
+  has(keyId: string, cost = 1, now: number = performance.now()): boolean {
+    if (this.#rate === 0) return true;
+    const b = this.#buckets.get(keyId);
+    if (b === undefined) return true;
+    return (
+      Math.min(this.#burst, b.tokens + ((now - b.at) / 1000) * this.#rate) >= Math.min(cost, this.#burst)
+    );
+  }
+
+  /**
+   * Takes `cost` tokens (at most the burst: a cost above it waits for a full bucket) or throws RESOURCE_EXHAUSTED
+   * with `message`, taking none.
+   */
+  take(keyId: string, cost: number, now: number = performance.now(), message = "Too many requests"): void {
     if (this.#rate === 0) return;
+    const need = Math.min(cost, this.#burst);
     let b = this.#buckets.get(keyId);
     if (b === undefined) {
       if (this.#buckets.size > 100_000) this.#buckets.clear();
@@ -24,7 +43,7 @@ export class RateLimiter {
     }
     b.tokens = Math.min(this.#burst, b.tokens + ((now - b.at) / 1000) * this.#rate);
     b.at = now;
-    if (b.tokens < 1) throw resourceExhausted("Too many requests");
-    b.tokens -= 1;
+    if (b.tokens < need) throw resourceExhausted(message);
+    b.tokens -= need;
   }
 }

@@ -4,6 +4,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Caller } from "../core/context.ts";
 import type { FieldViolation } from "../core/errors.ts";
 import { ValidationError } from "../core/errors.ts";
+import { TOO_MANY_WRITES } from "../services/user-data-store.ts";
 import { type Admission, callValues } from "../transport/admission.ts";
 import { headerKeyOf, type KeyOf, nodeHeaders } from "../transport/browser-session.ts";
 import { isInternal } from "../transport/errors.ts";
@@ -47,6 +48,11 @@ export interface RestGatewayOptions {
   callbacks?: readonly SandboxCallbackRoute[];
   bindings: readonly ServiceBinding[];
   admission: Admission;
+  /**
+   * Whether the user may write its user document now (its write rate; see RestRoute.writesUserData); a route that
+   * writes it is refused with 429 before its body is read when not.
+   */
+  canWriteUserData?: (userId: string) => boolean;
   /** Largest request body (413 beyond). */
   maxBodyBytes: number;
   /** The request's session key: the header, or a browser session's (default: the header only). */
@@ -158,12 +164,29 @@ export function restGateway(options: RestGatewayOptions) {
       groups.set(key, group);
     }
 
+    /** authenticate, then the user's write rate for routes that write its user document. */
+    const authenticateWriter = (
+      req: FastifyRequest,
+      reply: FastifyReply,
+      done: (err?: Error) => void,
+    ): void =>
+      authenticate(req, reply, (err) => {
+        const caller = req.caller;
+        if (err !== undefined || caller === undefined || (options.canWriteUserData?.(caller.userId) ?? true))
+          return done(err);
+        closeIfBodyUnread(req.raw, reply.raw);
+        void reply
+          .code(429)
+          .headers({ ...NO_CACHE, "retry-after": "1" })
+          .send({ message: TOO_MANY_WRITES });
+      });
+
     for (const { url, entries } of groups.values()) {
       const r0 = (entries[0] as RouteEntry).route;
       app.route({
         method: r0.method,
         url,
-        onRequest: authenticate,
+        onRequest: entries.some((e) => e.route.writesUserData === true) ? authenticateWriter : authenticate,
         // Not an async function: a service answering a plain value (a kept GetSettings answer) is sent in the same
         // turn, without a promise; a promise is handed to Fastify, which sends or reports what it settles to.
         handler: (req, reply) => {

@@ -48,6 +48,12 @@ export interface RestRoute {
   shape: (response: never) => unknown;
   /** Server-streaming method: the shaper is applied to each message, written as one JSON array. */
   stream?: boolean;
+  /**
+   * The method rewrites the caller's user document (settings, tokens, secrets): held to the user's write rate,
+   * which the gateway checks before the body is read (RESOURCE_EXHAUSTED, 429), so that refused writes cost
+   * nothing to parse.
+   */
+  writesUserData?: boolean;
   /** OpenAPI summary. */
   summary: string;
   /** OpenAPI details: body and query models, and the response where the shaper changes the RPC output. */

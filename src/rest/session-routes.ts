@@ -34,7 +34,8 @@ const signInBody = object(
 /**
  * Browser sign-in: the page at /sign-in, and /api/auth/session behind it. POST with {"key": ...} checks the key
  * and sets the session cookie (HttpOnly, SameSite=Strict, Secure behind a TLS proxy); GET answers who is signed
- * in (by header, cookie or single-user mode); DELETE (or POST /api/auth/sign-out) clears the cookie.
+ * in (by header, cookie or single-user mode); DELETE (or POST /api/auth/sign-out) clears the cookie, from the
+ * server's own origin (or an allowed one) only: without Origin or Referer it is refused too.
  */
 export function sessionRoutes(options: SessionRoutesOptions) {
   const { sessions } = options;
@@ -83,7 +84,9 @@ export function sessionRoutes(options: SessionRoutesOptions) {
 
     const signOut = async (req: FastifyRequest, reply: FastifyReply) => {
       const header = nodeHeaders(req.headers);
-      if (!sessions.originAllowed(header, true)) throw forbiddenOrigin();
+      // Only a page of this server (or an allowed origin) signs a browser out: a request must say where it comes
+      // from (Origin, else Referer), as every browser's fetch and form POST does.
+      if (!sessions.originAllowed(header, false)) throw forbiddenOrigin();
       const expired = { httpOnly: true, sameSite: "strict", path: "/" } as const;
       return reply
         .code(204)

@@ -43,6 +43,7 @@ import {
   triggerFromName,
   triggerName,
 } from "../services/conversations/conversation-json.ts";
+import { MAX_TITLE } from "../services/conversations/title.ts";
 import { branchProblem, repositoryProblem } from "../services/conversations/workspace-commands.ts";
 import { PROVIDERS } from "../services/settings/settings-fields.ts";
 import { pathParam } from "./legacy-routes.ts";
@@ -94,7 +95,7 @@ export const startRequestBodySchema = object(
     },
     selected_branch: { schema: nullable(refine(str(), (v) => (v === "" ? null : branchProblem(v)))) },
     git_provider: { schema: nullable(enumOf(PROVIDERS)) },
-    title: optStr,
+    title: { schema: nullable(str({ minLength: 1, maxLength: MAX_TITLE })) },
     trigger: { schema: nullable(enumOf(TRIGGER_NAMES)) },
     pr_number: { schema: list(int({ bits: 32 }), { maxItems: 1000 }) },
     parent_conversation_id: { schema: nullable(uuidHex()) },
@@ -325,7 +326,7 @@ const integer = () => ({ type: "integer", minimum: 0 });
 
 /** Body of PATCH /api/v1/app-conversations/{id} and PATCH /api/conversations/{id}. */
 export const updateConversationBodySchema = object(
-  { title: { schema: str({ minLength: 1, maxLength: 200 }), required: true } },
+  { title: { schema: str({ minLength: 1, maxLength: MAX_TITLE }), required: true } },
   { title: "UpdateConversationRequest", extra: "forbid" },
 );
 

@@ -13,6 +13,7 @@ import * as grpc from "@grpc/grpc-js";
 import type { Caller } from "../core/context.ts";
 import { type Admission, callValues } from "../transport/admission.ts";
 import { type CallObserver, codeName } from "../transport/call-metrics.ts";
+import type { ConnectionGuard } from "../transport/connection-guard.ts";
 import { grpcStatusOf, isInternal, publicError } from "../transport/errors.ts";
 import { lazyHandlerContext } from "../transport/handler-context.ts";
 import type { ServiceBinding } from "../transport/service-binding.ts";
@@ -27,6 +28,11 @@ export interface GrpcServerOptions {
   onCall?: CallObserver;
   /** Called with the cause of every internal error (clients get a generic message). */
   onError?: (err: unknown, method: string) => void;
+  /**
+   * Called when a call starts with its peer (`address:port`, naming its connection); the returned function is
+   * called when the call ends. The listener's connection guard counts calls in flight per connection with it.
+   */
+  onCallStart?: (peer: string) => () => void;
 }
 
 /** Accepts a message or its init shape (plain object), as grpc-js clients pass either. */
@@ -155,11 +161,14 @@ function unaryHandler(
   const name = `${method.parent.typeName}/${method.name}`;
   return (call: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>): void => {
     const started = performance.now();
+    const end = options.onCallStart?.(call.getPeer());
     const done = (res: unknown): void => {
+      end?.();
       options.onCall?.(name, "OK", (performance.now() - started) / 1000);
       callback(null, create(method.output, res as never));
     };
     const failed = (err: unknown): void => {
+      end?.();
       const e = toServiceError(err, name, options);
       options.onCall?.(name, codeName(Number(e.code) as Code), (performance.now() - started) / 1000);
       callback(e);
@@ -186,6 +195,7 @@ function streamHandler(
   return (call: grpc.ServerWritableStream<unknown, unknown>): void => {
     const started = performance.now();
     const abort = new AbortController();
+    const end = options.onCallStart?.(call.getPeer());
     call.on("cancelled", () => abort.abort());
     void (async () => {
       try {
@@ -204,6 +214,8 @@ function streamHandler(
         options.onCall?.(name, codeName(Number(e.code) as Code), (performance.now() - started) / 1000);
         // The stream's error handler ends the call with this status (destroy() would drop it).
         call.emit("error", e);
+      } finally {
+        end?.();
       }
     })();
   };
@@ -217,19 +229,21 @@ export interface GrpcListener {
 }
 
 /**
- * Listens for gRPC (HTTP/2 cleartext) on host:port with at most `maxConnections` open connections (further ones are
- * closed at once by Node's `maxConnections`), the connections served by `server` through grpc-js's connection
- * injector.
+ * Listens for gRPC (HTTP/2 cleartext) on host:port, the connections served by `server` through grpc-js's connection
+ * injector. `guard` admits them: a connection with no call within its timeout (no preface, or a preface and no
+ * stream) is closed, and at its cap the longest idle connection makes room for a new one. The guard must see the
+ * server's calls: create the server with `onCallStart: (peer) => guard.beginPeer(peer)`.
  */
 export async function listenGrpc(
   server: grpc.Server,
   host: string,
   port: number,
-  maxConnections: number,
+  guard: ConnectionGuard,
 ): Promise<GrpcListener> {
   const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
-  const tcp = createNetServer((socket) => injector.injectConnection(socket));
-  tcp.maxConnections = maxConnections;
+  const tcp = createNetServer((socket) => {
+    if (guard.admit(socket)) injector.injectConnection(socket);
+  });
   await new Promise<void>((resolve, reject) => {
     tcp.once("error", reject);
     tcp.listen(port, host, () => {

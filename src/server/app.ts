@@ -11,10 +11,11 @@ import { addReflection } from "../rpc/reflection.ts";
 import type { AppConversationServiceOptions } from "../services/conversations/app-conversation-service.ts";
 import type { ApiKeyService } from "../services/keys/api-key-service.ts";
 import type { SandboxSpec } from "../services/sandboxes/sandbox-spec-service.ts";
+import { ConnectionGuard } from "../transport/connection-guard.ts";
 import { DEFAULT_LIMITS, type TransportLimits } from "../transport/limits.ts";
 import type { ServiceBinding } from "../transport/service-binding.ts";
-import { type Container, createContainer, type GitDeps } from "./container.ts";
-import { createHttpServer, REST_ROUTES } from "./http-server.ts";
+import { type Container, createContainer, type GitDeps, type Quotas } from "./container.ts";
+import { createAdminServer, createHttpServer, REST_ROUTES } from "./http-server.ts";
 import { keepMemoryReducerWorking } from "./idle-memory.ts";
 import type { Metrics } from "./metrics.ts";
 
@@ -72,6 +73,14 @@ export interface AppDeps {
   limits?: Partial<TransportLimits>;
   /** Browser-facing options: web UI folder, CORS, sign-in cookie, single-user mode, /api/options lists. */
   web?: WebDeps;
+  /** What one user may store and what sandboxes may post (default DEFAULT_QUOTAS; docs/quotas.md). */
+  quotas?: Quotas;
+  /**
+   * /metrics, /docs and /openapi.json: with `port`, served only by a listener of their own on `host` (default
+   * 127.0.0.1); else on the HTTP port, /metrics there for an API key. `metricsToken`: a bearer token /metrics
+   * accepts (on the admin listener, the only thing it accepts when set).
+   */
+  admin?: { port?: number | undefined; host?: string | undefined; metricsToken?: string | undefined };
 }
 
 export interface WebDeps {
@@ -95,7 +104,11 @@ export interface App {
   /** One run of the background sweep (see AppDeps.sweepIntervalMs); never rejects. */
   sweep(): Promise<void>;
   /** Listens on both ports (0: any free port) and returns the bound ports. */
-  listen(host: string, port: number, grpcPort: number): Promise<{ port: number; grpcPort: number }>;
+  listen(
+    host: string,
+    port: number,
+    grpcPort: number,
+  ): Promise<{ port: number; grpcPort: number; adminPort?: number }>;
   /**
    * Graceful stop: refuses new work, lets running conversation starts finish (cut off after a grace period, ending
    * in ERROR), finishes in-flight requests, then closes storage.
@@ -130,6 +143,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     webhookBaseUrl: () => deps.webhookBaseUrl ?? listenerUrl,
     log: (msg, data) => http?.log.warn(data ?? {}, msg),
     web: deps.web ?? {},
+    ...(deps.quotas ? { quotas: deps.quotas } : {}),
   });
   http = await createHttpServer(container, {
     logger: deps.logger,
@@ -138,9 +152,16 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     storageKind: deps.storage.kind,
     shutdownTimeoutMs: SHUTDOWN_GRACE_MS,
     web: deps.web ?? {},
+    admin: { onPublicPort: deps.admin?.port === undefined, metricsToken: deps.admin?.metricsToken },
   });
   const log = http.log;
+  // A gRPC connection with no call within the header timeout is closed, as an HTTP/1.1 one without a request head.
+  const grpcConnections = new ConnectionGuard({
+    maxConnections: limits.maxConnections,
+    firstRequestTimeoutMs: Math.min(limits.headersTimeoutMs, limits.requestTimeoutMs),
+  });
   const grpcServer = createGrpcServer({
+    onCallStart: (peer) => grpcConnections.beginPeer(peer),
     bindings: container.bindings,
     admission: container.admission,
     maxMessageBytes: limits.maxMessageBytes,
@@ -172,6 +193,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
 
   const server = http;
   let grpcListener: GrpcListener | undefined;
+  let admin: FastifyInstance | undefined;
   let stopMemoryReducerAid: (() => void) | undefined;
   let closed = false;
   return {
@@ -196,8 +218,18 @@ export async function buildApp(deps: AppDeps): Promise<App> {
         listenerUrl = `http://${h}:${address.port}`;
       }
       grpcListener = await namedListen("gRPC", "GRPC_PORT", grpcPort, () =>
-        listenGrpc(grpcServer, host, grpcPort, limits.maxConnections),
+        listenGrpc(grpcServer, host, grpcPort, grpcConnections),
       );
+      let adminPort: number | undefined;
+      if (deps.admin?.port !== undefined) {
+        admin = await createAdminServer(container, {
+          logger: deps.logger,
+          metricsToken: deps.admin.metricsToken,
+        });
+        await admin.listen({ host: deps.admin.host ?? "127.0.0.1", port: deps.admin.port });
+        const a = admin.server.address();
+        adminPort = typeof a === "object" && a !== null ? a.port : deps.admin.port;
+      }
       // Listening (sandboxes started from now on get this server's webhook URL): resume at once what an earlier
       // run of this server, or another server that died, left unfinished.
       conversations.startLeases();
@@ -205,6 +237,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       return {
         port: typeof address === "object" && address !== null ? address.port : port,
         grpcPort: grpcListener.port,
+        ...(adminPort === undefined ? {} : { adminPort }),
       };
     },
     async close() {
@@ -218,8 +251,8 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       // Connections that become idle while in-flight calls finish are closed too (Node closes the idle ones once,
       // when closing starts).
       const idle = setInterval(() => server.server.closeIdleConnections(), 100);
-      await Promise.all([server.close(), grpcListener?.close(SHUTDOWN_GRACE_MS)]).finally(() =>
-        clearInterval(idle),
+      await Promise.all([server.close(), grpcListener?.close(SHUTDOWN_GRACE_MS), admin?.close()]).finally(
+        () => clearInterval(idle),
       );
       await deps.runtime.close();
       await deps.storage.close();

@@ -81,6 +81,8 @@ export interface Config {
    * read-only into every sandbox (LOCAL_REPOSITORY_ROOTS). Empty: local repositories are refused.
    */
   readonly localRepositoryRoots: readonly string[];
+  /** As root, the host-wide folder of sandbox uid claims, shared by every server on the host. */
+  readonly sandboxUidLockDir: string;
   /** Built-in agents the process runtime keeps started ahead of need (0: none). */
   readonly sandboxWarmAgents: number;
   /** Limits of every sandbox, both runtimes (docker: the container's; process: cgroups or rlimits, tmpfs sizes). */
@@ -89,6 +91,26 @@ export interface Config {
   readonly sandboxRoot: string;
   /** Server processes sharing the ports (node:cluster, src/server/cluster.ts); 1: this process alone. */
   readonly workers: number;
+  /** What one user may store and what sandboxes may post (docs/quotas.md). */
+  readonly quotas: {
+    readonly userData: {
+      readonly maxSecrets: number;
+      readonly maxBytes: number;
+      readonly writesPerSecond: number;
+      readonly writesBurst: number;
+    };
+    readonly events: {
+      readonly maxPerConversation: number;
+      readonly perSecond: number;
+      readonly burst: number;
+    };
+  };
+  /** /metrics, /docs, /openapi.json on a listener of their own (ADMIN_PORT on ADMIN_HOST); else on PORT. */
+  readonly admin: {
+    readonly port: number | undefined;
+    readonly host: string;
+    readonly metricsToken: string | undefined;
+  };
 }
 
 /** Invalid configuration; `problems` lists every one found (the message joins them, one a line). */
@@ -158,6 +180,10 @@ export const ENV_DOC: readonly [string, string][] = [
     "comma-separated absolute folders a conversation may start from by local path or file:// URL, bound read-only into sandboxes (default none: local repositories are refused)",
   ],
   [
+    "SANDBOX_UID_LOCK_DIR",
+    "as root, the host-wide folder where sandbox uids are claimed, one file per uid, so that servers on one host (any DATA_DIR) never share a uid (default /var/lib/agent-workspace/sandbox-uids)",
+  ],
+  [
     "SANDBOX_WARM_AGENTS",
     "process sandboxes: built-in agents kept started ahead of need, so that a start does not wait for one to boot (default 2; 0: none)",
   ],
@@ -199,6 +225,33 @@ export const ENV_DOC: readonly [string, string][] = [
   ["MAX_CONNECTIONS", "open connections per listener, HTTP and gRPC each (default 10000)"],
   ["REQUEST_TIMEOUT_MS", "time for a whole HTTP request, headers and body, to arrive (default 30000)"],
   ["HEADERS_TIMEOUT_MS", "time for an HTTP request's headers to arrive (default 10000)"],
+  ["MAX_SECRETS_PER_USER", "custom secrets a user may store; one more is refused with 409 (default 500)"],
+  [
+    "MAX_USER_DATA_BYTES",
+    "size of a user's stored settings, provider tokens and custom secrets together; a write beyond is refused with 409 (default 1048576)",
+  ],
+  [
+    "USER_DATA_WRITES_PER_SECOND",
+    "changes of one user's settings and secrets per second (burst twice that); beyond, 429 (default 10; 0 disables)",
+  ],
+  [
+    "MAX_EVENTS_PER_CONVERSATION",
+    "events stored per conversation; a webhook batch beyond is refused with 409 (default 50000)",
+  ],
+  [
+    "WEBHOOK_EVENTS_PER_SECOND",
+    "events a sandbox may post per second, sustained; beyond, 429 (default 200; 0 disables)",
+  ],
+  ["WEBHOOK_EVENTS_BURST", "events a sandbox may post at once above its rate (default 5000)"],
+  [
+    "ADMIN_PORT",
+    "serve /metrics, /docs and /openapi.json on this port only, off PORT (default: unset, they are on PORT and /metrics there wants an API key or METRICS_TOKEN)",
+  ],
+  ["ADMIN_HOST", "interface of the ADMIN_PORT listener (default 127.0.0.1)"],
+  [
+    "METRICS_TOKEN",
+    "bearer token for /metrics (Authorization: Bearer ...), at least 16 characters; on ADMIN_PORT the only way in when set (default none)",
+  ],
   [
     "WEBHOOK_MAX_BODY_BYTES",
     "largest event batch an agent server may post to its webhook (default 33554432: 32 MiB)",
@@ -342,6 +395,10 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     problems.push(...err.problems);
     web = loadWebConfig({}, host, cwd, (msg) => new ConfigError(msg));
   }
+  const metricsToken = env.METRICS_TOKEN?.trim() || undefined;
+  if (metricsToken !== undefined && (metricsToken.length < 16 || /\s/.test(metricsToken)))
+    fail("METRICS_TOKEN must be at least 16 characters without spaces");
+  const adminPort = env.ADMIN_PORT === undefined || env.ADMIN_PORT === "" ? undefined : port("ADMIN_PORT", 0);
   const config: Config = {
     host,
     port: httpPort,
@@ -408,6 +465,21 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     }),
     sandboxRoot: resolve(cwd, env.SANDBOX_ROOT || resolve(dataDir, "sandboxes")),
     workers: int("WORKERS", 1, 1, 64),
+    sandboxUidLockDir: resolve(cwd, env.SANDBOX_UID_LOCK_DIR || "/var/lib/agent-workspace/sandbox-uids"),
+    quotas: Object.freeze({
+      userData: Object.freeze({
+        maxSecrets: int("MAX_SECRETS_PER_USER", 500, 1, 1_000_000),
+        maxBytes: int("MAX_USER_DATA_BYTES", 1024 * 1024, 16 * 1024, 1024 * 1024 * 1024),
+        writesPerSecond: int("USER_DATA_WRITES_PER_SECOND", 10, 0, 1_000_000),
+        writesBurst: 2 * int("USER_DATA_WRITES_PER_SECOND", 10, 0, 1_000_000) || 1,
+      }),
+      events: Object.freeze({
+        maxPerConversation: int("MAX_EVENTS_PER_CONVERSATION", 50_000, 100, 100_000_000),
+        perSecond: int("WEBHOOK_EVENTS_PER_SECOND", 200, 0, 10_000_000),
+        burst: int("WEBHOOK_EVENTS_BURST", 5_000, 1000, 100_000_000),
+      }),
+    }),
+    admin: Object.freeze({ port: adminPort, host: env.ADMIN_HOST?.trim() || "127.0.0.1", metricsToken }),
   };
   if (problems.length > 0) throw new ConfigError(problems);
   return Object.freeze(config);

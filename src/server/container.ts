@@ -24,7 +24,7 @@ import {
   AppConversationService,
   type AppConversationServiceOptions,
 } from "../services/conversations/app-conversation-service.ts";
-import { EventService } from "../services/events/event-service.ts";
+import { DEFAULT_EVENT_LIMITS, type EventLimits, EventService } from "../services/events/event-service.ts";
 import { GitService } from "../services/git/git-service.ts";
 import { ProviderHostPolicy } from "../services/git/provider-host.ts";
 import { ApiKeyService, DEFAULT_USER } from "../services/keys/api-key-service.ts";
@@ -32,7 +32,7 @@ import { SandboxService } from "../services/sandboxes/sandbox-service.ts";
 import { type SandboxSpec, SandboxSpecService } from "../services/sandboxes/sandbox-spec-service.ts";
 import { SecretsService } from "../services/secrets/secrets-service.ts";
 import { SettingsService } from "../services/settings/settings-service.ts";
-import { UserDataStore } from "../services/user-data-store.ts";
+import { DEFAULT_USER_DATA_LIMITS, type UserDataLimits, UserDataStore } from "../services/user-data-store.ts";
 import { type Admission, type Admit, type Authenticate, createAdmission } from "../transport/admission.ts";
 import { BrowserSessions, type KeyOf } from "../transport/browser-session.ts";
 import type { TransportLimits } from "../transport/limits.ts";
@@ -78,6 +78,8 @@ export interface ContainerDeps {
   webhookBaseUrl: () => string | undefined;
   /** Service warnings (e.g. a conversation start that failed). */
   log: (msg: string, data?: Record<string, unknown>) => void;
+  /** What one user may store and what sandboxes may post (default: DEFAULT_QUOTAS; docs/quotas.md). */
+  quotas?: Quotas;
   /** Browser sign-in: allowed origins, proxy trust, session lifetime, single-user mode. */
   web: {
     corsOrigins?: readonly string[];
@@ -98,6 +100,8 @@ export interface GitDeps {
 
 export interface Container {
   storage: Storage;
+  /** Whether a user may write its settings and secrets now (its write rate; refused REST writes skip the body). */
+  canWriteUserData: (userId: string) => boolean;
   /** The store's change log as this server follows it (watches). */
   changes: ChangeFeed;
   metrics: Metrics;
@@ -124,6 +128,17 @@ export interface Container {
   streams: StreamLimits;
 }
 
+/** What one user may store and what sandboxes may post (docs/quotas.md). */
+export interface Quotas {
+  userData: UserDataLimits;
+  events: EventLimits;
+}
+
+export const DEFAULT_QUOTAS: Quotas = Object.freeze({
+  userData: DEFAULT_USER_DATA_LIMITS,
+  events: DEFAULT_EVENT_LIMITS,
+});
+
 /** Builds the services on the given storage and runtime: no transports, no globals, no environment reads. */
 export function createContainer(deps: ContainerDeps): Container {
   const metrics = new Metrics();
@@ -132,7 +147,8 @@ export function createContainer(deps: ContainerDeps): Container {
   const pageTokens = new PageTokens(box.derive("page-tokens"));
   const keys = new ApiKeyService(storage.apiKeys, { cacheTtlMs: deps.limits.keyRecheckMs });
   const limiter = new RateLimiter(deps.rateLimit.perSecond, deps.rateLimit.burst);
-  const store = new UserDataStore(storage.userData);
+  const quotas = deps.quotas ?? DEFAULT_QUOTAS;
+  const store = new UserDataStore(storage.userData, quotas.userData);
   const changes = new ChangeFeed(storage.changes, { log: deps.log });
   // Names this server in start task leases: host, process, and a random part (a pid may be reused).
   const leaseOwner = `${hostname()}:${process.pid}:${randomBytes(4).toString("hex")}`;
@@ -185,6 +201,8 @@ export function createContainer(deps: ContainerDeps): Container {
   });
   const events = new EventService({
     events: storage.events,
+    pendingStart: (ownerId, conversationId) => storage.startTasks.findPending(ownerId, conversationId),
+    limits: quotas.events,
     sandboxes: { get: (id) => storage.sandboxes.get(id), sessionKey: (r) => sandboxes.sessionKey(r) },
     conversations: {
       get: (id, ownerId) => conversations.getRecord(id, ownerId),
@@ -248,6 +266,7 @@ export function createContainer(deps: ContainerDeps): Container {
 
   return {
     storage,
+    canWriteUserData: (userId) => store.canWrite(userId),
     changes,
     metrics,
     keys,

@@ -1,3 +1,5 @@
+import { timingSafeEqual } from "node:crypto";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import { createRequire } from "node:module";
 import Fastify, {
   type FastifyInstance,
@@ -21,6 +23,7 @@ import { v1ConversationRoutes } from "../rest/v1-conversation-routes.ts";
 import { v1SandboxRoutes } from "../rest/v1-sandbox-routes.ts";
 import { connectPlugin } from "../rpc/connect-plugin.ts";
 import { nodeHeaders } from "../transport/browser-session.ts";
+import { ConnectionGuard } from "../transport/connection-guard.ts";
 import { INTERNAL_MESSAGE } from "../transport/errors.ts";
 import { DEFAULT_LIMITS, type TransportLimits } from "../transport/limits.ts";
 import type { Container } from "./container.ts";
@@ -43,6 +46,18 @@ export interface HttpServerOptions {
   shutdownTimeoutMs: number;
   /** Browser-facing options: web UI folder, CORS origins, /api/options lists. */
   web: { uiDir?: string | undefined; corsOrigins?: readonly string[]; options?: OptionsLists };
+  /** Where /metrics, /docs and /openapi.json are served, and who may read /metrics. */
+  admin?: AdminOptions;
+}
+
+export interface AdminOptions {
+  /**
+   * Whether /metrics, /docs and /openapi.json are on the HTTP port (default true). False when an admin listener
+   * of their own serves them (ADMIN_PORT, {@link createAdminServer}): the HTTP port answers 404 for them.
+   */
+  onPublicPort?: boolean;
+  /** A bearer token /metrics accepts (METRICS_TOKEN); on the HTTP port an API key is accepted too. */
+  metricsToken?: string | undefined;
 }
 
 /** The REST routes, in registration order. */
@@ -83,7 +98,16 @@ export async function createHttpServer(
       connectionsCheckingInterval: TIMEOUT_CHECK_MS,
     },
   });
-  http.server.maxConnections = limits.maxConnections;
+  // Connections without a request head within the header timeout are closed (Node times out only connections
+  // that have begun a request), and at MAX_CONNECTIONS the longest idle one makes room for a new client.
+  const connections = new ConnectionGuard({
+    maxConnections: limits.maxConnections,
+    firstRequestTimeoutMs: headersTimeout,
+  });
+  connections.attach(http.server);
+  http.server.on("request", (req: IncomingMessage, res: ServerResponse) => {
+    res.once("close", connections.begin(req.socket));
+  });
   http.setErrorHandler((err, req, reply) => {
     const client = frameworkError(err, limits.maxMessageBytes);
     if (client !== null) return reply.code(client.status).send(client.body);
@@ -139,9 +163,6 @@ export async function createHttpServer(
       .code(ready ? 200 : 503)
       .send({ status: ready ? "ready" : "not ready", storage: storageState, runtime: runtimeState });
   });
-  http.get("/metrics", async (_req, reply) =>
-    reply.header("content-type", metrics.registry.contentType).send(await metrics.registry.metrics()),
-  );
   http.get("/server_info", async () => ({
     name: "agent-workspace-service",
     version: VERSION,
@@ -149,9 +170,6 @@ export async function createHttpServer(
     storage: options.storageKind,
     runtime: runtime.kind,
   }));
-
-  // OpenAPI 3.1 from the route table (request models + proto responses), and Swagger UI at /docs.
-  registerDocs(http, () => buildOpenApi(REST_ROUTES, { title: "Agent Workspace Service", version: VERSION }));
 
   const { events } = container.services;
   // The agent servers' webhooks (OH_WEBHOOKS_0_BASE_URL = <service>/api/v1/webhooks/<sandbox id>).
@@ -177,6 +195,7 @@ export async function createHttpServer(
       callbacks,
       bindings: container.bindings,
       admission: container.admission,
+      canWriteUserData: container.canWriteUserData,
       maxBodyBytes: limits.maxMessageBytes,
       keyOf: container.keyOf,
     }),
@@ -190,6 +209,13 @@ export async function createHttpServer(
     return caller;
   };
   await http.register(optionsRoutes({ ...web.options, caller: requestCaller }));
+  if (options.admin?.onPublicPort ?? true) {
+    // On the port every client (sandboxes included) reaches, /metrics wants the token or an API key.
+    const token = options.admin?.metricsToken;
+    registerAdminRoutes(http, container, async (req) =>
+      token !== undefined && bearerIs(req, token) ? true : (await requestCaller(req)) !== null,
+    );
+  }
   if (web.uiDir !== undefined) {
     spa = await registerUi(http, {
       root: web.uiDir,
@@ -215,6 +241,49 @@ export async function createHttpServer(
     }),
   );
   return http;
+}
+
+/**
+ * The admin listener (ADMIN_PORT): /metrics, /docs and /openapi.json on a port of their own, so the HTTP port need
+ * not serve them. /metrics wants `Authorization: Bearer <metricsToken>` when a token is set, else it is open to
+ * whoever reaches this listener (ADMIN_HOST, loopback by default).
+ */
+export async function createAdminServer(
+  container: Container,
+  options: { logger: FastifyServerOptions["logger"]; metricsToken?: string | undefined },
+): Promise<FastifyInstance> {
+  const admin = Fastify({ logger: options.logger ?? false, forceCloseConnections: true });
+  const token = options.metricsToken;
+  registerAdminRoutes(admin, container, async (req) => token === undefined || bearerIs(req, token));
+  admin.setNotFoundHandler((_req, reply) => reply.code(404).headers(NO_CACHE).send({ detail: "Not Found" }));
+  return admin;
+}
+
+/** /metrics (when `allowed` says so, else 401) and the API's documents (OpenAPI 3.1, Swagger UI at /docs). */
+function registerAdminRoutes(
+  app: FastifyInstance,
+  container: Container,
+  allowed: (req: FastifyRequest) => Promise<boolean>,
+): void {
+  const { registry } = container.metrics;
+  app.get("/metrics", async (req, reply) => {
+    if (!(await allowed(req)))
+      return reply
+        .code(401)
+        .headers({ ...NO_CACHE, "www-authenticate": "Bearer" })
+        .send({ detail: "Unauthorized" });
+    return reply.header("content-type", registry.contentType).send(await registry.metrics());
+  });
+  registerDocs(app, () => buildOpenApi(REST_ROUTES, { title: "Agent Workspace Service", version: VERSION }));
+}
+
+/** Whether the request carries `Authorization: Bearer <token>` (compared in constant time). */
+function bearerIs(req: FastifyRequest, token: string): boolean {
+  const header = req.headers.authorization;
+  if (typeof header !== "string" || !header.startsWith("Bearer ")) return false;
+  const given = Buffer.from(header.slice(7).trim());
+  const want = Buffer.from(token);
+  return given.length === want.length && timingSafeEqual(given, want);
 }
 
 /**

@@ -68,6 +68,8 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     leaseMs: config.leaseMs,
     sandboxStartTimeoutMs: config.sandboxStartTimeoutMs,
     conversations: { localRepositoryRoots: config.localRepositoryRoots },
+    admin: config.admin,
+    quotas: config.quotas,
     ...(config.webhookBaseUrl === undefined ? {} : { webhookBaseUrl: config.webhookBaseUrl }),
   });
   const log = app.http.log;
@@ -98,7 +100,7 @@ export async function serve(config: Readonly<Config>): Promise<void> {
   if (keyCreated) log.info({ file: config.encryptionKeyFile }, "created encryption key file (mode 0600)");
   // SESSION_API_KEY is stored before listening (it works from the first request); a generated key only after.
   if (config.sessionApiKey !== undefined) await app.keys.bootstrap(config.sessionApiKey);
-  let ports: { port: number; grpcPort: number };
+  let ports: { port: number; grpcPort: number; adminPort?: number };
   try {
     ports = await app.listen(config.host, config.port, config.grpcPort);
   } catch (err) {
@@ -121,6 +123,7 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     {
       http: `http://${config.host}:${ports.port}`,
       grpc: `${config.host}:${ports.grpcPort}`,
+      ...(ports.adminPort === undefined ? {} : { admin: `http://${config.admin.host}:${ports.adminPort}` }),
       storage: storage.kind,
     },
     "agent workspace service listening",
@@ -186,6 +189,7 @@ async function openRuntime(
     isolation: config.sandboxIsolation,
     ...(process.env.PATH ? { searchPath: process.env.PATH } : {}),
     uidBase: config.sandboxUidBase,
+    uidLockDir: config.sandboxUidLockDir,
     warmAgents: config.sandboxWarmAgents,
     readOnlyPaths: config.localRepositoryRoots,
     limits: {

@@ -1,4 +1,5 @@
-import { sep } from "node:path";
+import { realpathSync } from "node:fs";
+import { join, sep } from "node:path";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { NO_CACHE } from "../rest/rest-gateway.ts";
 
@@ -22,6 +23,23 @@ export interface UiOptions {
   signInPath: string;
 }
 
+/** The route @fastify/static serves files on. */
+const STATIC_ROUTE = "/*";
+
+/**
+ * Whether `path` (under `root`, itself a real path) resolves inside `root` once symbolic links are followed. A
+ * path that does not exist is let through: nothing is served for it.
+ */
+function insideRoot(root: string, path: string): boolean {
+  let real: string;
+  try {
+    real = realpathSync(join(root, path));
+  } catch {
+    return true;
+  }
+  return real === root || real.startsWith(`${root}${sep}`);
+}
+
 /** Whether a GET of this path falls back to the SPA's index.html (a client-side route, not a file or the API). */
 export function isSpaRoute(path: string): boolean {
   if (SERVICE_PATHS.has(path) || SERVICE_PREFIXES.some((p) => path.startsWith(p))) return false;
@@ -41,12 +59,18 @@ export async function registerUi(
   options: UiOptions,
 ): Promise<(req: FastifyRequest, reply: FastifyReply) => Promise<FastifyReply> | undefined> {
   const { default: fastifyStatic } = await import("@fastify/static");
+  const root = realpathSync(options.root);
   await http.register(fastifyStatic, {
-    root: options.root,
+    root,
     prefix: "/",
     index: false,
     dotfiles: "ignore",
     cacheControl: false,
+    // HTML pages are the app's entries, served by `app` below behind sign-in, never by the static route; and no
+    // file is served from outside UI_DIR through a symbolic link in it.
+    allowedPath: (path, _root, req) =>
+      !(req.routeOptions.url === STATIC_ROUTE && path.toLowerCase().endsWith(".html")) &&
+      insideRoot(root, path),
     setHeaders: (reply, path) => {
       if (path.includes(`${sep}assets${sep}`)) void reply.header("cache-control", IMMUTABLE);
       else if (path.endsWith(`${sep}index.html`)) void reply.header("cache-control", REVALIDATE);
@@ -61,6 +85,7 @@ export async function registerUi(
     return reply.header("cache-control", REVALIDATE).sendFile("index.html");
   };
   http.get("/", app);
+  http.get("/index.html", app);
   /** The not-found handler's SPA part: undefined when the request is not a client-side route. */
   return (req, reply) => {
     if (req.method !== "GET" && req.method !== "HEAD") return undefined;

@@ -1,8 +1,32 @@
 import { Code, ConnectError } from "@connectrpc/connect";
+import { failedPrecondition } from "../core/errors.ts";
 import { cloneJson } from "../core/json-clone.ts";
+import { RateLimiter } from "../core/rate-limiter.ts";
 import type { UserData, UserDataRepository, Versioned } from "../ports/user-data-repository.ts";
 
 const EMPTY: UserData = { settings: null, providerTokens: {}, customSecrets: {} };
+
+/** What one user may store (docs/quotas.md). */
+export interface UserDataLimits {
+  /** Custom secrets per user. */
+  readonly maxSecrets: number;
+  /** The user's whole document (settings, provider tokens, custom secrets; sealed values), as stored JSON. */
+  readonly maxBytes: number;
+  /** Writes of one user's document per second, sustained (0: no limit); beyond, RESOURCE_EXHAUSTED. */
+  readonly writesPerSecond: number;
+  /** Writes of one user's document at once above that rate. */
+  readonly writesBurst: number;
+}
+
+/** The message of a write beyond the user's write rate (RESOURCE_EXHAUSTED). */
+export const TOO_MANY_WRITES = "Too many changes to this user's settings and secrets; try again";
+
+export const DEFAULT_USER_DATA_LIMITS: UserDataLimits = Object.freeze({
+  maxSecrets: 500,
+  maxBytes: 1024 * 1024,
+  writesPerSecond: 10,
+  writesBurst: 20,
+});
 
 /**
  * Read-modify-write of a user's document with optimistic concurrency: the mutation is re-run on a fresh copy
@@ -10,9 +34,25 @@ const EMPTY: UserData = { settings: null, providerTokens: {}, customSecrets: {} 
  */
 export class UserDataStore {
   readonly #repo: UserDataRepository;
+  readonly #limits: UserDataLimits;
+  readonly #writes: RateLimiter;
+  /** The write of each user in progress on this server (the next one waits for it). */
+  readonly #writing = new Map<string, Promise<unknown>>();
 
-  constructor(repo: UserDataRepository) {
+  constructor(repo: UserDataRepository, limits: UserDataLimits = DEFAULT_USER_DATA_LIMITS) {
     this.#repo = repo;
+    this.#limits = limits;
+    this.#writes = new RateLimiter(limits.writesPerSecond, limits.writesBurst);
+  }
+
+  /** Whether a write of this user would be within its write rate now (see mutate; takes nothing). */
+  canWrite(userId: string): boolean {
+    return this.#writes.has(userId);
+  }
+
+  /** The limits writes are held to. */
+  get limits(): UserDataLimits {
+    return this.#limits;
   }
 
   /** See UserDataRepository.changeToken. */
@@ -26,18 +66,69 @@ export class UserDataStore {
 
   /**
    * Applies `mutate` to a copy of the current document and stores the result. `mutate` may throw (nothing is
-   * stored) or return the value to pass back to the caller. ABORTED after too many conflicting writers.
+   * stored) or return the value to pass back to the caller. ABORTED after too many conflicting writers;
+   * FAILED_PRECONDITION (nothing stored) when the result would hold more custom secrets than the limit, or be
+   * larger than the size limit, and more or larger than before (a document above a limit, e.g. one stored before
+   * the limit was lowered, can still shrink). RESOURCE_EXHAUSTED beyond the user's write rate.
+   *
+   * A write reads, parses, changes and serializes the user's whole document on the event loop every user shares:
+   * one user's writes are therefore held to a rate of their own, and run one after another on this server (two at
+   * once would only conflict and redo the work), so that they cannot take the loop from other users' reads.
    */
-  async mutate<R>(userId: string, mutate: (data: UserData) => R | Promise<R>): Promise<R> {
+  mutate<R>(userId: string, mutate: (data: UserData) => R | Promise<R>): Promise<R> {
+    this.#writes.take(
+      userId,
+      1,
+      undefined,
+      "Too many changes to this user's settings and secrets; try again",
+    );
+    const before = this.#writing.get(userId);
+    const run =
+      before === undefined
+        ? this.#mutate(userId, mutate)
+        : before.then(
+            () => this.#mutate(userId, mutate),
+            () => this.#mutate(userId, mutate),
+          );
+    const settled = run.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.#writing.set(userId, settled);
+    void settled.then(() => {
+      if (this.#writing.get(userId) === settled) this.#writing.delete(userId);
+    });
+    return run;
+  }
+
+  async #mutate<R>(userId: string, mutate: (data: UserData) => R | Promise<R>): Promise<R> {
     for (let attempt = 0; attempt < 50; attempt++) {
       // The read for update is our own copy: the mutation edits it in place.
       const current = await this.#repo.get(userId, { forUpdate: true });
       const draft = current?.value ?? cloneJson(EMPTY);
+      const secretsBefore = Object.keys(draft.customSecrets).length;
       const returned = mutate(draft);
       const result = returned instanceof Promise ? await returned : returned;
+      await this.#checkLimits(userId, draft, secretsBefore);
       if (await this.#repo.compareAndSet(userId, current?.version ?? 0, draft)) return result;
       await new Promise((r) => setTimeout(r, Math.random() * Math.min(50, 2 ** attempt)));
     }
     throw new ConnectError("too many concurrent updates, try again", Code.Aborted);
+  }
+
+  async #checkLimits(userId: string, next: UserData, secretsBefore: number): Promise<void> {
+    const { maxSecrets, maxBytes } = this.#limits;
+    const secrets = Object.keys(next.customSecrets).length;
+    if (secrets > maxSecrets && secrets > secretsBefore)
+      throw failedPrecondition(`A user may store at most ${maxSecrets} custom secrets`);
+    const bytes = Buffer.byteLength(JSON.stringify(next));
+    if (bytes <= maxBytes) return;
+    // Above the bound: allowed only when it shrinks what is stored (read again: the draft was edited in place).
+    const stored = await this.#repo.get(userId);
+    const before = stored === null ? 0 : Buffer.byteLength(JSON.stringify(stored.value));
+    if (bytes > before)
+      throw failedPrecondition(
+        `A user's settings and secrets may take at most ${maxBytes} bytes stored; this change would make ${bytes}`,
+      );
   }
 }

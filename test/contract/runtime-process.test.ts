@@ -9,6 +9,7 @@ import {
   readlinkSync,
   rmSync,
   statSync,
+  utimesSync,
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
@@ -341,7 +342,12 @@ describe("warm agents", () => {
   const base = mkdtempSync(join(tmpdir(), "runtime-warm-agents-"));
   const made: ProcessRuntime[] = [];
   const make = (dir: string, warmAgents: number): ProcessRuntime => {
-    const r = createProcessRuntime({ workspaceRoot: join(base, dir), stopGraceMs: 500, warmAgents });
+    const r = createProcessRuntime({
+      workspaceRoot: join(base, dir),
+      stopGraceMs: 500,
+      warmAgents,
+      uidLockDir: claims,
+    });
     made.push(r);
     return r;
   };
@@ -372,10 +378,12 @@ describe("warm agents", () => {
    * Another server: a Node process with a runtime on `root` keeping `warmAgents` agents warm, once all are started.
    * Ending its stdin removes everything it started and ends it; killing it is a server that dies.
    */
+  /** The host-wide uid claims of these tests' servers (their own folder, not the host's). */
+  const claims = join(base, "uid-claims");
   const warmServer = async (root: string, warmAgents: number): Promise<ChildProcess> => {
     const script = [
       `import { createProcessRuntime } from ${JSON.stringify(join(process.cwd(), "src/sandbox/process/process-runtime.ts"))};`,
-      `const r = createProcessRuntime({ workspaceRoot: ${JSON.stringify(root)}, warmAgents: ${warmAgents} });`,
+      `const r = createProcessRuntime({ workspaceRoot: ${JSON.stringify(root)}, warmAgents: ${warmAgents}, uidLockDir: ${JSON.stringify(claims)} });`,
       `const t = setInterval(() => { if (r.warmReady() === ${warmAgents}) { clearInterval(t); console.log('ready'); } }, 10);`,
       "process.stdin.resume(); process.stdin.on('end', async () => { await r.killAll(); process.exit(0); });",
     ].join("\n");
@@ -512,17 +520,23 @@ describe("warm agents", () => {
 
   const isolatedAsRoot = process.getuid?.() === 0 && spawnSync("bwrap", ["--version"]).error === undefined;
   it.skipIf(!isolatedAsRoot)(
-    "as root, servers sharing a root never hand out one uid twice (claims in .uids/); removal gives a uid back",
+    "as root, servers on one host never hand out one uid twice (host-wide claims), one DATA_DIR or several; removal gives a uid back",
     async () => {
       const root = join(base, "uids");
-      // Three servers start together, as WORKERS or replicas on one DATA_DIR do, each filling its warm pool.
-      const servers = await Promise.all([0, 1, 2].map(() => warmServer(root, 4)));
-      const folders = readdirSync(root).filter((name) => name.startsWith("ws-"));
-      expect(folders).toHaveLength(12);
-      const uids = folders.map((folder) => statSync(join(root, folder)).uid);
-      expect(new Set(uids).size).toBe(12);
-      folders.forEach((folder, i) => {
-        expect(readFileSync(join(root, ".uids", String(uids[i])), "utf8")).toBe(folder);
+      // Three servers start together, as WORKERS or replicas on one DATA_DIR do, each filling its warm pool, and
+      // two more on DATA_DIRs of their own.
+      const others = [join(base, "uids-other-a"), join(base, "uids-other-b")];
+      const servers = await Promise.all([root, root, root, ...others].map((r) => warmServer(r, 4)));
+      const workspaces = [root, ...others].flatMap((r) =>
+        readdirSync(r)
+          .filter((name) => name.startsWith("ws-"))
+          .map((name) => join(r, name)),
+      );
+      expect(workspaces).toHaveLength(20);
+      const uids = workspaces.map((w) => statSync(w).uid);
+      expect(new Set(uids).size).toBe(20);
+      workspaces.forEach((w, i) => {
+        expect(readFileSync(join(claims, String(uids[i])), "utf8")).toBe(w);
       });
       await Promise.all(
         servers.map((server) => {
@@ -531,14 +545,24 @@ describe("warm agents", () => {
           return exited;
         }),
       );
-      expect(readdirSync(join(root, ".uids"))).toEqual([]);
+      // Every claim of these servers given back (other tests' runtimes share the claims folder).
+      const ours = readdirSync(claims).filter((name) =>
+        [root, ...others].some((r) => readFileSync(join(claims, name), "utf8").startsWith(`${r}/`)),
+      );
+      expect(ours).toEqual([]);
+      // A crash's leftover claim (its workspace gone, older than a minute) is taken over.
+      const taken = new Set(readdirSync(claims).map(Number));
+      const lowest = Math.min(...uids.filter((u) => !taken.has(u)));
+      writeFileSync(join(claims, String(lowest)), join(base, "gone", "ws-x"));
+      const old = new Date(Date.now() - 120_000);
+      utimesSync(join(claims, String(lowest)), old, old);
       // The lowest free uid again: given back by the removal.
       const runtime = make("uids", 0);
       const first = await runtime.start({ sandboxId: "uid-again", spec: spec([]), sessionApiKey: key });
       const uid = (first.data as { uid?: number }).uid;
-      expect(uid).toBe(Math.min(...uids));
+      expect(uid).toBe(lowest);
       await runtime.remove(first);
-      expect(existsSync(join(root, ".uids", String(uid)))).toBe(false);
+      expect(existsSync(join(claims, String(uid)))).toBe(false);
     },
   );
 

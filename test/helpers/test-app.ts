@@ -7,6 +7,7 @@ import type { SandboxRuntime } from "../../src/ports/sandbox-runtime.ts";
 import type { Storage } from "../../src/ports/storage.ts";
 import { createProcessRuntime, type ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { type App, type AppDeps, buildApp } from "../../src/server/app.ts";
+import { DEFAULT_QUOTAS } from "../../src/server/container.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
 import type { SandboxSpec } from "../../src/services/sandboxes/sandbox-spec-service.ts";
 import { createSqliteStorage } from "../../src/storage/sqlite/sqlite-storage.ts";
@@ -17,6 +18,8 @@ export interface TestApp {
   /** http://127.0.0.1:PORT */
   url: string;
   grpcAddress: string;
+  /** The admin listener's http://127.0.0.1:PORT, when the app has one (options.admin.port). */
+  adminUrl?: string;
   storage: Storage;
   /** The runtime (a process runtime under dir unless one was given). */
   runtime: SandboxRuntime;
@@ -65,6 +68,10 @@ export interface TestAppOptions {
    * answering each call with a final message), since no test may reach outside this machine.
    */
   llmBaseUrl?: string;
+  /** /metrics, /docs, /openapi.json: an admin listener of their own (port 0: any free one), a metrics token. */
+  admin?: AppDeps["admin"];
+  /** What one user may store and what sandboxes may post. */
+  quotas?: AppDeps["quotas"];
 }
 
 /** A real server on free loopback ports over a SQLite file in a temporary folder. */
@@ -90,6 +97,12 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     ...(options.git ? { git: options.git } : {}),
     ...(options.limits ? { limits: options.limits } : {}),
     ...(options.agent ? { agent: options.agent } : {}),
+    ...(options.admin ? { admin: options.admin } : {}),
+    // As the per-key rate, one user's write rate is off unless a test asks for it.
+    quotas: options.quotas ?? {
+      ...DEFAULT_QUOTAS,
+      userData: { ...DEFAULT_QUOTAS.userData, writesPerSecond: 0 },
+    },
   });
   const ports = await app.listen("127.0.0.1", 0, 0);
   const keys = new Map<string, string>();
@@ -100,6 +113,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     app,
     url: `http://127.0.0.1:${ports.port}`,
     grpcAddress: `127.0.0.1:${ports.grpcPort}`,
+    ...(ports.adminPort === undefined ? {} : { adminUrl: `http://127.0.0.1:${ports.adminPort}` }),
     storage,
     runtime,
     dir,

@@ -1,10 +1,12 @@
 // Bad input on every conversation route, and the OpenAPI schemas of real requests and responses.
 // Shared setup: test/helpers/app-conversations.ts.
 
+import * as grpc from "@grpc/grpc-js";
 import { Ajv2020 } from "ajv/dist/2020.js";
 import addFormats from "ajv-formats";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { newHexId } from "../../src/core/ids.ts";
+import { AppConversationService } from "../../src/gen/workspace/v1/app_conversation_pb.js";
 import {
   api,
   settle,
@@ -12,6 +14,7 @@ import {
   stopConversationApp,
   type Task,
 } from "../helpers/app-conversations.ts";
+import { grpcClient } from "../helpers/rpc-clients.ts";
 import { call, type TestApp } from "../helpers/test-app.ts";
 
 let t: TestApp;
@@ -124,6 +127,23 @@ describe("bad input", () => {
       ],
       ["POST", "/api/v1/app-conversations", { git_provider: "gitea" }, ["body", "git_provider"], "enum"],
       ["POST", "/api/v1/app-conversations", { trigger: "email" }, ["body", "trigger"], "enum"],
+      // Titles: one rule on start and rename (1..200 characters).
+      [
+        "POST",
+        "/api/v1/app-conversations",
+        { title: "t".repeat(200_000) },
+        ["body", "title"],
+        "string_too_long",
+      ],
+      ["POST", "/api/v1/app-conversations", { title: "" }, ["body", "title"], "string_too_short"],
+      ["POST", "/api/v1/app-conversations", { title: "   " }, ["body", "title"], "string_too_short"],
+      [
+        "POST",
+        "/api/v1/app-conversations/stream-start",
+        { title: "t".repeat(201) },
+        ["body", "title"],
+        "string_too_long",
+      ],
       ["POST", "/api/v1/app-conversations", { agent_type: "smart" }, ["body", "agent_type"], "enum"],
       ["POST", "/api/v1/app-conversations", { pr_number: ["x"] }, ["body", "pr_number", 0], "int_parsing"],
       ["POST", "/api/v1/app-conversations", { sandbox_id: 5 }, ["body", "sandbox_id"], "string_type"],
@@ -213,6 +233,27 @@ describe("bad input", () => {
     for (const path of ["/api/v1/app-conversations/search", "/api/v1/app-conversations/start-tasks/count"])
       expect((await api(undefined, "GET", path)).status).toBe(401);
     expect((await api(undefined, "POST", "/api/v1/app-conversations", {})).status).toBe(401);
+  });
+});
+
+describe("titles over gRPC", () => {
+  it("the same rule as REST: a start or rename with a 201-character title is INVALID_ARGUMENT, nothing started", async () => {
+    const key = await t.keyFor("grpc-titles");
+    const g = grpcClient(AppConversationService, t.grpcAddress);
+    try {
+      const long = "t".repeat(201);
+      const start = await g
+        .unary("StartAppConversation", { request: { title: long } }, key)
+        .catch((e: grpc.ServiceError) => e);
+      expect((start as grpc.ServiceError).code).toBe(grpc.status.INVALID_ARGUMENT);
+      const rename = await g
+        .unary("UpdateAppConversation", { id: newHexId(), title: long }, key)
+        .catch((e: grpc.ServiceError) => e);
+      expect((rename as grpc.ServiceError).code).toBe(grpc.status.INVALID_ARGUMENT);
+      expect((await call(t.url, key, "GET", "/api/v1/app-conversations/start-tasks/count")).body).toBe(0);
+    } finally {
+      g.close();
+    }
   });
 });
 

@@ -213,6 +213,10 @@ describe("the cookie authenticates like the header", () => {
         headers: { cookie: signedIn, origin: "http://evil.example" },
       });
       expect(evil.status).toBe(403);
+      // ... and so is one that does not say where it comes from.
+      const unnamed = await fetch(`${t.url}${path}`, { method, headers: { cookie: signedIn } });
+      expect(unnamed.status).toBe(403);
+      expect(await unnamed.json()).toEqual({ detail: "Cross-origin request refused" });
     }
   });
 

@@ -13,6 +13,7 @@ import { toRestError } from "../../src/rest/rest-errors.ts";
 import { connectPlugin } from "../../src/rpc/connect-plugin.ts";
 import { createGrpcServer, type GrpcListener, listenGrpc } from "../../src/rpc/grpc-server.ts";
 import { headerKeyOf } from "../../src/transport/browser-session.ts";
+import { ConnectionGuard } from "../../src/transport/connection-guard.ts";
 import { bind } from "../../src/transport/service-binding.ts";
 import { grpcClient } from "../helpers/rpc-clients.ts";
 import { startTestApp, type TestApp } from "../helpers/test-app.ts";
@@ -145,13 +146,15 @@ describe("internal errors are masked the same way on every protocol", () => {
     );
     await http.listen({ host: "127.0.0.1", port: 0 });
     baseUrl = `http://127.0.0.1:${(http.server.address() as { port: number }).port}`;
+    const guard = new ConnectionGuard({ maxConnections: 100, firstRequestTimeoutMs: 10_000 });
     const server = createGrpcServer({
       bindings: [binding],
       admission,
       maxMessageBytes: 1024,
       onError: (err) => logged.push(err),
+      onCallStart: (peer) => guard.beginPeer(peer),
     });
-    grpcListener = await listenGrpc(server, "127.0.0.1", 0, 100);
+    grpcListener = await listenGrpc(server, "127.0.0.1", 0, guard);
   });
   afterAll(async () => {
     await http.close();

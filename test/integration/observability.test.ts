@@ -129,7 +129,7 @@ describe("metrics, readiness, request ids", () => {
     const g = grpcClient(SettingsService, t.grpcAddress);
     await g.unary("GetSettings", {}, key).catch(() => {});
     g.close();
-    const res = await fetch(`${t.url}/metrics`);
+    const res = await fetch(`${t.url}/metrics`, { headers: { "x-session-api-key": key } });
     expect(res.headers.get("content-type")).toContain("text/plain");
     const text = await res.text();
     expect(text).toMatch(/http_requests_total\{method="GET",route="\/api\/settings",status="404"\} 1/);
@@ -159,7 +159,7 @@ describe("metrics, readiness, request ids", () => {
       if (task?.status === "READY" || task?.status === "ERROR") break;
       await new Promise((res) => setTimeout(res, 25));
     }
-    const text = await (await fetch(`${t.url}/metrics`)).text();
+    const text = await (await fetch(`${t.url}/metrics`, { headers: { "x-session-api-key": key } })).text();
     for (const status of ["WAITING_FOR_SANDBOX", "PREPARING_REPOSITORY", "STARTING_CONVERSATION", "READY"]) {
       expect(text).toMatch(new RegExp(`start_task_transitions_total\\{status="${status}"\\} 1`));
     }
@@ -187,6 +187,52 @@ describe("metrics, readiness, request ids", () => {
     expect(given.headers.get("x-request-id")).toBe("req-abc-123");
     const generated = await fetch(`${t.url}/alive`);
     expect(generated.headers.get("x-request-id")).toBeTruthy();
+  });
+});
+
+describe("/metrics, /docs and /openapi.json: who reads them, on which port", () => {
+  const TOKEN = "metrics-token-0123456789";
+  it("on the HTTP port (default): /metrics wants an API key or the metrics token; the documents are public", async () => {
+    const app = await startTestApp({ admin: { metricsToken: TOKEN } });
+    try {
+      const k = await app.keyFor("reader");
+      const none = await fetch(`${app.url}/metrics`);
+      expect(none.status).toBe(401);
+      expect(await none.json()).toEqual({ detail: "Unauthorized" });
+      const wrong = await fetch(`${app.url}/metrics`, { headers: { authorization: `Bearer ${TOKEN}x` } });
+      expect(wrong.status).toBe(401);
+      expect((await fetch(`${app.url}/metrics`, { headers: { "x-session-api-key": k } })).status).toBe(200);
+      const byToken = await fetch(`${app.url}/metrics`, { headers: { authorization: `Bearer ${TOKEN}` } });
+      expect(byToken.status).toBe(200);
+      expect(await byToken.text()).toContain("http_requests_total");
+      expect((await fetch(`${app.url}/openapi.json`)).status).toBe(200);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it("with an admin port, the HTTP port answers 404 for all three and the admin listener serves them", async () => {
+    const app = await startTestApp({ admin: { port: 0, metricsToken: TOKEN } });
+    try {
+      const k = await app.keyFor("reader");
+      for (const path of ["/metrics", "/openapi.json", "/docs"]) {
+        const r = await fetch(`${app.url}${path}`, { headers: { "x-session-api-key": k } });
+        expect(r.status, path).toBe(404);
+        expect(await r.json()).toEqual({ detail: "Not Found" });
+      }
+      const admin = app.adminUrl ?? "";
+      expect(admin).not.toBe("");
+      expect((await fetch(`${admin}/metrics`)).status).toBe(401); // the token is the way in when set
+      expect((await fetch(`${admin}/metrics`, { headers: { "x-session-api-key": k } })).status).toBe(401);
+      const m = await fetch(`${admin}/metrics`, { headers: { authorization: `Bearer ${TOKEN}` } });
+      expect(m.status).toBe(200);
+      expect(await m.text()).toContain("http_requests_total");
+      expect((await fetch(`${admin}/openapi.json`)).status).toBe(200);
+      expect((await fetch(`${admin}/docs`, { redirect: "follow" })).status).toBe(200);
+      expect((await fetch(`${admin}/api/settings`)).status).toBe(404);
+    } finally {
+      await app.close();
+    }
   });
 });
 
@@ -247,7 +293,11 @@ describe("Connect calls on the HTTP port", () => {
       expect(a.headers.get("x-request-id")).toMatch(/^req-/);
       expect(a.headers.get("x-request-id")).not.toBe(b.headers.get("x-request-id"));
 
-      const text = await (await fetch(`${logged.url}/metrics`)).text();
+      const text = await (
+        await fetch(`${logged.url}/metrics`, {
+          headers: { "x-session-api-key": await logged.keyFor("metrics-reader") },
+        })
+      ).text();
       expect(text).toContain(`http_requests_total{method="POST",route="${path}",status="404"} 1`);
       expect(text).toContain(`http_requests_total{method="POST",route="${path}",status="401"} 2`);
       expect(text).toContain(

@@ -16,7 +16,8 @@ const MiB = 1024 * 1024;
 
 /** The open_streams gauge of a server. */
 async function openStreams(t: TestApp): Promise<number> {
-  const text = await (await fetch(`${t.url}/metrics`)).text();
+  const headers = { "x-session-api-key": await t.keyFor("metrics-reader") };
+  const text = await (await fetch(`${t.url}/metrics`, { headers })).text();
   return Number(/^open_streams (\d+)$/m.exec(text)?.[1] ?? Number.NaN);
 }
 
@@ -230,23 +231,96 @@ describe("slow clients and connections", () => {
     }
   });
 
-  it("caps open connections on the HTTP and the gRPC listener (MAX_CONNECTIONS)", async () => {
+  it("closes a connection that sends nothing within the header timeout, on the HTTP and the gRPC port", async () => {
+    for (const p of [port, grpcPort]) {
+      const ms = await rawSocket(p).closed;
+      expect(ms, String(p)).toBeGreaterThanOrEqual(900);
+      expect(ms, String(p)).toBeLessThan(2_500);
+    }
+  });
+
+  it("closes an HTTP/2 connection with half a preface, or a preface and no stream, within the header timeout", async () => {
+    const half = rawSocket(grpcPort);
+    half.socket.write("PRI * HTTP/2.0\r\n");
+    const whole = rawSocket(grpcPort);
+    // The client preface, then an empty SETTINGS frame (length 0, type 4, flags 0, stream 0): a valid connection.
+    whole.socket.write(
+      Buffer.concat([
+        Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
+        Buffer.from([0, 0, 0, 4, 0, 0, 0, 0, 0]),
+      ]),
+    );
+    for (const c of [half, whole]) {
+      const ms = await c.closed;
+      expect(ms).toBeGreaterThanOrEqual(900);
+      expect(ms).toBeLessThan(2_500);
+    }
+  });
+
+  it("at MAX_CONNECTIONS a new client takes the place of the longest idle connection", async () => {
+    const key = await t.keyFor("after-cap");
     for (const p of [port, grpcPort]) {
       const held = Array.from({ length: 5 }, () => rawSocket(p));
       await Promise.all(held.map((h) => new Promise((resolve) => h.socket.once("connect", resolve))));
       await sleep(100);
-      const extra = rawSocket(p);
-      const ms = await extra.closed; // closed by the server at once
-      expect(ms, String(p)).toBeLessThan(1_000);
+      if (p === port) {
+        expect((await call(t.url, undefined, "GET", "/alive")).status).toBe(200);
+      } else {
+        const g = grpcClient(SettingsService, t.grpcAddress);
+        const err = await g.unary("GetSettings", {}, key).catch((e: grpc.ServiceError) => e);
+        expect((err as grpc.ServiceError).code).toBe(grpc.status.NOT_FOUND); // served
+        g.close();
+      }
+      // The oldest idle connection made room, at once (well before the header timeout).
+      expect(await Promise.race([held[0]?.closed, sleep(500).then(() => -1)]), String(p)).not.toBe(-1);
       for (const h of held) h.socket.destroy();
       await Promise.all(held.map((h) => h.closed));
     }
-    await sleep(100);
-    expect((await call(t.url, undefined, "GET", "/alive")).status).toBe(200);
-    const g = grpcClient(SettingsService, t.grpcAddress);
-    const key = await t.keyFor("after-cap");
-    const err = await g.unary("GetSettings", {}, key).catch((e: grpc.ServiceError) => e);
-    expect((err as grpc.ServiceError).code).toBe(grpc.status.NOT_FOUND); // served again
-    g.close();
+  });
+
+  it("at MAX_CONNECTIONS with a request in flight on every connection, a new one is closed at once", async () => {
+    const key = await t.keyFor("busy");
+    const busy = Array.from({ length: 5 }, () => rawSocket(port));
+    for (const b of busy)
+      b.socket.write(
+        `POST /api/settings HTTP/1.1\r\nhost: x\r\nx-session-api-key: ${key}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{`,
+      );
+    await sleep(200);
+    const extra = rawSocket(port);
+    const ms = await extra.closed;
+    expect(ms).toBeLessThan(500); // well before the request timeout ends the busy ones
+    for (const b of busy) b.socket.destroy();
+    await Promise.all(busy.map((b) => b.closed));
+  });
+});
+
+describe("many idle connections", () => {
+  it("400 idle sockets on each listener (MAX_CONNECTIONS 200) keep no new client out", async () => {
+    const t = await startTestApp({ limits: { maxConnections: 200 } });
+    try {
+      const key = await t.keyFor("crowd");
+      const grpcPort = Number(t.grpcAddress.split(":")[1]);
+      for (const p of [Number(new URL(t.url).port), grpcPort]) {
+        const idle = Array.from({ length: 400 }, () => rawSocket(p));
+        await Promise.all(
+          idle.map((h) => new Promise((resolve) => h.socket.once("connect", resolve).once("close", resolve))),
+        );
+        for (let i = 0; i < 3; i++) {
+          if (p === grpcPort) {
+            const g = grpcClient(SettingsService, t.grpcAddress);
+            const err = await g.unary("GetSettings", {}, key).catch((e: grpc.ServiceError) => e);
+            expect((err as grpc.ServiceError).code, `gRPC client ${i}`).toBe(grpc.status.NOT_FOUND);
+            g.close();
+          } else {
+            const r = await fetch(`${t.url}/alive`, { headers: { connection: "close" } });
+            expect(r.status, `HTTP client ${i}`).toBe(200);
+          }
+        }
+        for (const h of idle) h.socket.destroy();
+        await Promise.all(idle.map((h) => h.closed));
+      }
+    } finally {
+      await t.close();
+    }
   });
 });

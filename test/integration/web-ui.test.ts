@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -25,6 +25,14 @@ beforeAll(async () => {
   writeFileSync(join(ui, "assets", "style-def456.css"), "body{}");
   writeFileSync(join(ui, "favicon.ico"), Buffer.from([0, 0, 1, 0]));
   writeFileSync(join(ui, ".env"), "SECRET=1");
+  writeFileSync(join(ui, "other.html"), INDEX);
+  // Files outside UI_DIR, reachable through symbolic links inside it: a linked folder and a linked file.
+  mkdirSync(join(checkout, "outside"));
+  writeFileSync(join(checkout, "outside", "secret.key"), "KEY");
+  symlinkSync(join(checkout, "outside"), join(ui, "linked"));
+  symlinkSync(join(checkout, "outside", "secret.key"), join(ui, "assets", "key.js"));
+  // A link that stays inside is served.
+  symlinkSync(join(ui, "assets", "app-abc123.js"), join(ui, "assets", "alias-abc123.js"));
   t = await startTestApp({
     web: {
       uiDir: ui,
@@ -103,6 +111,32 @@ describe("UI_DIR", () => {
       body: "{}",
     });
     expect(rpc.status).toBe(401);
+  });
+
+  it("every HTML entry is behind sign-in: /index.html redirects as / does; other pages are never served as files", async () => {
+    for (const path of ["/index.html", "/INDEX.HTML", "/%69ndex.html", "/index.html?x=1"]) {
+      const r = await fetch(`${t.url}${path}`, { redirect: "manual" });
+      expect(r.status, path).not.toBe(200);
+      expect(await r.text(), path).not.toBe(INDEX);
+    }
+    const r = await fetch(`${t.url}/index.html`, { redirect: "manual" });
+    expect(r.status).toBe(302);
+    expect(r.headers.get("location")).toBe(`/sign-in?next=${encodeURIComponent("/index.html")}`);
+    const b = new Browser(t.url);
+    await b.signIn(key);
+    expect((await b.request("GET", "/index.html")).text).toBe(INDEX);
+    expect((await b.request("GET", "/other.html")).status).toBe(404);
+  });
+
+  it("no file is served from outside UI_DIR through a symbolic link", async () => {
+    for (const path of ["/linked/secret.key", "/assets/key.js"]) {
+      const r = await call(t.url, key, "GET", path);
+      expect(r.status, path).toBe(404);
+      expect(r.text, path).not.toContain("KEY");
+    }
+    const inside = await fetch(`${t.url}/assets/alias-abc123.js`);
+    expect(inside.status).toBe(200);
+    expect(await inside.text()).toBe(APP_JS);
   });
 
   it("without UI_DIR, / is the JSON 404 it always was", async () => {

@@ -116,6 +116,20 @@ describe("loadConfig", () => {
     expect(() => loadConfig({ MAX_STREAMS_PER_KEY: "0" }, "/srv")).toThrow(ConfigError);
   });
 
+  it("ADMIN_PORT, ADMIN_HOST and METRICS_TOKEN: off by default, parsed and checked", () => {
+    expect(loadConfig({}, "/srv").admin).toEqual({
+      port: undefined,
+      host: "127.0.0.1",
+      metricsToken: undefined,
+    });
+    expect(
+      loadConfig({ ADMIN_PORT: "9100", ADMIN_HOST: "10.0.0.2", METRICS_TOKEN: "0123456789abcdef" }, "/srv")
+        .admin,
+    ).toEqual({ port: 9100, host: "10.0.0.2", metricsToken: "0123456789abcdef" });
+    expect(() => loadConfig({ ADMIN_PORT: "99999" }, "/srv")).toThrow(/ADMIN_PORT must be a port/);
+    expect(() => loadConfig({ METRICS_TOKEN: "short" }, "/srv")).toThrow(/METRICS_TOKEN must be at least 16/);
+  });
+
   it("MAX_SANDBOXES_PER_USER and SWEEP_INTERVAL_MS are parsed and bounded", () => {
     expect(loadConfig({ MAX_SANDBOXES_PER_USER: "3", SWEEP_INTERVAL_MS: "0" }, "/srv")).toMatchObject({
       maxSandboxesPerUser: 3,

@@ -7,6 +7,8 @@ import {
   constants,
   cpSync,
   existsSync,
+  lchownSync,
+  lstatSync,
   mkdirSync,
   openSync,
   readdirSync,
@@ -18,7 +20,7 @@ import {
   writeFileSync,
 } from "node:fs";
 import type { Server } from "node:net";
-import { dirname, isAbsolute, join, relative, resolve } from "node:path";
+import { basename, dirname, isAbsolute, join, relative, resolve } from "node:path";
 import type { Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import { failedPrecondition } from "../../core/errors.ts";
@@ -94,6 +96,12 @@ export interface ProcessRuntimeOptions {
   /** As root, sandbox n runs as uid/gid `uidBase + n` (default 1,000,000,000), n < `uidCount` (default 65,536). */
   uidBase?: number;
   uidCount?: number;
+  /**
+   * As root: the host-wide folder where a `<uid>` file, naming the workspace it is for, claims each sandbox uid
+   * (default /var/lib/agent-workspace/sandbox-uids). Every server on the host uses the same one, whatever its
+   * DATA_DIR, so two servers never hand out the same uid.
+   */
+  uidLockDir?: string;
   /** More read-only paths every isolated sandbox sees (e.g. an interpreter a custom spec command runs). */
   readOnlyPaths?: readonly string[];
   /**
@@ -227,6 +235,9 @@ interface OwnChild {
 const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 const DEFAULT_UID_BASE = 1_000_000_000;
 const DEFAULT_UID_COUNT = 65_536;
+const DEFAULT_UID_LOCK_DIR = "/var/lib/agent-workspace/sandbox-uids";
+/** A uid claim naming a workspace that does not exist is left over from a crash once this old. */
+const STALE_UID_CLAIM_MS = 60_000;
 /** How long pause/resume wait for the kernel to report the new state of the group leader. */
 const SIGNAL_SETTLE_MS = 200;
 
@@ -358,8 +369,8 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
   if (sweptCgroups > 0) log("cgroups of removed sandboxes removed", { count: sweptCgroups });
   const readOnlyPaths = [process.execPath, ...(options.readOnlyPaths ?? [])];
   const singleUserFile = join(workspaceRoot, ".single-user");
-  /** As root, `<uid>` files claim sandbox uids (see allocateUser). */
-  const uidsDir = join(workspaceRoot, ".uids");
+  /** As root, `<uid>` files claim sandbox uids host-wide (see allocateUser). */
+  const uidsDir = options.uidLockDir ?? DEFAULT_UID_LOCK_DIR;
   /**
    * What the built-in agent reads: its folder, the package.json that makes its modules ES modules, and the two
    * packages its conversations load (the events websocket and the model client), wherever Node resolves them.
@@ -442,21 +453,58 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       );
   };
 
-  /** As root: the uid owning an existing workspace of this id (a sandbox started again), if it is one of ours. */
-  const reusableUser = (workspace: string): SandboxUser | null => {
-    if (!asRoot) return null;
-    try {
-      const { uid, gid } = statSync(workspace);
-      return uid >= uidBase && uid < uidBase + uidCount ? { uid, gid } : null;
-    } catch {
-      return null;
+  /**
+   * Claims `uid` for the workspace at `path` in the host-wide folder: true when the claim file was made for it or
+   * already names it. A claim naming a workspace that no longer exists, older than a minute, is a crash's
+   * leftover and is taken over.
+   */
+  const claimUid = (uid: number, path: string): boolean => {
+    const file = join(uidsDir, String(uid));
+    for (let attempt = 0; attempt < 2; attempt++) {
+      try {
+        writeFileSync(file, path, { flag: "wx", mode: 0o600 });
+        return true;
+      } catch (e: unknown) {
+        if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
+      }
+      try {
+        const owner = readFileSync(file, "utf8");
+        if (owner === path) return true;
+        if (existsSync(owner) || Date.now() - statSync(file).mtimeMs < STALE_UID_CLAIM_MS) return false;
+        rmSync(file, { force: true });
+      } catch {
+        // removed meanwhile: try again
+      }
     }
+    return false;
   };
 
   /**
-   * As root: the lowest uid of the range that owns no workspace yet (the workspaces are the record of uids in use)
-   * and that this call could claim: `.uids/<uid>` is created exclusively, naming `folder`, so that servers sharing
-   * the root (workers, replicas, their warm agents starting together) never hand out the same uid twice.
+   * As root: the uid owning an existing workspace of this id (a sandbox started again), if it is one of ours and
+   * its claim names this workspace (re-made when missing). A uid another server's workspace claims is given up:
+   * the workspace is handed to a newly allocated uid.
+   */
+  const reusableUser = (workspace: string): SandboxUser | null => {
+    if (!asRoot) return null;
+    let owner: SandboxUser;
+    try {
+      const { uid, gid } = statSync(workspace);
+      if (uid < uidBase || uid >= uidBase + uidCount) return null;
+      owner = { uid, gid };
+    } catch {
+      return null;
+    }
+    mkdirSync(uidsDir, { recursive: true, mode: 0o700 });
+    if (claimUid(owner.uid, resolve(workspace))) return owner;
+    const fresh = allocateUser(basename(workspace));
+    chownTree(workspace, fresh.uid, fresh.gid);
+    return fresh;
+  };
+
+  /**
+   * As root: the lowest uid of the range that owns no workspace here and that no server on the host has claimed:
+   * `<uidsDir>/<uid>` is created exclusively, naming the workspace, so that servers on one host (workers,
+   * replicas, servers with other DATA_DIRs, their warm agents starting together) never hand out the same uid.
    */
   const allocateUser = (folder: string): SandboxUser => {
     if (!asRoot) return ownUser;
@@ -470,14 +518,10 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       }
     }
     mkdirSync(uidsDir, { recursive: true, mode: 0o700 });
+    const path = resolve(workspaceRoot, folder);
     for (let uid = uidBase; uid < uidBase + uidCount; uid++) {
       if (used.has(uid)) continue;
-      try {
-        writeFileSync(join(uidsDir, String(uid)), folder, { flag: "wx", mode: 0o600 });
-        return { uid, gid: uid };
-      } catch (e: unknown) {
-        if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
-      }
+      if (claimUid(uid, path)) return { uid, gid: uid };
     }
     throw failedPrecondition(`all ${uidCount} sandbox uids from ${uidBase} are in use`);
   };
@@ -493,7 +537,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     }
     const lock = join(uidsDir, String(uid));
     try {
-      if (readFileSync(lock, "utf8") === folder) rmSync(lock, { force: true });
+      if (readFileSync(lock, "utf8") === resolve(workspaceRoot, folder)) rmSync(lock, { force: true });
     } catch {
       // not claimed through a lock (a workspace made before locks existed)
     }
@@ -822,14 +866,19 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
   };
 
   // uid claims whose workspace is gone (a server died between claiming and removing): given back after a minute,
-  // long after any claim's workspace exists (it is made right after the claim, in the same turn).
+  // long after any claim's workspace exists (it is made right after the claim, in the same turn). Claims name
+  // their workspace by absolute path: those of every server on the host are checked alike.
   if (asRoot) {
     const now = Date.now();
     for (const name of existsSync(uidsDir) ? readdirSync(uidsDir) : []) {
       try {
         const lock = join(uidsDir, name);
-        const folder = readFileSync(lock, "utf8");
-        if (!existsSync(join(workspaceRoot, folder)) && now - statSync(lock).mtimeMs > 60_000)
+        const workspace = readFileSync(lock, "utf8");
+        if (
+          isAbsolute(workspace) &&
+          !existsSync(workspace) &&
+          now - statSync(lock).mtimeMs > STALE_UID_CLAIM_MS
+        )
           rmSync(lock, { force: true });
       } catch {
         // removed meanwhile
@@ -1116,4 +1165,11 @@ async function inheritableListener(
   if (typeof fd === "number" && fd > 2) return { server, port, fd };
   server.close();
   return null;
+}
+
+/** Hands a folder and everything in it (links themselves, not their targets) to uid:gid. */
+function chownTree(path: string, uid: number, gid: number): void {
+  lchownSync(path, uid, gid);
+  if (!lstatSync(path).isDirectory()) return;
+  for (const name of readdirSync(path)) chownTree(join(path, name), uid, gid);
 }

@@ -77,6 +77,7 @@ import {
   type StartFlowTimeouts,
   saveUnsavedEnds,
 } from "./conversation-start.ts";
+import { titleViolation } from "./title.ts";
 import { branchProblem, localRepositoryProblem, repositoryProblem } from "./workspace-commands.ts";
 
 /** The detail of a task whose start was cut off too many times to go on. */
@@ -146,7 +147,6 @@ interface RunningStart {
 }
 
 const TERMINAL = new Set(["READY", "ERROR"]);
-const MAX_TITLE = 200;
 /** Deadline of a delete or rename on the agent server (the reference's). */
 const AGENT_CALL_TIMEOUT_MS = 30_000;
 
@@ -465,26 +465,9 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
     const id = checkId(req.id, "id");
     const patch: { title?: string } = {};
     if (req.title !== undefined) {
-      const title = req.title.trim();
-      if (title.length < 1 || title.length > MAX_TITLE)
-        throw new ValidationError([
-          title.length < 1
-            ? {
-                type: "string_too_short",
-                loc: ["title"],
-                msg: "String should have at least 1 character",
-                input: req.title,
-                ctx: { min_length: 1 },
-              }
-            : {
-                type: "string_too_long",
-                loc: ["title"],
-                msg: `String should have at most ${MAX_TITLE} characters`,
-                input: req.title,
-                ctx: { max_length: MAX_TITLE },
-              },
-        ]);
-      patch.title = title;
+      const problem = titleViolation(req.title, ["title"]);
+      if (problem !== null) throw new ValidationError([problem]);
+      patch.title = req.title.trim();
     }
     if (!(await this.#o.conversations.update(id, userId, { ...patch, updatedAt: this.#clock.now() })))
       throw notFound();
@@ -850,6 +833,8 @@ function checkStartRequest(
     else r[field] = id;
   }
   if (r.sandboxId === "") delete r.sandboxId;
+  const title = r.title === undefined ? null : titleViolation(r.title, ["title"]);
+  if (title !== null) issues.push(title);
   const repoProblem = r.selectedRepository
     ? (repositoryProblem(r.selectedRepository) ??
       (localRoots === undefined ? null : localRepositoryProblem(r.selectedRepository, localRoots)))

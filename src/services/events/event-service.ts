@@ -6,6 +6,7 @@ import { type FieldViolation, notFound, unauthenticated, ValidationError } from 
 import { parseHexId } from "../../core/ids.ts";
 import { uuidViolation } from "../../core/model-formats.ts";
 import type { PageTokens } from "../../core/page-token.ts";
+import { RateLimiter } from "../../core/rate-limiter.ts";
 import {
   type BatchGetEventsRequest,
   type BatchGetEventsResponse,
@@ -22,6 +23,7 @@ import type { ConversationRecord } from "../../ports/conversation-repository.ts"
 import type { EventCursor, EventFilter, EventRecord, EventRepository } from "../../ports/event-repository.ts";
 import type { SandboxRecord } from "../../ports/sandbox-repository.ts";
 import type { ChangeFeed } from "../change-feed.ts";
+import { MAX_TITLE } from "../conversations/title.ts";
 import { checkBatch, readPage } from "../paging.ts";
 import { checkEventBatch, eventFromRecord, eventSource, messageText, timestampUsOf } from "./event-json.ts";
 
@@ -48,14 +50,42 @@ export interface ConversationAccess {
   generateTitle(record: ConversationRecord, maxLength: number): Promise<string | null>;
 }
 
+/** Limits on what sandboxes post (docs/quotas.md). */
+export interface EventLimits {
+  /** Events stored per conversation; a batch beyond is refused whole (FAILED_PRECONDITION, 409). */
+  maxPerConversation: number;
+  /** Events a sandbox may post per second, sustained (0: no limit); beyond, RESOURCE_EXHAUSTED (429). */
+  perSecond: number;
+  /** Events a sandbox may post at once (the bucket's size). */
+  burst: number;
+}
+
+export const DEFAULT_EVENT_LIMITS: EventLimits = Object.freeze({
+  maxPerConversation: 50_000,
+  perSecond: 200,
+  burst: 5_000,
+});
+
 export interface EventServiceOptions {
   events: EventRepository;
+  /**
+   * The owner's unfinished start that planned this conversation id (see StartTaskRepository.findPending): the
+   * agent may post a conversation's first events before its record exists.
+   */
+  pendingStart?: (ownerId: string, conversationId: string) => Promise<PendingStart | null>;
+  limits?: EventLimits;
   sandboxes: SandboxKeys;
   conversations: ConversationAccess;
   tokens: PageTokens;
   /** The store's change feed: new events are published there, and watches follow it (every server's). */
   changes: ChangeFeed;
   log?: (msg: string, data?: Record<string, unknown>) => void;
+}
+
+/** What the webhook needs of a start in flight. */
+export interface PendingStart {
+  status: string;
+  sandboxId: string | null;
 }
 
 /** A verified webhook caller: the sandbox and its owner. */
@@ -88,10 +118,17 @@ export class EventService implements ServiceImpl<typeof EventServiceDesc> {
   readonly #titling = new Map<string, { again: boolean }>();
   /** "<owner>:<conversation>" → the sandbox the conversation lives in (never changes once it exists). */
   readonly #homes = new Map<string, { sandboxId: string; until: number }>();
+  /** "<owner>:<conversation>" → events stored (counted by the store, then kept up here for a while). */
+  readonly #counts = new Map<string, { stored: number; until: number }>();
+  readonly #limits: EventLimits;
+  /** Events per sandbox per second (a token bucket per sandbox, the batch's size its cost). */
+  readonly #rate: RateLimiter;
   readonly #log: (msg: string, data?: Record<string, unknown>) => void;
 
   constructor(options: EventServiceOptions) {
     this.#o = options;
+    this.#limits = options.limits ?? DEFAULT_EVENT_LIMITS;
+    this.#rate = new RateLimiter(this.#limits.perSecond, this.#limits.burst);
     this.#log = options.log ?? (() => {});
   }
 
@@ -215,8 +252,11 @@ export class EventService implements ServiceImpl<typeof EventServiceDesc> {
 
   /**
    * POST /api/v1/webhooks/{sandbox_id}/events/{conversation_id}: stores the events (a JSON array of agent events)
-   * durably before resolving. UNAUTHENTICATED unless `key` is the sandbox's session key; PERMISSION_DENIED when the
-   * conversation belongs to another sandbox; INVALID_ARGUMENT (nothing stored) for malformed events.
+   * durably before resolving. UNAUTHENTICATED unless `key` is the sandbox's session key; INVALID_ARGUMENT (nothing
+   * stored) for malformed events; NOT_FOUND for a conversation that neither exists nor is being started in this
+   * sandbox; PERMISSION_DENIED when the conversation belongs to another sandbox; RESOURCE_EXHAUSTED when the
+   * sandbox posts more events per second than its rate; FAILED_PRECONDITION when the conversation would exceed
+   * its event cap. Refused batches store nothing.
    */
   async receiveEvents(sandboxId: string, key: string | undefined, rawConversationId: string, body: unknown) {
     const sandbox = await this.#verify(sandboxId, key);
@@ -224,6 +264,12 @@ export class EventService implements ServiceImpl<typeof EventServiceDesc> {
     if (conversationId === null)
       throw new ValidationError([uuidViolation(["path", "conversation_id"], rawConversationId)]);
     const events = checkEventBatch(body);
+    this.#rate.take(
+      sandbox.id,
+      events.length,
+      undefined,
+      `Sandbox ${sandbox.id} posts more than ${this.#limits.perSecond} events per second`,
+    );
     const firstUser = events.find((e) => e.kind === "MessageEvent" && e.source === "user");
     const home = `${sandbox.ownerId}:${conversationId}`;
     const now = Date.now();
@@ -243,8 +289,17 @@ export class EventService implements ServiceImpl<typeof EventServiceDesc> {
         this.#homes.set(home, { sandboxId: conversation.sandboxId, until: now + KEY_CACHE_MS });
       }
     }
-    if (homeSandbox !== null && homeSandbox !== sandbox.id)
+    if (homeSandbox === null) homeSandbox = await this.#startingIn(sandbox.ownerId, conversationId);
+    if (homeSandbox === null)
+      throw notFound(`No conversation ${conversationId} exists or is starting in sandbox ${sandbox.id}`);
+    if (homeSandbox !== sandbox.id)
       throw new ConnectError("The conversation belongs to another sandbox", Code.PermissionDenied);
+    const count = await this.#storedCount(home, sandbox.ownerId, conversationId, now);
+    if (count.stored + events.length > this.#limits.maxPerConversation)
+      throw new ConnectError(
+        `Conversation ${conversationId} holds ${count.stored} events; its limit is ${this.#limits.maxPerConversation}`,
+        Code.FailedPrecondition,
+      );
     const records: EventRecord[] = events.map((e) => ({
       ownerId: sandbox.ownerId,
       conversationId,
@@ -254,6 +309,7 @@ export class EventService implements ServiceImpl<typeof EventServiceDesc> {
       body: e.json,
     }));
     const stored = await this.#o.events.append(records);
+    count.stored += stored.length;
     // Logged by the store with the events: wake this server's watches at once.
     if (stored.length > 0) this.#o.changes.poke();
     const firstUserMessage = firstUser && stored.find((r) => r.id === firstUser.id);
@@ -312,6 +368,37 @@ export class EventService implements ServiceImpl<typeof EventServiceDesc> {
   }
 
   // ---- internals ----
+
+  /**
+   * The sandbox a conversation without a record is being started in: that of the owner's unfinished start that
+   * planned its id (not failed), else null. The record is read once more when there is none: the start may have
+   * just finished, creating it.
+   */
+  async #startingIn(ownerId: string, conversationId: string): Promise<string | null> {
+    const pending = (await this.#o.pendingStart?.(ownerId, conversationId)) ?? null;
+    if (pending !== null && pending.status !== "ERROR" && pending.sandboxId !== null)
+      return pending.sandboxId;
+    return (await this.#o.conversations.get(conversationId, ownerId))?.sandboxId ?? null;
+  }
+
+  /** The conversation's stored-event count: from the store, then kept up by this server for a while. */
+  async #storedCount(
+    home: string,
+    ownerId: string,
+    conversationId: string,
+    now: number,
+  ): Promise<{ stored: number; until: number }> {
+    const cached = this.#counts.get(home);
+    if (cached !== undefined && cached.until > now) return cached;
+    const stored = await this.#o.events.count(ownerId, { conversationIdEq: conversationId });
+    if (this.#counts.size >= HOME_CACHE_SIZE) {
+      const oldest = this.#counts.keys().next();
+      if (oldest.done !== true) this.#counts.delete(oldest.value);
+    }
+    const fresh = { stored, until: now + KEY_CACHE_MS };
+    this.#counts.set(home, fresh);
+    return fresh;
+  }
 
   /** The sandbox, when `key` is its session key; UNAUTHENTICATED otherwise (unknown sandbox included). */
   async #verify(sandboxId: string, key: string | undefined): Promise<{ id: string; ownerId: string }> {
@@ -374,7 +461,7 @@ export class EventService implements ServiceImpl<typeof EventServiceDesc> {
     // Only while the title is still the default: a rename that happened meanwhile wins.
     const current = await this.#o.conversations.get(conversationId, ownerId);
     if (current === null || !hasDefaultTitle(current)) return;
-    await this.#o.conversations.setTitle(conversationId, ownerId, title.trim().slice(0, 200));
+    await this.#o.conversations.setTitle(conversationId, ownerId, title.trim().slice(0, MAX_TITLE));
   }
 
   /** The conversation's earliest stored user MessageEvent (looked for among its first 100 messages), or null. */

@@ -60,6 +60,8 @@ function setup(): Setup {
       applyAgentInfo: async () => true,
       generateTitle: async () => s.agentTitle,
     },
+    // Every conversation here is being started in this sandbox (its record comes once the agent has answered).
+    pendingStart: async () => ({ status: "STARTING_CONVERSATION", sandboxId }),
     tokens: testCrypto().tokens,
     log: (msg) => s.logged.push(msg),
   });

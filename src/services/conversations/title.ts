@@ -1,0 +1,29 @@
+import type { FieldViolation } from "../../core/errors.ts";
+
+/** Longest conversation title, in characters after trimming: one rule for start, rename, search and the agent. */
+export const MAX_TITLE = 200;
+
+/**
+ * The violation of a title given by a client (start, rename, title search), or null: 1..MAX_TITLE characters after
+ * trimming, in the FastAPI shapes the REST 422 carries.
+ */
+export function titleViolation(raw: string, loc: (string | number)[]): FieldViolation | null {
+  const length = raw.trim().length;
+  if (length < 1)
+    return {
+      type: "string_too_short",
+      loc,
+      msg: "String should have at least 1 character",
+      input: raw,
+      ctx: { min_length: 1 },
+    };
+  if (length > MAX_TITLE)
+    return {
+      type: "string_too_long",
+      loc,
+      msg: `String should have at most ${MAX_TITLE} characters`,
+      input: raw,
+      ctx: { max_length: MAX_TITLE },
+    };
+  return null;
+}
