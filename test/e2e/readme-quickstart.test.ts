@@ -3,7 +3,8 @@
 // free ports, a fresh DATA_DIR, the default process runtime). Only three lines of the first block are replaced: the
 // BASE and GRPC URLs and the KEY, with this server's ports and the key it printed at its first start. The server
 // runs with GIT_PROVIDER_VERIFY=false (the README says a made-up token is refused otherwise; no provider is reachable
-// here). Every `# → ...` comment of a block is an expected answer: its parts between `...` must appear, in order,
+// here). The settings' model gets a base URL: a fake model server on loopback (no test reaches outside this
+// machine), which the built-in agent asks when it runs the conversation's first message. Every `# → ...` comment of a block is an expected answer: its parts between `...` must appear, in order,
 // in what that block printed.
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -12,6 +13,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ENV_DOC } from "../../src/server/config.ts";
+import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
 
 const root = join(import.meta.dirname, "..", "..");
 const cli = join(root, "src", "cli", "main.ts");
@@ -97,8 +99,10 @@ describe("the README's quick start", () => {
   let base = "";
   let grpc = "";
   let key = "";
+  let llm: FakeLlm;
 
   beforeAll(async () => {
+    llm = await startFakeLlm();
     dir = mkdtempSync(join(tmpdir(), "aws-readme-"));
     const [port, grpcPort] = [await freePort(), await freePort()];
     base = `http://127.0.0.1:${port}`;
@@ -151,6 +155,7 @@ describe("the README's quick start", () => {
       if (server.exitCode === null) server.kill("SIGKILL");
     }
     rmSync(dir, { recursive: true, force: true });
+    await llm?.close();
   }, 60_000);
 
   it("has a marked section whose first block defines BASE, GRPC and KEY", () => {
@@ -171,7 +176,11 @@ describe("the README's quick start", () => {
       .replace(/^BASE=\S*/m, `BASE=${base}`)
       .replace(/^GRPC=\S*/m, `GRPC=${grpc}`)
       .replace(/^KEY=\S*/m, `KEY=${key}`);
-    const all = [first, ...blocks.slice(1)];
+    // The model's server: the fake one (its `llm_base_url` beside the README's key).
+    const all = [first, ...blocks.slice(1)].map((b) =>
+      b.replace('"llm_api_key":"sk-ant-..."', `"llm_api_key":"sk-ant-...","llm_base_url":"${llm.url}"`),
+    );
+    expect(all.join("\n")).toContain(llm.url);
     const script = [
       "set -e -o pipefail",
       ...all.flatMap((b, i) => [`echo "@@begin ${i}@@"`, b, `echo "@@end ${i}@@"`]),

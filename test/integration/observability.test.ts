@@ -148,7 +148,7 @@ describe("metrics, readiness, request ids", () => {
   });
 
   it("/metrics counts start-task state changes and unfinished tasks by status", async () => {
-    const r = await call(t.url, key, "POST", "/api/v1/app-conversations", {});
+    const r = await call(t.url, key, "POST", "/api/v1/app-conversations", { llm_model: "openai/test-model" });
     const id = (r.body as { id: string }).id;
     for (let i = 0; i < 400; i++) {
       const task = (
