@@ -5,7 +5,7 @@ import Database from "better-sqlite3";
 import { afterAll, describe, expect, it } from "vitest";
 import { StorageUnavailableError } from "../../src/core/errors.ts";
 import type { UserData } from "../../src/ports/user-data-repository.ts";
-import { UserDataStore } from "../../src/services/user-data-store.ts";
+import { DEFAULT_USER_DATA_LIMITS, UserDataStore } from "../../src/services/user-data-store.ts";
 import { SQLITE_SCHEMA_VERSION } from "../../src/storage/sqlite/sqlite-schema.ts";
 import { createSqliteStorage, sqliteDatabaseOf } from "../../src/storage/sqlite/sqlite-storage.ts";
 import { describeStorageContract } from "./storage-contract.ts";
@@ -110,7 +110,8 @@ describe("sqlite adapter", () => {
     it("chains concurrent read-modify-writes of one user into one commit, each durable when acknowledged", async () => {
       const path = join(dir, "group.db");
       const storage = createSqliteStorage({ path });
-      const store = new UserDataStore(storage.userData);
+      // No write rate: fifty writes at once are the point here.
+      const store = new UserDataStore(storage.userData, { ...DEFAULT_USER_DATA_LIMITS, writesPerSecond: 0 });
       const seen: unknown[] = [];
       await Promise.all(
         Array.from({ length: 50 }, () =>

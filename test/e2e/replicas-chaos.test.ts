@@ -550,7 +550,8 @@ describe("replicas on one store under chaos", () => {
       const slot = async () => {
         while (next < STARTS_PER_USER && Date.now() < workloadEnd && !halt.signal.aborted) {
           const i = next++;
-          const body: Record<string, string> = {};
+          // A start needs a model (no message is run: the model is never called).
+          const body: Record<string, string> = { llm_model: "openai/test-model" };
           const reuse = i % 4 === 3 ? reusable(user) : null;
           if (reuse !== null) {
             body.sandbox_id = reuse;

@@ -54,7 +54,7 @@ async function api(r: Replica, key: string, method: string, path: string, body?:
 
 describe("conversation starts resumed by another server", () => {
   it("eight starts with a running limit of five, their server killed midway: all end READY on the other", async () => {
-    const made = spawnSync(process.execPath, [CLI, "keys", "create", "--user", "eager"], {
+    const made = spawnSync(process.execPath, [CLI, "keys", "create", "--init", "--user", "eager"], {
       env: env(),
       encoding: "utf8",
     });
@@ -77,7 +77,9 @@ describe("conversation starts resumed by another server", () => {
     await b.start();
 
     const tasks = (await Promise.all(
-      Array.from({ length: 8 }, () => api(a, key, "POST", "/api/v1/app-conversations", {})),
+      Array.from({ length: 8 }, () =>
+        api(a, key, "POST", "/api/v1/app-conversations", { llm_model: "openai/test-model" }),
+      ),
     )) as Task[];
     const query = `/api/v1/app-conversations/start-tasks?${tasks.map((t) => `ids=${t.id}`).join("&")}`;
     // Killed while the starts run: once one of them waits for a slot (or after 3 s at most).

@@ -16,7 +16,13 @@ let dir: string;
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "aws-slots-"));
   runtime = createProcessRuntime({ workspaceRoot: join(dir, "sandboxes"), isolation: "none", warmAgents: 2 });
-  t = await startTestApp({ dir, runtime, maxRunningSandboxes: 5, sweepIntervalMs: 0 });
+  t = await startTestApp({
+    dir,
+    runtime,
+    maxRunningSandboxes: 5,
+    sweepIntervalMs: 0,
+    llmModel: "openai/test-model",
+  });
 }, 30_000);
 afterAll(async () => {
   await t.close();

@@ -55,7 +55,7 @@ class EarlyPostingAgent extends FakeAgentClient {
 }
 
 beforeAll(async () => {
-  t = await startTestApp({ runtime, agent: new EarlyPostingAgent() });
+  t = await startTestApp({ runtime, agent: new EarlyPostingAgent(), llmModel: "openai/test-model" });
   key = await t.keyFor("alice");
 });
 afterAll(async () => {

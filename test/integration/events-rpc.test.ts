@@ -27,7 +27,7 @@ const post = (events: unknown[]) =>
   call(t.url, sandboxKey, "POST", `/api/v1/webhooks/${sandboxId}/events/${conversationId}`, events);
 
 beforeAll(async () => {
-  t = await startTestApp();
+  t = await startTestApp({ llmModel: "openai/test-model" });
   key = await t.keyFor("alice");
   otherKey = await t.keyFor("bob");
   const task = (await call(t.url, key, "POST", "/api/v1/app-conversations", {})).body as { id: string };

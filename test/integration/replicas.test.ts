@@ -23,7 +23,7 @@ let keyB: string;
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "aws-replicas-"));
-  const common = { dir, encryptionKey: randomBytes(32), sweepIntervalMs: 0 };
+  const common = { dir, encryptionKey: randomBytes(32), sweepIntervalMs: 0, llmModel: "openai/test-model" };
   a = await startTestApp(common);
   b = await startTestApp(common);
   keyA = await a.keyFor("rita");

@@ -62,6 +62,7 @@ describe("parseMicroagent", () => {
     expect(parseMicroagent(".openhands/microagents/deploy.md", text)).toEqual({
       content: "# Deploy\n\nRun make deploy.",
       triggers: ["deploy", "ship it"],
+      name: "deploy",
     });
   });
 
