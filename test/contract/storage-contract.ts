@@ -633,6 +633,39 @@ export function describeStorageContract(name: string, make: () => Promise<Storag
         expect(await storage.sandboxes.transition(hex(), ["RUNNING"], "ERROR", at(4))).toBe(false);
       });
 
+      it("transition with ifUpdatedAt is also a compare-and-set on the version read; deleting marks the record", async () => {
+        const s = sandbox(newOwner(), at(1), { status: "PAUSED" });
+        await storage.sandboxes.insert(s);
+        // Another write since the read (a resume): the background decision loses.
+        expect(await storage.sandboxes.claim(s.id, s.ownerId, 5, at(2))).toMatchObject({ claimed: true });
+        expect(
+          await storage.sandboxes.transition(s.id, ["PAUSED", "STARTING"], "PAUSED", at(3), {
+            ifUpdatedAt: at(1),
+          }),
+        ).toBe(false);
+        expect((await storage.sandboxes.get(s.id))?.status).toBe("STARTING");
+        expect(
+          await storage.sandboxes.transition(s.id, ["STARTING"], "ERROR", at(4), { ifUpdatedAt: at(2) }),
+        ).toBe(true);
+        expect(await storage.sandboxes.get(s.id)).toStrictEqual({ ...s, status: "ERROR", updatedAt: at(4) });
+        expect(
+          await storage.sandboxes.transition(s.id, ["ERROR"], "MISSING", at(5), {
+            ifUpdatedAt: at(4),
+            deleting: true,
+          }),
+        ).toBe(true);
+        expect(await storage.sandboxes.get(s.id)).toStrictEqual({
+          ...s,
+          status: "MISSING",
+          updatedAt: at(5),
+          deleting: true,
+        });
+        expect((await storage.sandboxes.listAll(s.ownerId))[0]?.deleting).toBe(true);
+        // The mark stays through later writes.
+        expect(await storage.sandboxes.transition(s.id, ["MISSING"], "MISSING", at(6))).toBe(true);
+        expect((await storage.sandboxes.get(s.id))?.deleting).toBe(true);
+      });
+
       it("checkWritable writes a heartbeat, repeatedly", async () => {
         await expect(storage.checkWritable()).resolves.toBeUndefined();
         await expect(storage.checkWritable()).resolves.toBeUndefined();
