@@ -46,6 +46,8 @@ export interface Config {
   readonly maxSandboxesPerUser: number;
   /** Period of the background sweep (sandbox reconciliation, unsaved start-task ends, change log pruning); 0: off. */
   readonly sweepIntervalMs: number;
+  /** What the sweep prunes: change log entries by age and count, finished start tasks by age. */
+  readonly retention: RetentionConfig;
   /** How long a server's lease on a conversation start lasts before another server resumes it. */
   readonly leaseMs: number;
   /** How long a sandbox may take to start before it is ERROR (also the grace of crash leftovers). */
@@ -66,6 +68,16 @@ export interface Config {
   readonly sandboxWarmAgents: number;
   /** Server processes sharing the ports (node:cluster, src/server/cluster.ts); 1: this process alone. */
   readonly workers: number;
+}
+
+/** What the background sweep keeps (see docs/reliability.md). */
+export interface RetentionConfig {
+  /** Change log entries older than this are pruned (a watch resuming from an older revision gets OUT_OF_RANGE). */
+  readonly changeLogMs: number;
+  /** At most this many change log entries are kept, the newest. */
+  readonly changeLogMaxEntries: number;
+  /** READY and ERROR start tasks last updated longer ago than this are deleted. */
+  readonly startTaskMs: number;
 }
 
 export class ConfigError extends Error {
@@ -101,7 +113,19 @@ export const ENV_DOC: readonly [string, string][] = [
   ],
   [
     "SWEEP_INTERVAL_MS",
-    "period of the background sweep: sandboxes reconciled with the runtime, crash leftovers removed, unsaved start-task ends saved, change log entries older than an hour pruned (default 30000; 0: off)",
+    "period of the background sweep: sandboxes reconciled with the runtime, crash leftovers and cut deletes finished, unsaved start-task ends saved, the change log and finished start tasks pruned, freed SQLite pages given back (default 30000; 0: off)",
+  ],
+  [
+    "CHANGE_LOG_RETENTION_MS",
+    "change log entries older than this are pruned; a watch resuming from an older revision gets OUT_OF_RANGE and watches again (default 3600000)",
+  ],
+  [
+    "CHANGE_LOG_MAX_ENTRIES",
+    "the change log keeps at most this many entries, the newest, whatever their age (default 10000)",
+  ],
+  [
+    "START_TASK_RETENTION_MS",
+    "finished (READY or ERROR) conversation start tasks are deleted this long after their last change (default 86400000)",
   ],
   [
     "LEASE_MS",
@@ -270,6 +294,11 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     maxRunningSandboxes: int(env, "MAX_RUNNING_SANDBOXES", 5, 1, 1000),
     maxSandboxesPerUser: int(env, "MAX_SANDBOXES_PER_USER", 20, 1, 100_000),
     sweepIntervalMs: int(env, "SWEEP_INTERVAL_MS", 30_000, 0, 86_400_000),
+    retention: Object.freeze({
+      changeLogMs: int(env, "CHANGE_LOG_RETENTION_MS", 3_600_000, 1000, 30 * 86_400_000),
+      changeLogMaxEntries: int(env, "CHANGE_LOG_MAX_ENTRIES", 10_000, 100, 100_000_000),
+      startTaskMs: int(env, "START_TASK_RETENTION_MS", 86_400_000, 60_000, 365 * 86_400_000),
+    }),
     leaseMs: int(env, "LEASE_MS", 15_000, 300, 3_600_000),
     sandboxStartTimeoutMs: int(env, "SANDBOX_START_TIMEOUT_MS", 120_000, 1000, 3_600_000),
     sandboxSpecsFile: env.SANDBOX_SPECS_FILE || undefined,

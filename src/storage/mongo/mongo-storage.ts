@@ -86,6 +86,7 @@ export async function createMongoStorageFromDb(
           { ...DURABLE_WRITE, upsert: true },
         );
       }),
+    compact: async () => {},
     close: async () => {
       if (closed) return;
       closed = true;

@@ -121,6 +121,9 @@ export function createSqliteStartTaskRepository(
     return row !== undefined;
   });
   const UNFINISHED = "status NOT IN ('READY', 'ERROR')";
+  const pruneFinished = db.prepare<[number]>(
+    "DELETE FROM start_tasks WHERE status IN ('READY', 'ERROR') AND updated_at < ?",
+  );
   const renew = db.prepare<{ owner: string; ids: string; expiresAt: number }, { id: string }>(
     `UPDATE start_tasks SET lease_expires_at = @expiresAt
      WHERE id IN (SELECT value FROM json_each(@ids)) AND lease_owner = @owner AND ${UNFINISHED} RETURNING id`,
@@ -207,6 +210,7 @@ export function createSqliteStartTaskRepository(
         return (prepared(query.sql).get(query.params) as { n: number }).n;
       }),
     listUnfinished: () => attempt(() => unfinished.all().map(fromStartTaskRow)),
+    pruneFinished: (before) => attempt(() => pruneFinished.run(before.getTime()).changes),
     renewLeases: (owner, ids, expiresAt) =>
       attempt(() =>
         ids.length === 0
