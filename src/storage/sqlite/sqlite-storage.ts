@@ -67,6 +67,9 @@ export function createSqliteStorage(options: SqliteStorageOptions): Storage {
   try {
     useIncrementalVacuum(db);
     db.pragma("journal_mode = WAL");
+    // A WAL that grew past this (a long reader held its checkpoints back) is cut back to it once checkpointed, so
+    // the files return to their size after a burst; SQLite's auto-checkpoint keeps it near 4 MiB otherwise.
+    db.pragma(`journal_size_limit = ${WAL_SIZE_LIMIT_BYTES}`);
     db.pragma("synchronous = FULL");
     db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
     migrateSqliteSchema(db);
@@ -142,6 +145,9 @@ export function sqliteDatabaseOf(storage: Storage): Database.Database {
   if (db === undefined) throw new TypeError("not a storage made by createSqliteStorage");
   return db;
 }
+
+/** See the journal_size_limit pragma at open. */
+const WAL_SIZE_LIMIT_BYTES = 4 * 1024 * 1024;
 
 /** Free pages {@link Storage.compact} gives back per call (4 KiB each by default: 16 MiB). */
 const VACUUM_PAGES_PER_CALL = 4096;
