@@ -35,6 +35,8 @@ const USAGE = `usage: npm run soak -- [options]
   --kill-at S     seconds into the load when the server is killed (SIGKILL) and started again
                   (default: half the duration; 0: never)
   --sweep-ms MS   the server's SWEEP_INTERVAL_MS (default 5000)
+  --rounds N      load and cleanup N times on the same server, the kill in the first (default 1); with 2 or
+                  more, a verdict checks that RSS after the last cleanup is within 10 MiB of the first
   --json          also print the result as one JSON line (last line of stdout)
   --keep          keep the data folder (its path is printed)
   --help          this text
@@ -49,6 +51,7 @@ function readOptions() {
         users: { type: "string", default: "10" },
         "kill-at": { type: "string" },
         "sweep-ms": { type: "string", default: "5000" },
+        rounds: { type: "string", default: "1" },
         json: { type: "boolean", default: false },
         keep: { type: "boolean", default: false },
         help: { type: "boolean", default: false },
@@ -78,6 +81,7 @@ function readOptions() {
     users: int("users", 1),
     killAtMs: int("kill-at", 0, Math.floor(duration / 2)) * 1000,
     sweepMs: int("sweep-ms", 100),
+    rounds: int("rounds", 1),
     json: values.json === true,
     keep: values.keep === true,
   };
@@ -498,124 +502,154 @@ const baselineTables = tableBytes();
 log(`server pid ${serverPid}, ${opts.users} users, ${opts.durationMs / 1000} s, data in ${dataDir}`);
 
 const clients = settingsClients();
-const endAt = t0 + opts.durationMs;
-const loadOver = () => Date.now() >= endAt;
-const watch = watches(users, Math.max(5_000, Math.min(60_000, opts.durationMs / 5)), loadOver);
+const lost: string[] = [];
+const divergent: string[] = [];
+const leftovers: string[] = [];
+interface Round {
+  afterLoad: Sample;
+  cleaned: Sample;
+  cleanedTables: Record<string, number>;
+}
+const rounds: Round[] = [];
 const sampler = setInterval(() => {
   if (!serverDown) sample();
 }, 5_000);
-const killer =
-  opts.killAtMs > 0
-    ? (async () => {
-        await sleep(opts.killAtMs);
-        log(`kill -9 of the server (pid ${serverPid})`);
-        serverDown = true;
-        await stopServer("SIGKILL");
-        await startServer();
-        serverDown = false;
-        log(`server started again (pid ${serverPid})`);
-      })()
-    : Promise.resolve();
-await Promise.all(
-  users.map(async (u) => {
-    while (!loadOver()) {
-      await act(u, clients);
-      await sleep(20);
-    }
-  }),
-);
-await killer;
-await watch.done;
-clearInterval(sampler);
-log("load over; letting the sweep run");
-await sleep(opts.sweepMs * 2 + 2_000);
-const afterLoad = sample();
-
-// Acknowledged writes, read back after the restart.
-const lost: string[] = [];
-for (const u of users) {
-  const s = await rest(u.key, "GET", "/api/settings");
-  const model = (s.value as { llm_model?: string }).llm_model ?? null;
-  if (
-    u.settings.acked !== null &&
-    model !== u.settings.acked &&
-    !(model !== null && u.settings.unsure.has(model))
-  )
-    lost.push(`${u.name}: settings ${model} instead of ${u.settings.acked}`);
-  const listed = new Set(
-    (
-      (await rest(u.key, "GET", "/api/secrets")).value as { custom_secrets: { name: string }[] }
-    ).custom_secrets.map((c) => c.name),
+let lastLoadEnd = 0;
+const w = { opened: 0, received: 0 };
+for (let round = 1; round <= opts.rounds; round++) {
+  const tag = opts.rounds > 1 ? `round ${round}: ` : "";
+  const endAt = Date.now() + opts.durationMs;
+  const loadOver = () => Date.now() >= endAt;
+  if (opts.rounds > 1) log(`round ${round}`);
+  const watch = watches(users, Math.max(5_000, Math.min(60_000, opts.durationMs / 5)), loadOver);
+  const killer =
+    opts.killAtMs > 0 && round === 1
+      ? (async () => {
+          await sleep(opts.killAtMs);
+          log(`kill -9 of the server (pid ${serverPid})`);
+          serverDown = true;
+          await stopServer("SIGKILL");
+          await startServer();
+          serverDown = false;
+          log(`server started again (pid ${serverPid})`);
+        })()
+      : Promise.resolve();
+  await Promise.all(
+    users.map(async (u) => {
+      while (!loadOver()) {
+        await act(u, clients);
+        await sleep(20);
+      }
+    }),
   );
-  for (const name of u.secrets) if (!listed.has(name)) lost.push(`${u.name}: secret ${name}`);
-  for (const name of listed)
-    if (!u.secrets.has(name) && !u.unsure.has(name)) lost.push(`${u.name}: deleted secret ${name} is back`);
-  const sbx = (await rest(u.key, "GET", "/api/v1/sandboxes/search?limit=100")).value as {
-    items: { id: string; status: string }[];
-  };
-  const ids = new Set(sbx.items.map((i) => i.id));
-  for (const id of u.sandboxes) if (!ids.has(id)) lost.push(`${u.name}: sandbox ${id}`);
-  for (const id of u.conversations.keys()) {
-    const got = (await rest(u.key, "GET", `/api/v1/app-conversations?ids=${id}`)).value;
-    if (!Array.isArray(got) || got[0] === null || got[0] === undefined)
-      lost.push(`${u.name}: conversation ${id}`);
-  }
-}
+  lastLoadEnd = Date.now() - t0;
+  await killer;
+  await watch.done;
+  w.opened += watch.stats().opened;
+  w.received += watch.stats().received;
+  log("load over; letting the sweep run");
+  await sleep(opts.sweepMs * 2 + 2_000);
+  const afterLoad = sample();
 
-// Records against processes, after the sweep: what the store says runs, runs; what it says is paused, is stopped.
-const divergent: string[] = [];
-const apiStatus = new Map<string, string>();
-for (const u of users) {
-  const page = (await rest(u.key, "GET", "/api/v1/sandboxes/search?limit=100")).value as {
-    items: { id: string; status: string }[];
-  };
-  for (const i of page.items) apiStatus.set(i.id, i.status);
-}
-for (const r of sandboxRows()) {
-  const pid = (JSON.parse(r.handle) as { data?: { pid?: number } }).data?.pid;
-  const p =
-    typeof pid === "number" ? procState(pid, seenProcesses.get(pid)) : { alive: false, stopped: false };
-  const runs = p.alive && !p.stopped;
-  if ((r.status === "RUNNING" || r.status === "STARTING") !== runs)
-    divergent.push(
-      `${r.id}: store ${r.status}, process ${p.alive ? (p.stopped ? "stopped" : "running") : "gone"}`,
+  // Acknowledged writes, read back (after the restart).
+  for (const u of users) {
+    const s = await rest(u.key, "GET", "/api/settings");
+    const model = (s.value as { llm_model?: string }).llm_model ?? null;
+    if (
+      u.settings.acked !== null &&
+      model !== u.settings.acked &&
+      !(model !== null && u.settings.unsure.has(model))
+    )
+      lost.push(`${tag}${u.name}: settings ${model} instead of ${u.settings.acked}`);
+    const listed = new Set(
+      (
+        (await rest(u.key, "GET", "/api/secrets")).value as { custom_secrets: { name: string }[] }
+      ).custom_secrets.map((c) => c.name),
     );
-  const api = apiStatus.get(r.id);
-  if (api !== undefined && api !== r.status) divergent.push(`${r.id}: store ${r.status}, API ${api}`);
-}
+    for (const name of u.secrets) if (!listed.has(name)) lost.push(`${tag}${u.name}: secret ${name}`);
+    for (const name of listed)
+      if (!u.secrets.has(name) && !u.unsure.has(name))
+        lost.push(`${tag}${u.name}: deleted secret ${name} is back`);
+    const sbx = (await rest(u.key, "GET", "/api/v1/sandboxes/search?limit=100")).value as {
+      items: { id: string; status: string }[];
+    };
+    const ids = new Set(sbx.items.map((i) => i.id));
+    for (const id of u.sandboxes) if (!ids.has(id)) lost.push(`${tag}${u.name}: sandbox ${id}`);
+    for (const id of u.conversations.keys()) {
+      const got = (await rest(u.key, "GET", `/api/v1/app-conversations?ids=${id}`)).value;
+      if (!Array.isArray(got) || got[0] === null || got[0] === undefined)
+        lost.push(`${tag}${u.name}: conversation ${id}`);
+    }
+  }
 
-// Cleanup: everything the users made is deleted.
-log("deleting everything");
-for (const u of users) {
-  for (const id of u.conversations.keys()) await rest(u.key, "DELETE", `/api/conversations/${id}`);
-  const page = (await rest(u.key, "GET", "/api/v1/sandboxes/search?limit=100")).value as {
-    items: { id: string }[];
-  };
-  for (const i of page.items) await rest(u.key, "DELETE", `/api/v1/sandboxes/${i.id}`);
-  for (const name of [...u.secrets, ...u.unsure]) await rest(u.key, "DELETE", `/api/secrets/${name}`);
+  // Records against processes, after the sweep: what the store says runs, runs; what it says paused, is stopped.
+  const apiStatus = new Map<string, string>();
+  for (const u of users) {
+    const page = (await rest(u.key, "GET", "/api/v1/sandboxes/search?limit=100")).value as {
+      items: { id: string; status: string }[];
+    };
+    for (const i of page.items) apiStatus.set(i.id, i.status);
+  }
+  for (const r of sandboxRows()) {
+    const pid = (JSON.parse(r.handle) as { data?: { pid?: number } }).data?.pid;
+    const p =
+      typeof pid === "number" ? procState(pid, seenProcesses.get(pid)) : { alive: false, stopped: false };
+    const runs = p.alive && !p.stopped;
+    if ((r.status === "RUNNING" || r.status === "STARTING") !== runs)
+      divergent.push(
+        `${tag}${r.id}: store ${r.status}, process ${p.alive ? (p.stopped ? "stopped" : "running") : "gone"}`,
+      );
+    const api = apiStatus.get(r.id);
+    if (api !== undefined && api !== r.status) divergent.push(`${tag}${r.id}: store ${r.status}, API ${api}`);
+  }
+
+  // Cleanup: everything the users made is deleted.
+  log("deleting everything");
+  for (const u of users) {
+    for (const id of u.conversations.keys()) await rest(u.key, "DELETE", `/api/conversations/${id}`);
+    const page = (await rest(u.key, "GET", "/api/v1/sandboxes/search?limit=100")).value as {
+      items: { id: string }[];
+    };
+    for (const i of page.items) await rest(u.key, "DELETE", `/api/v1/sandboxes/${i.id}`);
+    for (const name of [...u.secrets, ...u.unsure]) await rest(u.key, "DELETE", `/api/secrets/${name}`);
+    u.conversations.clear();
+    u.sandboxes.clear();
+    u.secrets.clear();
+    u.unsure.clear();
+  }
+  await sleep(opts.sweepMs * 2 + 2_000);
+  const cleaned = sample();
+  const cleanedTables = tableBytes();
+  for (const u of users) {
+    const events = (await rest(u.key, "GET", "/api/v1/events/count")).value;
+    if (events !== 0) leftovers.push(`${tag}${u.name}: ${String(events)} events`);
+    const convs = (await rest(u.key, "GET", "/api/v1/app-conversations/count")).value;
+    if (convs !== 0) leftovers.push(`${tag}${u.name}: ${String(convs)} conversations`);
+  }
+  const tasksLeft = readStore(
+    (db) => (db.prepare("SELECT count(*) AS n FROM start_tasks").get() as { n: number }).n,
+  );
+  if (tasksLeft > 0) leftovers.push(`${tag}${tasksLeft} start tasks`);
+  const recordsLeft = Object.values(cleaned.records).reduce((a, b) => a + b, 0);
+  if (recordsLeft > 0) leftovers.push(`${tag}${recordsLeft} sandbox records`);
+  if (cleaned.processes > 0) leftovers.push(`${tag}${cleaned.processes} sandbox processes`);
+  const folders = readdirSync(workspaceRoot).filter((f) => !f.startsWith(".") && !f.startsWith("ws-"));
+  if (folders.length > 0) leftovers.push(`${tag}${folders.length} workspace folders`);
+  rounds.push({ afterLoad, cleaned, cleanedTables });
 }
-await sleep(opts.sweepMs * 2 + 2_000);
-const cleaned = sample();
-const cleanedTables = tableBytes();
-const leftovers: string[] = [];
-for (const u of users) {
-  const events = (await rest(u.key, "GET", "/api/v1/events/count")).value;
-  if (events !== 0) leftovers.push(`${u.name}: ${String(events)} events`);
-  const convs = (await rest(u.key, "GET", "/api/v1/app-conversations/count")).value;
-  if (convs !== 0) leftovers.push(`${u.name}: ${String(convs)} conversations`);
-}
-const tasksLeft = readStore(
-  (db) => (db.prepare("SELECT count(*) AS n FROM start_tasks").get() as { n: number }).n,
-);
-if (tasksLeft > 0) leftovers.push(`${tasksLeft} start tasks`);
-const recordsLeft = Object.values(cleaned.records).reduce((a, b) => a + b, 0);
-if (recordsLeft > 0) leftovers.push(`${recordsLeft} sandbox records`);
-if (cleaned.processes > 0) leftovers.push(`${cleaned.processes} sandbox processes`);
-const folders = readdirSync(workspaceRoot).filter((f) => !f.startsWith(".") && !f.startsWith("ws-"));
-if (folders.length > 0) leftovers.push(`${folders.length} workspace folders`);
+clearInterval(sampler);
 await stopServer("SIGTERM");
 const orphans = liveSandboxProcesses();
 if (orphans > 0) leftovers.push(`${orphans} sandbox processes after the server stopped`);
+const firstRound = rounds[0] as Round;
+const final = rounds.at(-1) as Round;
+const { cleaned, cleanedTables } = final;
+const marks = new Map<Sample, string>([[baseline, "start"]]);
+rounds.forEach((r, i) => {
+  const tag = rounds.length > 1 ? ` (round ${i + 1})` : "";
+  marks.set(r.afterLoad, `after load + sweep${tag}`);
+  marks.set(r.cleaned, `after cleanup + sweep${tag}`);
+});
 
 // ---- report -----------------------------------------------------------------------------------------------------
 
@@ -624,18 +658,19 @@ const without = (t: Record<string, number>, name: string) =>
   Object.entries(t).reduce((sum, [k, v]) => (k === name ? sum : sum + v), 0);
 const window = Math.min(60_000, opts.durationMs / 4);
 console.log(
-  `# Soak: ${opts.users} users, ${opts.durationMs / 1000} s${opts.killAtMs > 0 ? `, kill -9 at ${opts.killAtMs / 1000} s` : ""}, ${ops.length} operations\n`,
+  `# Soak: ${opts.users} users, ${opts.rounds > 1 ? `${opts.rounds} rounds of ` : ""}${opts.durationMs / 1000} s${opts.killAtMs > 0 ? `, kill -9 at ${opts.killAtMs / 1000} s` : ""}, ${ops.length} operations\n`,
 );
 console.log(
   "| at | server RSS MiB | fds | store file / WAL MiB | records (by status) | live sandbox processes |",
 );
 console.log("|---|---|---|---|---|---|");
-const during = samples.filter((s) => s !== baseline && s !== afterLoad && s !== cleaned);
-const every = Math.max(1, Math.ceil(during.length / 8));
-const shown = [baseline, ...during.filter((_s, i) => i % every === every - 1), afterLoad, cleaned];
+const during = samples.filter((s) => !marks.has(s));
+const every = Math.max(1, Math.ceil(during.length / (8 * rounds.length)));
+const shownDuring = new Set(during.filter((_s, i) => i % every === every - 1));
+const shown = samples.filter((s) => marks.has(s) || shownDuring.has(s));
 for (const s of shown)
   console.log(
-    `| ${s === baseline ? "start" : s === afterLoad ? "after load + sweep" : s === cleaned ? "after cleanup + sweep" : `${(s.at / 1000).toFixed(0)} s`} | ${s.rss.toFixed(0)} | ${s.fds} | ${mib(s.store)} / ${mib(s.wal)} | ${
+    `| ${marks.get(s) ?? `${(s.at / 1000).toFixed(0)} s`} | ${s.rss.toFixed(0)} | ${s.fds} | ${mib(s.store)} / ${mib(s.wal)} | ${
       Object.entries(s.records)
         .map(([k, v]) => `${k} ${v}`)
         .join(", ") || "-"
@@ -650,13 +685,12 @@ for (const [op, list] of [...byOp].sort()) {
   for (const o of list) counts.set(o.status, (counts.get(o.status) ?? 0) + 1);
   const ms = list.map((o) => o.ms);
   const first = list.filter((o) => o.at < window).map((o) => o.ms);
-  const last = list.filter((o) => o.at >= opts.durationMs - window).map((o) => o.ms);
+  const last = list.filter((o) => o.at >= lastLoadEnd - window && o.at < lastLoadEnd).map((o) => o.ms);
   const p = (v: number[], q: number) => (v.length === 0 ? "-" : percentile(v, q).toFixed(1));
   console.log(
     `| ${op} | ${list.length} | ${[...counts].map(([k, v]) => `${k}: ${v}`).join(", ")} | ${p(ms, 50)} | ${p(ms, 99)} | ${p(first, 50)} / ${p(last, 50)} |`,
   );
 }
-const w = watch.stats();
 console.log(`\nwatches: ${w.opened} streams opened, ${w.received} updates received`);
 
 const storeOther = without(cleanedTables, "changes") - without(baselineTables, "changes");
@@ -688,6 +722,15 @@ const verdicts = [
     ok: cleaned.fds - baseline.fds <= 20,
     detail: `${baseline.fds} -> ${cleaned.fds}`,
   },
+  ...(rounds.length > 1
+    ? [
+        {
+          name: "memory does not grow from one round to the next (RSS after the last cleanup within 10 MiB of the first)",
+          ok: final.cleaned.rss - firstRound.cleaned.rss <= 10,
+          detail: `RSS after cleanup: ${rounds.map((r) => r.cleaned.rss.toFixed(0)).join(" -> ")} MiB (start ${baseline.rss.toFixed(0)})`,
+        },
+      ]
+    : []),
 ];
 console.log("\n| verdict | holds | detail |\n|---|---|---|");
 for (const v of verdicts) console.log(`| ${v.name} | ${v.ok ? "yes" : "NO"} | ${v.detail} |`);
@@ -696,8 +739,14 @@ if (opts.json)
     JSON.stringify({
       operations: ops.length,
       verdicts,
-      rss: { start: baseline.rss, afterLoad: afterLoad.rss, cleaned: cleaned.rss },
-      store: { start: baseline.store, afterLoad: afterLoad.store, cleaned: cleaned.store },
+      rss: {
+        start: baseline.rss,
+        rounds: rounds.map((r) => ({ afterLoad: r.afterLoad.rss, cleaned: r.cleaned.rss })),
+      },
+      store: {
+        start: baseline.store,
+        rounds: rounds.map((r) => ({ afterLoad: r.afterLoad.store, cleaned: r.cleaned.store })),
+      },
     }),
   );
 if (opts.keep) log(`data kept in ${dataDir}`);
