@@ -35,6 +35,7 @@ const USAGE = `usage: npm run soak -- [options]
   --kill-at S     seconds into the load when the server is killed (SIGKILL) and started again
                   (default: half the duration; 0: never)
   --sweep-ms MS   the server's SWEEP_INTERVAL_MS (default 5000)
+  --idle-ms MS    idle time after each cleanup before memory is measured (default 30000)
   --rounds N      load and cleanup N times on the same server, the kill in the first (default 1); with 2 or
                   more, a verdict checks that RSS after the last cleanup is within 10 MiB of the first
   --json          also print the result as one JSON line (last line of stdout)
@@ -52,6 +53,7 @@ function readOptions() {
         "kill-at": { type: "string" },
         "sweep-ms": { type: "string", default: "5000" },
         rounds: { type: "string", default: "1" },
+        "idle-ms": { type: "string", default: "30000" },
         json: { type: "boolean", default: false },
         keep: { type: "boolean", default: false },
         help: { type: "boolean", default: false },
@@ -82,6 +84,7 @@ function readOptions() {
     killAtMs: int("kill-at", 0, Math.floor(duration / 2)) * 1000,
     sweepMs: int("sweep-ms", 100),
     rounds: int("rounds", 1),
+    idleMs: int("idle-ms", 0),
     json: values.json === true,
     keep: values.keep === true,
   };
@@ -221,6 +224,25 @@ const tableBytes = (): Record<string, number> =>
       ).map((r) => [r.t, r.n]),
     ),
   );
+
+/** From the server's /metrics (prom-client's default metrics), MiB. */
+interface Memory {
+  heapUsed: number;
+  heapTotal: number;
+  external: number;
+}
+async function memory(): Promise<Memory> {
+  const text = await (await fetch(`${base}/metrics`)).text();
+  const value = (name: string): number => {
+    const m = new RegExp(`^${name}(?:\\{[^}]*\\})? ([0-9.e+]+)$`, "m").exec(text);
+    return m ? Number(m[1]) / 1024 / 1024 : Number.NaN;
+  };
+  return {
+    heapUsed: value("nodejs_heap_size_used_bytes"),
+    heapTotal: value("nodejs_heap_size_total_bytes"),
+    external: value("nodejs_external_memory_bytes"),
+  };
+}
 
 interface Sample {
   at: number;
@@ -498,6 +520,7 @@ await startServer();
 t0 = Date.now();
 await sleep(1000);
 const baseline = sample();
+const baselineMemory = await memory();
 const baselineTables = tableBytes();
 log(`server pid ${serverPid}, ${opts.users} users, ${opts.durationMs / 1000} s, data in ${dataDir}`);
 
@@ -509,6 +532,8 @@ interface Round {
   afterLoad: Sample;
   cleaned: Sample;
   cleanedTables: Record<string, number>;
+  /** The server's V8 heap and what it holds outside it (buffers, native objects), after the cleanup. */
+  memory: Memory;
 }
 const rounds: Round[] = [];
 const sampler = setInterval(() => {
@@ -617,8 +642,10 @@ for (let round = 1; round <= opts.rounds; round++) {
     u.secrets.clear();
     u.unsure.clear();
   }
-  await sleep(opts.sweepMs * 2 + 2_000);
+  // Two sweeps, then the idle wait: V8's memory reducer gives back a load's heap once allocation stays low.
+  await sleep(Math.max(opts.sweepMs * 2 + 2_000, opts.idleMs));
   const cleaned = sample();
+  const cleanedMemory = await memory();
   const cleanedTables = tableBytes();
   for (const u of users) {
     const events = (await rest(u.key, "GET", "/api/v1/events/count")).value;
@@ -635,7 +662,7 @@ for (let round = 1; round <= opts.rounds; round++) {
   if (cleaned.processes > 0) leftovers.push(`${tag}${cleaned.processes} sandbox processes`);
   const folders = readdirSync(workspaceRoot).filter((f) => !f.startsWith(".") && !f.startsWith("ws-"));
   if (folders.length > 0) leftovers.push(`${tag}${folders.length} workspace folders`);
-  rounds.push({ afterLoad, cleaned, cleanedTables });
+  rounds.push({ afterLoad, cleaned, cleanedTables, memory: cleanedMemory });
 }
 clearInterval(sampler);
 await stopServer("SIGTERM");
@@ -692,6 +719,20 @@ for (const [op, list] of [...byOp].sort()) {
   );
 }
 console.log(`\nwatches: ${w.opened} streams opened, ${w.received} updates received`);
+console.log("\n| server memory, MiB | RSS | V8 heap used / total | external (buffers, native objects) |");
+console.log("|---|---|---|---|");
+const memRow = (label: string, rss: number, m: Memory) =>
+  console.log(
+    `| ${label} | ${rss.toFixed(0)} | ${m.heapUsed.toFixed(0)} / ${m.heapTotal.toFixed(0)} | ${m.external.toFixed(1)} |`,
+  );
+memRow("start", baseline.rss, baselineMemory);
+rounds.forEach((r, i) => {
+  memRow(
+    `after cleanup${rounds.length > 1 ? ` (round ${i + 1})` : ""}, ${opts.idleMs / 1000} s idle`,
+    r.cleaned.rss,
+    r.memory,
+  );
+});
 
 const storeOther = without(cleanedTables, "changes") - without(baselineTables, "changes");
 const fileGrowth = cleaned.store - baseline.store;
@@ -743,6 +784,7 @@ if (opts.json)
         start: baseline.rss,
         rounds: rounds.map((r) => ({ afterLoad: r.afterLoad.rss, cleaned: r.cleaned.rss })),
       },
+      memory: { start: baselineMemory, rounds: rounds.map((r) => r.memory) },
       store: {
         start: baseline.store,
         rounds: rounds.map((r) => ({ afterLoad: r.afterLoad.store, cleaned: r.cleaned.store })),

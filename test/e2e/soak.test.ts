@@ -11,7 +11,18 @@ describe("soak", () => {
   it("45 s, 2 users, kill -9 and restart: every verdict holds", async () => {
     const child = spawn(
       process.execPath,
-      [join(ROOT, "bench/soak.ts"), "--duration", "45", "--users", "2", "--sweep-ms", "2000", "--json"],
+      [
+        join(ROOT, "bench/soak.ts"),
+        "--duration",
+        "45",
+        "--users",
+        "2",
+        "--sweep-ms",
+        "2000",
+        "--idle-ms",
+        "2000",
+        "--json",
+      ],
       { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] },
     );
     let out = "";

@@ -576,7 +576,10 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     this.#o.log?.("sandbox resumed by a user while the sweep paused it: resuming it again", {
       sandboxId: r.id,
     });
-    await this.#o.runtime.resume(handleOrNull(now) ?? handle);
+    // Already running again when the user's own resume came after this pause (a runtime may refuse then).
+    await this.#o.runtime.resume(handleOrNull(now) ?? handle).catch((err: unknown) => {
+      this.#o.log?.("sandbox could not be resumed again", { sandboxId: r.id, error: String(err) });
+    });
   }
 
   /** Runs the record's sandbox in the runtime and saves its handle; ERROR when the runtime cannot start it. */
@@ -726,7 +729,8 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     to: SandboxStatus,
     options?: TransitionOptions,
   ): Promise<boolean> {
-    const updatedAt = new Date();
+    // A conditional write moves the version even within the millisecond of the one it compares with.
+    const updatedAt = new Date(Math.max(Date.now(), (options?.ifUpdatedAt?.getTime() ?? 0) + 1));
     if (!(await this.#o.repo.transition(record.id, from, to, updatedAt, options))) return false;
     record.status = to;
     record.updatedAt = updatedAt;
