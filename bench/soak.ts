@@ -35,6 +35,7 @@ const USAGE = `usage: npm run soak -- [options]
   --kill-at S     seconds into the load when the server is killed (SIGKILL) and started again
                   (default: half the duration; 0: never)
   --sweep-ms MS   the server's SWEEP_INTERVAL_MS (default 5000)
+  --env NAME=VAL  an environment variable for the server (repeatable), e.g. MALLOC_ARENA_MAX=2
   --idle-ms MS    idle time after each cleanup before memory is measured (default 30000)
   --rounds N      load and cleanup N times on the same server, the kill in the first (default 1); with 2 or
                   more, a verdict checks that RSS after the last cleanup is within 10 MiB of the first
@@ -44,7 +45,7 @@ const USAGE = `usage: npm run soak -- [options]
 Exit status: 0 when every verdict holds, 1 otherwise, 2 for a usage error.`;
 
 function readOptions() {
-  let values: Record<string, string | boolean | undefined>;
+  let values: Record<string, string | boolean | string[] | undefined>;
   try {
     values = parseArgs({
       options: {
@@ -54,6 +55,7 @@ function readOptions() {
         "sweep-ms": { type: "string", default: "5000" },
         rounds: { type: "string", default: "1" },
         "idle-ms": { type: "string", default: "30000" },
+        env: { type: "string", multiple: true, default: [] },
         json: { type: "boolean", default: false },
         keep: { type: "boolean", default: false },
         help: { type: "boolean", default: false },
@@ -85,6 +87,16 @@ function readOptions() {
     sweepMs: int("sweep-ms", 100),
     rounds: int("rounds", 1),
     idleMs: int("idle-ms", 0),
+    serverEnv: Object.fromEntries(
+      (values.env as string[]).map((kv) => {
+        const eq = kv.indexOf("=");
+        if (eq < 1) {
+          console.error(`--env takes NAME=VALUE, not ${JSON.stringify(kv)}\n${USAGE}`);
+          process.exit(2);
+        }
+        return [kv.slice(0, eq), kv.slice(eq + 1)];
+      }),
+    ),
     json: values.json === true,
     keep: values.keep === true,
   };
@@ -121,6 +133,7 @@ async function startServer(): Promise<void> {
       SWEEP_INTERVAL_MS: String(opts.sweepMs),
       RATE_LIMIT_PER_SECOND: "0",
       LOG_LEVEL: "warn",
+      ...opts.serverEnv,
     },
   });
   server = child;
