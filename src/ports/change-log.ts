@@ -41,8 +41,11 @@ export interface ChangeLog {
   head(): Promise<number>;
   /** The highest sequence number pruned (0 when none was): entries at or below it can no longer be read. */
   floor(): Promise<number>;
-  /** Deletes the entries appended before `before`; returns how many. */
-  prune(before: Date): Promise<number>;
+  /**
+   * Deletes the entries appended before `before`, and (with `keep`) all but the newest `keep` entries by sequence
+   * number, so the log stays bounded by size as well as by age; returns how many.
+   */
+  prune(before: Date, keep?: number): Promise<number>;
   /**
    * Calls `onAppend` soon after another server may have appended (MongoDB change streams where the server is a
    * replica set); returns an unsubscribe function. Absent, or never calling, where the store cannot push: the

@@ -40,7 +40,16 @@ export type ConversationPatch = Partial<Pick<ConversationRecord, "title" | "llmM
   updatedAt: Date;
 };
 
+/** What {@link ConversationRepository.finishDeletes} did. */
+export interface FinishedDeletes {
+  /** Conversations whose delete was cut short (its server died) and is now complete. */
+  finished: number;
+  /** Tombstones older than the retention, dropped. */
+  pruned: number;
+}
+
 export interface ConversationRepository {
+  /** Stores a new conversation (a tombstone of a deleted conversation with the same id is dropped). */
   insert(record: ConversationRecord): Promise<void>;
   get(id: string, ownerId: string): Promise<ConversationRecord | null>;
   getMany(ids: readonly string[], ownerId: string): Promise<ConversationRecord[]>;
@@ -51,8 +60,19 @@ export interface ConversationRepository {
   count(ownerId: string, filter: ConversationFilter): Promise<number>;
   /** Applies the patch to the owner's conversation; false when it does not exist (or is another owner's). */
   update(id: string, ownerId: string, patch: ConversationPatch): Promise<boolean>;
-  /** Deletes the owner's conversation; false when it did not exist. */
+  /**
+   * Deletes the owner's conversation with what belongs to it: its sub-conversations, the events of all of them,
+   * and their finished (READY or ERROR) start tasks. Each deleted id leaves a tombstone, so that events reported
+   * for it later are refused (EventRepository.append) and nothing outlives it. One transaction where the
+   * store has them (SQLite); elsewhere the tombstones are written first and the conversation last, so that a delete
+   * cut short is found and finished by {@link finishDeletes}. false when the conversation did not exist.
+   */
   delete(id: string, ownerId: string): Promise<boolean>;
+  /**
+   * The sweep: completes the deletes a crash cut short (older than `graceBefore`: not in progress) and drops the
+   * tombstones written before `tombstonesBefore`.
+   */
+  finishDeletes(graceBefore: Date, tombstonesBefore: Date): Promise<FinishedDeletes>;
 }
 
 export type StartTaskStatus =
@@ -149,6 +169,8 @@ export interface StartTaskRepository {
    * running limit does not pause them while their starts run.
    */
   sandboxesInUse(ownerId: string): Promise<string[]>;
+  /** Deletes the finished (READY or ERROR) tasks last updated before `before` (retention); returns how many. */
+  pruneFinished(before: Date): Promise<number>;
   /** Extends the leases `owner` still holds on these unfinished tasks; returns the ids it still holds. */
   renewLeases(owner: string, ids: readonly string[], expiresAt: Date): Promise<string[]>;
   /** Lets the leases `owner` holds on these tasks expire now (a graceful shutdown hands them over). */

@@ -39,8 +39,10 @@ export interface EventPage {
 
 export interface EventRepository {
   /**
-   * Stores the events (all or none). An event whose (conversationId, id) is already stored is skipped. Resolves
-   * once everything is durable; returns the events that were new, in the order given.
+   * Stores the events (all or none). An event whose (conversationId, id) is already stored is skipped, and so is
+   * one of a conversation deleted lately (its tombstone, see ConversationRepository.delete): a webhook racing a
+   * delete leaves nothing behind. Resolves once everything is durable; returns the events stored, in the order
+   * given.
    */
   append(events: readonly EventRecord[]): Promise<EventRecord[]>;
   /** Ordered by (timestampUs, id), ascending unless `descending`. */

@@ -19,7 +19,28 @@ export interface SandboxRecord {
   /** Last status recorded (the live status is reconciled with the runtime on read). */
   status: SandboxStatus;
   createdAt: Date;
+  /**
+   * When the record last changed; every write sets it, so together with the status it is the version that the
+   * background decisions compare and set on ({@link TransitionOptions.ifUpdatedAt}).
+   */
   updatedAt: Date;
+  /**
+   * Set (with status MISSING) by a delete before it removes the runtime objects and the record: a record still
+   * marked so after the delete's grace was left by a delete that did not finish, and the sweep finishes it.
+   */
+  deleting?: true;
+}
+
+/** Conditions and marks of {@link SandboxRepository.transition} beyond the status. */
+export interface TransitionOptions {
+  /**
+   * Compare-and-set on the version read too: the write happens only while the record's `updatedAt` is still this
+   * (no other write since it was read). Background decisions pass it, so that a user's action landing between
+   * their read and their write wins.
+   */
+  ifUpdatedAt?: Date;
+  /** Marks the record as being deleted ({@link SandboxRecord.deleting}) in the same write. */
+  deleting?: true;
 }
 
 /** Per-owner limits applied atomically by {@link SandboxRepository.create} and {@link SandboxRepository.claim}. */
@@ -92,12 +113,16 @@ export interface SandboxRepository {
    * whether a claim evicted it meanwhile: linearisable with the evictions of create/claim); null when deleted.
    */
   setHandle(id: string, handle: Record<string, unknown>, updatedAt: Date): Promise<SandboxRecord | null>;
-  /** Sets `to` only when the current status is one of `from` (compare-and-set); false otherwise or when deleted. */
+  /**
+   * Sets `to` only when the current status is one of `from` (and, with `options.ifUpdatedAt`, the record was not
+   * written since): compare-and-set; false otherwise or when deleted.
+   */
   transition(
     id: string,
     from: readonly SandboxStatus[],
     to: SandboxStatus,
     updatedAt: Date,
+    options?: TransitionOptions,
   ): Promise<boolean>;
   /** The sandbox if it exists and (when ownerId is given) belongs to that owner. */
   get(id: string, ownerId?: string): Promise<SandboxRecord | null>;

@@ -20,5 +20,10 @@ export interface Storage {
   ping(): Promise<void>;
   /** Resolves when storage accepts a write: rewrites one tiny heartbeat record of this server (readiness). */
   checkWritable(): Promise<void>;
+  /**
+   * Gives space freed by deletes back to the file system, a bounded amount per call (the sweep): SQLite runs an
+   * incremental vacuum; MongoDB (WiredTiger reuses freed space itself) does nothing.
+   */
+  compact(): Promise<void>;
   close(): Promise<void>;
 }

@@ -14,6 +14,7 @@ import type { SandboxSpec } from "../services/sandboxes/sandbox-spec-service.ts"
 import { ConnectionGuard } from "../transport/connection-guard.ts";
 import { DEFAULT_LIMITS, type TransportLimits } from "../transport/limits.ts";
 import type { ServiceBinding } from "../transport/service-binding.ts";
+import type { RetentionConfig } from "./config.ts";
 import { type Container, createContainer, type GitDeps, type Quotas } from "./container.ts";
 import { createAdminServer, createHttpServer, REST_ROUTES } from "./http-server.ts";
 import { keepMemoryReducerWorking } from "./idle-memory.ts";
@@ -23,8 +24,16 @@ export { VERSION } from "./http-server.ts";
 
 /** How long running calls may go on once the server starts closing. */
 const SHUTDOWN_GRACE_MS = 5_000;
-/** How long the change log keeps an entry: a watch resuming from an older revision gets OUT_OF_RANGE. */
-const CHANGE_RETENTION_MS = 60 * 60_000;
+/** What the sweep keeps by default (see AppDeps.retention). */
+const DEFAULT_RETENTION: RetentionConfig = {
+  changeLogMs: 60 * 60_000,
+  changeLogMaxEntries: 10_000,
+  startTaskMs: 24 * 60 * 60_000,
+};
+/** How long a conversation delete may take: one not done after this was cut short, and the sweep finishes it. */
+const CONVERSATION_DELETE_GRACE_MS = 60_000;
+/** How long a deleted conversation's tombstone refuses events reported for it (an agent's late webhooks). */
+const CONVERSATION_TOMBSTONE_MS = 24 * 60 * 60_000;
 
 export interface AppDeps {
   storage: Storage;
@@ -42,6 +51,8 @@ export interface AppDeps {
    * task ends saved, old change log entries pruned (default 30 s; 0: no timer, tests call {@link App.sweep}).
    */
   sweepIntervalMs?: number;
+  /** What the sweep keeps of the change log and of finished start tasks (defaults: 1 h or 10,000 entries; 1 day). */
+  retention?: Partial<RetentionConfig>;
   /** Lease of this server on the conversation starts it runs (default 15 s; see AppConversationService). */
   leaseMs?: number;
   /** How long a sandbox may take to start before it is ERROR (default 120 s). */
@@ -171,13 +182,28 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   addReflection(grpcServer, container.bindings);
 
   const { sandboxes, conversations } = container.services;
+  const retention: RetentionConfig = { ...DEFAULT_RETENTION, ...deps.retention };
   const sweep = async (): Promise<void> => {
     try {
       await sandboxes.reconcileAll();
       await conversations.sweepStartTasks();
-      await container.changes.prune(new Date(Date.now() - CHANGE_RETENTION_MS));
     } catch (err) {
       log.warn({ error: String(err) }, "sweep failed; the next one retries");
+    }
+    // The store's upkeep, even when the sandboxes could not be reconciled (a runtime outage).
+    try {
+      const now = Date.now();
+      const deletes = await deps.storage.conversations.finishDeletes(
+        new Date(now - CONVERSATION_DELETE_GRACE_MS),
+        new Date(now - CONVERSATION_TOMBSTONE_MS),
+      );
+      if (deletes.finished > 0)
+        log.warn({ conversations: deletes.finished }, "finished conversation deletes cut short by a crash");
+      await deps.storage.startTasks.pruneFinished(new Date(now - retention.startTaskMs));
+      await container.changes.prune(new Date(now - retention.changeLogMs), retention.changeLogMaxEntries);
+      await deps.storage.compact();
+    } catch (err) {
+      log.warn({ error: String(err) }, "store upkeep failed; the next sweep retries");
     }
   };
   let sweeping: Promise<void> | null = null;

@@ -60,6 +60,8 @@ export interface Config {
   readonly maxSandboxesPerUser: number;
   /** Period of the background sweep (sandbox reconciliation, unsaved start-task ends, change log pruning); 0: off. */
   readonly sweepIntervalMs: number;
+  /** What the sweep prunes: change log entries by age and count, finished start tasks by age. */
+  readonly retention: RetentionConfig;
   /** How long a server's lease on a conversation start lasts before another server resumes it. */
   readonly leaseMs: number;
   /** How long a sandbox may take to start before it is ERROR (also the grace of crash leftovers). */
@@ -113,6 +115,16 @@ export interface Config {
   };
 }
 
+/** What the background sweep keeps (see docs/reliability.md). */
+export interface RetentionConfig {
+  /** Change log entries older than this are pruned (a watch resuming from an older revision gets OUT_OF_RANGE). */
+  readonly changeLogMs: number;
+  /** At most this many change log entries are kept, the newest. */
+  readonly changeLogMaxEntries: number;
+  /** READY and ERROR start tasks last updated longer ago than this are deleted. */
+  readonly startTaskMs: number;
+}
+
 /** Invalid configuration; `problems` lists every one found (the message joins them, one a line). */
 export class ConfigError extends Error {
   override name = "ConfigError";
@@ -153,7 +165,19 @@ export const ENV_DOC: readonly [string, string][] = [
   ],
   [
     "SWEEP_INTERVAL_MS",
-    "period of the background sweep: sandboxes reconciled with the runtime, crash leftovers removed, unsaved start-task ends saved, change log entries older than an hour pruned (default 30000; 0: off)",
+    "period of the background sweep: sandboxes reconciled with the runtime, crash leftovers and cut deletes finished, unsaved start-task ends saved, the change log and finished start tasks pruned, freed SQLite pages given back (default 30000; 0: off)",
+  ],
+  [
+    "CHANGE_LOG_RETENTION_MS",
+    "change log entries older than this are pruned; a watch resuming from an older revision gets OUT_OF_RANGE and watches again (default 3600000)",
+  ],
+  [
+    "CHANGE_LOG_MAX_ENTRIES",
+    "the change log keeps at most this many entries, the newest, whatever their age (default 10000)",
+  ],
+  [
+    "START_TASK_RETENTION_MS",
+    "finished (READY or ERROR) conversation start tasks are deleted this long after their last change (default 86400000)",
   ],
   [
     "LEASE_MS",
@@ -434,6 +458,11 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     maxRunningSandboxes: int("MAX_RUNNING_SANDBOXES", 5, 1, 1000),
     maxSandboxesPerUser: int("MAX_SANDBOXES_PER_USER", 20, 1, 100_000),
     sweepIntervalMs: int("SWEEP_INTERVAL_MS", 30_000, 0, 86_400_000),
+    retention: Object.freeze({
+      changeLogMs: int("CHANGE_LOG_RETENTION_MS", 3_600_000, 1000, 30 * 86_400_000),
+      changeLogMaxEntries: int("CHANGE_LOG_MAX_ENTRIES", 10_000, 100, 100_000_000),
+      startTaskMs: int("START_TASK_RETENTION_MS", 86_400_000, 60_000, 365 * 86_400_000),
+    }),
     leaseMs: int("LEASE_MS", 15_000, 300, 3_600_000),
     sandboxStartTimeoutMs: int("SANDBOX_START_TIMEOUT_MS", 120_000, 1000, 3_600_000),
     sandboxSpecsFile: env.SANDBOX_SPECS_FILE || undefined,

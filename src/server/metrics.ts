@@ -159,6 +159,7 @@ export function instrumentStorage(storage: Storage, metrics: Metrics): Storage {
     changes: wrap("changes", storage.changes, ["subscribe"]),
     ping: () => storage.ping(),
     checkWritable: () => storage.checkWritable(),
+    compact: () => storage.compact(),
     close: () => storage.close(),
   };
 }

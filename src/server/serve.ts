@@ -65,6 +65,7 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     limits: config.limits,
     maxSandboxesPerUser: config.maxSandboxesPerUser,
     sweepIntervalMs: config.sweepIntervalMs,
+    retention: config.retention,
     leaseMs: config.leaseMs,
     sandboxStartTimeoutMs: config.sandboxStartTimeoutMs,
     conversations: { localRepositoryRoots: config.localRepositoryRoots },

@@ -133,9 +133,9 @@ export class ChangeFeed {
     for (const sub of this.#subs) sub.wake?.();
   }
 
-  /** Deletes the log's entries older than `before` (the sweep); returns how many. */
-  prune(before: Date): Promise<number> {
-    return this.#log.prune(before);
+  /** Deletes the log's entries older than `before` and beyond the newest `keep` (the sweep); returns how many. */
+  prune(before: Date, keep?: number): Promise<number> {
+    return this.#log.prune(before, keep);
   }
 
   async #startCursor(): Promise<number> {

@@ -667,6 +667,39 @@ export function describeStorageContract(name: string, make: () => Promise<Storag
         expect(await storage.sandboxes.transition(hex(), ["RUNNING"], "ERROR", at(4))).toBe(false);
       });
 
+      it("transition with ifUpdatedAt is also a compare-and-set on the version read; deleting marks the record", async () => {
+        const s = sandbox(newOwner(), at(1), { status: "PAUSED" });
+        await storage.sandboxes.insert(s);
+        // Another write since the read (a resume): the background decision loses.
+        expect(await storage.sandboxes.claim(s.id, s.ownerId, 5, at(2))).toMatchObject({ claimed: true });
+        expect(
+          await storage.sandboxes.transition(s.id, ["PAUSED", "STARTING"], "PAUSED", at(3), {
+            ifUpdatedAt: at(1),
+          }),
+        ).toBe(false);
+        expect((await storage.sandboxes.get(s.id))?.status).toBe("STARTING");
+        expect(
+          await storage.sandboxes.transition(s.id, ["STARTING"], "ERROR", at(4), { ifUpdatedAt: at(2) }),
+        ).toBe(true);
+        expect(await storage.sandboxes.get(s.id)).toStrictEqual({ ...s, status: "ERROR", updatedAt: at(4) });
+        expect(
+          await storage.sandboxes.transition(s.id, ["ERROR"], "MISSING", at(5), {
+            ifUpdatedAt: at(4),
+            deleting: true,
+          }),
+        ).toBe(true);
+        expect(await storage.sandboxes.get(s.id)).toStrictEqual({
+          ...s,
+          status: "MISSING",
+          updatedAt: at(5),
+          deleting: true,
+        });
+        expect((await storage.sandboxes.listAll(s.ownerId))[0]?.deleting).toBe(true);
+        // The mark stays through later writes.
+        expect(await storage.sandboxes.transition(s.id, ["MISSING"], "MISSING", at(6))).toBe(true);
+        expect((await storage.sandboxes.get(s.id))?.deleting).toBe(true);
+      });
+
       it("checkWritable writes a heartbeat, repeatedly", async () => {
         await expect(storage.checkWritable()).resolves.toBeUndefined();
         await expect(storage.checkWritable()).resolves.toBeUndefined();
@@ -991,6 +1024,62 @@ export function describeStorageContract(name: string, make: () => Promise<Storag
         expect(await storage.conversations.delete(c.id, owner)).toBe(false);
         expect(await storage.conversations.get(c.id, owner)).toBeNull();
       });
+
+      it("a delete takes the sub-conversations, their events and finished start tasks, and refuses later events", async () => {
+        const owner = newOwner();
+        const parent = conversation(owner, at(1));
+        const child = conversation(owner, at(2), { parentConversationId: parent.id });
+        const other = conversation(owner, at(3));
+        for (const c of [parent, child, other]) await storage.conversations.insert(c);
+        await storage.conversations.addSubConversation(parent.id, child.id, at(4));
+        await storage.events.append([event(owner, parent.id, 1), event(owner, child.id, 2)]);
+        const kept = event(owner, other.id, 3);
+        await storage.events.append([kept]);
+        const done = startTask(owner, at(5), { status: "READY", appConversationId: parent.id });
+        const failed = startTask(owner, at(6), { status: "ERROR", appConversationId: child.id });
+        const running = startTask(owner, at(7), { status: "WORKING", appConversationId: parent.id });
+        const planned = startTask(owner, at(8), { status: "ERROR" });
+        const otherTask = startTask(owner, at(9), { status: "READY", appConversationId: other.id });
+        for (const t of [done, failed, running, otherTask]) await storage.startTasks.insert(t);
+        await storage.startTasks.insert(planned, undefined, { conversationId: parent.id });
+
+        expect(await storage.conversations.delete(parent.id, owner)).toBe(true);
+        expect(await storage.conversations.get(parent.id, owner)).toBeNull();
+        expect(await storage.conversations.get(child.id, owner)).toBeNull();
+        expect(await storage.conversations.get(other.id, owner)).not.toBeNull();
+        expect(await storage.events.count(owner, {})).toBe(1);
+        expect(
+          ids(await storage.startTasks.getMany([done.id, failed.id, running.id, planned.id], owner)),
+        ).toEqual([running.id]);
+        expect(await storage.startTasks.get(otherTask.id, owner)).not.toBeNull();
+        // A webhook arriving after the delete stores nothing for the deleted conversations.
+        expect(
+          await storage.events.append([event(owner, parent.id, 10), event(owner, child.id, 11)]),
+        ).toEqual([]);
+        expect(await storage.events.count(owner, {})).toBe(1);
+        expect(await storage.events.getMany([kept.id], owner)).toStrictEqual([kept]);
+        // A conversation created again under the same id takes events again.
+        await storage.conversations.insert({ ...parent, subConversationIds: [] });
+        const again = event(owner, parent.id, 12);
+        expect(await storage.events.append([again])).toStrictEqual([again]);
+        expect(await storage.conversations.delete(hex(), owner)).toBe(false);
+      });
+
+      it("finishDeletes drops the tombstones older than asked", async () => {
+        const owner = newOwner();
+        const c = conversation(owner, at(1));
+        await storage.conversations.insert(c);
+        expect(await storage.conversations.delete(c.id, owner)).toBe(true);
+        expect(await storage.events.append([event(owner, c.id, 1)])).toEqual([]);
+        const kept = await storage.conversations.finishDeletes(new Date(), new Date(Date.now() - 60_000));
+        expect(kept.finished).toBe(0);
+        expect(await storage.events.append([event(owner, c.id, 2)])).toEqual([]);
+        await new Promise((r) => setTimeout(r, 5));
+        const result = await storage.conversations.finishDeletes(new Date(), new Date());
+        expect(result.pruned).toBeGreaterThanOrEqual(1);
+        const late = event(owner, c.id, 3);
+        expect(await storage.events.append([late])).toStrictEqual([late]);
+      });
     });
 
     describe("events", () => {
@@ -1258,6 +1347,23 @@ export function describeStorageContract(name: string, make: () => Promise<Storag
       });
     });
 
+    describe("start task retention", () => {
+      it("pruneFinished deletes READY and ERROR tasks last updated before the date, nothing unfinished", async () => {
+        const owner = newOwner();
+        const old = startTask(owner, at(1), { status: "READY", updatedAt: at(2) });
+        const oldFailed = startTask(owner, at(1), { status: "ERROR", updatedAt: at(2) });
+        const oldRunning = startTask(owner, at(1), { status: "WORKING", updatedAt: at(2) });
+        const recent = startTask(owner, at(1), { status: "READY", updatedAt: new Date() });
+        for (const t of [old, oldFailed, oldRunning, recent]) await storage.startTasks.insert(t);
+        expect(await storage.startTasks.pruneFinished(at(3))).toBeGreaterThanOrEqual(2);
+        expect(
+          ids(
+            await storage.startTasks.getMany([old.id, oldFailed.id, oldRunning.id, recent.id], owner),
+          ).sort(),
+        ).toEqual([oldRunning.id, recent.id].sort());
+      });
+    });
+
     describe("start task leases", () => {
       it("the lease owner renews and writes; another name cannot write; release makes it claimable", async () => {
         const owner = newOwner();
@@ -1342,6 +1448,24 @@ export function describeStorageContract(name: string, make: () => Promise<Storag
           { ownerId: owner, topic: "sandbox", key: "d", body: "{}" },
         ]);
         expect(next).toBeGreaterThan(Math.max(...all));
+      });
+
+      it("prunes by size: all but the newest `keep` entries go, whatever their age", async () => {
+        const owner = newOwner();
+        const entry = (n: number) => ({
+          ownerId: owner,
+          topic: "sandbox" as const,
+          key: "k",
+          body: `{"n":${n}}`,
+        });
+        const seqs = await storage.changes.append([1, 2, 3, 4, 5].map(entry));
+        const old = new Date(Date.now() - 3_600_000);
+        expect(await storage.changes.prune(old, 2)).toBeGreaterThanOrEqual(3);
+        expect(await storage.changes.floor()).toBe(seqs[2]);
+        expect((await storage.changes.read(seqs[2] ?? 0, 100)).map((c) => c.seq)).toStrictEqual(
+          seqs.slice(3),
+        );
+        expect(await storage.changes.prune(old, 2)).toBe(0);
       });
     });
 

@@ -66,6 +66,7 @@ export function withWriteFaults(storage: Storage): { storage: Storage; faults: W
         faults.fail?.("storage", "checkWritable")
           ? Promise.reject(new StorageUnavailableError(new Error("SQLITE_FULL: database or disk is full")))
           : storage.checkWritable(),
+      compact: () => storage.compact(),
       close: () => storage.close(),
     },
   };

@@ -302,6 +302,22 @@ describe("sandbox specs", () => {
     expect(docker?.command).toEqual(["--host", "{host}", "--port", "{port}"]);
   });
 
+  it("retention of the change log and of finished start tasks: defaults, overrides, bounds", () => {
+    expect(loadConfig({}, "/srv").retention).toEqual({
+      changeLogMs: 3_600_000,
+      changeLogMaxEntries: 10_000,
+      startTaskMs: 86_400_000,
+    });
+    const c = loadConfig(
+      { CHANGE_LOG_RETENTION_MS: "60000", CHANGE_LOG_MAX_ENTRIES: "500", START_TASK_RETENTION_MS: "600000" },
+      "/srv",
+    );
+    expect(c.retention).toEqual({ changeLogMs: 60_000, changeLogMaxEntries: 500, startTaskMs: 600_000 });
+    expect(Object.isFrozen(c.retention)).toBe(true);
+    expect(() => loadConfig({ CHANGE_LOG_MAX_ENTRIES: "10" }, "/srv")).toThrow(ConfigError);
+    expect(() => loadConfig({ START_TASK_RETENTION_MS: "-1" }, "/srv")).toThrow(ConfigError);
+  });
+
   it("reads a spec file and rejects bad ones naming the problem", () => {
     const good = join(dir, "specs.json");
     writeFileSync(

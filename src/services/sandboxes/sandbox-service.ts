@@ -31,6 +31,7 @@ import {
   type SandboxRecord,
   type SandboxRepository,
   type SandboxStatus,
+  type TransitionOptions,
 } from "../../ports/sandbox-repository.ts";
 import type { RuntimeHandle, RuntimeState, SandboxRuntime } from "../../ports/sandbox-runtime.ts";
 import { type ChangeFeed, ChangeTooOldError } from "../change-feed.ts";
@@ -77,6 +78,12 @@ export interface SandboxServiceOptions {
    * the runtime runs for it is removed and it becomes ERROR (default: startTimeoutMs).
    */
   orphanGraceMs?: number;
+  /**
+   * How long a delete may take: a record marked deleting (status MISSING) for longer, not being deleted by this
+   * server, was left by a delete that did not finish, and {@link SandboxService.reconcileAll} finishes it
+   * (default: 15 s, at most orphanGraceMs).
+   */
+  deleteGraceMs?: number;
   log?: (msg: string, data?: Record<string, unknown>) => void;
   /**
    * Base URL of this service as sandboxes reach it (e.g. http://127.0.0.1:3000), read at each start; when set,
@@ -142,6 +149,8 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
   readonly #starting = new Map<string, Promise<void>>();
   /** Sandboxes this server is starting or resuming (before their health wait). */
   readonly #busy = new Set<string>();
+  /** Sandboxes this server is deleting. */
+  readonly #deleting = new Set<string>();
   #sweeping: Promise<Record<SandboxStatus, number>> | null = null;
 
   constructor(options: SandboxServiceOptions) {
@@ -153,6 +162,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       orphanGraceMs: startTimeoutMs,
       inUseByStarts: async () => [],
       slotWaitMs: 30_000,
+      deleteGraceMs: Math.min(15_000, options.orphanGraceMs ?? startTimeoutMs),
       ...options,
       startTimeoutMs,
     };
@@ -208,15 +218,17 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
   async deleteSandbox(req: DeleteSandboxRequest, ctx: HandlerContext): Promise<DeleteSandboxResponse> {
     const { userId } = requireCaller(ctx);
     const record = await this.#owned(userId, req.sandboxId);
-    // MISSING first: no server's sweep pauses it again while it is being removed, and a start in progress
-    // removes what it started.
-    await this.#transition(record, ["STARTING", "RUNNING", "PAUSED", "ERROR"], "MISSING");
-    const handle = handleOrNull(record);
-    if (handle !== null) await this.#o.runtime.remove(handle);
-    // Also whatever carries the sandbox's id without the record knowing it (a handle never saved).
-    await this.#o.runtime.removeBySandboxId(record.id);
-    await this.#o.repo.delete(record.id);
-    this.#o.changes.poke();
+    this.#deleting.add(record.id);
+    try {
+      // MISSING and marked deleting first: no server's sweep pauses it again while it is being removed, a start
+      // in progress removes what it started, and a sweep finishes the delete if this server dies before the end.
+      await this.#transition(record, ["STARTING", "RUNNING", "PAUSED", "ERROR", "MISSING"], "MISSING", {
+        deleting: true,
+      });
+      await this.#removeAll(record);
+    } finally {
+      this.#deleting.delete(record.id);
+    }
     return { $typeName: "workspace.v1.DeleteSandboxResponse", success: true };
   }
 
@@ -535,10 +547,16 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       ERROR: 0,
       MISSING: 0,
     };
-    const orphanBefore = Date.now() - this.#o.orphanGraceMs;
+    const now = Date.now();
+    const orphanBefore = now - this.#o.orphanGraceMs;
+    const deleteBefore = now - this.#o.deleteGraceMs;
     for (const r of await this.#o.repo.listAll()) {
       let status: SandboxStatus;
       try {
+        if (r.deleting === true) {
+          if (r.updatedAt.getTime() < deleteBefore && !this.#deleting.has(r.id)) await this.#finishDelete(r);
+          continue;
+        }
         status = await this.#persist(await this.#observe(r), orphanBefore);
       } catch (err) {
         this.#o.log?.("sandbox could not be reconciled", { sandboxId: r.id, error: String(err) });
@@ -549,10 +567,33 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     return counts;
   }
 
-  /** Persists what `o` observed (see reconcileAll); returns the resulting live status. */
+  /**
+   * Finishes a delete that its server did not (it died between marking the record and removing it): the runtime
+   * objects, the workspace or volume, then the record.
+   */
+  async #finishDelete(r: SandboxRecord): Promise<void> {
+    this.#o.log?.("sandbox left by a delete that did not finish: removing it", { sandboxId: r.id });
+    await this.#removeAll(r);
+  }
+
+  /** Removes what the runtime has of a sandbox marked deleting (by its handle and by its id), then its record. */
+  async #removeAll(record: SandboxRecord): Promise<void> {
+    const handle = handleOrNull(record);
+    if (handle !== null) await this.#o.runtime.remove(handle);
+    // Also whatever carries the sandbox's id without the record knowing it (a handle never saved).
+    await this.#o.runtime.removeBySandboxId(record.id);
+    await this.#o.repo.delete(record.id);
+    this.#o.changes.poke();
+  }
+
+  /**
+   * Persists what `o` observed (see reconcileAll); returns the resulting live status. Every write is a
+   * compare-and-set on the record as read (status and updatedAt), so that a user's action landing meanwhile wins.
+   */
   async #persist(o: Observed, orphanBefore: number): Promise<SandboxStatus> {
     const r = o.record;
     if (this.#inFlight(r.id)) return o.status;
+    const asRead: TransitionOptions = { ifUpdatedAt: r.updatedAt };
     const stale = r.updatedAt.getTime() < orphanBefore;
     if (r.status === "MISSING") {
       // Set MISSING by a delete that did not finish (its server died): whatever still runs under it goes.
@@ -568,12 +609,14 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     }
     if (o.handle === null) {
       if ((r.status === "STARTING" || r.status === "PAUSED") && stale) {
+        // The record first (a start taken over meanwhile wins), then whatever runs under its id.
+        if (!(await this.#transition(r, [r.status], "ERROR", asRead))) return o.status;
         const removed = await this.#o.runtime.removeBySandboxId(r.id);
         this.#o.log?.("sandbox left without a runtime handle (a crash while it started): set ERROR", {
           sandboxId: r.id,
           removedRuntimeObjects: removed,
         });
-        if (await this.#transition(r, [r.status], "ERROR")) return "ERROR";
+        return "ERROR";
       }
       return o.status;
     }
@@ -581,11 +624,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     if ((r.status === "PAUSED" || r.status === "ERROR") && alive) {
       // Holds no slot, so it must not run: paused (a crash between an eviction and its pause, a start that never
       // became healthy); resuming it claims a slot again.
-      this.#o.log?.("sandbox without a running slot found running: pausing it", {
-        sandboxId: r.id,
-        status: r.status,
-      });
-      await this.#o.runtime.pause(o.handle);
+      await this.#pauseUnslotted(r, o.handle);
       return o.status;
     }
     if (r.status === "STARTING" && o.runtime === "STARTING") {
@@ -593,10 +632,37 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       return (await this.#awaitHealthy(r, o.handle, 0)).status;
     }
     const ended = definiteEnd(r.status, o.runtime);
-    if (ended !== null) await this.#transition(r, [r.status], ended);
+    if (ended !== null) await this.#transition(r, [r.status], ended, asRead);
     else if (r.status === "STARTING" && o.runtime === "RUNNING")
-      await this.#transition(r, ["STARTING"], "RUNNING");
+      await this.#transition(r, ["STARTING"], "RUNNING", asRead);
     return o.status;
+  }
+
+  /**
+   * Pauses in the runtime a sandbox whose record (as read by the sweep) holds no slot but runs. The decision is a
+   * compare-and-set on the record as read: a resume (or any write) since then wins and nothing is paused. The
+   * write also moves the record's version, so that a resume claiming it between this write and the pause is
+   * seen afterwards: its sandbox is then resumed again (whichever of the two signals came last), and the user's
+   * action stands.
+   */
+  async #pauseUnslotted(r: SandboxRecord, handle: RuntimeHandle): Promise<void> {
+    const decided = new Date(Math.max(Date.now(), r.updatedAt.getTime() + 1));
+    if (!(await this.#o.repo.transition(r.id, [r.status], r.status, decided, { ifUpdatedAt: r.updatedAt })))
+      return;
+    this.#o.log?.("sandbox without a running slot found running: pausing it", {
+      sandboxId: r.id,
+      status: r.status,
+    });
+    await this.#o.runtime.pause(handle);
+    const now = await this.#o.repo.get(r.id);
+    if (now === null || !ACTIVE_STATUSES.includes(now.status)) return;
+    this.#o.log?.("sandbox resumed by a user while the sweep paused it: resuming it again", {
+      sandboxId: r.id,
+    });
+    // Already running again when the user's own resume came after this pause (a runtime may refuse then).
+    await this.#o.runtime.resume(handleOrNull(now) ?? handle).catch((err: unknown) => {
+      this.#o.log?.("sandbox could not be resumed again", { sandboxId: r.id, error: String(err) });
+    });
   }
 
   /** Runs the record's sandbox in the runtime and saves its handle; ERROR when the runtime cannot start it. */
@@ -749,9 +815,11 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     record: SandboxRecord,
     from: readonly SandboxStatus[],
     to: SandboxStatus,
+    options?: TransitionOptions,
   ): Promise<boolean> {
-    const updatedAt = new Date();
-    if (!(await this.#o.repo.transition(record.id, from, to, updatedAt))) return false;
+    // A conditional write moves the version even within the millisecond of the one it compares with.
+    const updatedAt = new Date(Math.max(Date.now(), (options?.ifUpdatedAt?.getTime() ?? 0) + 1));
+    if (!(await this.#o.repo.transition(record.id, from, to, updatedAt, options))) return false;
     if (to === "ERROR") {
       const handle = handleOrNull(record);
       const reason = handle && this.#o.runtime.failureReason?.(handle);
@@ -778,7 +846,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       holders.map(async (r) => {
         // Only an end matters here, which the runtime tells without asking the agents (a probe each).
         const ended = definiteEnd(r.status, (await this.#observe(r, false)).runtime);
-        if (ended !== null) await this.#transition(r, [r.status], ended);
+        if (ended !== null) await this.#transition(r, [r.status], ended, { ifUpdatedAt: r.updatedAt });
       }),
     );
   }

@@ -89,8 +89,16 @@ export function createMongoChangeLog(db: Db, log?: (msg: string, data?: object) 
         const [oldest] = await changes.find({}).sort({ _id: 1 }).limit(1).toArray();
         return oldest === undefined ? head() : oldest._id - 1;
       }),
-    prune: (before) =>
-      guarded(async () => (await changes.deleteMany({ at: { $lt: before } }, DURABLE_WRITE)).deletedCount),
+    prune: (before, keep) =>
+      guarded(async () => {
+        let n = (await changes.deleteMany({ at: { $lt: before } }, DURABLE_WRITE)).deletedCount;
+        if (keep !== undefined) {
+          // The newest `keep` by sequence number stay (numbers never stored, a dead writer's, count as kept).
+          const limit = (await head()) - Math.max(0, keep);
+          n += (await changes.deleteMany({ _id: { $lte: limit } }, DURABLE_WRITE)).deletedCount;
+        }
+        return n;
+      }),
     subscribe(onAppend) {
       if (typeof changes.watch !== "function") return () => {};
       let stream: ChangeStream | null = null;

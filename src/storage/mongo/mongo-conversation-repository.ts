@@ -4,7 +4,12 @@ import { checkPageLimit, toKeysetPage } from "../keyset-page.ts";
 import { guarded } from "./mongo-errors.ts";
 import { COLLECTIONS } from "./mongo-indexes.ts";
 import { keysetAfter, NEWEST_FIRST } from "./mongo-keyset.ts";
-import { type ConversationDoc, fromConversationDoc, toConversationDoc } from "./mongo-mappers.ts";
+import {
+  type ConversationDoc,
+  fromConversationDoc,
+  type StartTaskDoc,
+  toConversationDoc,
+} from "./mongo-mappers.ts";
 import { DURABLE_WRITE } from "./mongo-write-concern.ts";
 
 /** `text` as a regular expression matching it literally. */
@@ -40,12 +45,46 @@ export function toConversationFilter(ownerId: string, filter: ConversationFilter
   return f;
 }
 
-/** Conversations on MongoDB. */
+/** `conversation_tombstones` document: a conversation deleted lately; `done` once everything of it is gone. */
+export interface ConversationTombstoneDoc {
+  _id: string;
+  ownerId: string;
+  at: Date;
+  done: boolean;
+}
+
+/**
+ * Conversations on MongoDB. A delete works without multi-document transactions: the tombstones of every doomed id
+ * first (from then on, events appended for them are refused), then their events, finished start tasks and
+ * sub-conversations, the conversation last, and the tombstones are marked done; a delete cut short leaves
+ * tombstones not done, which {@link ConversationRepository.finishDeletes} completes.
+ */
 export function createMongoConversationRepository(db: Db): ConversationRepository {
   const coll = db.collection<ConversationDoc>(COLLECTIONS.conversations);
+  const tombstones = db.collection<ConversationTombstoneDoc>(COLLECTIONS.conversationTombstones);
+  const events = db.collection<{ _id: string; ownerId: string; conversationId: string }>(COLLECTIONS.events);
+  const tasks = db.collection<StartTaskDoc>(COLLECTIONS.startTasks);
+  /** Removes what belongs to these conversations of `ownerId`, and them; true when `ids[0]` existed. */
+  const removeAll = async (ids: readonly string[], ownerId: string): Promise<boolean> => {
+    const list = [...ids];
+    await events.deleteMany({ ownerId, conversationId: { $in: list } }, DURABLE_WRITE);
+    await tasks.deleteMany(
+      {
+        ownerId,
+        status: { $in: ["READY", "ERROR"] },
+        $or: [{ appConversationId: { $in: list } }, { "plan.conversationId": { $in: list } }],
+      },
+      DURABLE_WRITE,
+    );
+    if (list.length > 1) await coll.deleteMany({ _id: { $in: list.slice(1) }, ownerId }, DURABLE_WRITE);
+    const found = (await coll.deleteOne({ _id: list[0] ?? "", ownerId }, DURABLE_WRITE)).deletedCount === 1;
+    for (const id of list) await tombstones.updateOne({ _id: id }, { $set: { done: true } }, DURABLE_WRITE);
+    return found;
+  };
   return {
     insert: (record) =>
       guarded(async () => {
+        await tombstones.deleteOne({ _id: record.id }, DURABLE_WRITE);
         await coll.insertOne(toConversationDoc(record), DURABLE_WRITE);
       }),
     get: (id, ownerId) =>
@@ -93,6 +132,31 @@ export function createMongoConversationRepository(db: Db): ConversationRepositor
         return result.matchedCount === 1;
       }),
     delete: (id, ownerId) =>
-      guarded(async () => (await coll.deleteOne({ _id: id, ownerId }, DURABLE_WRITE)).deletedCount === 1),
+      guarded(async () => {
+        const record = await coll.findOne({ _id: id, ownerId });
+        const children = await coll.find({ ownerId, parentConversationId: id }).toArray();
+        if (record === null && children.length === 0) return false;
+        const doomed = [
+          ...new Set([id, ...(record?.subConversationIds ?? []), ...children.map((c) => c._id)]),
+        ];
+        const at = new Date();
+        for (const cid of doomed)
+          await tombstones.updateOne(
+            { _id: cid },
+            { $set: { ownerId, at, done: false } },
+            { ...DURABLE_WRITE, upsert: true },
+          );
+        return removeAll(doomed, ownerId);
+      }),
+    finishDeletes: (graceBefore, tombstonesBefore) =>
+      guarded(async () => {
+        const pending = await tombstones
+          .find({ done: false, at: { $lt: graceBefore } })
+          .limit(100)
+          .toArray();
+        for (const t of pending) await removeAll([t._id], t.ownerId);
+        const pruned = await tombstones.deleteMany({ at: { $lt: tombstonesBefore } }, DURABLE_WRITE);
+        return { finished: pending.length, pruned: pruned.deletedCount };
+      }),
   };
 }

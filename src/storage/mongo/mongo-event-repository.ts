@@ -67,10 +67,24 @@ function after(cursor: EventCursor, descending: boolean): Filter<EventDoc> {
 /** Events on MongoDB; new events are logged per conversation (`changes`) once stored. */
 export function createMongoEventRepository(db: Db, changes?: ChangeLog): EventRepository {
   const coll = db.collection<EventDoc>(COLLECTIONS.events);
+  const tombstones = db.collection<{ _id: string }>(COLLECTIONS.conversationTombstones);
+  /**
+   * Takes back the events just stored for conversations deleted lately. Checked after the insert: a delete writes
+   * its tombstone before it deletes the events, so either it deletes these or this sees its tombstone.
+   */
+  const refuseDeleted = async (stored: EventRecord[]): Promise<EventRecord[]> => {
+    const conversations = [...new Set(stored.map((e) => e.conversationId))];
+    const dead = await tombstones.find({ _id: { $in: conversations } }).toArray();
+    if (dead.length === 0) return stored;
+    const deadIds = new Set(dead.map((d) => d._id));
+    const refused = stored.filter((e) => deadIds.has(e.conversationId));
+    await coll.deleteMany({ _id: { $in: refused.map((e) => toDoc(e)._id) } }, DURABLE_WRITE);
+    return stored.filter((e) => !deadIds.has(e.conversationId));
+  };
   return {
     append: (events) =>
       guarded(async () => {
-        const stored: EventRecord[] = [];
+        let stored: EventRecord[] = [];
         for (const e of events) {
           try {
             await coll.insertOne(toDoc(e), DURABLE_WRITE);
@@ -79,6 +93,7 @@ export function createMongoEventRepository(db: Db, changes?: ChangeLog): EventRe
             if (!isDuplicateKeyError(error)) throw error;
           }
         }
+        if (stored.length > 0) stored = await refuseDeleted(stored);
         if (stored.length > 0) await changes?.append(eventsChanges(stored));
         return stored;
       }),

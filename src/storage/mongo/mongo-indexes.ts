@@ -15,6 +15,8 @@ export const COLLECTIONS = {
   /** The change log (see createMongoChangeLog) and the counter of its sequence numbers. */
   changes: "changes",
   counters: "counters",
+  /** Conversations deleted lately (see createMongoConversationRepository). */
+  conversationTombstones: "conversation_tombstones",
 } as const;
 
 /** One index the adapter relies on. */
@@ -61,6 +63,11 @@ export const MONGO_INDEXES: readonly MongoIndex[] = [
     key: { ownerId: 1, "plan.conversationId": 1, createdAt: -1, _id: -1 },
   },
   { collection: COLLECTIONS.changes, name: "at", key: { at: 1 } },
+  // Finished tasks are pruned by age; sub-conversations are found by parent when it is deleted.
+  { collection: COLLECTIONS.startTasks, name: "status_updated", key: { status: 1, updatedAt: 1 } },
+  { collection: COLLECTIONS.conversations, name: "parent", key: { parentConversationId: 1 } },
+  { collection: COLLECTIONS.conversationTombstones, name: "done_at", key: { done: 1, at: 1 } },
+  { collection: COLLECTIONS.conversationTombstones, name: "at", key: { at: 1 } },
   { collection: COLLECTIONS.conversations, name: "owner_sandbox", key: { ownerId: 1, sandboxId: 1 } },
   // Events: _id is "<conversationId>:<eventId>" (unique per conversation); searches start with the owner.
   { collection: COLLECTIONS.events, name: "event_id", key: { eventId: 1 } },

@@ -80,6 +80,7 @@ export function toSandboxDoc(r: SandboxRecord): SandboxDoc {
     status: r.status,
     createdAt: r.createdAt,
     updatedAt: r.updatedAt,
+    ...(r.deleting === true ? { deleting: true as const } : {}),
   };
 }
 
@@ -94,6 +95,7 @@ export function fromSandboxDoc(d: SandboxDoc): SandboxRecord {
     status: d.status,
     createdAt: d.createdAt,
     updatedAt: d.updatedAt,
+    ...(d.deleting === true ? { deleting: true as const } : {}),
   };
 }
 

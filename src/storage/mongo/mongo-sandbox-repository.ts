@@ -8,6 +8,7 @@ import {
   type SandboxRecord,
   type SandboxRepository,
   type SandboxStatus,
+  type TransitionOptions,
 } from "../../ports/sandbox-repository.ts";
 import { checkPageLimit, toKeysetPage } from "../keyset-page.ts";
 import { guarded, isDuplicateKeyError } from "./mongo-errors.ts";
@@ -121,10 +122,15 @@ export function createMongoSandboxRepository(db: Db, changes?: ChangeLog): Sandb
     from: readonly SandboxStatus[],
     to: SandboxStatus,
     updatedAt: Date,
+    options?: TransitionOptions,
   ): Promise<boolean> => {
     const after = await coll.findOneAndUpdate(
-      { _id: id, status: { $in: [...from] } },
-      { $set: { status: to, updatedAt } },
+      {
+        _id: id,
+        status: { $in: [...from] },
+        ...(options?.ifUpdatedAt === undefined ? {} : { updatedAt: options.ifUpdatedAt }),
+      },
+      { $set: { status: to, updatedAt, ...(options?.deleting === true ? { deleting: true as const } : {}) } },
       { ...DURABLE_WRITE, returnDocument: "after" },
     );
     if (after !== null) await logged([fromSandboxDoc(after)]);
@@ -190,7 +196,8 @@ export function createMongoSandboxRepository(db: Db, changes?: ChangeLog): Sandb
         // The status this write saw: STARTING when the conditional write matched, whatever followed it.
         return fromSandboxDoc(starting.matchedCount === 1 ? { ...doc, status: "STARTING" } : doc);
       }),
-    transition: (id, from, to, updatedAt) => guarded(() => transition(id, from, to, updatedAt)),
+    transition: (id, from, to, updatedAt, options) =>
+      guarded(() => transition(id, from, to, updatedAt, options)),
     insert: (record) =>
       guarded(async () => {
         await coll.insertOne(toSandboxDoc(record), DURABLE_WRITE);

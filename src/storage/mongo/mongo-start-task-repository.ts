@@ -109,6 +109,16 @@ export function createMongoStartTaskRepository(db: Db, changes?: ChangeLog): Sta
         return toKeysetPage(docs.map(fromStartTaskDoc), page.limit);
       }),
     count: (ownerId, filter) => guarded(() => coll.countDocuments(toStartTaskFilter(ownerId, filter))),
+    pruneFinished: (before) =>
+      guarded(
+        async () =>
+          (
+            await coll.deleteMany(
+              { status: { $in: ["READY", "ERROR"] }, updatedAt: { $lt: before } },
+              DURABLE_WRITE,
+            )
+          ).deletedCount,
+      ),
     listUnfinished: () =>
       guarded(async () => {
         const docs = await coll

@@ -93,6 +93,7 @@ export async function createMongoStorageFromDb(
           { ...DURABLE_WRITE, upsert: true },
         );
       }),
+    compact: async () => {},
     close: async () => {
       if (closed) return;
       closed = true;

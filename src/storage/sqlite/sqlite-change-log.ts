@@ -34,6 +34,13 @@ export function createSqliteChangeLog(db: Database.Database): ChangeLog & {
   );
   const oldest = db.prepare<[], { seq: number | null }>("SELECT min(seq) AS seq FROM changes");
   const prune = db.prepare<[number]>("DELETE FROM changes WHERE at < ?");
+  // Sequence numbers are dense here (one writer at a time), so the newest `keep` are those above head - keep.
+  const pruneBeyond = db.prepare<[number]>("DELETE FROM changes WHERE seq <= ?");
+  const pruneBoth = db.transaction((before: number, keep: number | undefined): number => {
+    let n = prune.run(before).changes;
+    if (keep !== undefined) n += pruneBeyond.run(headSeq() - Math.max(0, keep)).changes;
+    return n;
+  });
 
   const write = (entries: readonly ChangeEntry[]): number[] => {
     const at = Date.now();
@@ -61,7 +68,7 @@ export function createSqliteChangeLog(db: Database.Database): ChangeLog & {
         const min = oldest.get()?.seq ?? null;
         return min === null ? headSeq() : min - 1;
       }),
-    prune: (before) => attempt(() => prune.run(before.getTime()).changes),
+    prune: (before, keep) => attempt(() => pruneBoth(before.getTime(), keep)),
     record: (entries) => {
       write(entries);
     },

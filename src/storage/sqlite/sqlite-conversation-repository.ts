@@ -102,6 +102,42 @@ export function createSqliteConversationRepository(db: Database.Database): Conve
   );
   const prepared = createStatementCache(db);
   const remove = db.prepare<[string, string]>("DELETE FROM conversations WHERE id = ? AND owner_id = ?");
+  const dropTombstone = db.prepare<[string]>("DELETE FROM conversation_tombstones WHERE id = ?");
+  const insertFresh = db.transaction((row: ConversationRow) => {
+    dropTombstone.run(row.id);
+    insert.run(row);
+  });
+  // What goes with a conversation: its sub-conversations (by parent, and those its list names), their events and
+  // their finished start tasks; each id leaves a tombstone that refuses later events.
+  const doomedOf = db.prepare<{ id: string; ownerId: string }, { id: string }>(
+    `SELECT id FROM conversations WHERE owner_id = @ownerId AND (parent_conversation_id = @id OR id IN
+       (SELECT value FROM json_each((SELECT sub_conversation_ids FROM conversations WHERE id = @id))))`,
+  );
+  const tombstone = db.prepare<{ id: string; ownerId: string; at: number }>(
+    `INSERT INTO conversation_tombstones (id, owner_id, at) VALUES (@id, @ownerId, @at)
+     ON CONFLICT (id) DO UPDATE SET at = @at`,
+  );
+  const removeEvents = db.prepare<[string, string]>(
+    "DELETE FROM events WHERE owner_id = ? AND conversation_id = ?",
+  );
+  const removeFinishedTasks = db.prepare<{ id: string; ownerId: string }>(
+    `DELETE FROM start_tasks WHERE owner_id = @ownerId AND status IN ('READY', 'ERROR')
+       AND (app_conversation_id = @id OR json_extract(plan, '$.conversationId') = @id)`,
+  );
+  const pruneTombstones = db.prepare<[number]>("DELETE FROM conversation_tombstones WHERE at < ?");
+  const removeAll = db.transaction((id: string, ownerId: string): boolean => {
+    const doomed = [id, ...doomedOf.all({ id, ownerId }).map((r) => r.id)];
+    const at = Date.now();
+    let found = false;
+    for (const cid of doomed) {
+      tombstone.run({ id: cid, ownerId, at });
+      removeEvents.run(ownerId, cid);
+      removeFinishedTasks.run({ id: cid, ownerId });
+      const gone = remove.run(cid, ownerId).changes === 1;
+      if (cid === id) found = gone;
+    }
+    return found;
+  });
   // Each field is set only when the patch names it (a flag per field), so one statement serves every patch.
   const update = db.prepare<{
     id: string;
@@ -125,7 +161,7 @@ export function createSqliteConversationRepository(db: Database.Database): Conve
   return {
     insert: (record) =>
       attempt(() => {
-        insert.run(toConversationRow(record));
+        insertFresh(toConversationRow(record));
       }),
     get: (id, ownerId) =>
       attempt(() => {
@@ -166,6 +202,9 @@ export function createSqliteConversationRepository(db: Database.Database): Conve
             updatedAt: patch.updatedAt.getTime(),
           }).changes === 1,
       ),
-    delete: (id, ownerId) => attempt(() => remove.run(id, ownerId).changes === 1),
+    delete: (id, ownerId) => attempt(() => removeAll.immediate(id, ownerId)),
+    // One transaction per delete: none is ever left half-done here, only old tombstones go.
+    finishDeletes: (_graceBefore, tombstonesBefore) =>
+      attempt(() => ({ finished: 0, pruned: pruneTombstones.run(tombstonesBefore.getTime()).changes })),
   };
 }

@@ -94,8 +94,11 @@ export function createSqliteEventRepository(
   walSync: WalSync | null = null,
   logChanges: (entries: readonly ChangeEntry[]) => void = () => {},
 ): SqliteEventRepository {
-  const insert = db.prepare<[string, string, string, string, number, string]>(
-    `INSERT INTO events (${COLUMNS}) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id, conversation_id) DO NOTHING`,
+  // Not for a conversation deleted lately (its tombstone): a webhook racing the delete leaves no orphan.
+  const insert = db.prepare<EventRow>(
+    `INSERT INTO events (${COLUMNS}) SELECT @conversation_id, @id, @owner_id, @kind, @ts, @body
+     WHERE NOT EXISTS (SELECT 1 FROM conversation_tombstones WHERE id = @conversation_id)
+     ON CONFLICT (id, conversation_id) DO NOTHING`,
   );
   const many = db.prepare<{ ids: string; ownerId: string }, EventRow>(
     `SELECT ${COLUMNS} FROM events WHERE id IN (SELECT value FROM json_each(@ids)) AND owner_id = @ownerId`,
@@ -110,8 +113,15 @@ export function createSqliteEventRepository(
   const write = (events: readonly EventRecord[]): EventRecord[] => {
     const stored: EventRecord[] = [];
     for (const e of events) {
-      if (insert.run(e.conversationId, e.id, e.ownerId, e.kind, e.timestampUs, e.body).changes === 1)
-        stored.push(e);
+      const row = {
+        conversation_id: e.conversationId,
+        id: e.id,
+        owner_id: e.ownerId,
+        kind: e.kind,
+        ts: e.timestampUs,
+        body: e.body,
+      };
+      if (insert.run(row).changes === 1) stored.push(e);
     }
     if (stored.length > 0) logChanges(eventsChanges(stored));
     return stored;

@@ -27,6 +27,8 @@ export interface SandboxRow {
   status: string;
   created_at: number;
   updated_at: number;
+  /** 1 while a delete removes it. */
+  deleting: number;
 }
 
 /** Row of `conversations`; `pr_number`, `metrics` and `sub_conversation_ids` are JSON. */
@@ -99,6 +101,7 @@ export function toSandboxRow(r: SandboxRecord): SandboxRow {
     status: r.status,
     created_at: ms(r.createdAt),
     updated_at: ms(r.updatedAt),
+    deleting: r.deleting === true ? 1 : 0,
   };
 }
 
@@ -113,6 +116,7 @@ export function fromSandboxRow(row: SandboxRow): SandboxRecord {
     status: row.status as SandboxStatus,
     createdAt: new Date(row.created_at),
     updatedAt: new Date(row.updated_at),
+    ...(row.deleting === 1 ? { deleting: true as const } : {}),
   };
 }
 

@@ -9,7 +9,8 @@ import { checkPageLimit, toKeysetPage } from "../keyset-page.ts";
 import { attempt } from "./sqlite-errors.ts";
 import { fromSandboxRow, type SandboxRow, toSandboxRow } from "./sqlite-rows.ts";
 
-const COLUMNS = "id, owner_id, spec_id, runtime, handle, session_api_key, status, created_at, updated_at";
+const COLUMNS =
+  "id, owner_id, spec_id, runtime, handle, session_api_key, status, created_at, updated_at, deleting";
 const NEWEST_FIRST = "ORDER BY created_at DESC, id DESC";
 
 interface UpdateParams {
@@ -35,7 +36,8 @@ export function createSqliteSandboxRepository(
   };
   const insert = db.prepare<SandboxRow>(
     `INSERT INTO sandboxes (${COLUMNS})
-     VALUES (@id, @owner_id, @spec_id, @runtime, @handle, @session_api_key, @status, @created_at, @updated_at)`,
+     VALUES (@id, @owner_id, @spec_id, @runtime, @handle, @session_api_key, @status, @created_at, @updated_at,
+       @deleting)`,
   );
   const byId = db.prepare<[string], SandboxRow>(`SELECT ${COLUMNS} FROM sandboxes WHERE id = ?`);
   const byIdAndOwner = db.prepare<[string, string], SandboxRow>(
@@ -82,9 +84,14 @@ export function createSqliteSandboxRepository(
   const setHandle = db.prepare<{ id: string; handle: string; updatedAt: number }, SandboxRow>(
     `UPDATE sandboxes SET handle = @handle, updated_at = @updatedAt WHERE id = @id RETURNING ${COLUMNS}`,
   );
-  const transition = db.prepare<{ id: string; from: string; to: string; updatedAt: number }, SandboxRow>(
-    `UPDATE sandboxes SET status = @to, updated_at = @updatedAt
-     WHERE id = @id AND status IN (SELECT value FROM json_each(@from)) RETURNING ${COLUMNS}`,
+  const transition = db.prepare<
+    { id: string; from: string; to: string; updatedAt: number; ifUpdatedAt: number | null; deleting: number },
+    SandboxRow
+  >(
+    `UPDATE sandboxes SET status = @to, updated_at = @updatedAt, deleting = max(deleting, @deleting)
+     WHERE id = @id AND status IN (SELECT value FROM json_each(@from))
+       AND (@ifUpdatedAt IS NULL OR updated_at = @ifUpdatedAt)
+     RETURNING ${COLUMNS}`,
   );
 
   /**
@@ -140,8 +147,8 @@ export function createSqliteSandboxRepository(
       return { record: claimed, claimed: true, evicted };
     },
   );
-  const transitionLogged = db.transaction((id: string, from: string, to: string, updatedAt: number) => {
-    const row = transition.get({ id, from, to, updatedAt });
+  const transitionLogged = db.transaction((params: Parameters<typeof transition.get>[0]) => {
+    const row = transition.get(params);
     if (row !== undefined) logged([fromSandboxRow(row)]);
     return row !== undefined;
   });
@@ -174,8 +181,17 @@ export function createSqliteSandboxRepository(
         const row = setHandle.get({ id, handle: JSON.stringify(handle), updatedAt: updatedAt.getTime() });
         return row === undefined ? null : fromSandboxRow(row);
       }),
-    transition: (id, from, to, updatedAt) =>
-      attempt(() => transitionLogged(id, JSON.stringify(from), to, updatedAt.getTime())),
+    transition: (id, from, to, updatedAt, options) =>
+      attempt(() =>
+        transitionLogged({
+          id,
+          from: JSON.stringify(from),
+          to,
+          updatedAt: updatedAt.getTime(),
+          ifUpdatedAt: options?.ifUpdatedAt?.getTime() ?? null,
+          deleting: options?.deleting === true ? 1 : 0,
+        }),
+      ),
     get: (id, ownerId) =>
       attempt(() => {
         const row = ownerId === undefined ? byId.get(id) : byIdAndOwner.get(id, ownerId);

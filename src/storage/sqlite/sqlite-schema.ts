@@ -133,6 +133,25 @@ export const SQLITE_MIGRATIONS: readonly string[] = [
   CREATE INDEX IF NOT EXISTS start_tasks_owner_planned_conversation
     ON start_tasks (owner_id, json_extract(plan, '$.conversationId'), created_at DESC, id DESC);
   `,
+  `
+  -- 1 while a delete removes the sandbox (status MISSING): the sweep finishes a delete its server did not.
+  ALTER TABLE sandboxes ADD COLUMN deleting INTEGER NOT NULL DEFAULT 0;
+
+  -- Conversations deleted lately: events reported for them afterwards are refused, and a delete cut short is
+  -- finished by the sweep. Kept for a while, then pruned.
+  CREATE TABLE IF NOT EXISTS conversation_tombstones (
+    id TEXT PRIMARY KEY,
+    owner_id TEXT NOT NULL,
+    at INTEGER NOT NULL
+  ) STRICT;
+  CREATE INDEX IF NOT EXISTS conversation_tombstones_at ON conversation_tombstones (at);
+
+  -- Sub-conversations are deleted with their parent; finished start tasks are pruned by age.
+  CREATE INDEX IF NOT EXISTS conversations_parent ON conversations (parent_conversation_id)
+    WHERE parent_conversation_id IS NOT NULL;
+  CREATE INDEX IF NOT EXISTS start_tasks_finished_updated
+    ON start_tasks (updated_at) WHERE status IN ('READY', 'ERROR');
+  `,
 ];
 
 /** The schema version this build writes. */

@@ -121,6 +121,9 @@ export function createSqliteStartTaskRepository(
     return row !== undefined;
   });
   const UNFINISHED = "status NOT IN ('READY', 'ERROR')";
+  const pruneFinished = db.prepare<[number]>(
+    "DELETE FROM start_tasks WHERE status IN ('READY', 'ERROR') AND updated_at < ?",
+  );
   const renew = db.prepare<{ owner: string; ids: string; expiresAt: number }, { id: string }>(
     `UPDATE start_tasks SET lease_expires_at = @expiresAt
      WHERE id IN (SELECT value FROM json_each(@ids)) AND lease_owner = @owner AND ${UNFINISHED} RETURNING id`,
@@ -218,6 +221,7 @@ export function createSqliteStartTaskRepository(
           return typeof id === "string" ? [id] : [];
         }),
       ),
+    pruneFinished: (before) => attempt(() => pruneFinished.run(before.getTime()).changes),
     renewLeases: (owner, ids, expiresAt) =>
       attempt(() =>
         ids.length === 0

@@ -65,7 +65,11 @@ export function createSqliteStorage(options: SqliteStorageOptions): Storage {
     throw new StorageUnavailableError(error);
   }
   try {
+    useIncrementalVacuum(db);
     db.pragma("journal_mode = WAL");
+    // A WAL that grew past this (a long reader held its checkpoints back) is cut back to it once checkpointed, so
+    // the files return to their size after a burst; SQLite's auto-checkpoint keeps it near 4 MiB otherwise.
+    db.pragma(`journal_size_limit = ${WAL_SIZE_LIMIT_BYTES}`);
     db.pragma("synchronous = FULL");
     db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
     migrateSqliteSchema(db);
@@ -75,6 +79,8 @@ export function createSqliteStorage(options: SqliteStorageOptions): Storage {
   }
 
   const ping = db.prepare("SELECT 1");
+  // The file shrinks when the vacuum's pages are checkpointed; PASSIVE waits for no reader or writer.
+  const checkpoint = db.prepare("PRAGMA wal_checkpoint(PASSIVE)");
   const heartbeat = db.prepare<{ serverId: string; at: number }>(
     "INSERT INTO heartbeats (server_id, at) VALUES (@serverId, @at) ON CONFLICT (server_id) DO UPDATE SET at = @at",
   );
@@ -102,6 +108,12 @@ export function createSqliteStorage(options: SqliteStorageOptions): Storage {
     checkWritable: () =>
       attempt(() => {
         heartbeat.run({ serverId, at: Date.now() });
+      }),
+    compact: () =>
+      attempt(() => {
+        // exec, not a prepared statement's run(): each step of this pragma frees one page, exec steps to the end.
+        db.exec(`PRAGMA incremental_vacuum(${VACUUM_PAGES_PER_CALL})`);
+        if (wal) checkpoint.all();
       }),
     close: () =>
       attempt(() => {
@@ -132,6 +144,29 @@ export function sqliteDatabaseOf(storage: Storage): Database.Database {
   const db = databases.get(storage);
   if (db === undefined) throw new TypeError("not a storage made by createSqliteStorage");
   return db;
+}
+
+/** See the journal_size_limit pragma at open. */
+const WAL_SIZE_LIMIT_BYTES = 4 * 1024 * 1024;
+
+/** Free pages {@link Storage.compact} gives back per call (4 KiB each by default: 16 MiB). */
+const VACUUM_PAGES_PER_CALL = 4096;
+
+/**
+ * Puts the database in `auto_vacuum = INCREMENTAL` mode, so that pages freed by deletes can be given back to the
+ * file system (`PRAGMA incremental_vacuum`, see Storage.compact) instead of the file only ever growing. A new file
+ * takes the mode at once; an existing file of an older build needs one VACUUM to rebuild it, done here once. When
+ * another connection holds the database meanwhile (SQLITE_BUSY), the VACUUM is left for a later start.
+ */
+function useIncrementalVacuum(db: Database.Database): void {
+  if (Number(db.pragma("auto_vacuum", { simple: true })) === 2) return;
+  db.pragma("auto_vacuum = INCREMENTAL");
+  if (Number(db.pragma("auto_vacuum", { simple: true })) === 2) return; // a new file
+  try {
+    db.exec("VACUUM");
+  } catch (error: unknown) {
+    if ((error as { code?: string }).code !== "SQLITE_BUSY") throw error;
+  }
 }
 
 /** Names this server process in heartbeat records: host and pid. */

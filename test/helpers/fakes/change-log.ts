@@ -31,8 +31,11 @@ export class InMemoryChangeLog implements ChangeLog {
     return this.#floor;
   }
 
-  async prune(before: Date): Promise<number> {
-    const kept = this.entries.filter((e) => e.at.getTime() >= before.getTime());
+  async prune(before: Date, keep?: number): Promise<number> {
+    const head = this.#seq;
+    const kept = this.entries.filter(
+      (e) => e.at.getTime() >= before.getTime() && (keep === undefined || e.seq > head - keep),
+    );
     const pruned = this.entries.length - kept.length;
     if (pruned > 0) this.#floor = (this.entries[pruned - 1] as ChangeRecord).seq;
     this.entries.splice(0, this.entries.length, ...kept);

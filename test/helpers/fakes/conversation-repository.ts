@@ -5,6 +5,7 @@ import type {
   ConversationPatch,
   ConversationRecord,
   ConversationRepository,
+  FinishedDeletes,
   StartTaskFilter,
   StartTaskLease,
   StartTaskPatch,
@@ -81,10 +82,18 @@ export class InMemoryConversationRepository implements ConversationRepository {
     return true;
   }
 
+  /** With its sub-conversations, as the adapters do (events and start tasks live in other fakes here). */
   async delete(id: string, ownerId: string): Promise<boolean> {
     const r = this.#rows.get(id);
+    for (const c of [...this.#rows.values()])
+      if (c.ownerId === ownerId && (c.parentConversationId === id || r?.subConversationIds.includes(c.id)))
+        this.#rows.delete(c.id);
     if (r === undefined || r.ownerId !== ownerId) return false;
     return this.#rows.delete(id);
+  }
+
+  async finishDeletes(): Promise<FinishedDeletes> {
+    return { finished: 0, pruned: 0 };
   }
 
   #matching(ownerId: string, filter: ConversationFilter): ConversationRecord[] {
@@ -162,6 +171,14 @@ export class InMemoryStartTaskRepository implements StartTaskRepository {
 
   async count(ownerId: string, filter: StartTaskFilter): Promise<number> {
     return this.#matching(ownerId, filter).length;
+  }
+
+  async pruneFinished(before: Date): Promise<number> {
+    let n = 0;
+    for (const r of [...this.#rows.values()])
+      if ((r.status === "READY" || r.status === "ERROR") && r.updatedAt < before && this.#rows.delete(r.id))
+        n++;
+    return n;
   }
 
   async listUnfinished(): Promise<StartTaskRecord[]> {

@@ -8,6 +8,7 @@ import {
   type SandboxRecord,
   type SandboxRepository,
   type SandboxStatus,
+  type TransitionOptions,
 } from "../../../src/ports/sandbox-repository.ts";
 import type { InMemoryChangeLog } from "./change-log.ts";
 import { byCreated, keysetPage } from "./keyset.ts";
@@ -84,11 +85,20 @@ export class InMemorySandboxRepository implements SandboxRepository {
     from: readonly SandboxStatus[],
     to: SandboxStatus,
     updatedAt: Date,
+    options?: TransitionOptions,
   ): Promise<boolean> {
     const r = this.#rows.get(id);
     if (r === undefined || !from.includes(r.status)) return false;
-    this.#rows.set(id, copy({ ...r, status: to, updatedAt }));
-    this.#log({ ...r, status: to, updatedAt });
+    if (options?.ifUpdatedAt !== undefined && r.updatedAt.getTime() !== options.ifUpdatedAt.getTime())
+      return false;
+    const next: SandboxRecord = {
+      ...r,
+      status: to,
+      updatedAt,
+      ...(options?.deleting === true ? { deleting: true as const } : {}),
+    };
+    this.#rows.set(id, copy(next));
+    this.#log(next);
     return true;
   }
 

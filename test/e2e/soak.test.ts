@@ -1,0 +1,51 @@
+// The soak (bench/soak.ts, `npm run soak`) in a short version: two users for 45 s against a real server process
+// with a kill -9 and restart half-way; every verdict must hold: no acknowledged write lost, no 5xx, store, runtime
+// and API agree after the sweep, nothing left after cleanup, store and fds back near their baseline.
+import { spawn } from "node:child_process";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+
+const ROOT = join(import.meta.dirname, "..", "..");
+
+describe("soak", () => {
+  it("45 s, 2 users, kill -9 and restart: every verdict holds", async () => {
+    const child = spawn(
+      process.execPath,
+      [
+        join(ROOT, "bench/soak.ts"),
+        "--duration",
+        "45",
+        "--users",
+        "2",
+        "--sweep-ms",
+        "2000",
+        "--idle-ms",
+        "2000",
+        "--json",
+      ],
+      { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] },
+    );
+    let out = "";
+    let err = "";
+    child.stdout.setEncoding("utf8").on("data", (c: string) => {
+      out += c;
+    });
+    child.stderr.setEncoding("utf8").on("data", (c: string) => {
+      err += c;
+    });
+    const code = await new Promise<number | null>((r) => child.once("exit", r));
+    const last = out.trim().split("\n").at(-1) ?? "";
+    let result: { operations: number; verdicts: { name: string; ok: boolean; detail: string }[] };
+    try {
+      result = JSON.parse(last);
+    } catch {
+      throw new Error(`no result line (exit ${code}):\n${out}\n${err}`);
+    }
+    expect(result.operations).toBeGreaterThan(200);
+    expect(
+      result.verdicts.filter((v) => !v.ok),
+      out,
+    ).toEqual([]);
+    expect(code).toBe(0);
+  }, 240_000);
+});
