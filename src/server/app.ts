@@ -8,14 +8,19 @@ import type { OptionsLists } from "../rest/options-routes.ts";
 import type { RestRoute } from "../rest/rest-route.ts";
 import { createGrpcServer, type GrpcListener, listenGrpc } from "../rpc/grpc-server.ts";
 import { addReflection } from "../rpc/reflection.ts";
-import type { AppConversationServiceOptions } from "../services/conversations/app-conversation-service.ts";
 import type { ApiKeyService } from "../services/keys/api-key-service.ts";
 import type { SandboxSpec } from "../services/sandboxes/sandbox-spec-service.ts";
 import { ConnectionGuard } from "../transport/connection-guard.ts";
 import { DEFAULT_LIMITS, type TransportLimits } from "../transport/limits.ts";
 import type { ServiceBinding } from "../transport/service-binding.ts";
 import type { RetentionConfig } from "./config.ts";
-import { type Container, createContainer, type GitDeps, type Quotas } from "./container.ts";
+import {
+  type Container,
+  type ContainerDeps,
+  createContainer,
+  type GitDeps,
+  type Quotas,
+} from "./container.ts";
 import { createAdminServer, createHttpServer, REST_ROUTES } from "./http-server.ts";
 import { keepMemoryReducerWorking } from "./idle-memory.ts";
 import type { Metrics } from "./metrics.ts";
@@ -70,16 +75,8 @@ export interface AppDeps {
    * (default: over HTTP), one call's timeout and the repository cache (default 60 s).
    */
   git?: GitDeps;
-  /** Timeouts of conversation starts and live status. */
-  conversations?: Pick<
-    AppConversationServiceOptions,
-    | "timeouts"
-    | "liveStatusTimeoutMs"
-    | "shutdownGraceMs"
-    | "leaseMs"
-    | "maxAttempts"
-    | "localRepositoryRoots"
-  >;
+  /** Timeouts of conversation starts and live status, and the local repository roots. */
+  conversations?: ContainerDeps["conversations"];
   /** Message size, stream, connection and timeout limits (defaults: DEFAULT_LIMITS). */
   limits?: Partial<TransportLimits>;
   /** Browser-facing options: web UI folder, CORS, sign-in cookie, single-user mode, /api/options lists. */
