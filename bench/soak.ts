@@ -438,7 +438,8 @@ async function startConversation(u: User): Promise<void> {
   const start = performance.now();
   const at = Date.now() - t0;
   const task = await timed("conversation start (REST)", async () =>
-    rest(u.key, "POST", "/api/v1/app-conversations", {}),
+    // A start needs a model; no message is run, so the model is never called.
+    rest(u.key, "POST", "/api/v1/app-conversations", { llm_model: "openai/soak-model" }),
   );
   const taskId = (task?.value as { id?: string } | null)?.id;
   if (taskId === undefined) return;

@@ -33,7 +33,7 @@ const event = (id: string, n: number) => ({
 });
 
 beforeAll(async () => {
-  t = await startTestApp();
+  t = await startTestApp({ llmModel: "openai/test-model" });
   key = await t.keyFor("race-alice");
 }, 60_000);
 
