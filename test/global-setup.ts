@@ -1,7 +1,7 @@
 // Gives the run its own TMPDIR (every test's temp folders, sandbox workspaces included, live below it) and, at the
 // end, checks that no sandbox process, container or workspace mount outlived the suite: leftovers are killed, listed, and written
 // to $WORKSPACE_LEFTOVER_REPORT so that scripts/test.ts counts them as a failure.
-import { mkdtempSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { dockerFromEnv } from "./helpers/docker-env.ts";
@@ -15,8 +15,15 @@ export default function setup(): () => Promise<void> {
     for (const entry of readdirSync("/proc")) {
       if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
       try {
-        if (readlinkSync(`/proc/${entry}/cwd`).startsWith(runDir)) {
-          leftovers.push(`process ${entry}`);
+        const cwd = readlinkSync(`/proc/${entry}/cwd`);
+        if (cwd.startsWith(runDir)) {
+          let cmd = "";
+          try {
+            cmd = readFileSync(`/proc/${entry}/cmdline`, "utf8").replaceAll("\0", " ").trim().slice(0, 200);
+          } catch {
+            // gone meanwhile
+          }
+          leftovers.push(`process ${entry} (in ${cwd.slice(runDir.length) || "/"}: ${cmd})`);
           process.kill(Number(entry), "SIGKILL");
         }
       } catch {

@@ -7,10 +7,8 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
-import { createProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
 
@@ -34,13 +32,9 @@ async function until<T>(fn: () => Promise<T> | T, done: (v: T) => boolean, ms = 
 
 beforeAll(async () => {
   llm = await startFakeLlm();
-  // Under bubblewrap a sandbox sees only the agent's folder of the checkout; the agent also needs the packages ws
-  // and openai (see docs/builtin-agent.md), handed in here read-only.
-  const runtime = createProcessRuntime({
-    workspaceRoot: join(root, "sandboxes"),
-    readOnlyPaths: [fileURLToPath(new URL("../../node_modules", import.meta.url))],
-  });
-  t = await startTestApp({ dir: root, runtime });
+  // The default runtime of the app, with its workspaces in this test's folder (the process runtime hands the agent
+  // the packages its conversations load, ws and openai).
+  t = await startTestApp({ dir: root });
   key = await t.keyFor("alice");
   const saved = await api("POST", "/api/settings", {
     llm_model: "openai/fake-model",
