@@ -122,19 +122,19 @@ describe("the running limit under 15 parallel creates (process runtime, REST)", 
       for (const id of paused)
         expect(events.get(id)?.filter((s) => s === SandboxStatus.PAUSED)).toHaveLength(1);
     });
-    // The survivors are the newest five (the oldest are paused first).
+    // Which five survive depends on timing: the oldest RUNNING one is paused first, but a sandbox still STARTING is
+    // never paused, so a slow start lets a newer one go before it (the counts and "exactly once" above hold always).
+    watch.cancel();
     const byAge = [...(records as SandboxRecord[])].sort(
       (a, b) => a.createdAt.getTime() - b.createdAt.getTime() || (a.id < b.id ? -1 : 1),
     );
-    expect(new Set(byAge.slice(10).map((r) => r.id))).toStrictEqual(new Set(running));
-    watch.cancel();
 
     // Resuming an old one pauses the oldest running one, once.
     const before = new Map(pauses);
-    const oldest = byAge[0] as SandboxRecord;
+    const oldest = byAge.find((r) => paused.includes(r.id)) as SandboxRecord;
     expect((await call(t.url, key, "POST", `/api/v1/sandboxes/${oldest.id}/resume`)).status).toBe(200);
     const nowRunning = await Promise.all(ids.map((id) => t.storage.sandboxes.get(id)));
-    const evicted = byAge[10] as SandboxRecord;
+    const evicted = byAge.find((r) => running.includes(r.id)) as SandboxRecord;
     await vi.waitFor(async () => {
       expect((await t.storage.sandboxes.get(oldest.id))?.status).toBe("RUNNING");
     });

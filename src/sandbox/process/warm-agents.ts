@@ -13,7 +13,7 @@
  * - `.claimed/<sandboxId>`: the workspace folder of a sandbox started from a warm agent, written before the claim,
  *   so that removal by sandbox id finds it even when the handle was never saved.
  */
-import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { base62 } from "../../core/ids.ts";
 import { readProcStat } from "../../sandbox-agent/proc-tree.ts";
@@ -118,7 +118,10 @@ export class WarmPool {
         .then(() => {
           if (this.#closed) throw new Error("closed");
           mkdirSync(this.#warmDir, { recursive: true, mode: 0o700 });
-          writeFileSync(join(this.#warmDir, folder), this.#owner, { mode: 0o600 });
+          // Written whole (a file renamed into place): another server's sweep never reads it half-written.
+          const record = join(this.#warmDir, folder);
+          writeFileSync(`${record}.tmp`, this.#owner, { mode: 0o600 });
+          renameSync(`${record}.tmp`, record);
           return this.#o.spawn(folder);
         })
         .then(
@@ -189,6 +192,11 @@ export async function sweepWarmAgents(
   const warmDir = join(root, ".warm");
   const stale: string[] = [];
   for (const folder of listDir(warmDir)) {
+    // A record being written (its temporary file) is a live server's; one left by a crash goes after a minute.
+    if (folder.endsWith(".tmp")) {
+      if (ageMs(join(warmDir, folder)) > 60_000) rmSync(join(warmDir, folder), { force: true });
+      continue;
+    }
     let owner = "";
     try {
       owner = readFileSync(join(warmDir, folder), "utf8");
@@ -225,6 +233,15 @@ export function claimedFolder(root: string, sandboxId: string): string | null {
 /** Drops the record of a removed sandbox's workspace folder. */
 export function forgetClaim(root: string, sandboxId: string): void {
   if (WORKSPACE_FOLDER.test(sandboxId)) rmSync(join(root, ".claimed", sandboxId), { force: true });
+}
+
+/** How long ago a file was last written (0 when it is gone). */
+function ageMs(path: string): number {
+  try {
+    return Date.now() - statSync(path).mtimeMs;
+  } catch {
+    return 0;
+  }
 }
 
 function listDir(dir: string): string[] {
