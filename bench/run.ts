@@ -905,6 +905,9 @@ async function dockerBenchmarks(): Promise<void> {
   });
 }
 
+/** A conversation start's body: no repository, a model (a start needs one; no message is run, so it is never called). */
+const START_BODY = JSON.stringify({ llm_model: "openai/bench" });
+
 /**
  * Starts `n` conversations without repository one after another, each polled to READY: the time of each, start
  * request to READY. The user gets a model first (a start needs one).
@@ -926,7 +929,7 @@ async function timeConversationStarts(
   const timings: number[] = [];
   for (let i = 0; i < n; i++) {
     const t0 = performance.now();
-    const res = await request(base, key, "POST", "/api/v1/app-conversations", "{}");
+    const res = await request(base, key, "POST", "/api/v1/app-conversations", START_BODY);
     let task = res.json as { id: string; status: string; detail?: string | null };
     const deadline = Date.now() + timeoutMs;
     while (task.status !== "READY" && task.status !== "ERROR" && Date.now() < deadline) {
@@ -1079,7 +1082,7 @@ async function conversationBenchmarks(): Promise<void> {
       pass: null,
     };
     if (implemented) {
-      const first = await request(base, key, "POST", "/api/v1/app-conversations", "{}");
+      const first = await request(base, key, "POST", "/api/v1/app-conversations", START_BODY);
       if (first.status === 200) {
         // The first start is the warm-up.
         const timings = (await timeConversationStarts(base, key, CONVERSATION_STARTS + 1, 30_000)).slice(1);
@@ -1370,7 +1373,9 @@ async function eventBenchmarks(): Promise<void> {
   const base = `http://127.0.0.1:${service.info.port}`;
   let bare: ServerChild<{ port: number; pid: number }> | null = null;
   try {
-    const task = (await request(base, key, "POST", "/api/v1/app-conversations", "{}")).json as { id: string };
+    const task = (await request(base, key, "POST", "/api/v1/app-conversations", START_BODY)).json as {
+      id: string;
+    };
     let ready: { status: string; app_conversation_id: string; sandbox_id: string } | undefined;
     for (let i = 0; i < 3000 && ready?.status !== "READY"; i++) {
       await sleep(10);

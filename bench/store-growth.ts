@@ -105,7 +105,9 @@ function measure(): { file: number; tables: Map<string, number> } {
 }
 
 const startOne = async (): Promise<{ conversation: string; sandbox: string }> => {
-  const task = (await call("POST", "/api/v1/app-conversations", {})) as { id: string };
+  const task = (await call("POST", "/api/v1/app-conversations", { llm_model: "openai/store-growth" })) as {
+    id: string;
+  };
   for (;;) {
     const [t] = (await call("GET", `/api/v1/app-conversations/start-tasks?ids=${task.id}`)) as {
       status: string;
