@@ -23,6 +23,7 @@ import { createDockerRuntime } from "../../src/sandbox/docker/docker-runtime.ts"
 import { createProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { buildApp } from "../../src/server/app.ts";
 import { DEFAULT_WARM_AGENTS } from "../../src/server/config.ts";
+import { DEFAULT_QUOTAS } from "../../src/server/container.ts";
 import { LogDestination } from "../../src/server/log-destination.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
 import { createSqliteStorage, sqliteDatabaseOf } from "../../src/storage/sqlite/sqlite-storage.ts";
@@ -73,6 +74,12 @@ const app = await buildApp({
   // The load comes from one key: a limit far above what one core can serve keeps the limiter on the hot path
   // without ever answering 429.
   rateLimit: { perSecond: 10_000_000, burst: 10_000_000 },
+  // Likewise the event quotas: the ingest benchmark posts far more events to one conversation, faster, than a
+  // sandbox may (the webhook's rate is then measured, not the quota's refusals).
+  quotas: {
+    ...DEFAULT_QUOTAS,
+    events: { maxPerConversation: 1_000_000_000, perSecond: 0, burst: 1_000_000_000 },
+  },
   // The sandbox benchmarks keep 50 paused sandboxes of the one bench user.
   maxSandboxesPerUser: 100,
   logger:
