@@ -74,10 +74,10 @@ const app = await buildApp({
   // The load comes from one key: a limit far above what one core can serve keeps the limiter on the hot path
   // without ever answering 429.
   rateLimit: { perSecond: 10_000_000, burst: 10_000_000 },
-  // Likewise the event quotas: the ingest benchmark posts far more events to one conversation, faster, than a
-  // sandbox may (the webhook's rate is then measured, not the quota's refusals).
+  // Likewise the write and event quotas: the POST load writes one user's settings, and the ingest benchmark posts
+  // events to one conversation, far faster than a user or a sandbox may (the paths are measured, not refusals).
   quotas: {
-    ...DEFAULT_QUOTAS,
+    userData: { ...DEFAULT_QUOTAS.userData, writesPerSecond: 0 },
     events: { maxPerConversation: 1_000_000_000, perSecond: 0, burst: 1_000_000_000 },
   },
   // The sandbox benchmarks keep 50 paused sandboxes of the one bench user.

@@ -36,8 +36,6 @@ export class UserDataStore {
   readonly #repo: UserDataRepository;
   readonly #limits: UserDataLimits;
   readonly #writes: RateLimiter;
-  /** The write of each user in progress on this server (the next one waits for it). */
-  readonly #writing = new Map<string, Promise<unknown>>();
 
   constructor(repo: UserDataRepository, limits: UserDataLimits = DEFAULT_USER_DATA_LIMITS) {
     this.#repo = repo;
@@ -72,8 +70,9 @@ export class UserDataStore {
    * the limit was lowered, can still shrink). RESOURCE_EXHAUSTED beyond the user's write rate.
    *
    * A write reads, parses, changes and serializes the user's whole document on the event loop every user shares:
-   * one user's writes are therefore held to a rate of their own, and run one after another on this server (two at
-   * once would only conflict and redo the work), so that they cannot take the loop from other users' reads.
+   * one user's writes are therefore held to a rate of their own, so that they cannot take the loop from other
+   * users' reads. Concurrent writes of one user are not queued here: the store chains them into one commit (SQLite's
+   * group commit), where one after another would pay a durable commit each.
    */
   mutate<R>(userId: string, mutate: (data: UserData) => R | Promise<R>): Promise<R> {
     this.#writes.take(
@@ -82,23 +81,7 @@ export class UserDataStore {
       undefined,
       "Too many changes to this user's settings and secrets; try again",
     );
-    const before = this.#writing.get(userId);
-    const run =
-      before === undefined
-        ? this.#mutate(userId, mutate)
-        : before.then(
-            () => this.#mutate(userId, mutate),
-            () => this.#mutate(userId, mutate),
-          );
-    const settled = run.then(
-      () => undefined,
-      () => undefined,
-    );
-    this.#writing.set(userId, settled);
-    void settled.then(() => {
-      if (this.#writing.get(userId) === settled) this.#writing.delete(userId);
-    });
-    return run;
+    return this.#mutate(userId, mutate);
   }
 
   async #mutate<R>(userId: string, mutate: (data: UserData) => R | Promise<R>): Promise<R> {
