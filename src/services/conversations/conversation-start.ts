@@ -295,7 +295,8 @@ class StartFlow {
     const eff = await this.#effective();
     const config = await this.#d.settings.openConversationConfig(owner);
     // The agent cannot run without a model: say so before a sandbox is started for nothing.
-    if ((eff.llmModel ?? config.llmModel) === null)
+    const model = eff.llmModel ?? config.llmModel;
+    if (model === null)
       throw new StartError(
         "No LLM model is set: choose one in the settings (llm_model, e.g. anthropic/claude-sonnet-4-5, with llm_api_key) or pass llm_model in the start request",
       );
@@ -305,7 +306,7 @@ class StartFlow {
     ]);
     const guard = this.#guardSandbox(sandbox.record.id);
     try {
-      await this.#stepsIn(sandbox, eff, config, secrets);
+      await this.#stepsIn(sandbox, eff, model, config, secrets);
     } finally {
       clearInterval(guard);
     }
@@ -339,6 +340,8 @@ class StartFlow {
   async #stepsIn(
     sandbox: LiveSandbox,
     eff: Effective,
+    /** The model: the request's (or its parent's), else the settings'. */
+    model: string,
     config: ConversationConfig,
     secrets: Record<string, string>,
   ): Promise<void> {
@@ -434,7 +437,7 @@ class StartFlow {
     const body = agentStartRequest({
       request: this.#req,
       conversationId,
-      model: (eff.llmModel ?? config.llmModel) as string,
+      model,
       config,
       customSecrets: secrets,
       provider,
@@ -456,7 +459,7 @@ class StartFlow {
       title: `Conversation ${id}`,
       trigger: triggerName(this.#req.trigger),
       prNumber: [...this.#req.prNumber],
-      llmModel: eff.llmModel ?? config.llmModel,
+      llmModel: model,
       metrics: null,
       parentConversationId: eff.parent?.id ?? null,
       subConversationIds: [],
