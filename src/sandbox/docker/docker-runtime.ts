@@ -1,4 +1,4 @@
-import type { ContainerCreateOptions, ContainerInspectInfo } from "dockerode";
+import type { ContainerCreateOptions, ContainerInspectInfo, ImageInspectInfo } from "dockerode";
 import Docker from "dockerode";
 import tar from "tar-stream";
 import { failedPrecondition } from "../../core/errors.ts";
@@ -230,15 +230,15 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
   const probeTimeoutMs = options.probeTimeoutMs ?? 1000;
   const log = options.log ?? (() => {});
   const onPullProgress = options.onPullProgress ?? pullLogger(log);
-  const pulls = new Map<string, Promise<void>>();
+  const pulls = new Map<string, Promise<ImageInspectInfo["Config"]>>();
 
-  const ensureImage = (image: string): Promise<void> => {
+  /** The image's configuration (its user, default command), pulled first when it is missing. */
+  const ensureImage = (image: string): Promise<ImageInspectInfo["Config"]> => {
     const pending = pulls.get(image);
     if (pending) return pending;
     const pull = (async () => {
       try {
-        await docker.getImage(image).inspect();
-        return;
+        return (await docker.getImage(image).inspect()).Config;
       } catch (e: unknown) {
         if (statusOf(e) !== 404) throw e;
       }
@@ -256,6 +256,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
         );
       });
       log("pulled image", { image });
+      return (await docker.getImage(image).inspect()).Config;
     })().finally(() => pulls.delete(image));
     pulls.set(image, pull);
     return pull;
@@ -319,8 +320,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
     async start(request: RuntimeStartRequest): Promise<RuntimeHandle> {
       const { sandboxId, spec, sessionApiKey } = request;
       const image = spec.id;
-      await ensureImage(image);
-      const { Config: imageConfig } = await docker.getImage(image).inspect();
+      const imageConfig = await ensureImage(image);
       const containerName = sandboxId.startsWith(namePrefix) ? sandboxId : `${namePrefix}${sandboxId}`;
       const volume = `${volumePrefix}${sandboxId}`;
       const workingDir = spec.workingDir || "/workspace";
