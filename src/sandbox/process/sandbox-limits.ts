@@ -9,7 +9,7 @@
  * ever forks is born inside. Warm agents are started the same way, in a cgroup named after their workspace folder,
  * so a claimed one already has its limits and a claim costs nothing more.
  *
- * Cgroups live in `<controller mount>/<base>/<workspace folder>` (v1) or `/sys/fs/cgroup/<base>/<folder>` (v2),
+ * Cgroups live in `<controller mount>/<base>/<workspace folder>` (v1) or `<cgroup2 mount>/<base>/<folder>` (v2),
  * where `<base>` is `agent-workspace-<hash of the workspace root>`, so two servers with different roots on one host
  * never share one.
  */
@@ -52,7 +52,10 @@ function readMounts(mountinfo = "/proc/self/mountinfo"): CgroupMounts {
     const mountPoint = before.split(" ")[4];
     const [fstype, , superOptions = ""] = after.split(" ");
     if (!mountPoint) continue;
-    if (fstype === "cgroup2" && mountPoint === "/sys/fs/cgroup") mounts.v2 = mountPoint;
+    // The unified hierarchy: /sys/fs/cgroup on a v2 host; on a hybrid host it sits elsewhere (/sys/fs/cgroup/unified)
+    // and usually holds no controller, so the v1 ones are used.
+    if (fstype === "cgroup2" && (mounts.v2 === null || mountPoint === "/sys/fs/cgroup"))
+      mounts.v2 = mountPoint;
     if (fstype === "cgroup") {
       const options = superOptions.split(",");
       for (const c of ["pids", "memory", "cpu"] as const)
