@@ -67,6 +67,14 @@ function readMounts(mountinfo = "/proc/self/mountinfo"): CgroupMounts {
 
 const write = (file: string, value: string): void => writeFileSync(file, value);
 
+function readOr(file: string, otherwise: string): string {
+  try {
+    return readFileSync(file, "utf8");
+  } catch {
+    return otherwise;
+  }
+}
+
 /** The per-sandbox cgroups of one runtime instance. */
 export class SandboxCgroups {
   readonly version: 1 | 2;
@@ -98,7 +106,7 @@ export class SandboxCgroups {
     const mounts = readMounts(mountinfo);
     try {
       let cgroups: SandboxCgroups;
-      const v2Available = mounts.v2 ? readFileSync(join(mounts.v2, "cgroup.controllers"), "utf8") : "";
+      const v2Available = mounts.v2 ? readOr(join(mounts.v2, "cgroup.controllers"), "") : "";
       if (mounts.v2 && wanted.every((c) => v2Available.split(/\s+/).includes(c))) {
         const base = join(mounts.v2, name);
         mkdirSync(base, { recursive: true });
