@@ -121,8 +121,7 @@ export const legacyRoutes: RestRoute[] = [
   route({
     method: "GET",
     url: "/api/settings",
-    service: SettingsService,
-    rpc: "getSettings",
+    rpc: SettingsService.method.getSettings,
     dialect: "legacy",
     summary: "Read the caller's settings (404 until first stored)",
     docs: { response: settingsResponseSchema },
@@ -132,8 +131,7 @@ export const legacyRoutes: RestRoute[] = [
   route({
     method: "POST",
     url: "/api/settings",
-    service: SettingsService,
-    rpc: "storeSettings",
+    rpc: SettingsService.method.storeSettings,
     writesUserData: true,
     dialect: "legacy",
     bodyRequired: true,
@@ -145,8 +143,7 @@ export const legacyRoutes: RestRoute[] = [
   route({
     method: "POST",
     url: "/api/add-git-providers",
-    service: SettingsService,
-    rpc: "addGitProviders",
+    rpc: SettingsService.method.addGitProviders,
     writesUserData: true,
     dialect: "legacy",
     bodyRequired: true,
@@ -181,8 +178,7 @@ export const legacyRoutes: RestRoute[] = [
   route({
     method: "POST",
     url: "/api/unset-provider-tokens",
-    service: SettingsService,
-    rpc: "unsetProviderTokens",
+    rpc: SettingsService.method.unsetProviderTokens,
     writesUserData: true,
     dialect: "legacy",
     summary: "Remove every git provider token",
@@ -192,20 +188,18 @@ export const legacyRoutes: RestRoute[] = [
   route({
     method: "GET",
     url: "/api/secrets",
-    service: SecretsService,
-    rpc: "listSecrets",
+    rpc: SecretsService.method.listSecrets,
     dialect: "legacy",
     summary: "List custom secret names",
     bind: () => ({}),
-    shape: (res: { customSecrets: { name: string; description?: string }[] }) => ({
+    shape: (res) => ({
       custom_secrets: res.customSecrets.map((s) => ({ name: s.name, description: s.description ?? null })),
     }),
   }),
   route({
     method: "POST",
     url: "/api/secrets",
-    service: SecretsService,
-    rpc: "createSecret",
+    rpc: SecretsService.method.createSecret,
     writesUserData: true,
     dialect: "legacy",
     bodyRequired: true,
@@ -225,8 +219,7 @@ export const legacyRoutes: RestRoute[] = [
   route({
     method: "PUT",
     url: "/api/secrets/:secret_id",
-    service: SecretsService,
-    rpc: "updateSecret",
+    rpc: SecretsService.method.updateSecret,
     writesUserData: true,
     dialect: "legacy",
     bodyRequired: true,
@@ -245,8 +238,7 @@ export const legacyRoutes: RestRoute[] = [
   route({
     method: "DELETE",
     url: "/api/secrets/:secret_id",
-    service: SecretsService,
-    rpc: "deleteSecret",
+    rpc: SecretsService.method.deleteSecret,
     writesUserData: true,
     dialect: "legacy",
     summary: "Delete a custom secret",

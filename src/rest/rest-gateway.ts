@@ -147,12 +147,12 @@ export function restGateway(options: RestGatewayOptions) {
     // told apart by what follows the parameter, in table order as Starlette tries them.
     const groups = new Map<string, { url: string; entries: RouteEntry[] }>();
     for (const r of options.routes) {
-      const binding = impls.get(r.service.typeName);
-      const method = r.service.methods.find((m) => m.localName === r.rpc);
-      if (binding === undefined || method === undefined)
-        throw new Error(`route ${r.method} ${r.url}: no ${r.service.typeName}.${r.rpc}`);
-      const fn = (binding.impl as Record<string, (req: unknown, ctx: unknown) => unknown>)[r.rpc];
-      if (fn === undefined) throw new Error(`no implementation of ${r.rpc}`);
+      const method = r.rpc;
+      const binding = impls.get(method.parent.typeName);
+      if (binding === undefined)
+        throw new Error(`route ${r.method} ${r.url}: no implementation of ${method.parent.typeName}`);
+      const fn = (binding.impl as Record<string, (req: unknown, ctx: unknown) => unknown>)[method.localName];
+      if (fn === undefined) throw new Error(`no implementation of ${method.parent.typeName}/${method.name}`);
       const span = pathParameter(r.url);
       const url = span === null ? r.url : `${span.prefix}*`;
       const key = `${r.method} ${url}`;
@@ -212,7 +212,7 @@ export function restGateway(options: RestGatewayOptions) {
             values,
           });
           const ctx = lazyHandlerContext({
-            service: r.service,
+            service: method.parent,
             method,
             protocolName: "rest",
             requestMethod: req.method,
