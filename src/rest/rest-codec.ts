@@ -7,6 +7,7 @@ import {
   ScalarType,
 } from "@bufbuild/protobuf";
 import { FeatureSet_FieldPresence } from "@bufbuild/protobuf/wkt";
+import { unprefixedName } from "../core/enum-names.ts";
 import { fieldFacts } from "../core/field-behavior.ts";
 import { bool, dict, enumOf, float, int, list, nullable, object, type Schema, str } from "../core/model.ts";
 
@@ -243,10 +244,9 @@ function scalarValue(t: ScalarType, name: string): DerivedValue {
 
 /** Enums by their value names without the shared prefix (`SANDBOX_STATUS_RUNNING` ↔ `"RUNNING"`); 0 is null. */
 function enumValue(e: DescEnum): DerivedValue {
-  const prefix = e.sharedPrefix === undefined ? "" : e.sharedPrefix.toUpperCase();
   const named = e.values.filter((v) => v.number !== 0);
-  const byName = new Map(named.map((v) => [v.name.slice(prefix.length), v]));
-  const byNumber = new Map(named.map((v) => [v.number, v.name.slice(prefix.length)]));
+  const byName = new Map(named.map((v) => [unprefixedName(e, v), v]));
+  const byNumber = new Map(named.map((v) => [v.number, unprefixedName(e, v)]));
   return {
     model: enumOf([...byName.keys()]),
     fromRest: (v) => byName.get(v as string)?.name ?? null,

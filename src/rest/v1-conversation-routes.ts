@@ -224,7 +224,13 @@ function bindStartTaskQuery(query: RestInput["query"], paged: boolean) {
   return {
     ...(q.conversation_id__eq === undefined ? {} : { conversationIdEq: q.conversation_id__eq }),
     ...(q.created_at__gte === undefined ? {} : { createdAtGte: ts(q.created_at__gte) }),
-    ...(q.sort_order === undefined ? {} : { sortOrder: AppConversationStartTaskSortOrder[q.sort_order] }),
+    // The model accepts the enum's own (unprefixed) value names only.
+    ...(q.sort_order === undefined
+      ? {}
+      : {
+          sortOrder:
+            AppConversationStartTaskSortOrder[q.sort_order as keyof typeof AppConversationStartTaskSortOrder],
+        }),
     ...(q.page_id === undefined ? {} : { pageId: q.page_id }),
     ...(q.limit === undefined ? {} : { limit: q.limit }),
   };
@@ -410,7 +416,7 @@ export const v1ConversationRoutes: RestRoute[] = [
     dialect: "v1",
     location: "body",
     bodyRequired: true,
-    summary: "Rename a conversation (title, 1..200 characters); 404 for an unknown id",
+    summary: `Rename a conversation (title, 1..${MAX_TITLE} characters); 404 for an unknown id`,
     docs: { body: updateConversationBodySchema, response: (s) => s.message(AppConversationSchema) },
     bind: bindUpdateConversation,
     shape: (r) => (r.conversation ? shapeConversation(r.conversation) : null),

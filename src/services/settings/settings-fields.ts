@@ -1,4 +1,6 @@
+import { enumNames } from "../../core/enum-names.ts";
 import { fieldFacts } from "../../core/field-behavior.ts";
+import { ProviderTypeSchema } from "../../gen/workspace/v1/provider_pb.js";
 import { SettingsSchema } from "../../gen/workspace/v1/settings_pb.js";
 
 /**
@@ -36,7 +38,6 @@ export const RESETTABLE_FIELDS: ReadonlySet<string> = new Set(
 /** The value MCP api keys and stdio env values are shown as; posting it back keeps the stored value. */
 export const MASK = "**********";
 
-/** Provider names accepted as provider_tokens keys (lower-case, as in REST). */
-export const PROVIDERS = ["github", "gitlab", "bitbucket", "azure_devops", "enterprise_sso"] as const;
-export type Provider = (typeof PROVIDERS)[number];
-export const isProvider = (s: string): s is Provider => (PROVIDERS as readonly string[]).includes(s);
+/** Provider names accepted as provider_tokens keys (the ProviderType values, lower-case, as in REST). */
+export const PROVIDERS: readonly string[] = enumNames(ProviderTypeSchema, "lower");
+export const isProvider = (s: string): boolean => PROVIDERS.includes(s);
