@@ -9,7 +9,19 @@ import {
 import { FeatureSet_FieldPresence } from "@bufbuild/protobuf/wkt";
 import { unprefixedName } from "../core/enum-names.ts";
 import { fieldFacts } from "../core/field-behavior.ts";
-import { bool, dict, enumOf, float, int, list, nullable, object, type Schema, str } from "../core/model.ts";
+import {
+  anyValue,
+  bool,
+  dict,
+  enumOf,
+  float,
+  int,
+  list,
+  nullable,
+  object,
+  type Schema,
+  str,
+} from "../core/model.ts";
 
 /**
  * One place where the reference's JSON for a field differs from what the codec derives from the field's type (see
@@ -27,6 +39,10 @@ export interface RestFieldDifference {
   toRest?: (value: never) => unknown;
   /** A message field whose fields the REST object holds at top level, in its place. */
   flatten?: true;
+  /** An enum field (or list of enums) whose values REST spells in lower case ("gui" for CONVERSATION_TRIGGER_GUI). */
+  enumSpelling?: "lower";
+  /** The field's protobuf JSON when REST leaves it out (the reference model's default). */
+  absent?: JsonValue;
 }
 
 export type RestJsonTable = Readonly<Record<string, RestFieldDifference>>;
@@ -63,6 +79,7 @@ export interface RestCodecOptions {
 interface CompiledField {
   name: string;
   local: string;
+  absent: JsonValue | undefined;
   model: Schema<unknown> | null;
   fromRest: (value: unknown) => JsonValue;
   /** Writes the field's REST value(s) into `out`. */
@@ -106,7 +123,10 @@ export function compileRestCodec(desc: DescMessage, opts: RestCodecOptions): Res
       const json: JsonObject = {};
       for (const f of fields) {
         const v = rest[f.name];
-        if (v === undefined) continue;
+        if (v === undefined) {
+          if (f.absent !== undefined) json[f.name] = f.absent;
+          continue;
+        }
         if (v === null) nulls?.push(f.name);
         else json[f.name] = f.fromRest(v);
       }
@@ -131,6 +151,7 @@ function compileField(f: DescField, opts: RestCodecOptions): CompiledField {
     return {
       name,
       local,
+      absent: undefined,
       model: null,
       fromRest: (v) => inner.fromRest(v as Record<string, unknown>),
       write: (out, v) => inner.writeInto(out, v as object | undefined),
@@ -140,7 +161,7 @@ function compileField(f: DescField, opts: RestCodecOptions): CompiledField {
   // Derived from the field's type only where the table does not say it all.
   let d: DerivedValue | undefined;
   const derived = (): DerivedValue => {
-    d ??= deriveValue(f, opts);
+    d ??= deriveValue(f, opts, diff?.enumSpelling === "lower");
     return d;
   };
   const nullableField = f.fieldKind === "message" || f.presence !== FeatureSet_FieldPresence.IMPLICIT;
@@ -162,6 +183,7 @@ function compileField(f: DescField, opts: RestCodecOptions): CompiledField {
   return {
     name,
     local,
+    absent: diff?.absent,
     model: nullableField ? nullable(valueModel) : valueModel,
     fromRest: (diff?.fromRest as ((v: unknown) => JsonValue) | undefined) ?? derived().fromRest,
     write,
@@ -175,12 +197,12 @@ interface DerivedValue {
   toRest: (value: unknown) => unknown;
 }
 
-function deriveValue(f: DescField, opts: RestCodecOptions): DerivedValue {
+function deriveValue(f: DescField, opts: RestCodecOptions, lower: boolean): DerivedValue {
   switch (f.fieldKind) {
     case "scalar":
       return scalarValue(f.scalar, f.name);
     case "enum":
-      return enumValue(f.enum);
+      return enumValue(f.enum, lower);
     case "message":
       return messageValue(f.message, opts);
     case "list": {
@@ -188,7 +210,7 @@ function deriveValue(f: DescField, opts: RestCodecOptions): DerivedValue {
         f.listKind === "scalar"
           ? scalarValue(f.scalar, f.name)
           : f.listKind === "enum"
-            ? enumValue(f.enum)
+            ? enumValue(f.enum, lower)
             : messageValue(f.message, opts);
       return {
         model: list(item.model),
@@ -201,7 +223,7 @@ function deriveValue(f: DescField, opts: RestCodecOptions): DerivedValue {
         f.mapKind === "scalar"
           ? scalarValue(f.scalar, f.name)
           : f.mapKind === "enum"
-            ? enumValue(f.enum)
+            ? enumValue(f.enum, lower)
             : messageValue(f.message, opts);
       const mapOver = (o: unknown, fn: (v: unknown) => unknown) =>
         Object.fromEntries(Object.entries(o as Record<string, unknown>).map(([k, v]) => [k, fn(v)]));
@@ -242,11 +264,16 @@ function scalarValue(t: ScalarType, name: string): DerivedValue {
   }
 }
 
-/** Enums by their value names without the shared prefix (`SANDBOX_STATUS_RUNNING` ↔ `"RUNNING"`); 0 is null. */
-function enumValue(e: DescEnum): DerivedValue {
+/**
+ * Enums by their value names without the shared prefix (`SANDBOX_STATUS_RUNNING` ↔ `"RUNNING"`, or `"running"` where
+ * the table says lower case); 0 (`*_UNSPECIFIED`) is null.
+ */
+function enumValue(e: DescEnum, lower: boolean): DerivedValue {
   const named = e.values.filter((v) => v.number !== 0);
-  const byName = new Map(named.map((v) => [unprefixedName(e, v), v]));
-  const byNumber = new Map(named.map((v) => [v.number, unprefixedName(e, v)]));
+  const spell = (v: (typeof named)[number]) =>
+    lower ? unprefixedName(e, v).toLowerCase() : unprefixedName(e, v);
+  const byName = new Map(named.map((v) => [spell(v), v]));
+  const byNumber = new Map(named.map((v) => [v.number, spell(v)]));
   return {
     model: enumOf([...byName.keys()]),
     fromRest: (v) => byName.get(v as string)?.name ?? null,
@@ -254,7 +281,20 @@ function enumValue(e: DescEnum): DerivedValue {
   };
 }
 
+/** JSON values held as they are: protobuf-es holds these well-known types as plain JSON in a message. */
+const JSON_TYPES: ReadonlySet<string> = new Set([
+  "google.protobuf.Struct",
+  "google.protobuf.Value",
+  "google.protobuf.ListValue",
+]);
+
 function messageValue(m: DescMessage, opts: RestCodecOptions): DerivedValue {
+  if (JSON_TYPES.has(m.typeName))
+    return {
+      model: m.typeName === "google.protobuf.Struct" ? dict(anyValue()) : anyValue(),
+      fromRest: identity,
+      toRest: (v) => v,
+    };
   const codec = compileRestCodec(m, { table: opts.table, title: m.name });
   return {
     model: codec.model,

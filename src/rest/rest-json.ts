@@ -1,8 +1,21 @@
 import type { JsonObject } from "@bufbuild/protobuf";
-import { dict, enumOf, nullable, object, str } from "../core/model.ts";
+import {
+  anyValue,
+  bool,
+  dict,
+  enumOf,
+  type Infer,
+  list,
+  literal,
+  nullable,
+  object,
+  str,
+  taggedUnion,
+} from "../core/model.ts";
 import type { McpConfig } from "../gen/workspace/v1/mcp_pb.js";
 import type { SecretsStore } from "../gen/workspace/v1/provider_pb.js";
 import type { ProviderTokenSet } from "../gen/workspace/v1/settings_pb.js";
+import { ROLE_NAMES } from "../services/conversations/conversation-json.ts";
 import { mcpConfigSchema } from "../services/settings/mcp-model.ts";
 import { PROVIDERS } from "../services/settings/settings-fields.ts";
 import type { RestJsonTable } from "./rest-codec.ts";
@@ -58,6 +71,51 @@ function mcpRestJson(m: McpConfig | undefined): unknown {
  * `(behavior).secret` fields null in answers). Keyed by the field's full name. A field not listed here needs no
  * REST code: adding it to the proto adds it to the REST model, to answers and to requests.
  */
+const textContent = object(
+  {
+    type: { schema: literal(["text"]) },
+    text: { schema: str(), required: true },
+    cache_prompt: { schema: bool() },
+  },
+  { title: "TextContent", extra: "forbid" },
+);
+const imageContent = object(
+  {
+    type: { schema: literal(["image"]) },
+    image_urls: { schema: list(str()), required: true },
+    cache_prompt: { schema: bool() },
+  },
+  { title: "ImageContent", extra: "forbid" },
+);
+/** pydantic's discriminated union on "type": text or image content. */
+const contentPart = taggedUnion("type", { text: textContent, image: imageContent });
+
+/** The agent SDK's SendMessageRequest: roles as a Literal (lower-case), content parts by "type". */
+const sendMessage = object(
+  {
+    role: { schema: literal(ROLE_NAMES) },
+    content: { schema: list(contentPart) },
+    run: { schema: bool() },
+  },
+  { title: "SendMessageRequest" },
+);
+
+/** A validated SendMessageRequest as the message's protobuf JSON, the model's defaults filled in. */
+function sendMessageJson(m: Infer<typeof sendMessage>): JsonObject {
+  return {
+    role: `MESSAGE_ROLE_${(m.role ?? "user").toUpperCase()}`,
+    content: (m.content ?? []).map((p) => {
+      const cache_prompt = p.value.cache_prompt ?? false;
+      return p.kind === "text"
+        ? { text: { text: p.value.text, cache_prompt } }
+        : { image: { image_urls: p.value.image_urls, cache_prompt } };
+    }),
+    run: m.run ?? false,
+  };
+}
+
+const LOWER_CASE_ENUM = "the reference writes this enum's values in lower case";
+
 export const REST_JSON_DIFFERENCES: RestJsonTable = {
   "workspace.v1.Settings.secrets_store": {
     reason:
@@ -101,6 +159,24 @@ export const REST_JSON_DIFFERENCES: RestJsonTable = {
   "workspace.v1.GetSettingsResponse.settings": {
     reason: "GET /api/settings answers the settings fields at top level, beside the *_set fields.",
     flatten: true,
+  },
+  "workspace.v1.AppConversationStartRequest.initial_message": {
+    reason:
+      "The agent SDK's message: a role Literal, content parts told apart by a `type` key (not a oneof), defaults " +
+      "filled in (role user, cache_prompt false, run false).",
+    model: sendMessage,
+    fromRest: sendMessageJson,
+  },
+  "workspace.v1.AppConversationStartRequest.processors": {
+    reason: "Free-form objects, at most 100; JSON null means none.",
+    model: nullable(list(dict(anyValue()), { maxItems: 100 })),
+  },
+  "workspace.v1.AppConversationStartRequest.git_provider": { reason: LOWER_CASE_ENUM, enumSpelling: "lower" },
+  "workspace.v1.AppConversationStartRequest.trigger": { reason: LOWER_CASE_ENUM, enumSpelling: "lower" },
+  "workspace.v1.AppConversationStartRequest.agent_type": {
+    reason: `${LOWER_CASE_ENUM}; left out means "default"`,
+    enumSpelling: "lower",
+    absent: "AGENT_TYPE_DEFAULT",
   },
   "workspace.v1.GetSettingsResponse.provider_tokens_set": {
     reason: "Provider name → host string (null for the public host), not an object.",

@@ -1,158 +1,53 @@
-import type { JsonObject } from "@bufbuild/protobuf";
+import { fromJson } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import {
-  anyValue,
-  bool,
-  dict,
-  enumOf,
-  type Infer,
-  int,
-  list,
-  literal,
-  nullable,
-  object,
-  refine,
-  str,
-  taggedUnion,
-  validate,
-} from "../core/model.ts";
+import { bool, enumOf, int, object, str, validate } from "../core/model.ts";
 import { dateTime, uuidHex } from "../core/model-formats.ts";
 import {
   type AppConversation,
   AppConversationSchema,
   AppConversationService,
   type AppConversationStartRequest,
+  AppConversationStartRequestSchema,
   type AppConversationStartTask,
   AppConversationStartTaskSortOrder,
   AppConversationStartTaskStatusSchema,
-  type MessageContent,
 } from "../gen/workspace/v1/app_conversation_pb.js";
 import {
-  AGENT_TYPE_NAMES,
-  agentTypeFromName,
   executionStatusName,
   metricsJson,
-  providerFromName,
   providerName,
-  ROLE_NAMES,
-  roleFromName,
   START_TASK_SORT_ORDERS,
   startRequestJson,
-  TRIGGER_NAMES,
   taskStatusName,
-  triggerFromName,
   triggerName,
 } from "../services/conversations/conversation-json.ts";
+import { START_REQUEST_RULES } from "../services/conversations/conversation-rules.ts";
 import { MAX_TITLE } from "../services/conversations/title.ts";
-import { branchProblem, repositoryProblem } from "../services/conversations/workspace-commands.ts";
-import { PROVIDERS } from "../services/settings/settings-fields.ts";
 import { pathParam } from "./legacy-routes.ts";
 import type { JsonSchema, RouteDocs, SchemaBuilder } from "./openapi.ts";
+import { compileRestCodec } from "./rest-codec.ts";
+import { REST_JSON_DIFFERENCES } from "./rest-json.ts";
 import { type RestInput, type RestRoute, route } from "./rest-route.ts";
 import { idsQuery, iso, many, PAGE_QUERY, present, single, statusName } from "./v1-sandbox-routes.ts";
 
-const textContent = object(
-  {
-    type: { schema: literal(["text"]) },
-    text: { schema: str(), required: true },
-    cache_prompt: { schema: bool() },
-  },
-  { title: "TextContent", extra: "forbid" },
-);
-const imageContent = object(
-  {
-    type: { schema: literal(["image"]) },
-    image_urls: { schema: list(str()), required: true },
-    cache_prompt: { schema: bool() },
-  },
-  { title: "ImageContent", extra: "forbid" },
-);
-/** pydantic's discriminated union on "type": text or image content. */
-const contentPart = taggedUnion("type", { text: textContent, image: imageContent });
+/**
+ * The REST face of a conversation start request, compiled from its descriptor at start (rest-codec.ts): the body
+ * model of POST /api/v1/app-conversations and /stream-start (every field optional; unknown keys ignored) and the
+ * body → message conversion. Rules: START_REQUEST_RULES; REST spellings: REST_JSON_DIFFERENCES.
+ */
+const startRequestCodec = compileRestCodec(AppConversationStartRequestSchema, {
+  table: REST_JSON_DIFFERENCES,
+  rules: START_REQUEST_RULES,
+  title: "AppConversationStartRequest",
+});
 
-const sendMessage = object(
-  {
-    role: { schema: literal(ROLE_NAMES) },
-    content: { schema: list(contentPart) },
-    run: { schema: bool() },
-  },
-  { title: "SendMessageRequest" },
-);
-
-const optStr = { schema: nullable(str()) };
-
-/** Body of POST /api/v1/app-conversations and /stream-start (every field optional; unknown keys ignored). */
-export const startRequestBodySchema = object(
-  {
-    sandbox_id: optStr,
-    conversation_id: { schema: nullable(uuidHex()) },
-    initial_message: { schema: nullable(sendMessage) },
-    system_message_suffix: optStr,
-    processors: { schema: nullable(list(dict(anyValue()), { maxItems: 100 })) },
-    llm_model: optStr,
-    selected_repository: {
-      schema: nullable(refine(str(), (v) => (v === "" ? null : repositoryProblem(v)))),
-    },
-    selected_branch: { schema: nullable(refine(str(), (v) => (v === "" ? null : branchProblem(v)))) },
-    git_provider: { schema: nullable(enumOf(PROVIDERS)) },
-    title: { schema: nullable(str({ minLength: 1, maxLength: MAX_TITLE })) },
-    trigger: { schema: nullable(enumOf(TRIGGER_NAMES)) },
-    pr_number: { schema: list(int({ bits: 32 }), { maxItems: 1000 }) },
-    parent_conversation_id: { schema: nullable(uuidHex()) },
-    agent_type: { schema: enumOf(AGENT_TYPE_NAMES) },
-  },
-  { title: "AppConversationStartRequest" },
-);
-
-function toContent(p: Infer<typeof contentPart>): MessageContent {
-  const cachePrompt = p.value.cache_prompt ?? false;
-  return {
-    $typeName: "workspace.v1.MessageContent",
-    content:
-      p.kind === "text"
-        ? { case: "text", value: { $typeName: "workspace.v1.TextContent", text: p.value.text, cachePrompt } }
-        : {
-            case: "image",
-            value: { $typeName: "workspace.v1.ImageContent", imageUrls: p.value.image_urls, cachePrompt },
-          },
-  };
-}
+/** Body of POST /api/v1/app-conversations and /stream-start. */
+export const startRequestBodySchema = startRequestCodec.model;
 
 /** The JSON body as the RPC request message (null and absent both mean unset). */
 export function bindStartRequest(body: unknown): { request: AppConversationStartRequest } {
   const b = validate(startRequestBodySchema, body, ["body"]);
-  const opt = <K extends string>(key: K, v: string | null | undefined) =>
-    v === null || v === undefined ? {} : { [key]: v };
-  const m = b.initial_message;
-  const gitProvider = providerFromName(b.git_provider);
-  const trigger = triggerFromName(b.trigger);
-  const request: AppConversationStartRequest = {
-    $typeName: "workspace.v1.AppConversationStartRequest",
-    ...opt("sandboxId", b.sandbox_id),
-    ...opt("conversationId", b.conversation_id),
-    ...(m
-      ? {
-          initialMessage: {
-            $typeName: "workspace.v1.SendMessageRequest",
-            role: roleFromName(m.role ?? "user"),
-            content: (m.content ?? []).map(toContent),
-            run: m.run ?? false,
-          },
-        }
-      : {}),
-    ...opt("systemMessageSuffix", b.system_message_suffix),
-    processors: (b.processors ?? []) as JsonObject[],
-    ...opt("llmModel", b.llm_model),
-    ...opt("selectedRepository", b.selected_repository),
-    ...opt("selectedBranch", b.selected_branch),
-    ...(gitProvider === undefined ? {} : { gitProvider }),
-    ...opt("title", b.title),
-    ...(trigger === undefined ? {} : { trigger }),
-    prNumber: b.pr_number ?? [],
-    ...opt("parentConversationId", b.parent_conversation_id),
-    agentType: agentTypeFromName(b.agent_type ?? "default"),
-  };
-  return { request };
+  return { request: fromJson(AppConversationStartRequestSchema, startRequestCodec.fromRest(b)) };
 }
 
 const conversationQuery = object(
