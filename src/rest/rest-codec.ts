@@ -158,6 +158,10 @@ function compileField(f: DescField, opts: RestCodecOptions): CompiledField {
       keys: inner.keys,
     };
   }
+  if (f.oneof !== undefined && diff === undefined)
+    throw new Error(
+      `${f.parent.typeName}.${name}: a oneof member has no derived REST form; declare it in the table`,
+    );
   // Derived from the field's type only where the table does not say it all.
   let d: DerivedValue | undefined;
   const derived = (): DerivedValue => {

@@ -12,10 +12,11 @@ import {
   str,
   taggedUnion,
 } from "../core/model.ts";
+import type { SendMessageRequest } from "../gen/workspace/v1/app_conversation_pb.js";
 import type { McpConfig } from "../gen/workspace/v1/mcp_pb.js";
 import type { SecretsStore } from "../gen/workspace/v1/provider_pb.js";
 import type { ProviderTokenSet } from "../gen/workspace/v1/settings_pb.js";
-import { ROLE_NAMES } from "../services/conversations/conversation-json.ts";
+import { messageJson, ROLE_NAMES } from "../services/conversations/conversation-json.ts";
 import { mcpConfigSchema } from "../services/settings/mcp-model.ts";
 import { PROVIDERS } from "../services/settings/settings-fields.ts";
 import type { RestJsonTable } from "./rest-codec.ts";
@@ -166,6 +167,7 @@ export const REST_JSON_DIFFERENCES: RestJsonTable = {
       "filled in (role user, cache_prompt false, run false).",
     model: sendMessage,
     fromRest: sendMessageJson,
+    toRest: (m: SendMessageRequest | undefined) => (m === undefined ? null : messageJson(m)),
   },
   "workspace.v1.AppConversationStartRequest.processors": {
     reason: "Free-form objects, at most 100; JSON null means none.",
