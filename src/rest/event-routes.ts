@@ -60,8 +60,7 @@ export const eventRoutes: RestRoute[] = [
   route({
     method: "GET",
     url: "/api/v1/events/search",
-    service: EventService,
-    rpc: "searchEvents",
+    rpc: EventService.method.searchEvents,
     dialect: "v1",
     location: "query",
     summary: "List the caller's events, oldest first unless sort_order=TIMESTAMP_DESC",
@@ -77,7 +76,7 @@ export const eventRoutes: RestRoute[] = [
       }),
     },
     bind: ({ query }) => bindEventQuery(query, true),
-    shape: (r: { items: Event[]; nextPageId?: string }) => ({
+    shape: (r) => ({
       items: r.items.map(shapeEvent),
       next_page_id: r.nextPageId ?? null,
     }),
@@ -85,8 +84,7 @@ export const eventRoutes: RestRoute[] = [
   route({
     method: "GET",
     url: "/api/v1/events/count",
-    service: EventService,
-    rpc: "countEvents",
+    rpc: EventService.method.countEvents,
     dialect: "v1",
     location: "query",
     summary: "Count the caller's events matching the search filters",
@@ -97,8 +95,7 @@ export const eventRoutes: RestRoute[] = [
   route({
     method: "GET",
     url: "/api/v1/events",
-    service: EventService,
-    rpc: "batchGetEvents",
+    rpc: EventService.method.batchGetEvents,
     dialect: "v1",
     location: "query",
     summary: "Get events by id (aligned, null when unknown or not owned)",
@@ -107,6 +104,6 @@ export const eventRoutes: RestRoute[] = [
       response: () => ({ type: "array", items: { anyOf: [eventJson, { type: "null" }] } }),
     },
     bind: ({ query }) => ({ id: validate(list(str()), many(query.id), ["query", "id"]) }),
-    shape: (r: { items: { event?: Event }[] }) => r.items.map((i) => (i.event ? shapeEvent(i.event) : null)),
+    shape: (r) => r.items.map((i) => (i.event ? shapeEvent(i.event) : null)),
   }),
 ];

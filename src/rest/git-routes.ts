@@ -123,23 +123,22 @@ export const gitRoutes: RestRoute[] = [
   route({
     method: "GET",
     url: "/api/user/installations",
-    service: GitService,
-    rpc: "listInstallations",
+    rpc: GitService.method.listInstallations,
     dialect: "git",
     location: "query",
     summary: "GitHub app installation ids or Bitbucket workspaces of the caller's token",
     docs: docs({ provider: { ...providerDoc, required: true } }),
     bind: ({ query: q }) => {
       const v = query<{ provider: string }>(installationsQuery, q, ["provider"]);
-      return { provider: BY_NAME[v.provider] };
+      const provider = BY_NAME[v.provider];
+      return provider === undefined ? {} : { provider };
     },
     shape: (res: ListInstallationsResponse) => res.installationIds,
   }),
   route({
     method: "GET",
     url: "/api/user/repositories",
-    service: GitService,
-    rpc: "listRepositories",
+    rpc: GitService.method.listRepositories,
     dialect: "git",
     location: "query",
     summary: "The caller's repositories (one page of one provider, or up to 1000 of each)",
@@ -173,8 +172,7 @@ export const gitRoutes: RestRoute[] = [
   route({
     method: "GET",
     url: "/api/user/info",
-    service: GitService,
-    rpc: "getUserInfo",
+    rpc: GitService.method.getUserInfo,
     dialect: "git",
     summary: "The git provider account behind the caller's first working token",
     bind: () => ({}),
@@ -190,8 +188,7 @@ export const gitRoutes: RestRoute[] = [
   route({
     method: "GET",
     url: "/api/user/search/repositories",
-    service: GitService,
-    rpc: "searchRepositories",
+    rpc: GitService.method.searchRepositories,
     dialect: "git",
     location: "query",
     summary: "Repositories matching a name or a repository URL",
@@ -223,8 +220,7 @@ export const gitRoutes: RestRoute[] = [
   route({
     method: "GET",
     url: "/api/user/search/branches",
-    service: GitService,
-    rpc: "searchBranches",
+    rpc: GitService.method.searchBranches,
     dialect: "git",
     location: "query",
     summary: "Branches of a repository matching a name",
@@ -252,8 +248,7 @@ export const gitRoutes: RestRoute[] = [
   route({
     method: "GET",
     url: "/api/user/suggested-tasks",
-    service: GitService,
-    rpc: "listSuggestedTasks",
+    rpc: GitService.method.listSuggestedTasks,
     dialect: "git",
     summary: "Open pull/merge requests by the caller and issues assigned to them",
     bind: () => ({}),
@@ -269,8 +264,7 @@ export const gitRoutes: RestRoute[] = [
   route({
     method: "GET",
     url: "/api/user/repository/branches",
-    service: GitService,
-    rpc: "listBranches",
+    rpc: GitService.method.listBranches,
     dialect: "git",
     location: "query",
     summary: "One page of a repository's branches",
@@ -302,8 +296,7 @@ export const gitRoutes: RestRoute[] = [
   route({
     method: "GET",
     url: "/api/user/repository/{repository_name:path}/microagents",
-    service: GitService,
-    rpc: "listMicroagents",
+    rpc: GitService.method.listMicroagents,
     dialect: "git",
     location: "path",
     fieldLocations: { repository: ["path", "repository_name"] },
@@ -315,8 +308,7 @@ export const gitRoutes: RestRoute[] = [
   route({
     method: "GET",
     url: "/api/user/repository/{repository_name:path}/microagents/content",
-    service: GitService,
-    rpc: "getMicroagentContent",
+    rpc: GitService.method.getMicroagentContent,
     dialect: "git",
     location: "query",
     fieldLocations: { repository: ["path", "repository_name"] },

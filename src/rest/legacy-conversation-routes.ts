@@ -316,8 +316,7 @@ export const legacyConversationRoutes: RestRoute[] = [
   route({
     method: "GET",
     url: "/api/conversations",
-    service: AppConversationService,
-    rpc: "searchAppConversations",
+    rpc: AppConversationService.method.searchAppConversations,
     dialect: "legacy",
     location: "query",
     summary: "List the caller's conversations, newest first (legacy ConversationInfoResultSet, page size 20)",
@@ -335,15 +334,14 @@ export const legacyConversationRoutes: RestRoute[] = [
   route({
     method: "GET",
     url: "/api/conversations/:conversation_id",
-    service: AppConversationService,
-    rpc: "getAppConversation",
+    rpc: AppConversationService.method.getAppConversation,
     dialect: "legacy",
     location: "path",
     summary:
       "Get one conversation (legacy ConversationInfo; STARTING while its start runs; null when unknown)",
     docs: { response: () => nullable$(conversationInfoSchema) },
     bind: conversationIdParam,
-    shape: (r: { conversation?: AppConversation; startTask?: AppConversationStartTask }) =>
+    shape: (r) =>
       r.conversation
         ? shapeConversationInfo(r.conversation)
         : r.startTask
@@ -353,8 +351,7 @@ export const legacyConversationRoutes: RestRoute[] = [
   route({
     method: "GET",
     url: "/api/conversations/:conversation_id/config",
-    service: AppConversationService,
-    rpc: "getAppConversation",
+    rpc: AppConversationService.method.getAppConversation,
     dialect: "legacy",
     location: "path",
     // The reference's answer for a conversation it has not got (FastAPI HTTPException naming the id).
@@ -372,7 +369,7 @@ export const legacyConversationRoutes: RestRoute[] = [
     },
     bind: conversationIdParam,
     // As the reference: only a conversation that exists has a config (not one whose start is still running).
-    shape: (r: { conversation?: AppConversation }) => {
+    shape: (r) => {
       if (r.conversation === undefined) throw notFound();
       return { runtime_id: r.conversation.sandboxId, session_id: r.conversation.id };
     },
@@ -380,8 +377,7 @@ export const legacyConversationRoutes: RestRoute[] = [
   route({
     method: "PATCH",
     url: "/api/conversations/:conversation_id",
-    service: AppConversationService,
-    rpc: "updateAppConversation",
+    rpc: AppConversationService.method.updateAppConversation,
     dialect: "legacy",
     location: "body",
     bodyRequired: true,
@@ -394,8 +390,7 @@ export const legacyConversationRoutes: RestRoute[] = [
   route({
     method: "DELETE",
     url: "/api/conversations/:conversation_id",
-    service: AppConversationService,
-    rpc: "deleteAppConversation",
+    rpc: AppConversationService.method.deleteAppConversation,
     dialect: "legacy",
     location: "path",
     summary:
@@ -407,8 +402,7 @@ export const legacyConversationRoutes: RestRoute[] = [
   route({
     method: "GET",
     url: "/api/microagent-management/conversations",
-    service: AppConversationService,
-    rpc: "searchMicroagentConversations",
+    rpc: AppConversationService.method.searchMicroagentConversations,
     dialect: "legacy",
     location: "query",
     summary:
@@ -427,8 +421,7 @@ export const legacyConversationRoutes: RestRoute[] = [
   route({
     method: "POST",
     url: "/api/conversations",
-    service: AppConversationService,
-    rpc: "startAppConversation",
+    rpc: AppConversationService.method.startAppConversation,
     dialect: "legacy",
     location: "body",
     bodyRequired: true,
@@ -447,7 +440,7 @@ export const legacyConversationRoutes: RestRoute[] = [
       }),
     },
     bind: ({ body }) => bindInitSession(body),
-    shape: (r: { task?: AppConversationStartTask }) => ({
+    shape: (r) => ({
       status: "ok",
       conversation_id: r.task?.request?.conversationId ?? null,
       message: null,
@@ -469,6 +462,6 @@ function conversationInfoResultSet() {
 }
 
 /** A page of conversations as the reference's ConversationInfoResultSet. */
-function shapeConversationInfoResultSet(r: { items: AppConversation[]; nextPageId?: string }) {
+function shapeConversationInfoResultSet(r: { items: AppConversation[]; nextPageId?: string | undefined }) {
   return { results: r.items.map(shapeConversationInfo), next_page_id: r.nextPageId ?? null };
 }

@@ -1,105 +1,42 @@
-import { create, fromJson, type JsonObject } from "@bufbuild/protobuf";
+import { create, fromJson } from "@bufbuild/protobuf";
 import { invalid } from "../core/errors.ts";
-import {
-  bool,
-  dict,
-  enumOf,
-  float,
-  int,
-  nullable,
-  object,
-  refine,
-  type Schema,
-  str,
-  validate,
-} from "../core/model.ts";
+import { nullable, object, type Schema, str, validate } from "../core/model.ts";
 import { SecretsService } from "../gen/workspace/v1/secrets_pb.js";
 import {
   AddGitProvidersRequestSchema,
   type GetSettingsResponse,
-  type Settings,
+  GetSettingsResponseSchema,
   SettingsSchema,
   SettingsService,
   StoreSettingsRequestSchema,
 } from "../gen/workspace/v1/settings_pb.js";
 import { mcpConfigSchema } from "../services/settings/mcp-model.ts";
-import { PROVIDERS, SECRET_FIELDS, SETTINGS_FIELDS } from "../services/settings/settings-fields.ts";
+import { RESETTABLE_FIELDS, SECRET_FIELDS } from "../services/settings/settings-fields.ts";
+import { SETTINGS_RULES } from "../services/settings/settings-rules.ts";
 import type { JsonSchema, SchemaBuilder } from "./openapi.ts";
+import { compileRestCodec } from "./rest-codec.ts";
+import { mcpMessageJson, providerTokensModel, REST_JSON_DIFFERENCES } from "./rest-json.ts";
 import { type RestRoute, route } from "./rest-route.ts";
 
-const INT32 = { ge: -2147483648, le: 2147483647 };
 const optStr = { schema: nullable(str()) };
-const optInt = { schema: nullable(int(INT32)) };
-const optBool = { schema: nullable(bool()) };
 
-const providerToken = object(
-  {
-    token: { schema: nullable(str()) },
-    host: { schema: nullable(str()) },
-    user_id: { schema: nullable(str()) },
-  },
-  { title: "ProviderToken" },
-);
-const providerTokens = dict(providerToken, { key: enumOf(PROVIDERS), maxProperties: 16 });
+/** The REST face of the settings record, compiled from its descriptor at start (see rest-codec.ts). */
+export const settingsCodec = compileRestCodec(SettingsSchema, {
+  table: REST_JSON_DIFFERENCES,
+  rules: SETTINGS_RULES,
+  title: "Settings",
+  extra: "ignore",
+});
+
+/** The flat GET /api/settings body: the settings fields, then the *_set fields. */
+const getSettingsCodec = compileRestCodec(GetSettingsResponseSchema, { table: REST_JSON_DIFFERENCES });
 
 /** Body of POST /api/settings: the Settings model of the reference (unknown top-level keys are ignored). */
-export const settingsBodySchema = object(
-  {
-    language: optStr,
-    agent: optStr,
-    // The agent-server refuses fewer than one iteration (its StartConversationRequest): refused when stored.
-    max_iterations: { schema: nullable(int({ ge: 1, le: INT32.le })) },
-    security_analyzer: optStr,
-    confirmation_mode: optBool,
-    llm_model: optStr,
-    llm_api_key: optStr,
-    llm_base_url: optStr,
-    remote_runtime_resource_factor: optInt,
-    secrets_store: {
-      schema: nullable(
-        object(
-          {
-            provider_tokens: { schema: providerTokens },
-            custom_secrets: {
-              schema: dict(
-                object(
-                  { secret: { schema: nullable(str()) }, description: { schema: nullable(str()) } },
-                  { title: "CustomSecret" },
-                ),
-                { maxProperties: 1000 },
-              ),
-            },
-          },
-          { title: "SecretsStore" },
-        ),
-      ),
-    },
-    enable_default_condenser: optBool,
-    enable_sound_notifications: optBool,
-    enable_proactive_conversation_starters: optBool,
-    enable_solvability_analysis: optBool,
-    user_consents_to_analytics: optBool,
-    sandbox_base_container_image: optStr,
-    sandbox_runtime_container_image: optStr,
-    mcp_config: { schema: nullable(mcpConfigSchema) },
-    search_api_key: optStr,
-    sandbox_api_key: optStr,
-    max_budget_per_task: { schema: nullable(float()) },
-    condenser_max_size: {
-      schema: nullable(refine(int(INT32), (v) => (v < 20 ? "condenser_max_size must be at least 20" : null))),
-    },
-    email: optStr,
-    email_verified: optBool,
-    git_user_name: optStr,
-    git_user_email: optStr,
-    v1_enabled: optBool,
-  },
-  { title: "Settings", extra: "ignore" },
-);
+export const settingsBodySchema = settingsCodec.model;
 
 /** Body of POST /api/add-git-providers. */
 export const addGitProvidersBodySchema = object(
-  { provider_tokens: { schema: providerTokens }, mcp_config: { schema: nullable(mcpConfigSchema) } },
+  { provider_tokens: { schema: providerTokensModel }, mcp_config: { schema: nullable(mcpConfigSchema) } },
   { title: "POSTProviderModel", extra: "ignore" },
 );
 
@@ -119,100 +56,24 @@ function body<T>(schema: Schema<T>, value: unknown): T {
 
 /**
  * Settings body (as the REST model validated it, the reference's defaults filled in) → StoreSettingsRequest:
- * present fields go into `settings`, nulls into `reset_fields`. The service sees nothing else of the request.
+ * present fields go into `settings`, nulls into `reset_fields` (secrets and the secrets store are kept, not reset).
+ * The service sees nothing else of the request.
  */
 function bindStoreSettings(value: Record<string, unknown>) {
-  const settings: JsonObject = {};
-  const reset: string[] = [];
-  for (const [k, v] of Object.entries(value)) {
-    if (v === null) {
-      if (!(SECRET_FIELDS as readonly string[]).includes(k) && k !== "secrets_store") reset.push(k);
-    } else if (v !== undefined) {
-      settings[k] = k === "mcp_config" ? mcpMessageJson(v) : (v as JsonObject);
-    }
-  }
+  const nulls: string[] = [];
+  const settings = settingsCodec.fromRest(value, nulls);
   return create(StoreSettingsRequestSchema, {
     settings: fromJson(SettingsSchema, settings, { ignoreUnknownFields: false }),
-    resetFields: reset,
+    resetFields: nulls.filter((f) => RESETTABLE_FIELDS.has(f)),
   });
 }
 
-/**
- * A validated MCP config as the message's JSON: an SHTTP server's `"timeout": null` (no timeout, kept as the
- * reference keeps it) is the message's 0; an absent one the model already filled with the default of 60.
- */
-function mcpMessageJson(mcp: unknown): JsonObject {
-  const m = mcp as JsonObject;
-  return {
-    ...m,
-    shttp_servers: ((m.shttp_servers ?? []) as JsonObject[]).map((e) =>
-      e.timeout === null ? { ...e, timeout: 0 } : e,
-    ),
-  };
-}
-
 /** The keys of the GET /api/settings body, in the reference's order. */
-const SETTINGS_BODY_KEYS = [
-  ...SETTINGS_FIELDS,
-  "provider_tokens_set",
-  "llm_api_key_set",
-  "search_api_key_set",
-] as const;
-
-/**
- * Every key of the body with a null value: each answer starts as a copy of it and only assigns existing keys, so
- * the answer keeps this object's fast shape. Built key by key instead, an object of 30 keys becomes a hash table,
- * which shaping and JSON.stringify then walk ~2x slower (4.0 against 1.9 µs a call on the bench machine).
- */
-const SETTINGS_BODY_TEMPLATE: Readonly<Record<(typeof SETTINGS_BODY_KEYS)[number], unknown>> =
-  Object.fromEntries(SETTINGS_BODY_KEYS.map((k) => [k, null])) as never;
-
-/** REST name and message property of the body's fields holding one string, number or boolean. */
-const SCALAR_FIELDS: readonly (readonly [string, keyof Settings])[] = SettingsSchema.fields
-  .filter((f) => f.fieldKind === "scalar" && f.name in SETTINGS_BODY_TEMPLATE)
-  .map((f) => [f.name, f.localName as keyof Settings] as const);
+const SETTINGS_BODY_KEYS = getSettingsCodec.keys;
 
 /** GetSettingsResponse → the reference's flat GET /api/settings body. */
 export function shapeSettings(res: GetSettingsResponse): Record<string, unknown> {
-  // Read from the message directly (its fields are the REST fields; see SCALAR_FIELDS): converting it with
-  // protobuf-es toJson first cost more than the rest of the request.
-  const s = res.settings;
-  const out: Record<string, unknown> = { ...SETTINGS_BODY_TEMPLATE };
-  if (s !== undefined) for (const [name, local] of SCALAR_FIELDS) out[name] = s[local] ?? null;
-  const store = s?.secretsStore;
-  out.secrets_store = {
-    provider_tokens: Object.fromEntries(
-      Object.entries(store?.providerTokens ?? {}).map(([p, t]) => [
-        p,
-        { host: t.host ?? null, user_id: t.userId ?? null },
-      ]),
-    ),
-    custom_secrets: Object.fromEntries(
-      Object.entries(store?.customSecrets ?? {}).map(([n, v]) => [n, { description: v.description ?? "" }]),
-    ),
-  };
-  const m = s?.mcpConfig;
-  if (m !== undefined)
-    out.mcp_config = {
-      sse_servers: m.sseServers.map((e) => ({ url: e.url, api_key: e.apiKey ?? null })),
-      stdio_servers: m.stdioServers.map((e) => ({
-        name: e.name,
-        command: e.command,
-        args: e.args,
-        env: e.env,
-      })),
-      shttp_servers: m.shttpServers.map((e) => ({
-        url: e.url,
-        api_key: e.apiKey ?? null,
-        timeout: e.timeout === undefined || e.timeout === 0 ? null : e.timeout,
-      })),
-    };
-  out.provider_tokens_set = Object.fromEntries(
-    Object.entries(res.providerTokensSet).map(([p, v]) => [p, v.host ?? null]),
-  );
-  out.llm_api_key_set = res.llmApiKeySet;
-  out.search_api_key_set = res.searchApiKeySet;
-  return out;
+  return getSettingsCodec.toRest(res);
 }
 
 const message = (res: { message: string }) => ({ message: res.message });
@@ -260,8 +121,7 @@ export const legacyRoutes: RestRoute[] = [
   route({
     method: "GET",
     url: "/api/settings",
-    service: SettingsService,
-    rpc: "getSettings",
+    rpc: SettingsService.method.getSettings,
     dialect: "legacy",
     summary: "Read the caller's settings (404 until first stored)",
     docs: { response: settingsResponseSchema },
@@ -271,8 +131,7 @@ export const legacyRoutes: RestRoute[] = [
   route({
     method: "POST",
     url: "/api/settings",
-    service: SettingsService,
-    rpc: "storeSettings",
+    rpc: SettingsService.method.storeSettings,
     writesUserData: true,
     dialect: "legacy",
     bodyRequired: true,
@@ -284,8 +143,7 @@ export const legacyRoutes: RestRoute[] = [
   route({
     method: "POST",
     url: "/api/add-git-providers",
-    service: SettingsService,
-    rpc: "addGitProviders",
+    rpc: SettingsService.method.addGitProviders,
     writesUserData: true,
     dialect: "legacy",
     bodyRequired: true,
@@ -320,8 +178,7 @@ export const legacyRoutes: RestRoute[] = [
   route({
     method: "POST",
     url: "/api/unset-provider-tokens",
-    service: SettingsService,
-    rpc: "unsetProviderTokens",
+    rpc: SettingsService.method.unsetProviderTokens,
     writesUserData: true,
     dialect: "legacy",
     summary: "Remove every git provider token",
@@ -331,20 +188,18 @@ export const legacyRoutes: RestRoute[] = [
   route({
     method: "GET",
     url: "/api/secrets",
-    service: SecretsService,
-    rpc: "listSecrets",
+    rpc: SecretsService.method.listSecrets,
     dialect: "legacy",
     summary: "List custom secret names",
     bind: () => ({}),
-    shape: (res: { customSecrets: { name: string; description?: string }[] }) => ({
+    shape: (res) => ({
       custom_secrets: res.customSecrets.map((s) => ({ name: s.name, description: s.description ?? null })),
     }),
   }),
   route({
     method: "POST",
     url: "/api/secrets",
-    service: SecretsService,
-    rpc: "createSecret",
+    rpc: SecretsService.method.createSecret,
     writesUserData: true,
     dialect: "legacy",
     bodyRequired: true,
@@ -364,8 +219,7 @@ export const legacyRoutes: RestRoute[] = [
   route({
     method: "PUT",
     url: "/api/secrets/:secret_id",
-    service: SecretsService,
-    rpc: "updateSecret",
+    rpc: SecretsService.method.updateSecret,
     writesUserData: true,
     dialect: "legacy",
     bodyRequired: true,
@@ -384,8 +238,7 @@ export const legacyRoutes: RestRoute[] = [
   route({
     method: "DELETE",
     url: "/api/secrets/:secret_id",
-    service: SecretsService,
-    rpc: "deleteSecret",
+    rpc: SecretsService.method.deleteSecret,
     writesUserData: true,
     dialect: "legacy",
     summary: "Delete a custom secret",

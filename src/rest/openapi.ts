@@ -143,7 +143,7 @@ export function buildOpenApi(
   const paths: Record<string, Record<string, unknown>> = {};
   for (const r of routes) {
     const path = openApiPath(r.url);
-    const method = r.service.methods.find((m) => m.localName === r.rpc);
+    const method = r.rpc;
     const docs = r.docs ?? {};
     const response = docs.response ? docs.response(s) : method ? s.message(method.output) : {};
     const parameters = [
@@ -168,9 +168,9 @@ export function buildOpenApi(
     paths[path] = pathItem;
     pathItem[r.method.toLowerCase()] = {
       summary: r.summary,
-      operationId: r.rpc,
-      tags: [r.service.name],
-      "x-rpc": `${r.service.typeName}/${method?.name ?? r.rpc}`,
+      operationId: method.localName,
+      tags: [method.parent.name],
+      "x-rpc": `${method.parent.typeName}/${method.name}`,
       security: [{ SessionApiKey: [] }],
       ...(parameters.length > 0 ? { parameters } : {}),
       ...(docs.body

@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { Caller } from "../core/context.ts";
-import { toRestError } from "./rest-errors.ts";
-import { NO_CACHE } from "./rest-gateway.ts";
+import { unauthenticated } from "../core/errors.ts";
+import { NO_CACHE, sendRestError } from "./rest-errors.ts";
 
 /** Model names offered by /api/options/models unless configured ("provider/model", as the UI groups them). */
 export const DEFAULT_MODELS: readonly string[] = [
@@ -74,13 +74,9 @@ export function optionsRoutes(options: OptionsRoutesOptions) {
       try {
         caller = await options.caller(req);
       } catch (err) {
-        const e = toRestError(err, "v1");
-        return reply
-          .code(e.status)
-          .headers({ ...NO_CACHE, ...e.headers })
-          .send(e.body);
+        return sendRestError(reply, err);
       }
-      if (caller === null) return reply.code(401).headers(NO_CACHE).send({ detail: "Unauthorized" });
+      if (caller === null) return sendRestError(reply, unauthenticated());
     });
     app.get("/api/options/config", async (_req, reply) => reply.headers(NO_CACHE).send(config));
     app.get("/api/options/models", async (_req, reply) => reply.headers(NO_CACHE).send(models));

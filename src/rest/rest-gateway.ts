@@ -3,7 +3,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Caller } from "../core/context.ts";
 import type { FieldViolation } from "../core/errors.ts";
-import { ValidationError } from "../core/errors.ts";
+import { resourceExhausted, unauthenticated, ValidationError } from "../core/errors.ts";
 import { TOO_MANY_WRITES } from "../services/user-data-store.ts";
 import { type Admission, callValues } from "../transport/admission.ts";
 import { headerKeyOf, type KeyOf, nodeHeaders } from "../transport/browser-session.ts";
@@ -11,15 +11,8 @@ import { isInternal } from "../transport/errors.ts";
 import { abortOnClientGone, lazyHandlerContext } from "../transport/handler-context.ts";
 import type { ServiceBinding } from "../transport/service-binding.ts";
 import { closeIfBodyUnread } from "../transport/unread-body.ts";
-import { frameworkError, toRestError, validationBody } from "./rest-errors.ts";
+import { NO_CACHE, restError, sendRestError, writeRestError } from "./rest-errors.ts";
 import type { RestRoute } from "./rest-route.ts";
-
-/** Reference headers on every API answer. */
-export const NO_CACHE = {
-  "cache-control": "no-cache, no-store, must-revalidate, max-age=0",
-  pragma: "no-cache",
-  expires: "0",
-} as const;
 
 /**
  * A route a sandbox calls (its agent server's webhooks): no user key; the service it calls checks the sandbox's
@@ -66,9 +59,6 @@ declare module "fastify" {
     sessionKey?: string | undefined;
   }
 }
-
-/** The content type Fastify sends a serialized JSON body with. */
-const JSON_CONTENT_TYPE = "application/json; charset=utf-8";
 
 const INVALID_JSON = Symbol("invalid-json");
 interface InvalidJson {
@@ -124,7 +114,7 @@ export function restGateway(options: RestGatewayOptions) {
       const refused = (err: unknown): void => {
         if (err instanceof ConnectError && err.code === Code.Unauthenticated) {
           closeIfBodyUnread(req.raw, reply.raw);
-          void reply.code(401).headers(NO_CACHE).send({ detail: "Unauthorized" });
+          void sendRestError(reply, unauthenticated());
           return;
         }
         done(err as Error);
@@ -147,12 +137,12 @@ export function restGateway(options: RestGatewayOptions) {
     // told apart by what follows the parameter, in table order as Starlette tries them.
     const groups = new Map<string, { url: string; entries: RouteEntry[] }>();
     for (const r of options.routes) {
-      const binding = impls.get(r.service.typeName);
-      const method = r.service.methods.find((m) => m.localName === r.rpc);
-      if (binding === undefined || method === undefined)
-        throw new Error(`route ${r.method} ${r.url}: no ${r.service.typeName}.${r.rpc}`);
-      const fn = (binding.impl as Record<string, (req: unknown, ctx: unknown) => unknown>)[r.rpc];
-      if (fn === undefined) throw new Error(`no implementation of ${r.rpc}`);
+      const method = r.rpc;
+      const binding = impls.get(method.parent.typeName);
+      if (binding === undefined)
+        throw new Error(`route ${r.method} ${r.url}: no implementation of ${method.parent.typeName}`);
+      const fn = (binding.impl as Record<string, (req: unknown, ctx: unknown) => unknown>)[method.localName];
+      if (fn === undefined) throw new Error(`no implementation of ${method.parent.typeName}/${method.name}`);
       const span = pathParameter(r.url);
       const url = span === null ? r.url : `${span.prefix}*`;
       const key = `${r.method} ${url}`;
@@ -175,10 +165,7 @@ export function restGateway(options: RestGatewayOptions) {
         if (err !== undefined || caller === undefined || (options.canWriteUserData?.(caller.userId) ?? true))
           return done(err);
         closeIfBodyUnread(req.raw, reply.raw);
-        void reply
-          .code(429)
-          .headers({ ...NO_CACHE, "retry-after": "1" })
-          .send({ message: TOO_MANY_WRITES });
+        void sendRestError(reply, resourceExhausted(TOO_MANY_WRITES));
       });
 
     for (const { url, entries } of groups.values()) {
@@ -212,7 +199,7 @@ export function restGateway(options: RestGatewayOptions) {
             values,
           });
           const ctx = lazyHandlerContext({
-            service: r.service,
+            service: method.parent,
             method,
             protocolName: "rest",
             requestMethod: req.method,
@@ -236,15 +223,15 @@ export function restGateway(options: RestGatewayOptions) {
           const r = matchedRoutes.get(req) ?? r0;
           const e =
             r.notFoundBody !== undefined && isNotFound(err)
-              ? { status: 404, body: notFoundBodyOf(r, req), headers: {} }
-              : (frameworkError(err, options.maxBodyBytes) ??
-                toRestError(err, r.dialect, r.location ?? "body", r.fieldLocations));
+              ? { status: 404, body: notFoundBodyOf(r, req) }
+              : restError(err, {
+                  dialect: r.dialect,
+                  location: r.location ?? "body",
+                  ...(r.fieldLocations === undefined ? {} : { fields: r.fieldLocations }),
+                  maxBodyBytes: options.maxBodyBytes,
+                });
           if (isInternal(err) && e.status >= 500) req.log.error({ err }, "request failed");
-          reply.code(e.status).headers({ ...NO_CACHE, ...e.headers });
-          // A bare message (the git routes answer JSON strings, as the reference) is sent as JSON, not text.
-          if (typeof e.body === "string")
-            return reply.header("content-type", JSON_CONTENT_TYPE).send(JSON.stringify(e.body));
-          return reply.send(e.body);
+          return writeRestError(reply, e);
         },
       });
     }
@@ -318,7 +305,7 @@ function registerCallback(app: FastifyInstance, r: SandboxCallbackRoute, maxBody
       return reply.code(200).headers(NO_CACHE).send(out);
     },
     errorHandler: (err, req, reply) => {
-      const e = frameworkError(err, r.bodyLimit ?? maxBodyBytes) ?? toRestError(err, "v1", "body");
+      const e = restError(err, { dialect: "v1", maxBodyBytes: r.bodyLimit ?? maxBodyBytes });
       if (e.status >= 500 && e.status !== 503) req.log.error({ err }, "sandbox callback failed");
       if (
         r.acknowledgeRefusals === true &&
@@ -340,10 +327,7 @@ function registerCallback(app: FastifyInstance, r: SandboxCallbackRoute, maxBody
             detail: (e.body as { detail?: unknown } | null)?.detail ?? e.body,
           });
       }
-      return reply
-        .code(e.status)
-        .headers({ ...NO_CACHE, ...e.headers })
-        .send(e.body);
+      return writeRestError(reply, e);
     },
   });
 }
@@ -388,13 +372,7 @@ async function writeJsonArray(
   } catch (err) {
     if (!started) {
       if (isInternal(err)) reply.log.error({ err }, "request failed");
-      const e =
-        err instanceof ValidationError
-          ? { status: 422, body: validationBody(err.violations) }
-          : toRestError(err, "v1");
-      res
-        .writeHead(e.status, { "content-type": "application/json", ...NO_CACHE })
-        .end(JSON.stringify(e.body));
+      writeRestError(reply, { ...restError(err), headers: {} });
     } else {
       abort.abort();
       res.end("]");

@@ -1,4 +1,4 @@
-import type { DescService } from "@bufbuild/protobuf";
+import type { DescMethod, MessageInitShape, MessageShape } from "@bufbuild/protobuf";
 import type { ContextValues } from "@connectrpc/connect";
 import type { RouteDocs } from "./openapi.ts";
 import type { Dialect, FieldLocations } from "./rest-errors.ts";
@@ -28,9 +28,8 @@ export interface RestRoute {
    * a fixed ending (routes sharing the part before it are told apart by that ending, in table order).
    */
   url: string;
-  service: DescService;
-  /** Local name of the method on the service implementation, e.g. "getSettings". */
-  rpc: string;
+  /** The RPC this route calls, by its descriptor (e.g. `SettingsService.method.getSettings`). */
+  rpc: DescMethod;
   dialect: Dialect;
   /** Where violations raised by the service are located (default "body"). */
   location?: "body" | "query" | "path";
@@ -67,14 +66,18 @@ export interface PlainRoute {
   handler: () => unknown;
 }
 
-/** Builds a route with its types checked against the request/response messages. */
-export function route<Req, Res>(
-  r: Omit<RestRoute, "bind" | "shape"> & {
-    bind: (input: RestInput) => Req;
-    shape: (response: Res) => unknown;
+/**
+ * Builds a route with its binder and shaper checked against the method's request and response messages (for a
+ * server-streaming method, the shaper takes each message).
+ */
+export function route<M extends DescMethod>(
+  r: Omit<RestRoute, "rpc" | "bind" | "shape"> & {
+    rpc: M;
+    bind: (input: RestInput) => MessageInitShape<M["input"]>;
+    shape: (response: MessageShape<M["output"]>) => unknown;
   },
 ): RestRoute {
-  return r as RestRoute;
+  return r as unknown as RestRoute;
 }
 
 /** RPCs deliberately without a REST route (streaming status feeds have no reference path). */

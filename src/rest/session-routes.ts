@@ -2,6 +2,7 @@ import { createHash } from "node:crypto";
 import { fastifyCookie } from "@fastify/cookie";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Caller } from "../core/context.ts";
+import { unauthenticated } from "../core/errors.ts";
 import { object, str, validate } from "../core/model.ts";
 import type { Admit, Authenticate } from "../transport/admission.ts";
 import {
@@ -11,8 +12,7 @@ import {
   SECURE_SESSION_COOKIE,
   SESSION_COOKIE,
 } from "../transport/browser-session.ts";
-import { frameworkError, toRestError } from "./rest-errors.ts";
-import { NO_CACHE } from "./rest-gateway.ts";
+import { NO_CACHE, restError, sendRestError, writeRestError } from "./rest-errors.ts";
 
 export interface SessionRoutesOptions {
   sessions: BrowserSessions;
@@ -99,9 +99,9 @@ export function sessionRoutes(options: SessionRoutesOptions) {
     app.post("/api/auth/sign-out", signOut);
 
     app.setErrorHandler((err, req, reply) => {
-      const e = frameworkError(err) ?? toRestError(err, "v1");
+      const e = restError(err);
       if (e.status >= 500 && e.status !== 503) req.log.error({ err }, "request failed");
-      return reply.code(e.status).headers(NO_CACHE).send(e.body);
+      return writeRestError(reply, { ...e, headers: {} });
     });
   };
 }
@@ -113,7 +113,7 @@ async function admitted(options: SessionRoutesOptions, key: string | undefined):
 }
 
 function unauthorized(reply: FastifyReply): FastifyReply {
-  return reply.code(401).headers(NO_CACHE).send({ detail: "Unauthorized" });
+  return sendRestError(reply, unauthenticated());
 }
 
 /** The sign-in page: plain HTML, one inline script allowed by its hash, nothing loaded from elsewhere. */

@@ -1,158 +1,53 @@
-import type { JsonObject } from "@bufbuild/protobuf";
+import { fromJson } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import {
-  anyValue,
-  bool,
-  dict,
-  enumOf,
-  type Infer,
-  int,
-  list,
-  literal,
-  nullable,
-  object,
-  refine,
-  str,
-  taggedUnion,
-  validate,
-} from "../core/model.ts";
+import { bool, enumOf, int, object, str, validate } from "../core/model.ts";
 import { dateTime, uuidHex } from "../core/model-formats.ts";
 import {
   type AppConversation,
   AppConversationSchema,
   AppConversationService,
   type AppConversationStartRequest,
+  AppConversationStartRequestSchema,
   type AppConversationStartTask,
   AppConversationStartTaskSortOrder,
   AppConversationStartTaskStatusSchema,
-  type MessageContent,
 } from "../gen/workspace/v1/app_conversation_pb.js";
 import {
-  AGENT_TYPE_NAMES,
-  agentTypeFromName,
   executionStatusName,
   metricsJson,
-  providerFromName,
   providerName,
-  ROLE_NAMES,
-  roleFromName,
   START_TASK_SORT_ORDERS,
   startRequestJson,
-  TRIGGER_NAMES,
   taskStatusName,
-  triggerFromName,
   triggerName,
 } from "../services/conversations/conversation-json.ts";
+import { START_REQUEST_RULES } from "../services/conversations/conversation-rules.ts";
 import { MAX_TITLE } from "../services/conversations/title.ts";
-import { branchProblem, repositoryProblem } from "../services/conversations/workspace-commands.ts";
-import { PROVIDERS } from "../services/settings/settings-fields.ts";
 import { pathParam } from "./legacy-routes.ts";
 import type { JsonSchema, RouteDocs, SchemaBuilder } from "./openapi.ts";
+import { compileRestCodec } from "./rest-codec.ts";
+import { REST_JSON_DIFFERENCES } from "./rest-json.ts";
 import { type RestInput, type RestRoute, route } from "./rest-route.ts";
 import { idsQuery, iso, many, PAGE_QUERY, present, single, statusName } from "./v1-sandbox-routes.ts";
 
-const textContent = object(
-  {
-    type: { schema: literal(["text"]) },
-    text: { schema: str(), required: true },
-    cache_prompt: { schema: bool() },
-  },
-  { title: "TextContent", extra: "forbid" },
-);
-const imageContent = object(
-  {
-    type: { schema: literal(["image"]) },
-    image_urls: { schema: list(str()), required: true },
-    cache_prompt: { schema: bool() },
-  },
-  { title: "ImageContent", extra: "forbid" },
-);
-/** pydantic's discriminated union on "type": text or image content. */
-const contentPart = taggedUnion("type", { text: textContent, image: imageContent });
+/**
+ * The REST face of a conversation start request, compiled from its descriptor at start (rest-codec.ts): the body
+ * model of POST /api/v1/app-conversations and /stream-start (every field optional; unknown keys ignored) and the
+ * body → message conversion. Rules: START_REQUEST_RULES; REST spellings: REST_JSON_DIFFERENCES.
+ */
+const startRequestCodec = compileRestCodec(AppConversationStartRequestSchema, {
+  table: REST_JSON_DIFFERENCES,
+  rules: START_REQUEST_RULES,
+  title: "AppConversationStartRequest",
+});
 
-const sendMessage = object(
-  {
-    role: { schema: literal(ROLE_NAMES) },
-    content: { schema: list(contentPart) },
-    run: { schema: bool() },
-  },
-  { title: "SendMessageRequest" },
-);
-
-const optStr = { schema: nullable(str()) };
-
-/** Body of POST /api/v1/app-conversations and /stream-start (every field optional; unknown keys ignored). */
-export const startRequestBodySchema = object(
-  {
-    sandbox_id: optStr,
-    conversation_id: { schema: nullable(uuidHex()) },
-    initial_message: { schema: nullable(sendMessage) },
-    system_message_suffix: optStr,
-    processors: { schema: nullable(list(dict(anyValue()), { maxItems: 100 })) },
-    llm_model: optStr,
-    selected_repository: {
-      schema: nullable(refine(str(), (v) => (v === "" ? null : repositoryProblem(v)))),
-    },
-    selected_branch: { schema: nullable(refine(str(), (v) => (v === "" ? null : branchProblem(v)))) },
-    git_provider: { schema: nullable(enumOf(PROVIDERS)) },
-    title: { schema: nullable(str({ minLength: 1, maxLength: MAX_TITLE })) },
-    trigger: { schema: nullable(enumOf(TRIGGER_NAMES)) },
-    pr_number: { schema: list(int({ bits: 32 }), { maxItems: 1000 }) },
-    parent_conversation_id: { schema: nullable(uuidHex()) },
-    agent_type: { schema: enumOf(AGENT_TYPE_NAMES) },
-  },
-  { title: "AppConversationStartRequest" },
-);
-
-function toContent(p: Infer<typeof contentPart>): MessageContent {
-  const cachePrompt = p.value.cache_prompt ?? false;
-  return {
-    $typeName: "workspace.v1.MessageContent",
-    content:
-      p.kind === "text"
-        ? { case: "text", value: { $typeName: "workspace.v1.TextContent", text: p.value.text, cachePrompt } }
-        : {
-            case: "image",
-            value: { $typeName: "workspace.v1.ImageContent", imageUrls: p.value.image_urls, cachePrompt },
-          },
-  };
-}
+/** Body of POST /api/v1/app-conversations and /stream-start. */
+export const startRequestBodySchema = startRequestCodec.model;
 
 /** The JSON body as the RPC request message (null and absent both mean unset). */
 export function bindStartRequest(body: unknown): { request: AppConversationStartRequest } {
   const b = validate(startRequestBodySchema, body, ["body"]);
-  const opt = <K extends string>(key: K, v: string | null | undefined) =>
-    v === null || v === undefined ? {} : { [key]: v };
-  const m = b.initial_message;
-  const gitProvider = providerFromName(b.git_provider);
-  const trigger = triggerFromName(b.trigger);
-  const request: AppConversationStartRequest = {
-    $typeName: "workspace.v1.AppConversationStartRequest",
-    ...opt("sandboxId", b.sandbox_id),
-    ...opt("conversationId", b.conversation_id),
-    ...(m
-      ? {
-          initialMessage: {
-            $typeName: "workspace.v1.SendMessageRequest",
-            role: roleFromName(m.role ?? "user"),
-            content: (m.content ?? []).map(toContent),
-            run: m.run ?? false,
-          },
-        }
-      : {}),
-    ...opt("systemMessageSuffix", b.system_message_suffix),
-    processors: (b.processors ?? []) as JsonObject[],
-    ...opt("llmModel", b.llm_model),
-    ...opt("selectedRepository", b.selected_repository),
-    ...opt("selectedBranch", b.selected_branch),
-    ...(gitProvider === undefined ? {} : { gitProvider }),
-    ...opt("title", b.title),
-    ...(trigger === undefined ? {} : { trigger }),
-    prNumber: b.pr_number ?? [],
-    ...opt("parentConversationId", b.parent_conversation_id),
-    agentType: agentTypeFromName(b.agent_type ?? "default"),
-  };
-  return { request };
+  return { request: fromJson(AppConversationStartRequestSchema, startRequestCodec.fromRest(b)) };
 }
 
 const conversationQuery = object(
@@ -224,7 +119,13 @@ function bindStartTaskQuery(query: RestInput["query"], paged: boolean) {
   return {
     ...(q.conversation_id__eq === undefined ? {} : { conversationIdEq: q.conversation_id__eq }),
     ...(q.created_at__gte === undefined ? {} : { createdAtGte: ts(q.created_at__gte) }),
-    ...(q.sort_order === undefined ? {} : { sortOrder: AppConversationStartTaskSortOrder[q.sort_order] }),
+    // The model accepts the enum's own (unprefixed) value names only.
+    ...(q.sort_order === undefined
+      ? {}
+      : {
+          sortOrder:
+            AppConversationStartTaskSortOrder[q.sort_order as keyof typeof AppConversationStartTaskSortOrder],
+        }),
     ...(q.page_id === undefined ? {} : { pageId: q.page_id }),
     ...(q.limit === undefined ? {} : { limit: q.limit }),
   };
@@ -345,21 +246,19 @@ export const v1ConversationRoutes: RestRoute[] = [
   route({
     method: "POST",
     url: "/api/v1/app-conversations",
-    service: AppConversationService,
-    rpc: "startAppConversation",
+    rpc: AppConversationService.method.startAppConversation,
     dialect: "v1",
     location: "body",
     bodyRequired: true,
     summary: "Start a conversation: returns the start task (WORKING) at once; poll start-tasks for READY",
     docs: { body: startRequestBodySchema, response: taskSchema },
     bind: ({ body }) => bindStartRequest(body),
-    shape: (r: { task?: AppConversationStartTask }) => (r.task ? shapeTask(r.task) : null),
+    shape: (r) => (r.task ? shapeTask(r.task) : null),
   }),
   route({
     method: "POST",
     url: "/api/v1/app-conversations/stream-start",
-    service: AppConversationService,
-    rpc: "streamStartAppConversation",
+    rpc: AppConversationService.method.streamStartAppConversation,
     dialect: "v1",
     location: "body",
     bodyRequired: true,
@@ -367,19 +266,18 @@ export const v1ConversationRoutes: RestRoute[] = [
     summary: "Start a conversation and stream each state of its start task as one JSON array",
     docs: { body: startRequestBodySchema, response: taskSchema },
     bind: ({ body }) => bindStartRequest(body),
-    shape: (r: { task?: AppConversationStartTask }) => (r.task ? shapeTask(r.task) : null),
+    shape: (r) => (r.task ? shapeTask(r.task) : null),
   }),
   route({
     method: "GET",
     url: "/api/v1/app-conversations/search",
-    service: AppConversationService,
-    rpc: "searchAppConversations",
+    rpc: AppConversationService.method.searchAppConversations,
     dialect: "v1",
     location: "query",
     summary: "List the caller's conversations, newest first (sub-conversations only when asked for)",
     docs: { query: { ...CONVERSATION_FILTERS, ...PAGE_QUERY } },
     bind: ({ query }) => bindConversationQuery(query, true),
-    shape: (r: { items: AppConversation[]; nextPageId?: string }) => ({
+    shape: (r) => ({
       items: r.items.map(shapeConversation),
       next_page_id: r.nextPageId ?? null,
     }),
@@ -387,8 +285,7 @@ export const v1ConversationRoutes: RestRoute[] = [
   route({
     method: "GET",
     url: "/api/v1/app-conversations/count",
-    service: AppConversationService,
-    rpc: "countAppConversations",
+    rpc: AppConversationService.method.countAppConversations,
     dialect: "v1",
     location: "query",
     summary: "Count the caller's conversations matching the search filters",
@@ -399,35 +296,30 @@ export const v1ConversationRoutes: RestRoute[] = [
   route({
     method: "GET",
     url: "/api/v1/app-conversations",
-    service: AppConversationService,
-    rpc: "batchGetAppConversations",
+    rpc: AppConversationService.method.batchGetAppConversations,
     dialect: "v1",
     location: "query",
     summary: "Get conversations by id (aligned, null when unknown or not owned)",
     docs: { query: idsQuery("ids"), response: (s) => s.array(s.nullable(s.message(AppConversationSchema))) },
     bind: bindIds,
-    shape: (r: { items: { conversation?: AppConversation }[] }) =>
-      r.items.map((i) => (i.conversation ? shapeConversation(i.conversation) : null)),
+    shape: (r) => r.items.map((i) => (i.conversation ? shapeConversation(i.conversation) : null)),
   }),
   route({
     method: "PATCH",
     url: "/api/v1/app-conversations/:conversation_id",
-    service: AppConversationService,
-    rpc: "updateAppConversation",
+    rpc: AppConversationService.method.updateAppConversation,
     dialect: "v1",
     location: "body",
     bodyRequired: true,
-    summary: "Rename a conversation (title, 1..200 characters); 404 for an unknown id",
+    summary: `Rename a conversation (title, 1..${MAX_TITLE} characters); 404 for an unknown id`,
     docs: { body: updateConversationBodySchema, response: (s) => s.message(AppConversationSchema) },
     bind: bindUpdateConversation,
-    shape: (r: { conversation?: AppConversation }) =>
-      r.conversation ? shapeConversation(r.conversation) : null,
+    shape: (r) => (r.conversation ? shapeConversation(r.conversation) : null),
   }),
   route({
     method: "GET",
     url: "/api/v1/app-conversations/start-tasks/search",
-    service: AppConversationService,
-    rpc: "searchStartTasks",
+    rpc: AppConversationService.method.searchStartTasks,
     dialect: "v1",
     location: "query",
     summary: "List the caller's start tasks (sort_order, default CREATED_AT_DESC)",
@@ -446,7 +338,7 @@ export const v1ConversationRoutes: RestRoute[] = [
       }),
     },
     bind: ({ query }) => bindStartTaskQuery(query, true),
-    shape: (r: { items: AppConversationStartTask[]; nextPageId?: string }) => ({
+    shape: (r) => ({
       items: r.items.map(shapeTask),
       next_page_id: r.nextPageId ?? null,
     }),
@@ -454,8 +346,7 @@ export const v1ConversationRoutes: RestRoute[] = [
   route({
     method: "GET",
     url: "/api/v1/app-conversations/start-tasks/count",
-    service: AppConversationService,
-    rpc: "countStartTasks",
+    rpc: AppConversationService.method.countStartTasks,
     dialect: "v1",
     location: "query",
     summary: "Count the caller's start tasks matching the search filters",
@@ -466,14 +357,12 @@ export const v1ConversationRoutes: RestRoute[] = [
   route({
     method: "GET",
     url: "/api/v1/app-conversations/start-tasks",
-    service: AppConversationService,
-    rpc: "batchGetStartTasks",
+    rpc: AppConversationService.method.batchGetStartTasks,
     dialect: "v1",
     location: "query",
     summary: "Get start tasks by id (aligned, null when unknown or not owned)",
     docs: { query: idsQuery("ids"), response: (s) => s.array(s.nullable(taskSchema(s))) },
     bind: bindIds,
-    shape: (r: { items: { task?: AppConversationStartTask }[] }) =>
-      r.items.map((i) => (i.task ? shapeTask(i.task) : null)),
+    shape: (r) => r.items.map((i) => (i.task ? shapeTask(i.task) : null)),
   }),
 ];

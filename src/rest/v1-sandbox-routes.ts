@@ -97,14 +97,13 @@ export const v1SandboxRoutes: RestRoute[] = [
   route({
     method: "GET",
     url: "/api/v1/sandbox-specs/search",
-    service: SandboxSpecService,
-    rpc: "searchSandboxSpecs",
+    rpc: SandboxSpecService.method.searchSandboxSpecs,
     dialect: "v1",
     location: "query",
     summary: "List sandbox specs (first is the default)",
     docs: { query: PAGE_QUERY },
     bind: ({ query }) => bindPage(query),
-    shape: (r: { items: SandboxSpecInfo[]; nextPageId?: string }) => ({
+    shape: (r) => ({
       items: r.items.map(shapeSpec),
       next_page_id: r.nextPageId ?? null,
     }),
@@ -112,27 +111,24 @@ export const v1SandboxRoutes: RestRoute[] = [
   route({
     method: "GET",
     url: "/api/v1/sandbox-specs",
-    service: SandboxSpecService,
-    rpc: "batchGetSandboxSpecs",
+    rpc: SandboxSpecService.method.batchGetSandboxSpecs,
     dialect: "v1",
     location: "query",
     summary: "Get sandbox specs by id (aligned, null when unknown)",
     docs: { query: idsQuery("id"), response: (s) => s.array(s.nullable(s.message(SandboxSpecInfoSchema))) },
     bind: ({ query }) => ({ id: ids("id")(query) }),
-    shape: (r: { items: { spec?: SandboxSpecInfo }[] }) =>
-      r.items.map((i) => (i.spec ? shapeSpec(i.spec) : null)),
+    shape: (r) => r.items.map((i) => (i.spec ? shapeSpec(i.spec) : null)),
   }),
   route({
     method: "GET",
     url: "/api/v1/sandboxes/search",
-    service: SandboxService,
-    rpc: "searchSandboxes",
+    rpc: SandboxService.method.searchSandboxes,
     dialect: "v1",
     location: "query",
     summary: "List the caller's sandboxes, newest first",
     docs: { query: PAGE_QUERY },
     bind: ({ query }) => bindPage(query),
-    shape: (r: { items: SandboxInfo[]; nextPageId?: string }) => ({
+    shape: (r) => ({
       items: r.items.map(shapeSandbox),
       next_page_id: r.nextPageId ?? null,
     }),
@@ -140,21 +136,18 @@ export const v1SandboxRoutes: RestRoute[] = [
   route({
     method: "GET",
     url: "/api/v1/sandboxes",
-    service: SandboxService,
-    rpc: "batchGetSandboxes",
+    rpc: SandboxService.method.batchGetSandboxes,
     dialect: "v1",
     location: "query",
     summary: "Get sandboxes by id (aligned, null when unknown or not owned)",
     docs: { query: idsQuery("id"), response: (s) => s.array(s.nullable(s.message(SandboxInfoSchema))) },
     bind: ({ query }) => ({ id: ids("id")(query) }),
-    shape: (r: { items: { sandbox?: SandboxInfo }[] }) =>
-      r.items.map((i) => (i.sandbox ? shapeSandbox(i.sandbox) : null)),
+    shape: (r) => r.items.map((i) => (i.sandbox ? shapeSandbox(i.sandbox) : null)),
   }),
   route({
     method: "POST",
     url: "/api/v1/sandboxes",
-    service: SandboxService,
-    rpc: "startSandbox",
+    rpc: SandboxService.method.startSandbox,
     dialect: "v1",
     location: "query",
     summary: "Start a sandbox (query sandbox_spec_id; default spec when absent)",
@@ -170,14 +163,13 @@ export const v1SandboxRoutes: RestRoute[] = [
       );
       return q.sandbox_spec_id === undefined ? {} : { sandboxSpecId: q.sandbox_spec_id };
     },
-    shape: (r: { sandbox?: SandboxInfo }) => (r.sandbox ? shapeSandbox(r.sandbox) : null),
+    shape: (r) => (r.sandbox ? shapeSandbox(r.sandbox) : null),
   }),
   ...(["pause", "resume"] as const).map((action) =>
     route({
       method: "POST",
       url: `/api/v1/sandboxes/:sandbox_id/${action}`,
-      service: SandboxService,
-      rpc: `${action}Sandbox`,
+      rpc: SandboxService.method[`${action}Sandbox`],
       dialect: "v1",
       location: "path",
       summary: `${action === "pause" ? "Pause" : "Resume"} a sandbox (idempotent)`,
@@ -188,8 +180,7 @@ export const v1SandboxRoutes: RestRoute[] = [
   route({
     method: "DELETE",
     url: "/api/v1/sandboxes/:sandbox_id",
-    service: SandboxService,
-    rpc: "deleteSandbox",
+    rpc: SandboxService.method.deleteSandbox,
     dialect: "v1",
     location: "path",
     summary: "Stop and remove a sandbox and its workspace",

@@ -8,6 +8,7 @@ import Fastify, {
   LogController,
 } from "fastify";
 import type { Caller } from "../core/context.ts";
+import { notFound, unauthenticated } from "../core/errors.ts";
 import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
 import { eventRoutes } from "../rest/event-routes.ts";
 import { gitRoutes } from "../rest/git-routes.ts";
@@ -15,8 +16,8 @@ import { legacyConversationRoutes } from "../rest/legacy-conversation-routes.ts"
 import { legacyRoutes } from "../rest/legacy-routes.ts";
 import { buildOpenApi } from "../rest/openapi.ts";
 import { type OptionsLists, optionsRoutes } from "../rest/options-routes.ts";
-import { frameworkError } from "../rest/rest-errors.ts";
-import { NO_CACHE, restGateway, type SandboxCallbackRoute } from "../rest/rest-gateway.ts";
+import { frameworkError, restError, sendRestError, writeRestError } from "../rest/rest-errors.ts";
+import { restGateway, type SandboxCallbackRoute } from "../rest/rest-gateway.ts";
 import type { RestRoute } from "../rest/rest-route.ts";
 import { SIGN_IN_PATH, sessionRoutes } from "../rest/session-routes.ts";
 import { v1ConversationRoutes } from "../rest/v1-conversation-routes.ts";
@@ -109,16 +110,14 @@ export async function createHttpServer(
     res.once("close", connections.begin(req.socket));
   });
   http.setErrorHandler((err, req, reply) => {
+    // Errors outside every route's own handler: Fastify's 4xx, else a server fault.
     const client = frameworkError(err, limits.maxMessageBytes);
-    if (client !== null) return reply.code(client.status).send(client.body);
-    req.log.error({ err }, "request failed");
-    return reply.code(500).send({ detail: INTERNAL_MESSAGE });
+    if (client === null) req.log.error({ err }, "request failed");
+    return writeRestError(reply, client ?? { status: 500, body: { detail: INTERNAL_MESSAGE } });
   });
   const { web } = options;
   let spa: Awaited<ReturnType<typeof registerUi>> | undefined;
-  http.setNotFoundHandler(
-    (req, reply) => spa?.(req, reply) ?? reply.code(404).headers(NO_CACHE).send({ detail: "Not Found" }),
-  );
+  http.setNotFoundHandler((req, reply) => spa?.(req, reply) ?? sendRestError(reply, notFound()));
   if ((web.corsOrigins ?? []).length > 0) {
     const { default: cors } = await import("@fastify/cors");
     await http.register(cors, {
@@ -255,7 +254,7 @@ export async function createAdminServer(
   const admin = Fastify({ logger: options.logger ?? false, forceCloseConnections: true });
   const token = options.metricsToken;
   registerAdminRoutes(admin, container, async (req) => token === undefined || bearerIs(req, token));
-  admin.setNotFoundHandler((_req, reply) => reply.code(404).headers(NO_CACHE).send({ detail: "Not Found" }));
+  admin.setNotFoundHandler((_req, reply) => sendRestError(reply, notFound()));
   return admin;
 }
 
@@ -268,10 +267,10 @@ function registerAdminRoutes(
   const { registry } = container.metrics;
   app.get("/metrics", async (req, reply) => {
     if (!(await allowed(req)))
-      return reply
-        .code(401)
-        .headers({ ...NO_CACHE, "www-authenticate": "Bearer" })
-        .send({ detail: "Unauthorized" });
+      return writeRestError(reply, {
+        ...restError(unauthenticated()),
+        headers: { "www-authenticate": "Bearer" },
+      });
     return reply.header("content-type", registry.contentType).send(await registry.metrics());
   });
   registerDocs(app, () => buildOpenApi(REST_ROUTES, { title: "Agent Workspace Service", version: VERSION }));

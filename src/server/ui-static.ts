@@ -1,7 +1,7 @@
 import { realpathSync } from "node:fs";
 import { join, sep } from "node:path";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { NO_CACHE } from "../rest/rest-gateway.ts";
+import { NO_CACHE } from "../rest/rest-errors.ts";
 
 /** Hashed build assets: the name changes with the content, so they may be cached for good. */
 const IMMUTABLE = "public, max-age=31536000, immutable";

@@ -1,46 +1,27 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 
 /**
- * The one error table of every transport: a code's HTTP status (REST and Connect answer the same) and its gRPC
- * status (the code itself: connect's codes are gRPC's numbers). Codes missing here are server faults (500).
+ * The one error table of every transport: for each code, the HTTP status REST answers (the reference's, e.g. 422 for
+ * invalid arguments) and the one the Connect protocol answers (its specification's). The gRPC status is the code
+ * itself (connect's codes are gRPC's numbers). A REST status of 500 marks a server fault.
  */
-const HTTP_STATUS: Partial<Record<Code, number>> = {
-  [Code.InvalidArgument]: 422,
-  [Code.Unauthenticated]: 401,
-  [Code.PermissionDenied]: 403,
-  [Code.NotFound]: 404,
-  [Code.AlreadyExists]: 400,
-  [Code.FailedPrecondition]: 409,
-  [Code.Aborted]: 409,
-  [Code.OutOfRange]: 400,
-  [Code.ResourceExhausted]: 429,
-  [Code.Unavailable]: 503,
-  [Code.DeadlineExceeded]: 504,
-  [Code.Unimplemented]: 501,
-  [Code.Canceled]: 499,
-};
-
-/**
- * The HTTP status of a code in the Connect protocol (its specification's table; REST's differs where the reference
- * answers otherwise, e.g. 422 for invalid arguments).
- */
-const CONNECT_HTTP_STATUS: Record<Code, number> = {
-  [Code.Canceled]: 499,
-  [Code.Unknown]: 500,
-  [Code.InvalidArgument]: 400,
-  [Code.DeadlineExceeded]: 504,
-  [Code.NotFound]: 404,
-  [Code.AlreadyExists]: 409,
-  [Code.PermissionDenied]: 403,
-  [Code.ResourceExhausted]: 429,
-  [Code.FailedPrecondition]: 400,
-  [Code.Aborted]: 409,
-  [Code.OutOfRange]: 400,
-  [Code.Unimplemented]: 501,
-  [Code.Internal]: 500,
-  [Code.Unavailable]: 503,
-  [Code.DataLoss]: 500,
-  [Code.Unauthenticated]: 401,
+const ERROR_TABLE: Readonly<Record<Code, { rest: number; connect: number }>> = {
+  [Code.Canceled]: { rest: 499, connect: 499 },
+  [Code.Unknown]: { rest: 500, connect: 500 },
+  [Code.InvalidArgument]: { rest: 422, connect: 400 },
+  [Code.DeadlineExceeded]: { rest: 504, connect: 504 },
+  [Code.NotFound]: { rest: 404, connect: 404 },
+  [Code.AlreadyExists]: { rest: 400, connect: 409 },
+  [Code.PermissionDenied]: { rest: 403, connect: 403 },
+  [Code.ResourceExhausted]: { rest: 429, connect: 429 },
+  [Code.FailedPrecondition]: { rest: 409, connect: 400 },
+  [Code.Aborted]: { rest: 409, connect: 409 },
+  [Code.OutOfRange]: { rest: 400, connect: 400 },
+  [Code.Unimplemented]: { rest: 501, connect: 501 },
+  [Code.Internal]: { rest: 500, connect: 500 },
+  [Code.Unavailable]: { rest: 503, connect: 503 },
+  [Code.DataLoss]: { rest: 500, connect: 500 },
+  [Code.Unauthenticated]: { rest: 401, connect: 401 },
 };
 
 /** What a client is told of an internal error, on every protocol (the cause goes to the log). */
@@ -48,12 +29,12 @@ export const INTERNAL_MESSAGE = "Internal Server Error";
 
 /** The REST status of a code (500 for server faults). */
 export function httpStatusOf(code: Code): number {
-  return HTTP_STATUS[code] ?? 500;
+  return ERROR_TABLE[code]?.rest ?? 500;
 }
 
 /** The HTTP status of a code in the Connect protocol. */
 export function connectHttpStatusOf(code: Code): number {
-  return CONNECT_HTTP_STATUS[code] ?? 500;
+  return ERROR_TABLE[code]?.connect ?? 500;
 }
 
 /** The gRPC status number of a code. */

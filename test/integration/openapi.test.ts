@@ -78,7 +78,7 @@ describe("OpenAPI document", () => {
   });
 
   it("every RPC is either routed over REST or explicitly RPC-only", () => {
-    const routed = new Set(t.app.routes.map((r) => `${r.service.typeName}/${r.rpc}`));
+    const routed = new Set(t.app.routes.map((r) => `${r.rpc.parent.typeName}/${r.rpc.localName}`));
     for (const b of t.app.bindings) {
       for (const m of b.desc.methods) {
         const name = `${b.desc.typeName}/${m.name}`;

@@ -3,15 +3,20 @@
  * names): used to store the echoed start request and by the REST shapers, so both write the same JSON.
  */
 import { create, type JsonObject } from "@bufbuild/protobuf";
+import { enumNames } from "../../core/enum-names.ts";
 import {
   AgentType,
+  AgentTypeSchema,
   type AppConversationStartRequest,
   AppConversationStartRequestSchema,
+  AppConversationStartTaskSortOrderSchema,
   AppConversationStartTaskStatus,
   ConversationExecutionStatus,
   ConversationTrigger,
+  ConversationTriggerSchema,
   type MessageContent,
   MessageRole,
+  MessageRoleSchema,
   type MetricsSnapshot,
   MetricsSnapshotSchema,
   type SendMessageRequest,
@@ -36,26 +41,11 @@ function fromName<E extends number>(e: PbEnum, name: unknown): E | undefined {
   return typeof v === "number" && v !== 0 ? (v as E) : undefined;
 }
 
-export const TRIGGER_NAMES = [
-  "resolver",
-  "gui",
-  "suggested_task",
-  "openhands_api",
-  "slack",
-  "microagent_management",
-  "jira",
-  "jira_dc",
-  "linear",
-  "bitbucket",
-] as const;
-export const AGENT_TYPE_NAMES = ["default", "plan"] as const;
-export const ROLE_NAMES = ["user", "system", "assistant", "tool"] as const;
-export const START_TASK_SORT_ORDERS = [
-  "CREATED_AT",
-  "CREATED_AT_DESC",
-  "UPDATED_AT",
-  "UPDATED_AT_DESC",
-] as const;
+/** The REST spellings of the enums, from their descriptors (the reference writes these lower-case). */
+export const TRIGGER_NAMES = enumNames(ConversationTriggerSchema, "lower");
+export const AGENT_TYPE_NAMES = enumNames(AgentTypeSchema, "lower");
+export const ROLE_NAMES = enumNames(MessageRoleSchema, "lower");
+export const START_TASK_SORT_ORDERS = enumNames(AppConversationStartTaskSortOrderSchema, "upper");
 
 export const providerName = (v: ProviderType | undefined): string | null => lowerName(ProviderType, v);
 export const providerFromName = (n: unknown): ProviderType | undefined => fromName(ProviderType, n);

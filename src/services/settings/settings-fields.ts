@@ -1,56 +1,43 @@
-/** Field names of the settings record, in the reference's order (the REST response follows it). */
-export const SETTINGS_FIELDS = [
-  "language",
-  "agent",
-  "max_iterations",
-  "security_analyzer",
-  "confirmation_mode",
-  "llm_model",
-  "llm_api_key",
-  "llm_base_url",
-  "remote_runtime_resource_factor",
-  "secrets_store",
-  "enable_default_condenser",
-  "enable_sound_notifications",
-  "enable_proactive_conversation_starters",
-  "enable_solvability_analysis",
-  "user_consents_to_analytics",
-  "sandbox_base_container_image",
-  "sandbox_runtime_container_image",
-  "mcp_config",
-  "search_api_key",
-  "sandbox_api_key",
-  "max_budget_per_task",
-  "condenser_max_size",
-  "email",
-  "email_verified",
-  "git_user_name",
-  "git_user_email",
-  "v1_enabled",
-] as const;
+import { enumNames } from "../../core/enum-names.ts";
+import { fieldFacts } from "../../core/field-behavior.ts";
+import { ProviderTypeSchema } from "../../gen/workspace/v1/provider_pb.js";
+import { SettingsSchema } from "../../gen/workspace/v1/settings_pb.js";
 
-export type SettingsField = (typeof SETTINGS_FIELDS)[number];
+/**
+ * Field names of the settings record, from its descriptor: declared in the reference's order (the REST answer
+ * follows it). A field added to `Settings` in settings.proto is stored, answered and reset on every protocol.
+ */
+export const SETTINGS_FIELDS: readonly string[] = SettingsSchema.fields.map((f) => f.name);
 
-/** Secret fields: write-only, sealed at rest, absent or null keeps the stored value, "" clears it (search_api_key: keeps it). */
-export const SECRET_FIELDS = ["llm_api_key", "search_api_key", "sandbox_api_key"] as const;
+/**
+ * Secret fields (`[(behavior).secret = true]`): write-only, sealed at rest, absent or null keeps the stored value,
+ * "" clears it (search_api_key: keeps it).
+ */
+export const SECRET_FIELDS: readonly string[] = SettingsSchema.fields
+  .filter((f) => fieldFacts(f).secret)
+  .map((f) => f.name);
 
-/** Boolean fields that are never null: their defaults. */
-export const BOOLEAN_DEFAULTS: Readonly<Record<string, boolean>> = {
-  enable_default_condenser: true,
-  enable_sound_notifications: false,
-  enable_proactive_conversation_starters: true,
-  enable_solvability_analysis: true,
-};
+/** Boolean fields that are never null (`[(behavior).default_bool = …]`): their defaults. */
+export const BOOLEAN_DEFAULTS: Readonly<Record<string, boolean>> = Object.freeze(
+  Object.fromEntries(
+    SettingsSchema.fields.flatMap((f) => {
+      const d = fieldFacts(f).defaultBool;
+      return d === undefined ? [] : [[f.name, d]];
+    }),
+  ),
+);
+
+/** The settings field holding provider tokens and custom secrets: merged, never reset by JSON null. */
+export const SECRETS_STORE_FIELD = "secrets_store";
 
 /** Fields that `StoreSettings` can reset (JSON null in REST): every plain field, booleans back to their defaults. */
 export const RESETTABLE_FIELDS: ReadonlySet<string> = new Set(
-  SETTINGS_FIELDS.filter((f) => f !== "secrets_store" && !(SECRET_FIELDS as readonly string[]).includes(f)),
+  SETTINGS_FIELDS.filter((f) => f !== SECRETS_STORE_FIELD && !SECRET_FIELDS.includes(f)),
 );
 
 /** The value MCP api keys and stdio env values are shown as; posting it back keeps the stored value. */
 export const MASK = "**********";
 
-/** Provider names accepted as provider_tokens keys (lower-case, as in REST). */
-export const PROVIDERS = ["github", "gitlab", "bitbucket", "azure_devops", "enterprise_sso"] as const;
-export type Provider = (typeof PROVIDERS)[number];
-export const isProvider = (s: string): s is Provider => (PROVIDERS as readonly string[]).includes(s);
+/** Provider names accepted as provider_tokens keys (the ProviderType values, lower-case, as in REST). */
+export const PROVIDERS: readonly string[] = enumNames(ProviderTypeSchema, "lower");
+export const isProvider = (s: string): boolean => PROVIDERS.includes(s);

@@ -30,8 +30,10 @@ import {
   PROVIDERS,
   RESETTABLE_FIELDS,
   SECRET_FIELDS,
+  SECRETS_STORE_FIELD,
   SETTINGS_FIELDS,
 } from "./settings-fields.ts";
+import { checkSettingsRules } from "./settings-rules.ts";
 
 type StoredMcp = {
   sse_servers: { url: string; api_key: string | null }[];
@@ -139,7 +141,7 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
     const issues: FieldViolation[] = [];
     for (let i = 0; i < req.resetFields.length; i++) {
       const f = req.resetFields[i] as string;
-      if (!RESETTABLE_FIELDS.has(f) && !isSecretField(f) && f !== "secrets_store") {
+      if (!RESETTABLE_FIELDS.has(f) && !isSecretField(f) && f !== SECRETS_STORE_FIELD) {
         issues.push({
           loc: ["reset_fields", i],
           msg: `Unknown settings field '${f}'`,
@@ -148,27 +150,7 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
         });
       }
     }
-    const iterations = incoming.max_iterations;
-    if (typeof iterations === "number" && iterations < 1) {
-      // The agent-server refuses it at every conversation start: refused when stored.
-      issues.push({
-        loc: ["max_iterations"],
-        msg: "Input should be greater than or equal to 1",
-        type: "greater_than_equal",
-        input: iterations,
-        ctx: { ge: 1 },
-      });
-    }
-    const condenser = incoming.condenser_max_size;
-    if (typeof condenser === "number" && condenser < 20) {
-      issues.push({
-        loc: ["condenser_max_size"],
-        msg: "Value error, condenser_max_size must be at least 20",
-        type: "value_error",
-        input: condenser,
-        ctx: { error: {} },
-      });
-    }
+    checkSettingsRules(incoming, issues);
     const mcp =
       incoming.mcp_config === undefined
         ? undefined

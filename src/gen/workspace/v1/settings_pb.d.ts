@@ -13,7 +13,9 @@ import type { McpConfig } from "./mcp_pb.js";
 export declare const file_workspace_v1_settings: GenFile;
 
 /**
- * The per-user settings record. Every field has explicit presence: an unset field is JSON null in REST.
+ * The per-user settings record. Every field has explicit presence: an unset field is JSON null in REST. Fields are
+ * declared in the order of the reference's JSON (REST answers follow it); (behavior) options declare defaults and
+ * secrets for every protocol.
  *
  * @generated from message workspace.v1.Settings
  */
@@ -140,6 +142,13 @@ export declare type Settings = Message<"workspace.v1.Settings"> & {
   maxBudgetPerTask?: number | undefined;
 
   /**
+   * At least 20 when set.
+   *
+   * @generated from field: optional int32 condenser_max_size = 26;
+   */
+  condenserMaxSize?: number | undefined;
+
+  /**
    * @generated from field: optional string email = 22;
    */
   email?: string | undefined;
@@ -158,13 +167,6 @@ export declare type Settings = Message<"workspace.v1.Settings"> & {
    * @generated from field: optional string git_user_email = 25;
    */
   gitUserEmail?: string | undefined;
-
-  /**
-   * At least 20 when set.
-   *
-   * @generated from field: optional int32 condenser_max_size = 26;
-   */
-  condenserMaxSize?: number | undefined;
 
   /**
    * @generated from field: optional bool v1_enabled = 27;
@@ -222,6 +224,13 @@ export declare type GetSettingsResponse = Message<"workspace.v1.GetSettingsRespo
   settings?: Settings | undefined;
 
   /**
+   * Provider name -> host, for every provider holding a token.
+   *
+   * @generated from field: map<string, workspace.v1.ProviderTokenSet> provider_tokens_set = 4;
+   */
+  providerTokensSet: { [key: string]: ProviderTokenSet };
+
+  /**
    * @generated from field: bool llm_api_key_set = 2;
    */
   llmApiKeySet: boolean;
@@ -230,13 +239,6 @@ export declare type GetSettingsResponse = Message<"workspace.v1.GetSettingsRespo
    * @generated from field: bool search_api_key_set = 3;
    */
   searchApiKeySet: boolean;
-
-  /**
-   * Provider name -> host, for every provider holding a token.
-   *
-   * @generated from field: map<string, workspace.v1.ProviderTokenSet> provider_tokens_set = 4;
-   */
-  providerTokensSet: { [key: string]: ProviderTokenSet };
 };
 
 /**

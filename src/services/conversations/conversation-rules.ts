@@ -1,0 +1,18 @@
+import { int, list, refine, type Schema, str } from "../../core/model.ts";
+import { uuidHex } from "../../core/model-formats.ts";
+import { MAX_TITLE } from "./title.ts";
+import { branchProblem, repositoryProblem } from "./workspace-commands.ts";
+
+/**
+ * The constraints on AppConversationStartRequest fields beyond their proto type, declared once, by field name: the
+ * REST body model validates each field with its rule (the reference's 422). The service applies the same checks
+ * (`repositoryProblem`, `branchProblem`, `titleProblem`, the id parsers) to every protocol's request.
+ */
+export const START_REQUEST_RULES: Readonly<Record<string, Schema<unknown>>> = {
+  conversation_id: uuidHex(),
+  selected_repository: refine(str(), (v) => (v === "" ? null : repositoryProblem(v))),
+  selected_branch: refine(str(), (v) => (v === "" ? null : branchProblem(v))),
+  title: str({ minLength: 1, maxLength: MAX_TITLE }),
+  pr_number: list(int({ bits: 32 }), { maxItems: 1000 }),
+  parent_conversation_id: uuidHex(),
+};
