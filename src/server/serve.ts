@@ -178,6 +178,9 @@ async function openRuntime(
       ...(config.runtime.memoryBytes ? { memoryBytes: config.runtime.memoryBytes } : {}),
       ...(config.runtime.user === undefined ? {} : { user: config.runtime.user }),
       pidsLimit: config.runtime.pidsLimit,
+      warmContainers: config.runtime.warmContainers,
+      // As long as a sandbox may take to start: the agent-server's boot on a loaded machine.
+      warmReadyTimeoutMs: config.sandboxStartTimeoutMs,
       readOnlyPaths: config.localRepositoryRoots,
       shmBytes: config.sandboxLimits.shmBytes,
       ...(config.runtime.nanoCpus ? { nanoCpus: config.runtime.nanoCpus } : {}),

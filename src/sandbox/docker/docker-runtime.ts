@@ -5,13 +5,17 @@ import { failedPrecondition } from "../../core/errors.ts";
 import type {
   ExposedPort,
   RuntimeHandle,
+  RuntimeSpec,
   RuntimeStartRequest,
   RuntimeState,
   SandboxRuntime,
+  WarmClaim,
+  WarmPlan,
 } from "../../ports/sandbox-runtime.ts";
 import { isBuiltinAgentCommand } from "../../sandbox-agent/builtin-agent.ts";
 import { pollAlive, probeAlive } from "../agent-health.ts";
 import { freePort, withPort } from "../free-port.ts";
+import { WarmContainers } from "./warm-containers.ts";
 
 /** The user of a container whose image would run as root (and SANDBOX_DOCKER_USER is not set). */
 const FALLBACK_USER = "1000:1000";
@@ -122,6 +126,17 @@ export interface DockerRuntimeOptions {
    * conversation clones by local path).
    */
   readOnlyPaths?: readonly string[];
+  /**
+   * Containers kept created, started and healthy ahead of need per sandbox spec, once the service gives the plan
+   * (see warm-containers.ts); default 0: none, and warm containers found on the engine are removed.
+   */
+  warmContainers?: number;
+  /** Warm containers being created at once (default 2). */
+  warmConcurrency?: number;
+  /** Name prefix of unclaimed warm containers (default "oh-warm-"). */
+  warmNamePrefix?: string;
+  /** How long a warm container may take to become healthy before it is removed (default 120 s). */
+  warmReadyTimeoutMs?: number;
   /** Image pull progress (default: logged on each status change). */
   onPullProgress?: (image: string, event: PullProgressEvent) => void;
   log?: (msg: string, data?: object) => void;
@@ -132,6 +147,8 @@ export interface DockerRuntime extends SandboxRuntime {
   readonly kind: "docker";
   /** Removes every container (and its volume) carrying this runtime's labels, including `options.labels`. */
   removeAll(): Promise<void>;
+  /** Warm containers ready to be claimed now (see {@link DockerRuntimeOptions.warmContainers}). */
+  warmReady(): number;
 }
 
 /** What the runtime stores in {@link RuntimeHandle.data}. */
@@ -230,15 +247,15 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
   const probeTimeoutMs = options.probeTimeoutMs ?? 1000;
   const log = options.log ?? (() => {});
   const onPullProgress = options.onPullProgress ?? pullLogger(log);
-  const pulls = new Map<string, Promise<ImageInspectInfo["Config"]>>();
+  const pulls = new Map<string, Promise<ImageInspectInfo>>();
 
   /** The image's configuration (its user, default command), pulled first when it is missing. */
-  const ensureImage = (image: string): Promise<ImageInspectInfo["Config"]> => {
+  const ensureImage = (image: string): Promise<ImageInspectInfo> => {
     const pending = pulls.get(image);
     if (pending) return pending;
     const pull = (async () => {
       try {
-        return (await docker.getImage(image).inspect()).Config;
+        return await docker.getImage(image).inspect();
       } catch (e: unknown) {
         if (statusOf(e) !== 404) throw e;
       }
@@ -256,7 +273,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
         );
       });
       log("pulled image", { image });
-      return (await docker.getImage(image).inspect()).Config;
+      return await docker.getImage(image).inspect();
     })().finally(() => pulls.delete(image));
     pulls.set(image, pull);
     return pull;
@@ -314,169 +331,235 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
     if (volume) await removeVolume(volume);
   };
 
+  /**
+   * Creates and starts the container of a sandbox (the start of one not taken from the warm pool, and the warm
+   * containers themselves): named `containerName`, with `labels` beside the runtime's own.
+   */
+  const createSandbox = async (
+    args: RuntimeStartRequest & {
+      containerName: string;
+      labels: Record<string, string>;
+    },
+  ): Promise<RuntimeHandle> => {
+    const { sandboxId, spec, sessionApiKey, containerName } = args;
+    const image = spec.id;
+    const imageConfig = (await ensureImage(image)).Config;
+    const volume = `${volumePrefix}${sandboxId}`;
+    const workingDir = spec.workingDir || "/workspace";
+    const hostNetwork = network === "host";
+    const reachable = network !== "none";
+    // Every published port gets its own free loopback port of this machine. Host network: the agent binds those
+    // ports itself, on loopback only. Other networks: the container's fixed ports are published on 127.0.0.1.
+    // Network "none": nothing can be reached, port 0 (a URL that can never hit an unrelated service).
+    const ports: ExposedPort[] = reachable
+      ? await Promise.all(
+          publishedPorts.map(async ({ name }) => ({ name, port: await freePort("127.0.0.1") })),
+        )
+      : [];
+    const hostPort = ports[0]?.port ?? 0;
+    const inContainer = (name: string): number => {
+      const published = publishedPorts.find((p) => p.name === name);
+      const host = ports.find((p) => p.name === name);
+      return hostNetwork ? (host?.port ?? 0) : (published?.containerPort ?? 0);
+    };
+    const containerPort = hostNetwork ? hostPort : agentPort;
+    const listenHost = hostNetwork || !reachable ? "127.0.0.1" : "0.0.0.0";
+    const handle: RuntimeHandle = {
+      data: { containerId: "", containerName, volume, network, reachable },
+      agentUrl: `http://127.0.0.1:${hostPort}`,
+      port: hostPort,
+      ...(ports.length > 1 ? { exposedPorts: ports.slice(1), workingDir } : {}),
+    };
+    const labels: Record<string, string> = {
+      ...extraLabels,
+      ...args.labels,
+      [managedLabel]: "true",
+      [`${prefix}sandbox.id`]: sandboxId,
+      [`${prefix}volume`]: volume,
+      // What a warm container's claim needs to answer without asking the engine about ports.
+      [`${prefix}handle`]: JSON.stringify(handle),
+    };
+    const env: Record<string, string> = {
+      ...spec.initialEnv,
+      OH_SESSION_API_KEYS_0: sessionApiKey,
+      SESSION_API_KEY: sessionApiKey,
+      PORT: String(containerPort),
+      HOST: listenHost,
+      WORKSPACE_DIR: workingDir,
+    };
+    // As the reference: each published port's number under its name (the agent tells the model where it can
+    // serve applications); VS Code on its own port, so that sandboxes sharing the host network never collide.
+    for (const p of ports) env[p.name] = String(p.port);
+    if (reachable) env.OH_VSCODE_PORT = String(inContainer("VSCODE"));
+    // The webhook must reach this service from inside the container: through the host gateway on a network of
+    // its own (host.docker.internal, mapped below), where loopback would be the container itself.
+    const hook = env.OH_WEBHOOKS_0_BASE_URL;
+    if (hook !== undefined && !hostNetwork) env.OH_WEBHOOKS_0_BASE_URL = viaHostGateway(hook);
+    // The image's own user (as the reference, which passes none), unless `options.user` says otherwise; never
+    // root: an image without a user runs as FALLBACK_USER. A user other than the image's gets the workspace and
+    // the agent-server's state folders, which the image made for its own user.
+    const imageUser = nonRootUser(imageConfig.User);
+    const user = options.user ?? imageUser ?? FALLBACK_USER;
+    const owner = options.user !== undefined || imageUser === null ? numericUser(user) : null;
+    // Nothing of the host but the workspace volume (and the local repository folders, read-only); a non-root user
+    // without capabilities that cannot gain privileges (setuid binaries: the image's sudo does not work), with
+    // memory and process limits.
+    const hostConfig: NonNullable<ContainerCreateOptions["HostConfig"]> = {
+      NetworkMode: network,
+      Init: options.init ?? true,
+      Mounts: [
+        { Type: "volume", Source: volume, Target: workingDir },
+        ...(options.readOnlyPaths ?? []).map((path) => ({
+          Type: "bind" as const,
+          Source: path,
+          Target: path,
+          ReadOnly: true,
+        })),
+      ],
+      Privileged: false,
+      CapDrop: ["ALL"],
+      SecurityOpt: ["no-new-privileges"],
+      Memory: options.memoryBytes ?? DEFAULT_MEMORY_BYTES,
+      PidsLimit: options.pidsLimit ?? DEFAULT_PIDS_LIMIT,
+      ShmSize: options.shmBytes ?? DEFAULT_SHM_BYTES,
+    };
+    if (!hostNetwork && reachable) hostConfig.ExtraHosts = ["host.docker.internal:host-gateway"];
+    if (options.nanoCpus !== undefined) hostConfig.NanoCpus = options.nanoCpus;
+    const create: ContainerCreateOptions = {
+      name: containerName,
+      Image: image,
+      User: user,
+      Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
+      WorkingDir: workingDir,
+      Labels: labels,
+      HostConfig: hostConfig,
+    };
+    if (!isBuiltinAgentCommand(spec.command)) create.Cmd = withPort(spec.command, containerPort, listenHost);
+    else if (spec.command.length > 1) {
+      // The built-in marker with extra arguments: the image's default command plus those arguments.
+      create.Cmd = withPort(
+        [...(imageConfig.Cmd ?? []), ...spec.command.slice(1)],
+        containerPort,
+        listenHost,
+      );
+    }
+    if (reachable && !hostNetwork) {
+      create.ExposedPorts = {};
+      hostConfig.PortBindings = {};
+      for (const p of ports) {
+        const key = `${p.name === "AGENT_SERVER" ? agentPort : inContainer(p.name)}/tcp`;
+        create.ExposedPorts[key] = {};
+        hostConfig.PortBindings[key] = [{ HostIp: "127.0.0.1", HostPort: String(p.port) }];
+      }
+    }
+    await docker.createVolume({ Name: volume, Labels: labels });
+    let containerId: string | undefined;
+    try {
+      const container = await docker.createContainer(create);
+      containerId = container.id;
+      // Folders the run user must own: the working folder (a new volume belongs to root unless the image has the
+      // folder it is mounted on) and, for a user other than the image's, the agent-server's state folders and
+      // their parent. A tar of folder entries extracted by the engine, which chowns what it extracts.
+      const folders = owner === null ? [] : ownedFolders(workingDir, env);
+      if (owner !== null) await container.putArchive(await ownedFoldersTar(folders, owner), { path: "/" });
+      await container.start();
+    } catch (e: unknown) {
+      // Leave nothing half-made behind (a name conflict means the container is someone else's: keep it).
+      if (containerId) await removeContainerAndVolume(containerId, volume, false).catch(() => {});
+      // 409: a container of that name exists (the same sandbox id started twice): the volume is its.
+      else if (statusOf(e) !== 409) await removeVolume(volume).catch(() => {});
+      throw e;
+    }
+    log("sandbox container started", { sandboxId, containerName, image, user, port: hostPort });
+    return { ...handle, data: { ...handle.data, containerId } };
+  };
+
+  /** Resolves true once the sandbox is healthy, false after `timeoutMs`, once it ended, or once `stop()` is true. */
+  const healthWait = async (
+    handle: RuntimeHandle,
+    timeoutMs: number,
+    stop: () => boolean,
+    intervalMs = healthPollMs,
+  ): Promise<boolean> => {
+    const data = parseHandleData(handle.data);
+    if (!data) return false;
+    const notRunning = async (): Promise<boolean> => (await inspectManaged(data))?.State.Running !== true;
+    if (!data.reachable) {
+      // Nothing to probe: healthy means running (a container that exits at once never becomes healthy).
+      const deadline = Date.now() + timeoutMs;
+      for (;;) {
+        const info = await inspectManaged(data);
+        if (info?.State.Running && !info.State.Paused) return true;
+        if (
+          !info ||
+          info.State.Status === "exited" ||
+          info.State.Status === "dead" ||
+          Date.now() >= deadline ||
+          stop()
+        ) {
+          return false;
+        }
+        await new Promise((resolve) => setTimeout(resolve, intervalMs));
+      }
+    }
+    // Between probes, look at the container now and then: one that exited will never answer.
+    let polls = 0;
+    return pollAlive(handle.agentUrl, timeoutMs, {
+      intervalMs,
+      gaveUp: () => stop() || (++polls % 10 === 0 ? notRunning() : false),
+    });
+  };
+
+  const warm = new WarmContainers({
+    docker,
+    size: options.warmContainers ?? 0,
+    concurrency: options.warmConcurrency ?? 2,
+    prefix,
+    extraLabels,
+    warmNamePrefix: options.warmNamePrefix ?? "oh-warm-",
+    sandboxNamePrefix: namePrefix,
+    // Everything of the runtime's options that shapes a container: a warm one made under others is not adopted.
+    fingerprint: JSON.stringify([
+      network,
+      options.user ?? null,
+      options.memoryBytes ?? DEFAULT_MEMORY_BYTES,
+      options.pidsLimit ?? DEFAULT_PIDS_LIMIT,
+      options.nanoCpus ?? null,
+      options.shmBytes ?? DEFAULT_SHM_BYTES,
+      options.init ?? true,
+      agentPort,
+      volumePrefix,
+      options.readOnlyPaths ?? [],
+    ]),
+    readyTimeoutMs: options.warmReadyTimeoutMs ?? 120_000,
+    imageId: async (image) => (await ensureImage(image)).Id,
+    create: (args) => createSandbox(args),
+    // Not a user's wait: a coarser poll than a start's.
+    waitHealthy: (handle, timeoutMs, stop) => healthWait(handle, timeoutMs, stop, 100),
+    remove: (containerId, volume, paused) => removeContainerAndVolume(containerId, volume, paused),
+    log,
+  });
+
   const runtime: DockerRuntime = {
     kind: "docker",
 
     async start(request: RuntimeStartRequest): Promise<RuntimeHandle> {
-      const { sandboxId, spec, sessionApiKey } = request;
-      const image = spec.id;
-      const imageConfig = await ensureImage(image);
+      const { sandboxId, sessionApiKey } = request;
+      // A warm container claimed under this id (by this server or another sharing the engine) is the sandbox.
+      const claimed = await warm.take(sandboxId, sessionApiKey);
+      if (claimed) {
+        log("sandbox started from a warm container", {
+          sandboxId,
+          containerName: claimed.data.containerName,
+        });
+        return claimed;
+      }
       const containerName = sandboxId.startsWith(namePrefix) ? sandboxId : `${namePrefix}${sandboxId}`;
-      const volume = `${volumePrefix}${sandboxId}`;
-      const workingDir = spec.workingDir || "/workspace";
-      const hostNetwork = network === "host";
-      const reachable = network !== "none";
-      // Every published port gets its own free loopback port of this machine. Host network: the agent binds those
-      // ports itself, on loopback only. Other networks: the container's fixed ports are published on 127.0.0.1.
-      // Network "none": nothing can be reached, port 0 (a URL that can never hit an unrelated service).
-      const ports: ExposedPort[] = reachable
-        ? await Promise.all(
-            publishedPorts.map(async ({ name }) => ({ name, port: await freePort("127.0.0.1") })),
-          )
-        : [];
-      const hostPort = ports[0]?.port ?? 0;
-      const inContainer = (name: string): number => {
-        const published = publishedPorts.find((p) => p.name === name);
-        const host = ports.find((p) => p.name === name);
-        return hostNetwork ? (host?.port ?? 0) : (published?.containerPort ?? 0);
-      };
-      const containerPort = hostNetwork ? hostPort : agentPort;
-      const listenHost = hostNetwork || !reachable ? "127.0.0.1" : "0.0.0.0";
-      const labels: Record<string, string> = {
-        ...extraLabels,
-        [managedLabel]: "true",
-        [`${prefix}sandbox.id`]: sandboxId,
-        [`${prefix}volume`]: volume,
-      };
-      const env: Record<string, string> = {
-        ...spec.initialEnv,
-        OH_SESSION_API_KEYS_0: sessionApiKey,
-        SESSION_API_KEY: sessionApiKey,
-        PORT: String(containerPort),
-        HOST: listenHost,
-        WORKSPACE_DIR: workingDir,
-      };
-      // As the reference: each published port's number under its name (the agent tells the model where it can
-      // serve applications); VS Code on its own port, so that sandboxes sharing the host network never collide.
-      for (const p of ports) env[p.name] = String(p.port);
-      if (reachable) env.OH_VSCODE_PORT = String(inContainer("VSCODE"));
-      // The webhook must reach this service from inside the container: through the host gateway on a network of
-      // its own (host.docker.internal, mapped below), where loopback would be the container itself.
-      const hook = env.OH_WEBHOOKS_0_BASE_URL;
-      if (hook !== undefined && !hostNetwork) env.OH_WEBHOOKS_0_BASE_URL = viaHostGateway(hook);
-      // The image's own user (as the reference, which passes none), unless `options.user` says otherwise; never
-      // root: an image without a user runs as FALLBACK_USER. A user other than the image's gets the workspace and
-      // the agent-server's state folders, which the image made for its own user.
-      const imageUser = nonRootUser(imageConfig.User);
-      const user = options.user ?? imageUser ?? FALLBACK_USER;
-      const owner = options.user !== undefined || imageUser === null ? numericUser(user) : null;
-      // Nothing of the host but the workspace volume (and the local repository folders, read-only); a non-root user
-      // without capabilities that cannot gain privileges (setuid binaries: the image's sudo does not work), with
-      // memory and process limits.
-      const hostConfig: NonNullable<ContainerCreateOptions["HostConfig"]> = {
-        NetworkMode: network,
-        Init: options.init ?? true,
-        Mounts: [
-          { Type: "volume", Source: volume, Target: workingDir },
-          ...(options.readOnlyPaths ?? []).map((path) => ({
-            Type: "bind" as const,
-            Source: path,
-            Target: path,
-            ReadOnly: true,
-          })),
-        ],
-        Privileged: false,
-        CapDrop: ["ALL"],
-        SecurityOpt: ["no-new-privileges"],
-        Memory: options.memoryBytes ?? DEFAULT_MEMORY_BYTES,
-        PidsLimit: options.pidsLimit ?? DEFAULT_PIDS_LIMIT,
-        ShmSize: options.shmBytes ?? DEFAULT_SHM_BYTES,
-      };
-      if (!hostNetwork && reachable) hostConfig.ExtraHosts = ["host.docker.internal:host-gateway"];
-      if (options.nanoCpus !== undefined) hostConfig.NanoCpus = options.nanoCpus;
-      const create: ContainerCreateOptions = {
-        name: containerName,
-        Image: image,
-        User: user,
-        Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
-        WorkingDir: workingDir,
-        Labels: labels,
-        HostConfig: hostConfig,
-      };
-      if (!isBuiltinAgentCommand(spec.command))
-        create.Cmd = withPort(spec.command, containerPort, listenHost);
-      else if (spec.command.length > 1) {
-        // The built-in marker with extra arguments: the image's default command plus those arguments.
-        create.Cmd = withPort(
-          [...(imageConfig.Cmd ?? []), ...spec.command.slice(1)],
-          containerPort,
-          listenHost,
-        );
-      }
-      if (reachable && !hostNetwork) {
-        create.ExposedPorts = {};
-        hostConfig.PortBindings = {};
-        for (const p of ports) {
-          const key = `${p.name === "AGENT_SERVER" ? agentPort : inContainer(p.name)}/tcp`;
-          create.ExposedPorts[key] = {};
-          hostConfig.PortBindings[key] = [{ HostIp: "127.0.0.1", HostPort: String(p.port) }];
-        }
-      }
-      await docker.createVolume({ Name: volume, Labels: labels });
-      let containerId: string | undefined;
-      try {
-        const container = await docker.createContainer(create);
-        containerId = container.id;
-        // Folders the run user must own: the working folder (a new volume belongs to root unless the image has the
-        // folder it is mounted on) and, for a user other than the image's, the agent-server's state folders and
-        // their parent. A tar of folder entries extracted by the engine, which chowns what it extracts.
-        const folders = owner === null ? [] : ownedFolders(workingDir, env);
-        if (owner !== null) await container.putArchive(await ownedFoldersTar(folders, owner), { path: "/" });
-        await container.start();
-      } catch (e: unknown) {
-        // Leave nothing half-made behind (a name conflict means the container is someone else's: keep it).
-        if (containerId) await removeContainerAndVolume(containerId, volume, false).catch(() => {});
-        // 409: a container of that name exists (the same sandbox id started twice): the volume is its.
-        else if (statusOf(e) !== 409) await removeVolume(volume).catch(() => {});
-        throw e;
-      }
-      log("sandbox container started", { sandboxId, containerName, image, user, port: hostPort });
-      const data: DockerHandleData = { containerId, containerName, volume, network, reachable };
-      return {
-        data: { ...data },
-        agentUrl: `http://127.0.0.1:${hostPort}`,
-        port: hostPort,
-        ...(ports.length > 1 ? { exposedPorts: ports.slice(1), workingDir } : {}),
-      };
+      return createSandbox({ ...request, containerName, labels: {} });
     },
 
-    async waitHealthy(handle: RuntimeHandle, timeoutMs: number): Promise<boolean> {
-      const data = parseHandleData(handle.data);
-      if (!data) return false;
-      const notRunning = async (): Promise<boolean> => (await inspectManaged(data))?.State.Running !== true;
-      if (!data.reachable) {
-        // Nothing to probe: healthy means running (a container that exits at once never becomes healthy).
-        const deadline = Date.now() + timeoutMs;
-        for (;;) {
-          const info = await inspectManaged(data);
-          if (info?.State.Running && !info.State.Paused) return true;
-          if (
-            !info ||
-            info.State.Status === "exited" ||
-            info.State.Status === "dead" ||
-            Date.now() >= deadline
-          ) {
-            return false;
-          }
-          await new Promise((resolve) => setTimeout(resolve, healthPollMs));
-        }
-      }
-      // Between probes, look at the container now and then: one that exited will never answer.
-      let polls = 0;
-      return pollAlive(handle.agentUrl, timeoutMs, {
-        intervalMs: healthPollMs,
-        gaveUp: () => (++polls % 10 === 0 ? notRunning() : false),
-      });
+    waitHealthy(handle: RuntimeHandle, timeoutMs: number): Promise<boolean> {
+      return healthWait(handle, timeoutMs, () => false);
     },
 
     async inspect(handle: RuntimeHandle, options?: { probe?: boolean }): Promise<RuntimeState> {
@@ -552,8 +635,29 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
       await docker.ping();
     },
 
+    warm(plan: WarmPlan): Promise<void> {
+      return warm.configure(plan);
+    },
+
+    claimWarm(spec: RuntimeSpec): Promise<WarmClaim | null> {
+      return warm.claim(spec);
+    },
+
+    claimedWarm(sandboxId: string): Promise<string | null> {
+      return warm.claimedKey(sandboxId);
+    },
+
+    sweepWarm(hasRecord: (sandboxId: string) => Promise<boolean>): Promise<void> {
+      return warm.sweep(hasRecord);
+    },
+
+    warmReady(): number {
+      return warm.ready;
+    },
+
     async close(): Promise<void> {
-      // Containers keep running; the engine client holds no connection worth closing.
+      // Containers keep running, warm ones too (the next server adopts them); no more are warmed.
+      await warm.close();
     },
 
     async removeAll(): Promise<void> {
