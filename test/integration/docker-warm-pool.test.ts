@@ -9,7 +9,9 @@ import {
   type DockerRuntimeOptions,
 } from "../../src/sandbox/docker/docker-runtime.ts";
 import { BUILTIN_AGENT_COMMAND } from "../../src/sandbox-agent/builtin-agent.ts";
-import { dockerFromEnv, findDocker } from "../helpers/docker-env.ts";
+import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
+import { settle } from "../helpers/app-conversations.ts";
+import { dockerFromEnv, findAgentServerImage, findDocker } from "../helpers/docker-env.ts";
 import { call, startTestApp, type TestApp, type TestAppOptions } from "../helpers/test-app.ts";
 
 // The Docker runtime's warm pool through the whole service, on a real engine with the built-in agent's image
@@ -332,5 +334,71 @@ describe.skipIf(skip !== null)("warm pool of the Docker runtime", () => {
     await filled(rt, 2);
     const claimed = (await containers()).filter((c) => c.name.startsWith("oh-agent-server-"));
     expect(claimed.map((c) => c.sandboxId).sort()).toEqual([first.id, second.id].sort());
+  });
+});
+
+const standin = await findAgentServerImage(docker);
+const standinSkip = typeof standin === "string" ? standin : null;
+if (standinSkip) console.log(`warm pool tests on the agent-server stand-in skipped: ${standinSkip}`);
+
+describe.skipIf(standinSkip !== null)("warm pool with the agent-server image (stand-in)", () => {
+  const run = randomBytes(4).toString("hex");
+  const rt = createDockerRuntime({
+    docker,
+    network: "host",
+    labels: { [RUN]: run },
+    stopTimeoutSeconds: 1,
+    warmContainers: 1,
+  });
+  let t: TestApp | undefined;
+  afterAll(async () => {
+    await t?.close();
+    await rt.removeAll();
+  });
+
+  it("a conversation start takes the warm agent-server: READY without waiting for its boot, the user's secrets only in the start request", async () => {
+    const image = typeof standin === "string" ? "unused" : standin.image;
+    t = await startTestApp({
+      runtime: rt,
+      specs: defaultSpecs({ kind: "docker", image }, new Date()),
+      sweepIntervalMs: 0,
+      llmModel: "anthropic/claude-sonnet-4-5",
+    });
+    const key = await t.keyFor("frank");
+    expect(
+      (await call(t.url, key, "POST", "/api/secrets", { name: "DEPLOY_TOKEN", value: "deploy-0123456789" }))
+        .status,
+    ).toBe(201);
+    const deadline = Date.now() + 90_000;
+    while (rt.warmReady() < 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    expect(rt.warmReady()).toBe(1);
+    const [warm] = await docker.listContainers({
+      filters: { label: [`${RUN}=${run}`, "workspace.warm=true"] },
+    });
+    const warmId = warm?.Labels["workspace.sandbox.id"];
+    const t0 = Date.now();
+    const task = (await call(t.url, key, "POST", "/api/v1/app-conversations", {})).body as { id: string };
+    const done = await settle(key, task.id, 90_000, t);
+    const took = Date.now() - t0;
+    expect(done.status, done.detail ?? "").toBe("READY");
+    expect((done as { sandbox_id?: string }).sandbox_id).toBe(warmId);
+    // The stand-in boots in seconds: a READY well under that came from the warm container.
+    expect(took).toBeLessThan(2000);
+    const info = await docker.getContainer(warm?.Id ?? "").inspect();
+    expect(info.Config.Env.join("\n")).not.toContain("deploy-0123456789");
+    const s = (
+      (await call(t.url, key, "GET", `/api/v1/sandboxes?id=${warmId}`)).body as {
+        session_api_key: string;
+        exposed_urls: { name: string; url: string }[];
+      }[]
+    )[0];
+    const agent = s?.exposed_urls.find((u) => u.name === "AGENT_SERVER")?.url ?? "";
+    const recorded = (await (
+      await fetch(`${agent}/__standin/requests`, {
+        headers: { "x-session-api-key": s?.session_api_key ?? "" },
+      })
+    ).json()) as { requests: { method: string; path: string; body: unknown }[] };
+    const start = recorded.requests.find((r) => r.method === "POST" && r.path === "/api/conversations");
+    expect(JSON.stringify(start?.body)).toContain("deploy-0123456789");
   });
 });
