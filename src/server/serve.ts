@@ -90,6 +90,7 @@ export async function serve(config: Readonly<Config>): Promise<void> {
           workspace: "not limited (a named volume)",
           nestedUserNamespaces: "refused (the engine's default seccomp profile, no capabilities)",
         },
+        warmContainersPerSpec: config.runtime.kind === "docker" ? config.runtime.warmContainers : 0,
       },
       "docker sandbox limits enforced (container cgroup)",
     );

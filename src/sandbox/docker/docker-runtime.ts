@@ -534,8 +534,12 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
     readyTimeoutMs: options.warmReadyTimeoutMs ?? 120_000,
     imageId: async (image) => (await ensureImage(image)).Id,
     create: (args) => createSandbox(args),
-    // Not a user's wait: a coarser poll than a start's.
-    waitHealthy: (handle, timeoutMs, stop) => healthWait(handle, timeoutMs, stop, 100),
+    alive: async (handle) =>
+      parseHandleData(handle.data)?.reachable === false
+        ? (await runtime.inspect(handle)) === "running"
+        : probeAlive(handle.agentUrl, probeTimeoutMs),
+    // Not a user's wait: a coarser poll than a start's (the pool counts a container once it answers).
+    waitHealthy: (handle, timeoutMs, stop) => healthWait(handle, timeoutMs, stop, 25),
     remove: (containerId, volume, paused) => removeContainerAndVolume(containerId, volume, paused),
     log,
   });

@@ -60,6 +60,8 @@ export interface WarmContainersOptions {
     containerName: string;
     labels: Record<string, string>;
   }): Promise<RuntimeHandle>;
+  /** True when the sandbox answers its health check now. */
+  alive(handle: RuntimeHandle): Promise<boolean>;
   /** Resolves true once the sandbox answers, false after `timeoutMs` or once `stop()` says so. */
   waitHealthy(handle: RuntimeHandle, timeoutMs: number, stop: () => boolean): Promise<boolean>;
   /** Stops and removes a container and its volume. */
@@ -138,10 +140,10 @@ export class WarmContainers {
     try {
       for (let warm = pool.ready.shift(); warm !== undefined; warm = pool.ready.shift()) {
         if (!(await this.#take(warm.sandboxId))) continue; // another server's claim, or gone
-        const info = await this.#inspect(warm.containerId);
-        if (info === null || !info.State.Running || info.State.Paused) {
-          this.#o.log("claimed warm container was not running: removed", { sandboxId: warm.sandboxId });
-          void this.#remove(warm.containerId, info);
+        // Its agent answers (a fresh connection, ~1 ms): a container that died or hangs is never handed out.
+        if (!(await this.#o.alive(warm.handle))) {
+          this.#o.log("claimed warm container did not answer: removed", { sandboxId: warm.sandboxId });
+          void this.#remove(warm.containerId, null);
           continue;
         }
         this.#claimed.set(warm.sandboxId, { warm, at: Date.now() });

@@ -825,6 +825,9 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       new Promise<boolean>((r) => setTimeout(() => r(false), inlineMs).unref()),
     ]);
     if (!inline) return { record, status: "STARTING", handle };
+    // This call's own health wait saw it answer and recorded RUNNING a moment ago: no need to ask again.
+    if (running === undefined && record.status === "RUNNING")
+      return { record: { ...record }, status: "RUNNING", handle };
     return this.#observe({ ...record });
   }
 
