@@ -234,7 +234,7 @@ export const ENV_DOC: readonly [string, string][] = [
   ],
   [
     "SANDBOX_DISK_MB",
-    "process sandboxes: size of one workspace, a loop-mounted filesystem where the host allows, else watched (default 10240; 0: no limit)",
+    "size of one workspace: process sandboxes, a loop-mounted filesystem where the host allows, else watched; docker sandboxes, an ext4 volume on a loop device where the host allows (root, a local engine), else not limited (default 10240; 0: no limit)",
   ],
   [
     "SANDBOX_DISK_RESERVE_MB",

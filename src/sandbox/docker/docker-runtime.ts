@@ -15,6 +15,7 @@ import type {
 import { isBuiltinAgentCommand } from "../../sandbox-agent/builtin-agent.ts";
 import { pollAlive, probeAlive } from "../agent-health.ts";
 import { freePort, withPort } from "../free-port.ts";
+import { DockerDisks } from "./docker-disks.ts";
 import { WarmContainers } from "./warm-containers.ts";
 
 /** The user of a container whose image would run as root (and SANDBOX_DOCKER_USER is not set). */
@@ -137,6 +138,13 @@ export interface DockerRuntimeOptions {
   warmNamePrefix?: string;
   /** How long a warm container may take to become healthy before it is removed (default 120 s). */
   warmReadyTimeoutMs?: number;
+  /**
+   * Size of each workspace volume in bytes (SANDBOX_DISK_MB): an ext4 file system on a loop device per volume
+   * (see docker-disks.ts), where this host allows (root, a local engine socket); default 0: no limit.
+   */
+  diskBytes?: number;
+  /** Folder of the workspace volumes' images (default: no size limit without it). */
+  diskDir?: string;
   /** Image pull progress (default: logged on each status change). */
   onPullProgress?: (image: string, event: PullProgressEvent) => void;
   log?: (msg: string, data?: object) => void;
@@ -149,6 +157,8 @@ export interface DockerRuntime extends SandboxRuntime {
   removeAll(): Promise<void>;
   /** Warm containers ready to be claimed now (see {@link DockerRuntimeOptions.warmContainers}). */
   warmReady(): number;
+  /** How the workspace volumes' size is bounded: "ext4 on a loop device", or why it is not. */
+  readonly workspaceLimit: string;
 }
 
 /** What the runtime stores in {@link RuntimeHandle.data}. */
@@ -248,6 +258,16 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
   const log = options.log ?? (() => {});
   const onPullProgress = options.onPullProgress ?? pullLogger(log);
   const pulls = new Map<string, Promise<ImageInspectInfo>>();
+  const diskBytes = options.diskBytes ?? 0;
+  const opened =
+    diskBytes <= 0 || options.diskDir === undefined
+      ? "not limited (SANDBOX_DISK_MB=0)"
+      : typeof (docker.modem as { socketPath?: unknown }).socketPath !== "string"
+        ? "not limited: the engine is not on a local socket (a loop device would be this host's, not the engine's)"
+        : DockerDisks.open(options.diskDir, diskBytes);
+  const disks = typeof opened === "string" ? null : opened;
+  const workspaceLimit =
+    typeof opened === "string" ? opened : `${Math.round(diskBytes / 1048576)} MiB (ext4 on a loop device)`;
 
   /** The image's configuration (its user, default command), pulled first when it is missing. */
   const ensureImage = (image: string): Promise<ImageInspectInfo> => {
@@ -303,9 +323,36 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
       const info = await docker.getVolume(volume).inspect();
       if (info.Labels?.[managedLabel] !== "true") return;
     } catch (e: unknown) {
+      if (statusOf(e) === 404) return disks?.remove(volume);
+      throw e;
+    }
+    await removeEngineVolume(volume);
+    // Its file system after the engine let go of it (the volume's name is ours: no one else's image).
+    disks?.remove(volume);
+  };
+
+  /**
+   * Before a stopped container starts again (its volume is mounted anew): a volume on a loop device must still have
+   * that device attached to its own image. After a reboot the device is gone, or another volume's image may hold
+   * its number: FAILED_PRECONDITION rather than mounting another sandbox's workspace.
+   */
+  const checkDisk = async (volume: string): Promise<void> => {
+    let device: string | undefined;
+    try {
+      const info = await docker.getVolume(volume).inspect();
+      if (info.Driver !== "local" || info.Options?.type !== "ext4") return;
+      device = info.Options.device;
+    } catch (e: unknown) {
       if (statusOf(e) === 404) return;
       throw e;
     }
+    if (device === undefined || disks === null || !disks.holds(volume, device))
+      throw failedPrecondition(
+        "the sandbox's workspace disk is no longer attached (the host restarted): it cannot be resumed",
+      );
+  };
+
+  const removeEngineVolume = async (volume: string): Promise<void> => {
     // The engine may release the volume a moment after the container is gone (409: in use).
     for (let attempt = 0; ; attempt++) {
       try {
@@ -452,7 +499,16 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
         hostConfig.PortBindings[key] = [{ HostIp: "127.0.0.1", HostPort: String(p.port) }];
       }
     }
-    await docker.createVolume({ Name: volume, Labels: labels });
+    try {
+      await docker.createVolume({
+        Name: volume,
+        Labels: labels,
+        ...(disks === null ? {} : { Driver: "local", DriverOpts: { ...disks.create(volume) } }),
+      });
+    } catch (e: unknown) {
+      disks?.remove(volume);
+      throw e;
+    }
     let containerId: string | undefined;
     try {
       const container = await docker.createContainer(create);
@@ -546,6 +602,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
 
   const runtime: DockerRuntime = {
     kind: "docker",
+    workspaceLimit,
 
     async start(request: RuntimeStartRequest): Promise<RuntimeHandle> {
       const { sandboxId, sessionApiKey } = request;
@@ -603,6 +660,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
       const container = docker.getContainer(data.containerId);
       if (info.State.Paused || info.State.Status === "paused") await unpause(container);
       else if (info.State.Status === "exited" || info.State.Status === "created") {
+        await checkDisk(data.volume);
         await tolerate([304], () => container.start());
       }
       return handle;
