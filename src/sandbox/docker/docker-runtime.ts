@@ -681,6 +681,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
     },
 
     async removeBySandboxId(sandboxId: string): Promise<number> {
+      warm.forget(sandboxId);
       const containers = await docker.listContainers({
         all: true,
         filters: { label: [`${managedLabel}=true`, `${prefix}sandbox.id=${sandboxId}`] },

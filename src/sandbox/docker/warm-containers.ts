@@ -187,6 +187,11 @@ export class WarmContainers {
     return null;
   }
 
+  /** Forgets this server's claim under `sandboxId` (its container is being removed). */
+  forget(sandboxId: string): void {
+    this.#claimed.delete(sandboxId);
+  }
+
   /**
    * Removes dead warm containers, claimed ones without a sandbox record on two sweeps in a row, and warm ones
    * beyond the pool's size (servers sharing the engine may together make more); then fills the pool.
