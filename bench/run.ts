@@ -38,6 +38,7 @@ import {
   startCommand,
   startServer,
 } from "./lib/bench-util.ts";
+import { dockerWarmPool } from "./scenarios/docker-warm-pool.ts";
 import { benchEventConversation, EVENTS_PER_CONVERSATION, type Fixture } from "./servers/fixture.ts";
 
 const ALL = [
@@ -48,6 +49,7 @@ const ALL = [
   "reference",
   "sandboxes",
   "docker",
+  "docker-warm",
   "conversations",
   "events",
   "replicas",
@@ -1541,6 +1543,8 @@ try {
   await sandboxBenchmarks();
   await dockerBenchmarks();
   await agentServerBenchmarks();
+  if (selected("docker-warm"))
+    rows.push(...(await dockerWarmPool({ startService, stop, log, quick: QUICK })));
   await conversationBenchmarks();
   await eventBenchmarks();
   await replicaBenchmarks();
@@ -1559,6 +1563,7 @@ const order: Row["bench"][] = [
   "connect",
   "reference",
   "sandboxes",
+  "docker-warm",
   "conversations",
   "events",
   "replicas",

@@ -9,6 +9,10 @@
 //                       default, SANDBOX_WARM_AGENTS); 0 measures cold starts
 //   --docker-image I    sandboxes on the Docker runtime (engine of DOCKER_HOST, --network host) with the default
 //                       spec of that image (the agent-server's), instead of the process runtime
+//   --docker-builtin    with --docker-image: the image runs the built-in agent (its own command), as
+//                       WORKSPACE_TEST_DOCKER_IMAGE does, instead of the agent-server's command
+//   --warm-containers N with --docker-image: containers the Docker runtime keeps started and healthy ahead of
+//                       need (default 0: every start is cold)
 //   --log-level L       Fastify/pino level as in production (default info), written to a file in the temporary
 //                       folder through the production log destination (src/server/log-destination.ts), as the
 //                       server writes to stdout; "silent" turns it off
@@ -21,6 +25,7 @@ import Docker from "dockerode";
 import type { EventRecord } from "../../src/ports/event-repository.ts";
 import { createDockerRuntime } from "../../src/sandbox/docker/docker-runtime.ts";
 import { createProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
+import { BUILTIN_AGENT_COMMAND } from "../../src/sandbox-agent/builtin-agent.ts";
 import { buildApp } from "../../src/server/app.ts";
 import { DEFAULT_WARM_AGENTS } from "../../src/server/config.ts";
 import { DEFAULT_QUOTAS } from "../../src/server/container.ts";
@@ -37,6 +42,8 @@ const { values } = parseArgs({
     "log-level": { type: "string", default: "info" },
     "warm-agents": { type: "string", default: String(DEFAULT_WARM_AGENTS) },
     "docker-image": { type: "string" },
+    "warm-containers": { type: "string", default: "0" },
+    "docker-builtin": { type: "boolean", default: false },
   },
 });
 const USER = "bench-user";
@@ -59,16 +66,28 @@ const runtime =
         network: "host",
         labels: { "workspace.bench": "1" },
         stopTimeoutSeconds: 2,
+        warmContainers: Number(values["warm-containers"]),
       });
 const level = values["log-level"] ?? "info";
 const logFd = openSync(join(dir, "server.log"), "a");
 const app = await buildApp({
   storage,
   runtime,
-  specs: defaultSpecs(
-    dockerImage === undefined ? { kind: "process" } : { kind: "docker", image: dockerImage },
-    new Date(),
-  ),
+  specs:
+    dockerImage !== undefined && values["docker-builtin"] === true
+      ? [
+          {
+            id: dockerImage,
+            command: [BUILTIN_AGENT_COMMAND],
+            initialEnv: {},
+            workingDir: "/workspace",
+            createdAt: new Date(),
+          },
+        ]
+      : defaultSpecs(
+          dockerImage === undefined ? { kind: "process" } : { kind: "docker", image: dockerImage },
+          new Date(),
+        ),
   encryptionKey: randomBytes(32),
   verifier: null,
   // The load comes from one key: a limit far above what one core can serve keeps the limiter on the hot path
@@ -163,8 +182,10 @@ let stopping = false;
 const stop = async (): Promise<void> => {
   if (stopping) return;
   stopping = true;
-  await ("killAll" in runtime ? runtime.killAll() : runtime.removeAll());
+  // Docker: after the app (and its warm pool) stopped, so that no container being warmed is left behind.
+  if ("killAll" in runtime) await runtime.killAll();
   await app.close();
+  if (!("killAll" in runtime)) await runtime.removeAll();
   rmSync(dir, { recursive: true, force: true });
   process.exit(0);
 };

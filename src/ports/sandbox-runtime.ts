@@ -50,6 +50,23 @@ export interface RuntimeHandle {
   workingDir?: string;
 }
 
+/** What a runtime with a warm pool needs to start sandboxes ahead of need (see {@link SandboxRuntime.warm}). */
+export interface WarmPlan {
+  /** The specs to keep warm sandboxes of. */
+  specs: readonly RuntimeSpec[];
+  /**
+   * The spec a sandbox of this id runs, as the service would start it (e.g. with its webhook URL in the
+   * environment): a warm sandbox runs exactly that, under an id chosen ahead of need.
+   */
+  prepare(spec: RuntimeSpec, sandboxId: string): RuntimeSpec;
+}
+
+/** A warm sandbox taken for good: the sandbox id and session key it was started with. */
+export interface WarmClaim {
+  sandboxId: string;
+  sessionApiKey: string;
+}
+
 export interface SandboxRuntime {
   readonly kind: "process" | "docker";
   /**
@@ -80,6 +97,27 @@ export interface SandboxRuntime {
   removeBySandboxId(sandboxId: string): Promise<number>;
   /** Why a sandbox ended in error, when the runtime knows (e.g. killed by its memory limit); else null. */
   failureReason?(handle: RuntimeHandle): string | null;
+  /**
+   * Starts keeping sandboxes of `plan.specs` started ahead of need (a warm pool), when this runtime has one: adopts
+   * or removes the warm sandboxes an earlier server left, then fills the pool in the background.
+   */
+  warm?(plan: WarmPlan): Promise<void>;
+  /**
+   * Takes a warm sandbox of `spec` (as given to the plan, before `prepare`) for good, atomically: no other call, on
+   * any server sharing the runtime, gets the same one. Null when none is ready (start cold). The caller then
+   * starts it with {@link start} under the claim's sandbox id and session key, which answers at once.
+   */
+  claimWarm?(spec: RuntimeSpec): Promise<WarmClaim | null>;
+  /**
+   * The session key of a warm sandbox claimed under `sandboxId` (by any server) and not yet started, else null:
+   * for a start that knows the id only (a conversation start saves it before starting the sandbox).
+   */
+  claimedWarm?(sandboxId: string): Promise<string | null>;
+  /**
+   * Removes warm sandboxes that died, and claimed ones that no record took (`hasRecord` false on two sweeps in a
+   * row: a claim whose start never came).
+   */
+  sweepWarm?(hasRecord: (sandboxId: string) => Promise<boolean>): Promise<void>;
   /** Resolves when the runtime can start sandboxes (readiness: workspace writable, engine reachable). */
   ping(): Promise<void>;
   /** Releases runtime resources held by the server (not the sandboxes). */

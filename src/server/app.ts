@@ -219,6 +219,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   let admin: FastifyInstance | undefined;
   let stopMemoryReducerAid: (() => void) | undefined;
   let closed = false;
+  let warming: Promise<void> | null = null;
   return {
     http: server,
     grpc: grpcServer,
@@ -256,6 +257,10 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       // Listening (sandboxes started from now on get this server's webhook URL): resume at once what an earlier
       // run of this server, or another server that died, left unfinished.
       conversations.startLeases();
+      // Warm sandboxes are started with this server's webhook URL, known from now on.
+      warming ??= sandboxes.startWarmPool().catch((err: unknown) => {
+        log.warn({ error: String(err) }, "warm sandbox pool could not be started; starts are cold");
+      });
       stopMemoryReducerAid ??= keepMemoryReducerWorking();
       return {
         port: typeof address === "object" && address !== null ? address.port : port,
@@ -269,6 +274,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       if (sweepTimer !== null) clearInterval(sweepTimer);
       stopMemoryReducerAid?.();
       await sweeping;
+      await warming;
       await container.services.conversations.shutdown();
       container.changes.close();
       // Connections that become idle while in-flight calls finish are closed too (Node closes the idle ones once,

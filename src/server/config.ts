@@ -21,6 +21,8 @@ export type RuntimeConfig =
       /** `uid[:gid]` the container's processes run as; undefined: the image's own user. */
       user: string | undefined;
       pidsLimit: number;
+      /** Containers kept started and healthy ahead of need per sandbox spec (0: none). */
+      warmContainers: number;
     };
 
 /** SANDBOX_PIDS_LIMIT, SANDBOX_MEMORY_MB, SANDBOX_CPUS, SANDBOX_TMP_MB, SANDBOX_SHM_MB, SANDBOX_DISK_MB. */
@@ -212,6 +214,10 @@ export const ENV_DOC: readonly [string, string][] = [
     "process sandboxes: built-in agents kept started ahead of need, so that a start does not wait for one to boot (default 2; 0: none)",
   ],
   [
+    "SANDBOX_WARM_CONTAINERS",
+    "docker sandboxes: containers per sandbox spec kept started and healthy ahead of need, so that a start does not wait for the agent-server to boot; each idle one costs its memory (default 1; 0: none; docs/warm-pool.md)",
+  ],
+  [
     "SANDBOX_DOCKER_USER",
     "uid[:gid] of the processes in sandbox containers (default: the image's own user; 1000:1000 for a root image)",
   ],
@@ -228,7 +234,7 @@ export const ENV_DOC: readonly [string, string][] = [
   ],
   [
     "SANDBOX_DISK_MB",
-    "process sandboxes: size of one workspace, a loop-mounted filesystem where the host allows, else watched (default 10240; 0: no limit)",
+    "size of one workspace: process sandboxes, a loop-mounted filesystem where the host allows, else watched; docker sandboxes, an ext4 volume on a loop device where the host allows (root, a local engine), else not limited (default 10240; 0: no limit)",
   ],
   [
     "SANDBOX_DISK_RESERVE_MB",
@@ -291,6 +297,11 @@ type Env = Record<string, string | undefined>;
 /** Parses the environment once. Throws ConfigError with a clear message on any invalid value. */
 /** Default of SANDBOX_WARM_AGENTS: enough for one start after another while the next agent boots. */
 export const DEFAULT_WARM_AGENTS = 2;
+/**
+ * Default of SANDBOX_WARM_CONTAINERS: one, since an idle agent-server container holds its memory (see
+ * docs/warm-pool.md); a machine that starts sandboxes faster than one per agent-server boot wants more.
+ */
+export const DEFAULT_WARM_CONTAINERS = 1;
 
 export function loadConfig(env: Env = process.env, cwd: string = process.cwd()): Readonly<Config> {
   // Every value is checked and every problem reported at once: fixing them one start at a time is a slow loop.
@@ -444,6 +455,7 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
             nanoCpus: cpus === undefined ? undefined : Math.round(cpus * 1e9),
             user: dockerUser,
             pidsLimit,
+            warmContainers: int("SANDBOX_WARM_CONTAINERS", DEFAULT_WARM_CONTAINERS, 0, 64),
           }
         : { kind: "process" },
     sessionApiKey,

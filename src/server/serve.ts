@@ -1,4 +1,5 @@
 import { chmodSync, mkdirSync } from "node:fs";
+import { join } from "node:path";
 import type { FastifyBaseLogger, FastifyServerOptions } from "fastify";
 import { HttpGitProviderVerifier } from "../integrations/http-git-provider-verifier.ts";
 import type { DockerRuntime } from "../sandbox/docker/docker-runtime.ts";
@@ -87,9 +88,10 @@ export async function serve(config: Readonly<Config>): Promise<void> {
           memoryBytes: config.sandboxLimits.memoryBytes,
           cpus: config.sandboxLimits.cpus ?? "no limit",
           shmBytes: config.sandboxLimits.shmBytes,
-          workspace: "not limited (a named volume)",
+          workspace: runtime.workspaceLimit,
           nestedUserNamespaces: "refused (the engine's default seccomp profile, no capabilities)",
         },
+        warmContainersPerSpec: config.runtime.kind === "docker" ? config.runtime.warmContainers : 0,
       },
       "docker sandbox limits enforced (container cgroup)",
     );
@@ -178,6 +180,11 @@ async function openRuntime(
       ...(config.runtime.memoryBytes ? { memoryBytes: config.runtime.memoryBytes } : {}),
       ...(config.runtime.user === undefined ? {} : { user: config.runtime.user }),
       pidsLimit: config.runtime.pidsLimit,
+      warmContainers: config.runtime.warmContainers,
+      diskBytes: config.sandboxLimits.diskBytes,
+      diskDir: join(config.dataDir, "docker-disks"),
+      // As long as a sandbox may take to start: the agent-server's boot on a loaded machine.
+      warmReadyTimeoutMs: config.sandboxStartTimeoutMs,
       readOnlyPaths: config.localRepositoryRoots,
       shmBytes: config.sandboxLimits.shmBytes,
       ...(config.runtime.nanoCpus ? { nanoCpus: config.runtime.nanoCpus } : {}),

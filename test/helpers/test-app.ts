@@ -72,6 +72,8 @@ export interface TestAppOptions {
   admin?: AppDeps["admin"];
   /** What one user may store and what sandboxes may post. */
   quotas?: AppDeps["quotas"];
+  /** This service's URL as sandboxes reach it (default: the listener's). */
+  webhookBaseUrl?: string;
 }
 
 /** A real server on free loopback ports over a SQLite file in a temporary folder. */
@@ -98,6 +100,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     ...(options.limits ? { limits: options.limits } : {}),
     ...(options.agent ? { agent: options.agent } : {}),
     ...(options.admin ? { admin: options.admin } : {}),
+    ...(options.webhookBaseUrl ? { webhookBaseUrl: options.webhookBaseUrl } : {}),
     // As the per-key rate, one user's write rate is off unless a test asks for it.
     quotas: options.quotas ?? {
       ...DEFAULT_QUOTAS,

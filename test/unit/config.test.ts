@@ -150,7 +150,12 @@ describe("loadConfig", () => {
       network: "bridge",
       pidsLimit: 2048,
       memoryBytes: 4096 * 1024 * 1024,
+      warmContainers: 1,
     });
+    expect(
+      loadConfig({ SANDBOX_RUNTIME: "docker", HOST: "0.0.0.0", SANDBOX_WARM_CONTAINERS: "0" }, "/srv")
+        .runtime,
+    ).toMatchObject({ warmContainers: 0 });
     const set = loadConfig(
       {
         SANDBOX_ISOLATION: "none",
@@ -257,6 +262,14 @@ describe("loadConfig", () => {
     [{ SANDBOX_UID_BASE: "0" }, "SANDBOX_UID_BASE must be an integer"],
     [{ SANDBOX_WARM_AGENTS: "65" }, "SANDBOX_WARM_AGENTS must be an integer"],
     [{ SANDBOX_WARM_AGENTS: "-1" }, "SANDBOX_WARM_AGENTS must be an integer"],
+    [
+      { SANDBOX_RUNTIME: "docker", SANDBOX_WARM_CONTAINERS: "65" },
+      "SANDBOX_WARM_CONTAINERS must be an integer",
+    ],
+    [
+      { SANDBOX_RUNTIME: "docker", SANDBOX_WARM_CONTAINERS: "two" },
+      "SANDBOX_WARM_CONTAINERS must be an integer",
+    ],
     [{ SANDBOX_RUNTIME: "docker", SANDBOX_DOCKER_USER: "0:0" }, "SANDBOX_DOCKER_USER must be a non-root uid"],
     [
       { SANDBOX_RUNTIME: "docker", SANDBOX_DOCKER_USER: "root" },

@@ -5,13 +5,18 @@ import { failedPrecondition } from "../../core/errors.ts";
 import type {
   ExposedPort,
   RuntimeHandle,
+  RuntimeSpec,
   RuntimeStartRequest,
   RuntimeState,
   SandboxRuntime,
+  WarmClaim,
+  WarmPlan,
 } from "../../ports/sandbox-runtime.ts";
 import { isBuiltinAgentCommand } from "../../sandbox-agent/builtin-agent.ts";
 import { pollAlive, probeAlive } from "../agent-health.ts";
 import { freePort, withPort } from "../free-port.ts";
+import { DockerDisks } from "./docker-disks.ts";
+import { WarmContainers } from "./warm-containers.ts";
 
 /** The user of a container whose image would run as root (and SANDBOX_DOCKER_USER is not set). */
 const FALLBACK_USER = "1000:1000";
@@ -122,6 +127,24 @@ export interface DockerRuntimeOptions {
    * conversation clones by local path).
    */
   readOnlyPaths?: readonly string[];
+  /**
+   * Containers kept created, started and healthy ahead of need per sandbox spec, once the service gives the plan
+   * (see warm-containers.ts); default 0: none, and warm containers found on the engine are removed.
+   */
+  warmContainers?: number;
+  /** Warm containers being created at once (default 2). */
+  warmConcurrency?: number;
+  /** Name prefix of unclaimed warm containers (default "oh-warm-"). */
+  warmNamePrefix?: string;
+  /** How long a warm container may take to become healthy before it is removed (default 120 s). */
+  warmReadyTimeoutMs?: number;
+  /**
+   * Size of each workspace volume in bytes (SANDBOX_DISK_MB): an ext4 file system on a loop device per volume
+   * (see docker-disks.ts), where this host allows (root, a local engine socket); default 0: no limit.
+   */
+  diskBytes?: number;
+  /** Folder of the workspace volumes' images (default: no size limit without it). */
+  diskDir?: string;
   /** Image pull progress (default: logged on each status change). */
   onPullProgress?: (image: string, event: PullProgressEvent) => void;
   log?: (msg: string, data?: object) => void;
@@ -132,6 +155,10 @@ export interface DockerRuntime extends SandboxRuntime {
   readonly kind: "docker";
   /** Removes every container (and its volume) carrying this runtime's labels, including `options.labels`. */
   removeAll(): Promise<void>;
+  /** Warm containers ready to be claimed now (see {@link DockerRuntimeOptions.warmContainers}). */
+  warmReady(): number;
+  /** How the workspace volumes' size is bounded: "ext4 on a loop device", or why it is not. */
+  readonly workspaceLimit: string;
 }
 
 /** What the runtime stores in {@link RuntimeHandle.data}. */
@@ -230,15 +257,25 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
   const probeTimeoutMs = options.probeTimeoutMs ?? 1000;
   const log = options.log ?? (() => {});
   const onPullProgress = options.onPullProgress ?? pullLogger(log);
-  const pulls = new Map<string, Promise<ImageInspectInfo["Config"]>>();
+  const pulls = new Map<string, Promise<ImageInspectInfo>>();
+  const diskBytes = options.diskBytes ?? 0;
+  const opened =
+    diskBytes <= 0 || options.diskDir === undefined
+      ? "not limited (SANDBOX_DISK_MB=0)"
+      : typeof (docker.modem as { socketPath?: unknown }).socketPath !== "string"
+        ? "not limited: the engine is not on a local socket (a loop device would be this host's, not the engine's)"
+        : DockerDisks.open(options.diskDir, diskBytes);
+  const disks = typeof opened === "string" ? null : opened;
+  const workspaceLimit =
+    typeof opened === "string" ? opened : `${Math.round(diskBytes / 1048576)} MiB (ext4 on a loop device)`;
 
   /** The image's configuration (its user, default command), pulled first when it is missing. */
-  const ensureImage = (image: string): Promise<ImageInspectInfo["Config"]> => {
+  const ensureImage = (image: string): Promise<ImageInspectInfo> => {
     const pending = pulls.get(image);
     if (pending) return pending;
     const pull = (async () => {
       try {
-        return (await docker.getImage(image).inspect()).Config;
+        return await docker.getImage(image).inspect();
       } catch (e: unknown) {
         if (statusOf(e) !== 404) throw e;
       }
@@ -256,7 +293,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
         );
       });
       log("pulled image", { image });
-      return (await docker.getImage(image).inspect()).Config;
+      return await docker.getImage(image).inspect();
     })().finally(() => pulls.delete(image));
     pulls.set(image, pull);
     return pull;
@@ -286,9 +323,36 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
       const info = await docker.getVolume(volume).inspect();
       if (info.Labels?.[managedLabel] !== "true") return;
     } catch (e: unknown) {
+      if (statusOf(e) === 404) return disks?.remove(volume);
+      throw e;
+    }
+    await removeEngineVolume(volume);
+    // Its file system after the engine let go of it (the volume's name is ours: no one else's image).
+    disks?.remove(volume);
+  };
+
+  /**
+   * Before a stopped container starts again (its volume is mounted anew): a volume on a loop device must still have
+   * that device attached to its own image. After a reboot the device is gone, or another volume's image may hold
+   * its number: FAILED_PRECONDITION rather than mounting another sandbox's workspace.
+   */
+  const checkDisk = async (volume: string): Promise<void> => {
+    let device: string | undefined;
+    try {
+      const info = await docker.getVolume(volume).inspect();
+      if (info.Driver !== "local" || info.Options?.type !== "ext4") return;
+      device = info.Options.device;
+    } catch (e: unknown) {
       if (statusOf(e) === 404) return;
       throw e;
     }
+    if (device === undefined || disks === null || !disks.holds(volume, device))
+      throw failedPrecondition(
+        "the sandbox's workspace disk is no longer attached (the host restarted): it cannot be resumed",
+      );
+  };
+
+  const removeEngineVolume = async (volume: string): Promise<void> => {
     // The engine may release the volume a moment after the container is gone (409: in use).
     for (let attempt = 0; ; attempt++) {
       try {
@@ -314,169 +378,249 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
     if (volume) await removeVolume(volume);
   };
 
+  /**
+   * Creates and starts the container of a sandbox (the start of one not taken from the warm pool, and the warm
+   * containers themselves): named `containerName`, with `labels` beside the runtime's own.
+   */
+  const createSandbox = async (
+    args: RuntimeStartRequest & {
+      containerName: string;
+      labels: Record<string, string>;
+    },
+  ): Promise<RuntimeHandle> => {
+    const { sandboxId, spec, sessionApiKey, containerName } = args;
+    const image = spec.id;
+    const imageConfig = (await ensureImage(image)).Config;
+    const volume = `${volumePrefix}${sandboxId}`;
+    const workingDir = spec.workingDir || "/workspace";
+    const hostNetwork = network === "host";
+    const reachable = network !== "none";
+    // Every published port gets its own free loopback port of this machine. Host network: the agent binds those
+    // ports itself, on loopback only. Other networks: the container's fixed ports are published on 127.0.0.1.
+    // Network "none": nothing can be reached, port 0 (a URL that can never hit an unrelated service).
+    const ports: ExposedPort[] = reachable
+      ? await Promise.all(
+          publishedPorts.map(async ({ name }) => ({ name, port: await freePort("127.0.0.1") })),
+        )
+      : [];
+    const hostPort = ports[0]?.port ?? 0;
+    const inContainer = (name: string): number => {
+      const published = publishedPorts.find((p) => p.name === name);
+      const host = ports.find((p) => p.name === name);
+      return hostNetwork ? (host?.port ?? 0) : (published?.containerPort ?? 0);
+    };
+    const containerPort = hostNetwork ? hostPort : agentPort;
+    const listenHost = hostNetwork || !reachable ? "127.0.0.1" : "0.0.0.0";
+    const handle: RuntimeHandle = {
+      data: { containerId: "", containerName, volume, network, reachable },
+      agentUrl: `http://127.0.0.1:${hostPort}`,
+      port: hostPort,
+      ...(ports.length > 1 ? { exposedPorts: ports.slice(1), workingDir } : {}),
+    };
+    const labels: Record<string, string> = {
+      ...extraLabels,
+      ...args.labels,
+      [managedLabel]: "true",
+      [`${prefix}sandbox.id`]: sandboxId,
+      [`${prefix}volume`]: volume,
+      // What a warm container's claim needs to answer without asking the engine about ports.
+      [`${prefix}handle`]: JSON.stringify(handle),
+    };
+    const env: Record<string, string> = {
+      ...spec.initialEnv,
+      OH_SESSION_API_KEYS_0: sessionApiKey,
+      SESSION_API_KEY: sessionApiKey,
+      PORT: String(containerPort),
+      HOST: listenHost,
+      WORKSPACE_DIR: workingDir,
+    };
+    // As the reference: each published port's number under its name (the agent tells the model where it can
+    // serve applications); VS Code on its own port, so that sandboxes sharing the host network never collide.
+    for (const p of ports) env[p.name] = String(p.port);
+    if (reachable) env.OH_VSCODE_PORT = String(inContainer("VSCODE"));
+    // The webhook must reach this service from inside the container: through the host gateway on a network of
+    // its own (host.docker.internal, mapped below), where loopback would be the container itself.
+    const hook = env.OH_WEBHOOKS_0_BASE_URL;
+    if (hook !== undefined && !hostNetwork) env.OH_WEBHOOKS_0_BASE_URL = viaHostGateway(hook);
+    // The image's own user (as the reference, which passes none), unless `options.user` says otherwise; never
+    // root: an image without a user runs as FALLBACK_USER. A user other than the image's gets the workspace and
+    // the agent-server's state folders, which the image made for its own user.
+    const imageUser = nonRootUser(imageConfig.User);
+    const user = options.user ?? imageUser ?? FALLBACK_USER;
+    const owner = options.user !== undefined || imageUser === null ? numericUser(user) : null;
+    // Nothing of the host but the workspace volume (and the local repository folders, read-only); a non-root user
+    // without capabilities that cannot gain privileges (setuid binaries: the image's sudo does not work), with
+    // memory and process limits.
+    const hostConfig: NonNullable<ContainerCreateOptions["HostConfig"]> = {
+      NetworkMode: network,
+      Init: options.init ?? true,
+      Mounts: [
+        { Type: "volume", Source: volume, Target: workingDir },
+        ...(options.readOnlyPaths ?? []).map((path) => ({
+          Type: "bind" as const,
+          Source: path,
+          Target: path,
+          ReadOnly: true,
+        })),
+      ],
+      Privileged: false,
+      CapDrop: ["ALL"],
+      SecurityOpt: ["no-new-privileges"],
+      Memory: options.memoryBytes ?? DEFAULT_MEMORY_BYTES,
+      PidsLimit: options.pidsLimit ?? DEFAULT_PIDS_LIMIT,
+      ShmSize: options.shmBytes ?? DEFAULT_SHM_BYTES,
+    };
+    if (!hostNetwork && reachable) hostConfig.ExtraHosts = ["host.docker.internal:host-gateway"];
+    if (options.nanoCpus !== undefined) hostConfig.NanoCpus = options.nanoCpus;
+    const create: ContainerCreateOptions = {
+      name: containerName,
+      Image: image,
+      User: user,
+      Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
+      WorkingDir: workingDir,
+      Labels: labels,
+      HostConfig: hostConfig,
+    };
+    if (!isBuiltinAgentCommand(spec.command)) create.Cmd = withPort(spec.command, containerPort, listenHost);
+    else if (spec.command.length > 1) {
+      // The built-in marker with extra arguments: the image's default command plus those arguments.
+      create.Cmd = withPort(
+        [...(imageConfig.Cmd ?? []), ...spec.command.slice(1)],
+        containerPort,
+        listenHost,
+      );
+    }
+    if (reachable && !hostNetwork) {
+      create.ExposedPorts = {};
+      hostConfig.PortBindings = {};
+      for (const p of ports) {
+        const key = `${p.name === "AGENT_SERVER" ? agentPort : inContainer(p.name)}/tcp`;
+        create.ExposedPorts[key] = {};
+        hostConfig.PortBindings[key] = [{ HostIp: "127.0.0.1", HostPort: String(p.port) }];
+      }
+    }
+    try {
+      await docker.createVolume({
+        Name: volume,
+        Labels: labels,
+        ...(disks === null ? {} : { Driver: "local", DriverOpts: { ...disks.create(volume) } }),
+      });
+    } catch (e: unknown) {
+      disks?.remove(volume);
+      throw e;
+    }
+    let containerId: string | undefined;
+    try {
+      const container = await docker.createContainer(create);
+      containerId = container.id;
+      // Folders the run user must own: the working folder (a new volume belongs to root unless the image has the
+      // folder it is mounted on) and, for a user other than the image's, the agent-server's state folders and
+      // their parent. A tar of folder entries extracted by the engine, which chowns what it extracts.
+      const folders = owner === null ? [] : ownedFolders(workingDir, env);
+      if (owner !== null) await container.putArchive(await ownedFoldersTar(folders, owner), { path: "/" });
+      await container.start();
+    } catch (e: unknown) {
+      // Leave nothing half-made behind (a name conflict means the container is someone else's: keep it).
+      if (containerId) await removeContainerAndVolume(containerId, volume, false).catch(() => {});
+      // 409: a container of that name exists (the same sandbox id started twice): the volume is its.
+      else if (statusOf(e) !== 409) await removeVolume(volume).catch(() => {});
+      throw e;
+    }
+    log("sandbox container started", { sandboxId, containerName, image, user, port: hostPort });
+    return { ...handle, data: { ...handle.data, containerId } };
+  };
+
+  /** Resolves true once the sandbox is healthy, false after `timeoutMs`, once it ended, or once `stop()` is true. */
+  const healthWait = async (
+    handle: RuntimeHandle,
+    timeoutMs: number,
+    stop: () => boolean,
+    intervalMs = healthPollMs,
+  ): Promise<boolean> => {
+    const data = parseHandleData(handle.data);
+    if (!data) return false;
+    const notRunning = async (): Promise<boolean> => (await inspectManaged(data))?.State.Running !== true;
+    if (!data.reachable) {
+      // Nothing to probe: healthy means running (a container that exits at once never becomes healthy).
+      const deadline = Date.now() + timeoutMs;
+      for (;;) {
+        const info = await inspectManaged(data);
+        if (info?.State.Running && !info.State.Paused) return true;
+        if (
+          !info ||
+          info.State.Status === "exited" ||
+          info.State.Status === "dead" ||
+          Date.now() >= deadline ||
+          stop()
+        ) {
+          return false;
+        }
+        await new Promise((resolve) => setTimeout(resolve, intervalMs));
+      }
+    }
+    // Between probes, look at the container now and then: one that exited will never answer.
+    let polls = 0;
+    return pollAlive(handle.agentUrl, timeoutMs, {
+      intervalMs,
+      gaveUp: () => stop() || (++polls % 10 === 0 ? notRunning() : false),
+    });
+  };
+
+  const warm = new WarmContainers({
+    docker,
+    size: options.warmContainers ?? 0,
+    concurrency: options.warmConcurrency ?? 2,
+    prefix,
+    extraLabels,
+    warmNamePrefix: options.warmNamePrefix ?? "oh-warm-",
+    sandboxNamePrefix: namePrefix,
+    // Everything of the runtime's options that shapes a container: a warm one made under others is not adopted.
+    fingerprint: JSON.stringify([
+      network,
+      options.user ?? null,
+      options.memoryBytes ?? DEFAULT_MEMORY_BYTES,
+      options.pidsLimit ?? DEFAULT_PIDS_LIMIT,
+      options.nanoCpus ?? null,
+      options.shmBytes ?? DEFAULT_SHM_BYTES,
+      options.init ?? true,
+      agentPort,
+      volumePrefix,
+      options.readOnlyPaths ?? [],
+    ]),
+    readyTimeoutMs: options.warmReadyTimeoutMs ?? 120_000,
+    imageId: async (image) => (await ensureImage(image)).Id,
+    create: (args) => createSandbox(args),
+    alive: async (handle) =>
+      parseHandleData(handle.data)?.reachable === false
+        ? (await runtime.inspect(handle)) === "running"
+        : probeAlive(handle.agentUrl, probeTimeoutMs),
+    // Not a user's wait: a coarser poll than a start's (the pool counts a container once it answers).
+    waitHealthy: (handle, timeoutMs, stop) => healthWait(handle, timeoutMs, stop, 25),
+    remove: (containerId, volume, paused) => removeContainerAndVolume(containerId, volume, paused),
+    log,
+  });
+
   const runtime: DockerRuntime = {
     kind: "docker",
+    workspaceLimit,
 
     async start(request: RuntimeStartRequest): Promise<RuntimeHandle> {
-      const { sandboxId, spec, sessionApiKey } = request;
-      const image = spec.id;
-      const imageConfig = await ensureImage(image);
+      const { sandboxId, sessionApiKey } = request;
+      // A warm container claimed under this id (by this server or another sharing the engine) is the sandbox.
+      const claimed = await warm.take(sandboxId, sessionApiKey);
+      if (claimed) {
+        log("sandbox started from a warm container", {
+          sandboxId,
+          containerName: claimed.data.containerName,
+        });
+        return claimed;
+      }
       const containerName = sandboxId.startsWith(namePrefix) ? sandboxId : `${namePrefix}${sandboxId}`;
-      const volume = `${volumePrefix}${sandboxId}`;
-      const workingDir = spec.workingDir || "/workspace";
-      const hostNetwork = network === "host";
-      const reachable = network !== "none";
-      // Every published port gets its own free loopback port of this machine. Host network: the agent binds those
-      // ports itself, on loopback only. Other networks: the container's fixed ports are published on 127.0.0.1.
-      // Network "none": nothing can be reached, port 0 (a URL that can never hit an unrelated service).
-      const ports: ExposedPort[] = reachable
-        ? await Promise.all(
-            publishedPorts.map(async ({ name }) => ({ name, port: await freePort("127.0.0.1") })),
-          )
-        : [];
-      const hostPort = ports[0]?.port ?? 0;
-      const inContainer = (name: string): number => {
-        const published = publishedPorts.find((p) => p.name === name);
-        const host = ports.find((p) => p.name === name);
-        return hostNetwork ? (host?.port ?? 0) : (published?.containerPort ?? 0);
-      };
-      const containerPort = hostNetwork ? hostPort : agentPort;
-      const listenHost = hostNetwork || !reachable ? "127.0.0.1" : "0.0.0.0";
-      const labels: Record<string, string> = {
-        ...extraLabels,
-        [managedLabel]: "true",
-        [`${prefix}sandbox.id`]: sandboxId,
-        [`${prefix}volume`]: volume,
-      };
-      const env: Record<string, string> = {
-        ...spec.initialEnv,
-        OH_SESSION_API_KEYS_0: sessionApiKey,
-        SESSION_API_KEY: sessionApiKey,
-        PORT: String(containerPort),
-        HOST: listenHost,
-        WORKSPACE_DIR: workingDir,
-      };
-      // As the reference: each published port's number under its name (the agent tells the model where it can
-      // serve applications); VS Code on its own port, so that sandboxes sharing the host network never collide.
-      for (const p of ports) env[p.name] = String(p.port);
-      if (reachable) env.OH_VSCODE_PORT = String(inContainer("VSCODE"));
-      // The webhook must reach this service from inside the container: through the host gateway on a network of
-      // its own (host.docker.internal, mapped below), where loopback would be the container itself.
-      const hook = env.OH_WEBHOOKS_0_BASE_URL;
-      if (hook !== undefined && !hostNetwork) env.OH_WEBHOOKS_0_BASE_URL = viaHostGateway(hook);
-      // The image's own user (as the reference, which passes none), unless `options.user` says otherwise; never
-      // root: an image without a user runs as FALLBACK_USER. A user other than the image's gets the workspace and
-      // the agent-server's state folders, which the image made for its own user.
-      const imageUser = nonRootUser(imageConfig.User);
-      const user = options.user ?? imageUser ?? FALLBACK_USER;
-      const owner = options.user !== undefined || imageUser === null ? numericUser(user) : null;
-      // Nothing of the host but the workspace volume (and the local repository folders, read-only); a non-root user
-      // without capabilities that cannot gain privileges (setuid binaries: the image's sudo does not work), with
-      // memory and process limits.
-      const hostConfig: NonNullable<ContainerCreateOptions["HostConfig"]> = {
-        NetworkMode: network,
-        Init: options.init ?? true,
-        Mounts: [
-          { Type: "volume", Source: volume, Target: workingDir },
-          ...(options.readOnlyPaths ?? []).map((path) => ({
-            Type: "bind" as const,
-            Source: path,
-            Target: path,
-            ReadOnly: true,
-          })),
-        ],
-        Privileged: false,
-        CapDrop: ["ALL"],
-        SecurityOpt: ["no-new-privileges"],
-        Memory: options.memoryBytes ?? DEFAULT_MEMORY_BYTES,
-        PidsLimit: options.pidsLimit ?? DEFAULT_PIDS_LIMIT,
-        ShmSize: options.shmBytes ?? DEFAULT_SHM_BYTES,
-      };
-      if (!hostNetwork && reachable) hostConfig.ExtraHosts = ["host.docker.internal:host-gateway"];
-      if (options.nanoCpus !== undefined) hostConfig.NanoCpus = options.nanoCpus;
-      const create: ContainerCreateOptions = {
-        name: containerName,
-        Image: image,
-        User: user,
-        Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
-        WorkingDir: workingDir,
-        Labels: labels,
-        HostConfig: hostConfig,
-      };
-      if (!isBuiltinAgentCommand(spec.command))
-        create.Cmd = withPort(spec.command, containerPort, listenHost);
-      else if (spec.command.length > 1) {
-        // The built-in marker with extra arguments: the image's default command plus those arguments.
-        create.Cmd = withPort(
-          [...(imageConfig.Cmd ?? []), ...spec.command.slice(1)],
-          containerPort,
-          listenHost,
-        );
-      }
-      if (reachable && !hostNetwork) {
-        create.ExposedPorts = {};
-        hostConfig.PortBindings = {};
-        for (const p of ports) {
-          const key = `${p.name === "AGENT_SERVER" ? agentPort : inContainer(p.name)}/tcp`;
-          create.ExposedPorts[key] = {};
-          hostConfig.PortBindings[key] = [{ HostIp: "127.0.0.1", HostPort: String(p.port) }];
-        }
-      }
-      await docker.createVolume({ Name: volume, Labels: labels });
-      let containerId: string | undefined;
-      try {
-        const container = await docker.createContainer(create);
-        containerId = container.id;
-        // Folders the run user must own: the working folder (a new volume belongs to root unless the image has the
-        // folder it is mounted on) and, for a user other than the image's, the agent-server's state folders and
-        // their parent. A tar of folder entries extracted by the engine, which chowns what it extracts.
-        const folders = owner === null ? [] : ownedFolders(workingDir, env);
-        if (owner !== null) await container.putArchive(await ownedFoldersTar(folders, owner), { path: "/" });
-        await container.start();
-      } catch (e: unknown) {
-        // Leave nothing half-made behind (a name conflict means the container is someone else's: keep it).
-        if (containerId) await removeContainerAndVolume(containerId, volume, false).catch(() => {});
-        // 409: a container of that name exists (the same sandbox id started twice): the volume is its.
-        else if (statusOf(e) !== 409) await removeVolume(volume).catch(() => {});
-        throw e;
-      }
-      log("sandbox container started", { sandboxId, containerName, image, user, port: hostPort });
-      const data: DockerHandleData = { containerId, containerName, volume, network, reachable };
-      return {
-        data: { ...data },
-        agentUrl: `http://127.0.0.1:${hostPort}`,
-        port: hostPort,
-        ...(ports.length > 1 ? { exposedPorts: ports.slice(1), workingDir } : {}),
-      };
+      return createSandbox({ ...request, containerName, labels: {} });
     },
 
-    async waitHealthy(handle: RuntimeHandle, timeoutMs: number): Promise<boolean> {
-      const data = parseHandleData(handle.data);
-      if (!data) return false;
-      const notRunning = async (): Promise<boolean> => (await inspectManaged(data))?.State.Running !== true;
-      if (!data.reachable) {
-        // Nothing to probe: healthy means running (a container that exits at once never becomes healthy).
-        const deadline = Date.now() + timeoutMs;
-        for (;;) {
-          const info = await inspectManaged(data);
-          if (info?.State.Running && !info.State.Paused) return true;
-          if (
-            !info ||
-            info.State.Status === "exited" ||
-            info.State.Status === "dead" ||
-            Date.now() >= deadline
-          ) {
-            return false;
-          }
-          await new Promise((resolve) => setTimeout(resolve, healthPollMs));
-        }
-      }
-      // Between probes, look at the container now and then: one that exited will never answer.
-      let polls = 0;
-      return pollAlive(handle.agentUrl, timeoutMs, {
-        intervalMs: healthPollMs,
-        gaveUp: () => (++polls % 10 === 0 ? notRunning() : false),
-      });
+    waitHealthy(handle: RuntimeHandle, timeoutMs: number): Promise<boolean> {
+      return healthWait(handle, timeoutMs, () => false);
     },
 
     async inspect(handle: RuntimeHandle, options?: { probe?: boolean }): Promise<RuntimeState> {
@@ -516,6 +660,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
       const container = docker.getContainer(data.containerId);
       if (info.State.Paused || info.State.Status === "paused") await unpause(container);
       else if (info.State.Status === "exited" || info.State.Status === "created") {
+        await checkDisk(data.volume);
         await tolerate([304], () => container.start());
       }
       return handle;
@@ -536,6 +681,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
     },
 
     async removeBySandboxId(sandboxId: string): Promise<number> {
+      warm.forget(sandboxId);
       const containers = await docker.listContainers({
         all: true,
         filters: { label: [`${managedLabel}=true`, `${prefix}sandbox.id=${sandboxId}`] },
@@ -552,8 +698,29 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
       await docker.ping();
     },
 
+    warm(plan: WarmPlan): Promise<void> {
+      return warm.configure(plan);
+    },
+
+    claimWarm(spec: RuntimeSpec): Promise<WarmClaim | null> {
+      return warm.claim(spec);
+    },
+
+    claimedWarm(sandboxId: string): Promise<string | null> {
+      return warm.claimedKey(sandboxId);
+    },
+
+    sweepWarm(hasRecord: (sandboxId: string) => Promise<boolean>): Promise<void> {
+      return warm.sweep(hasRecord);
+    },
+
+    warmReady(): number {
+      return warm.ready;
+    },
+
     async close(): Promise<void> {
-      // Containers keep running; the engine client holds no connection worth closing.
+      // Containers keep running, warm ones too (the next server adopts them); no more are warmed.
+      await warm.close();
     },
 
     async removeAll(): Promise<void> {

@@ -19,12 +19,7 @@ import type {
   StartTaskStatus,
 } from "../../ports/conversation-repository.ts";
 import { ACTIVE_STATUSES } from "../../ports/sandbox-repository.ts";
-import {
-  type LiveSandbox,
-  newSandboxId,
-  type SandboxService,
-  type SlotWait,
-} from "../sandboxes/sandbox-service.ts";
+import type { LiveSandbox, SandboxService, SlotWait } from "../sandboxes/sandbox-service.ts";
 import type { SecretsService } from "../secrets/secrets-service.ts";
 import { PROVIDERS } from "../settings/settings-fields.ts";
 import type { ConversationConfig, SettingsService } from "../settings/settings-service.ts";
@@ -519,7 +514,8 @@ class StartFlow {
       throw new StartError(`Sandbox ${planned} was deleted while the conversation was starting`);
     if (sandboxId === null && existing === null) {
       // A new sandbox, under an id saved first: a resumed start finds it rather than starting a second one.
-      const id = planned ?? newSandboxId();
+      // A warm sandbox when the runtime has one: its id is taken (for good) here, and saved as the plan's.
+      const id = planned ?? (await s.newSandboxId());
       if (planned === null) await this.#savePlan({ sandboxId: id });
       try {
         live = await s.start(owner, undefined, id, wait);

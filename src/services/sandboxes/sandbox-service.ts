@@ -33,7 +33,13 @@ import {
   type SandboxStatus,
   type TransitionOptions,
 } from "../../ports/sandbox-repository.ts";
-import type { RuntimeHandle, RuntimeState, SandboxRuntime } from "../../ports/sandbox-runtime.ts";
+import type {
+  RuntimeHandle,
+  RuntimeSpec,
+  RuntimeState,
+  SandboxRuntime,
+  WarmClaim,
+} from "../../ports/sandbox-runtime.ts";
 import { type ChangeFeed, ChangeTooOldError } from "../change-feed.ts";
 import { checkBatch, readPage } from "../paging.ts";
 import type { SandboxSpec, SandboxSpecService } from "./sandbox-spec-service.ts";
@@ -294,25 +300,56 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
   // ---- domain operations (also used by the conversation service) ----
 
   /**
+   * Starts keeping sandboxes of every spec started ahead of need, when the runtime has a warm pool (once this
+   * server's webhook URL is known: a warm sandbox is started with it). Resolves once what an earlier server left
+   * was adopted or removed; the pool fills in the background.
+   */
+  async startWarmPool(): Promise<void> {
+    await this.#o.runtime.warm?.({
+      specs: this.#o.specs.all(),
+      prepare: (spec, sandboxId) => this.#prepare(spec, sandboxId),
+    });
+  }
+
+  /**
+   * The id of a new sandbox of the spec, for a caller that saves it before it calls {@link start} (a conversation
+   * start): the id of a warm sandbox taken for it when the runtime has one ready, else a new id.
+   */
+  async newSandboxId(specId?: string): Promise<string> {
+    const spec = this.#o.specs.resolve(specId);
+    const claim = await this.#claimWarm(spec);
+    return claim?.sandboxId ?? newSandboxId();
+  }
+
+  /**
    * Starts a sandbox for the user; waits up to inlineWaitMs for it to be healthy. The record is created and the
    * user's oldest running sandboxes evicted in one atomic store operation; FAILED_PRECONDITION when the user
-   * already has maxPerUser sandboxes.
+   * already has maxPerUser sandboxes. Without an id it is a warm sandbox of the runtime when one is ready (its id
+   * and session key are the ones it was started with); with an id from {@link newSandboxId}, the warm sandbox
+   * taken under that id.
    */
   async start(
     userId: string,
     specId: string | undefined,
-    id: string = newSandboxId(),
+    id?: string,
     wait: SlotWait = {},
   ): Promise<LiveSandbox> {
     const spec = this.#o.specs.resolve(specId);
     this.#o.runtime.admit?.(userId);
-    const sessionApiKey = base62(43);
+    const claimed =
+      id === undefined ? await this.#claimWarm(spec) : await this.#claimedWarm(id).catch(() => null);
+    const sandboxId = claimed?.sandboxId ?? id ?? newSandboxId();
+    const sessionApiKey = claimed?.sessionApiKey ?? base62(43);
+    // A warm sandbox taken for a start that does not happen goes: it is never given to another user.
+    const release = async (): Promise<void> => {
+      if (claimed !== null) await this.#o.runtime.removeBySandboxId(sandboxId).catch(() => undefined);
+    };
     const sealed = this.#o.box.seal(sessionApiKey, `${userId}:sandbox`);
     let record = {} as SandboxRecord; // set by each attempt below
     const outcome = await this.#untilSlot(userId, wait, async (protect) => {
       const now = new Date();
       record = {
-        id,
+        id: sandboxId,
         ownerId: userId,
         specId: spec.id,
         runtime: this.#o.runtime.kind,
@@ -328,11 +365,16 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
         protect,
       });
       return "busy" in created ? { busy: created.holders } : created;
+    }).catch(async (err: unknown) => {
+      await release();
+      throw err;
     });
-    if (!outcome.created)
+    if (!outcome.created) {
+      await release();
       throw failedPrecondition(
         `Sandbox limit reached: you have ${outcome.count} sandboxes and a user may have at most ${this.#o.maxPerUser}; delete one to start another`,
       );
+    }
     this.#o.changes.poke();
     this.#busy.add(record.id);
     try {
@@ -564,6 +606,10 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       }
       counts[status]++;
     }
+    // Warm sandboxes that died, and those taken for a start that never came (no record): removed.
+    await this.#o.runtime
+      .sweepWarm?.(async (id) => (await this.#o.repo.get(id)) !== null)
+      .catch((err: unknown) => this.#o.log?.("warm sandboxes could not be swept", { error: String(err) }));
     return counts;
   }
 
@@ -667,21 +713,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
 
   /** Runs the record's sandbox in the runtime and saves its handle; ERROR when the runtime cannot start it. */
   async #run(record: SandboxRecord, spec: SandboxSpec, sessionApiKey: string): Promise<LiveSandbox> {
-    const webhookBase = this.#o.webhookBaseUrl?.();
-    const withHook =
-      webhookBase === undefined
-        ? spec
-        : {
-            ...spec,
-            initialEnv: {
-              ...spec.initialEnv,
-              OH_WEBHOOKS_0_BASE_URL: `${webhookBase.replace(/\/+$/, "")}/api/v1/webhooks/${record.id}`,
-              // The agent-server posts events in batches of five or after this many seconds (its default: 30):
-              // half a second, as the built-in agent's default, so that searches, counts and titles follow the
-              // conversation. Only beside the URL: the agent-server refuses a webhook without one.
-              OH_WEBHOOKS_0_FLUSH_DELAY: spec.initialEnv.OH_WEBHOOKS_0_FLUSH_DELAY ?? "0.5",
-            },
-          };
+    const withHook = this.#prepare(spec, record.id);
     let handle: RuntimeHandle;
     try {
       handle = await this.#o.runtime.start({
@@ -696,6 +728,39 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       return { record: { ...record, status: "ERROR" }, status: "ERROR", handle: null };
     }
     return this.#saveHandle(record, handle);
+  }
+
+  /** The spec a sandbox of this id runs: with its webhook URL when the service has one. */
+  #prepare<S extends RuntimeSpec>(spec: S, sandboxId: string): S {
+    const webhookBase = this.#o.webhookBaseUrl?.();
+    if (webhookBase === undefined) return spec;
+    return {
+      ...spec,
+      initialEnv: {
+        ...spec.initialEnv,
+        OH_WEBHOOKS_0_BASE_URL: `${webhookBase.replace(/\/+$/, "")}/api/v1/webhooks/${sandboxId}`,
+        // The agent-server posts events in batches of five or after this many seconds (its default: 30): half a
+        // second, as the built-in agent's default, so that searches, counts and titles follow the conversation.
+        // Only beside the URL: the agent-server refuses a webhook without one.
+        OH_WEBHOOKS_0_FLUSH_DELAY: spec.initialEnv.OH_WEBHOOKS_0_FLUSH_DELAY ?? "0.5",
+      },
+    };
+  }
+
+  /** A warm sandbox of the spec taken for good, when the runtime has one ready (a failure there: none). */
+  async #claimWarm(spec: RuntimeSpec): Promise<WarmClaim | null> {
+    try {
+      return (await this.#o.runtime.claimWarm?.(spec)) ?? null;
+    } catch (err) {
+      this.#o.log?.("warm sandbox could not be claimed: starting cold", { error: String(err) });
+      return null;
+    }
+  }
+
+  /** The warm sandbox taken under `id` by {@link newSandboxId} (on any server), else null. */
+  async #claimedWarm(id: string): Promise<WarmClaim | null> {
+    const key = (await this.#o.runtime.claimedWarm?.(id)) ?? null;
+    return key === null ? null : { sandboxId: id, sessionApiKey: key };
   }
 
   /** Saves the handle of a started or resumed sandbox; pauses it when a concurrent claim evicted it meanwhile. */
@@ -760,6 +825,9 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       new Promise<boolean>((r) => setTimeout(() => r(false), inlineMs).unref()),
     ]);
     if (!inline) return { record, status: "STARTING", handle };
+    // This call's own health wait saw it answer and recorded RUNNING a moment ago: no need to ask again.
+    if (running === undefined && record.status === "RUNNING")
+      return { record: { ...record }, status: "RUNNING", handle };
     return this.#observe({ ...record });
   }
 

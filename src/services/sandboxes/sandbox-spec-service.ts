@@ -30,6 +30,11 @@ export class SandboxSpecService implements ServiceImpl<typeof SandboxSpecService
     this.#tokens = tokens;
   }
 
+  /** Every configured spec, the default first. */
+  all(): readonly SandboxSpec[] {
+    return this.#specs;
+  }
+
   /** The spec with this id (the default when undefined); INVALID_ARGUMENT on ["query","sandbox_spec_id"]. */
   resolve(id: string | undefined): SandboxSpec {
     if (id === undefined || id === "") return this.#specs[0] as SandboxSpec;
