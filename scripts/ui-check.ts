@@ -366,6 +366,19 @@ try {
   await page.click('[data-testid="submit-button"]');
   await page.getByText(REPLY_2).first().waitFor({ timeout: 60_000 });
   step("second reply shown");
+  // The UI shows a file edit as done whatever its observation says (it reads a field the SDK does not have):
+  // the service's copy of the events tells whether the file was written.
+  const conversationIdNow = new URL(page.url()).pathname.split("/").pop() as string;
+  const observed = await (
+    await page.request.get(
+      `${base}/api/v1/events/search?conversation_id__eq=${conversationIdNow}&kind__eq=ObservationEvent`,
+    )
+  ).json();
+  const edit = observed.items.find(
+    (e: { observation: { kind: string } }) => e.observation.kind === "FileEditorObservation",
+  );
+  if (edit === undefined || edit.observation.is_error !== false)
+    throw new Error(`the file edit failed: ${JSON.stringify(edit?.observation.content ?? observed)}`);
   await screenshot("second-reply");
 
   // 7. The service named the conversation after the first message (the UI polls the title every 30 s; asked here).

@@ -328,6 +328,9 @@ export class Conversation {
           env,
           mask: (s) => this.mask(s),
         }),
+        // The UI and models trained on the reference image name files under /workspace/project; where the
+        // workspace lies elsewhere (the process runtime) such a path means the same file inside it.
+        (path) => inWorkspace(path, this.#host.workspaceDir) ?? path,
       );
     }
     return this.#toolbox;

@@ -192,11 +192,13 @@ const text = (t: string): Json[] => [{ type: "text", text: t }];
 /** Runs an action (from {@link toAction}) with the conversation's tools. */
 export class Toolbox {
   readonly terminal: Terminal;
-  readonly #editor = new FileEditor();
+  readonly #editor: FileEditor;
   #tasks: Json[] = [];
 
-  constructor(terminal: Terminal) {
+  /** `mapPath` turns a file editor path into the one to open (see {@link FileEditor}). */
+  constructor(terminal: Terminal, mapPath?: (path: string) => string) {
     this.terminal = terminal;
+    this.#editor = new FileEditor(mapPath);
   }
 
   async run(action: Json): Promise<ToolResult> {
@@ -446,14 +448,24 @@ const small = (s: string | null): string | null =>
   s !== null && s.length > MAX_EVENT_CONTENT_CHARS ? null : s;
 const MAX_VIEW_CHARS = 100_000;
 
-/** The SDK's file editor, on the real file system. Keeps each file's previous contents for undo_edit. */
+/**
+ * The SDK's file editor, on the real file system. Keeps each file's previous contents for undo_edit. `mapPath`
+ * turns an absolute path as the model wrote it into the file to open (the agent maps the reference image's
+ * `/workspace/...` layout into a workspace that lies elsewhere); the observation keeps the path as written.
+ */
 export class FileEditor {
   readonly #history = new Map<string, string[]>();
+  readonly #mapPath: (path: string) => string;
+
+  constructor(mapPath: (path: string) => string = (p) => p) {
+    this.#mapPath = mapPath;
+  }
 
   execute(action: Json): Json {
     const command = action.command as string;
-    const path = action.path as string;
-    const base = { kind: "FileEditorObservation", command, path };
+    const given = action.path as string;
+    const path = isAbsolute(given) ? this.#mapPath(given) : given;
+    const base = { kind: "FileEditorObservation", command, path: given };
     const fail = (message: string): Json => ({
       ...base,
       content: text(message),

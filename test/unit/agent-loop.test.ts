@@ -542,6 +542,52 @@ describe("agent loop: working directory", () => {
       socket.close();
     }
   });
+
+  it("takes the file editor's /workspace/project paths (the reference image's layout) as paths in the workspace", async () => {
+    // Found with the real UI: a model writing /workspace/project/x got EACCES on the process runtime, and the
+    // UI's Changes panel (which asks for /workspace/project) could never show the file.
+    llm.script(
+      {
+        toolCalls: [
+          {
+            name: "file_editor",
+            arguments: { command: "create", path: "/workspace/project/mapped.txt", file_text: "mapped\n" },
+          },
+        ],
+      },
+      {
+        toolCalls: [
+          {
+            name: "file_editor",
+            arguments: {
+              command: "str_replace",
+              path: "/workspace/mapped.txt",
+              old_str: "mapped",
+              new_str: "edited",
+            },
+          },
+        ],
+      },
+      { content: "done" },
+    );
+    const id = await startConversation({}, "write mapped.txt");
+    const socket = new Socket(id);
+    const events = await socket.untilStatus("finished");
+    const observations = events
+      .filter((e) => e.kind === "ObservationEvent")
+      .map((e) => e.observation as Record<string, unknown>);
+    expect(observations).toMatchObject([
+      { kind: "FileEditorObservation", path: "/workspace/project/mapped.txt", is_error: false },
+      {
+        kind: "FileEditorObservation",
+        path: "/workspace/mapped.txt",
+        is_error: false,
+        new_content: "edited\n",
+      },
+    ]);
+    expect(readFileSync(join(workspace, "mapped.txt"), "utf8")).toBe("edited\n");
+    socket.close();
+  });
 });
 
 describe("agent server: conversation routes the UI calls", () => {
