@@ -412,6 +412,8 @@ try {
   await page.click('[data-testid="play-button"]');
   step("play clicked");
   await page.getByText(REPLY_3).first().waitFor({ timeout: 30_000 });
+  // The answer of the call in flight at the pause was kept and its command ran on resume.
+  await page.getByText("echo after-pause").first().waitFor({ timeout: 5_000 });
   await page.waitForTimeout(500);
   await screenshot("resumed");
 

@@ -394,22 +394,85 @@ describe("agent loop: confirmation", () => {
 });
 
 describe("agent loop: pause and run", () => {
-  it("pauses during a model call, refuses a second run while running, and runs on", async () => {
-    llm.script({ hang: true });
+  it("pauses during a model call at once, keeps the answer, runs its actions on resume; a second run while running is 409", async () => {
+    const before = llm.requests.length;
+    llm.script(
+      { toolCalls: [{ name: "terminal", arguments: { command: "echo kept-answer" } }], delayMs: 400 },
+      { content: "Resumed and done." },
+    );
     const id = await startConversation({}, "think long");
     const socket = new Socket(id);
     await socket.untilStatus("running");
-    const before = llm.requests.length;
-    await llm.waitForRequests(before > 0 ? before : 1);
+    await llm.waitForRequests(before + 1);
     expect((await call("POST", `/api/conversations/${id}/run`)).status).toBe(409);
+    const paused = socket.events.length;
     expect((await call("POST", `/api/conversations/${id}/pause`)).json).toEqual({ success: true });
+    // Paused at once (the UI shows it), with the model call still in flight.
+    await socket.untilStatus("paused", paused);
+    expect(kinds(socket.events.slice(paused))).toEqual(["PauseEvent", "state:paused"]);
+    // A second pause changes nothing.
+    await call("POST", `/api/conversations/${id}/pause`);
+    // The answer arrives: its action is shown, not run, and nothing more is asked of the model.
+    await socket.until((es) => es.some((e) => e.kind === "ActionEvent"));
+    await new Promise((r) => setTimeout(r, 300));
+    expect(kinds(socket.events.slice(paused))).toEqual(["PauseEvent", "state:paused", "ActionEvent"]);
+    expect(llm.requests.length).toBe(before + 1);
+    const mark = socket.events.length;
+    expect((await call("POST", `/api/conversations/${id}/run`)).json).toEqual({ success: true });
+    await socket.untilStatus("finished", mark);
+    expect(kinds(socket.events.slice(mark))).toEqual([
+      "state:running",
+      "ObservationEvent",
+      "MessageEvent",
+      "state:finished",
+    ]);
+    const observation = socket.events.find((e) => e.kind === "ObservationEvent");
+    expect(JSON.stringify(observation?.observation)).toContain("kept-answer");
+    // The model saw the kept call and its result, then answered.
+    const last = llm.requests.at(-1)?.body.messages ?? [];
+    expect(last.map((m) => m.role).slice(-3)).toEqual(["user", "assistant", "tool"]);
+    socket.close();
+  });
+
+  it("a run while the paused call is still in flight just goes on", async () => {
+    const before = llm.requests.length;
+    llm.script({ content: "Went on.", delayMs: 400 });
+    const id = await startConversation({}, "go on");
+    const socket = new Socket(id);
+    await llm.waitForRequests(before + 1);
+    await call("POST", `/api/conversations/${id}/pause`);
     await socket.untilStatus("paused");
-    expect(kinds(socket.events)).toContain("PauseEvent");
-    llm.script({ content: "Resumed and done." });
     const mark = socket.events.length;
     expect((await call("POST", `/api/conversations/${id}/run`)).json).toEqual({ success: true });
     await socket.untilStatus("finished", mark);
     expect(kinds(socket.events.slice(mark))).toEqual(["state:running", "MessageEvent", "state:finished"]);
+    expect(llm.requests.length).toBe(before + 1);
+    socket.close();
+  });
+
+  it("in confirmation mode, actions kept by a pause still wait for the user's answer", async () => {
+    llm.script(
+      { toolCalls: [{ name: "terminal", arguments: { command: "echo confirmed" } }], delayMs: 300 },
+      { content: "ok" },
+    );
+    const before = llm.requests.length;
+    const id = await startConversation({ confirmation_policy: { kind: "AlwaysConfirm" } }, "careful");
+    const socket = new Socket(id);
+    await llm.waitForRequests(before + 1);
+    await call("POST", `/api/conversations/${id}/pause`);
+    await socket.until((es) => es.some((e) => e.kind === "ActionEvent"));
+    const mark = socket.events.length;
+    await call("POST", `/api/conversations/${id}/run`);
+    await socket.untilStatus("waiting_for_confirmation", mark);
+    expect(kinds(socket.events.slice(mark))).toEqual(["state:running", "state:waiting_for_confirmation"]);
+    await call("POST", `/api/conversations/${id}/events/respond_to_confirmation`, { accept: true });
+    await socket.untilStatus("finished", mark);
+    expect(kinds(socket.events.slice(mark)).slice(2)).toEqual([
+      "state:running",
+      "ObservationEvent",
+      "MessageEvent",
+      "state:finished",
+    ]);
     socket.close();
   });
 });
