@@ -710,6 +710,11 @@ describe("agent server: conversation routes the UI calls", () => {
     expect(below.json).toContainEqual({ status: "UPDATED", path: "repo/a.txt" });
     const diff = await call("GET", `/api/git/diff/${encodeURIComponent(join(repo, "a.txt"))}`);
     expect(diff.json).toEqual({ modified: "two\n", original: "one\n" });
+    // A new file: original "" (as the SDK); a deleted one: modified null.
+    const added = await call("GET", `/api/git/diff/${encodeURIComponent(join(repo, "new.txt"))}`);
+    expect(added.json).toEqual({ modified: "new\n", original: "" });
+    const gone = await call("GET", `/api/git/diff/${encodeURIComponent(join(repo, "gone.txt"))}`);
+    expect((gone.json as { modified: unknown }).modified).toBeNull();
     expect((await call("GET", `/api/git/changes/${encodeURIComponent("/etc")}`)).status).toBe(400);
 
     const form = new FormData();
