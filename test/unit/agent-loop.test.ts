@@ -751,7 +751,7 @@ describe("agent server: conversation routes the UI calls", () => {
 describe("terminal tool", () => {
   const text = (o: Record<string, unknown>) => (o.content as { text: string }[])[0]?.text ?? "";
 
-  it("stops a command past its timeout, keeps the shell, caps long output in the middle, refuses is_input", async () => {
+  it("stops a command past its timeout and keeps the shell, caps long output in the middle, refuses is_input", async () => {
     const terminal = new Terminal({
       shell: "bash",
       cwd: workspace,
@@ -760,21 +760,47 @@ describe("terminal tool", () => {
     });
     try {
       await terminal.execute({ command: "export KEEP=kept; cd /tmp" });
-      const slow = await terminal.execute({ command: "echo start; sleep 30; echo never", timeout: 0.5 });
+      // A server started in the background before the slow command must outlive its timeout.
+      await terminal.execute({ command: "sleep 300 & echo $! > /tmp/agent-loop-bg-$$.pid" });
+      const bg = Number.parseInt(
+        text(
+          await terminal.execute({ command: "cat /tmp/agent-loop-bg-$$.pid; rm /tmp/agent-loop-bg-$$.pid" }),
+        ),
+        10,
+      );
+      const slow = await terminal.execute({
+        command: "echo start; sleep 40 & echo $! > started.pid; sleep 30; echo never",
+        timeout: 0.5,
+      });
       expect(slow).toMatchObject({
         kind: "TerminalObservation",
         exit_code: -1,
         timeout: true,
         is_error: true,
       });
-      expect(text(slow)).toMatch(/^start\n[\s\S]*stopped after 0.5 seconds/);
+      expect(text(slow)).toMatch(/^start\n[\s\S]*stopped after 0.5 seconds[\s\S]*shell session goes on/);
       expect(text(slow)).not.toContain("never");
       const after = await terminal.execute({ command: "echo keep=$KEEP; pwd" });
-      // A new shell, in the same directory.
-      expect(text(after)).toMatch(/^keep=\n\/tmp\n/);
-      await terminal.execute({ command: "export KEEP=kept" });
-      expect(text(await terminal.execute({ command: "echo $KEEP" }))).toMatch(/^kept\n/);
+      // The same shell: the exported variable and the directory stay.
+      expect(text(after)).toMatch(/^keep=kept\n\/tmp\n/);
       expect(after).toMatchObject({ exit_code: 0, metadata: { working_dir: "/tmp", exit_code: 0 } });
+      // The command's own background process is gone; the one from before runs on.
+      const startedPid = Number.parseInt(
+        text(await terminal.execute({ command: "cat started.pid; rm started.pid" })),
+        10,
+      );
+      expect(() => process.kill(startedPid, 0)).toThrow();
+      expect(process.kill(bg, 0)).toBe(true);
+      process.kill(bg, "SIGKILL");
+      // A command that does not parse runs nothing (not the previous command again).
+      const broken = await terminal.execute({ command: "echo partial; if then" });
+      expect(text(broken)).not.toContain("keep=");
+      expect(text(broken)).toMatch(/syntax error/);
+      expect(text(await terminal.execute({ command: "echo $KEEP" }))).toMatch(/^kept\n/);
+      // A timed-out busy loop in the shell itself (no child process) stops too.
+      const busy = await terminal.execute({ command: "while :; do :; done", timeout: 0.5 });
+      expect(busy).toMatchObject({ timeout: true, exit_code: -1 });
+      expect(text(await terminal.execute({ command: "echo $KEEP" }))).toMatch(/^kept\n/);
       const long = await terminal.execute({ command: "seq 1 20000" });
       const out = text(long);
       expect(out.startsWith("1\n2\n")).toBe(true);
