@@ -617,6 +617,14 @@ export class Conversation {
         "code or tests). When the task is done, call `finish` with a short summary, or answer without a tool call.",
       "If the user only asks a question, answer it directly.",
     ];
+    const workspace = this.#host.workspaceDir;
+    if (workspace !== "/workspace" && !workspace.startsWith("/workspace/"))
+      // The UI names files in the reference image's layout (uploads go to /workspace/<name>).
+      lines.push(
+        `Paths under /workspace/project or /workspace that the user mentions (uploaded files, for example) are in ` +
+          `${workspace} here: /workspace/project/a and /workspace/a both mean ${workspace}/a. The file editor ` +
+          `takes either; in the terminal use ${workspace}.`,
+      );
     if (secretNames.length > 0)
       lines.push(
         `These environment variables of the terminal hold the user's secrets: ${secretNames.join(", ")}. Use them ` +

@@ -649,6 +649,10 @@ describe("agent loop: working directory", () => {
       },
     ]);
     expect(readFileSync(join(workspace, "mapped.txt"), "utf8")).toBe("edited\n");
+    // The system prompt tells the model where such paths are (uploads are named /workspace/<name> in the chat).
+    const system = llm.requests.at(-1)?.body.messages[0];
+    expect(system?.role).toBe("system");
+    expect(String(system?.content)).toContain(`/workspace/a both mean ${workspace}/a`);
     socket.close();
   });
 });
