@@ -53,6 +53,9 @@ const TASK_2 = "Now write it to a file";
 const REPLY_2 = "I wrote greeting.txt.";
 const TASK_3 = "Take your time";
 const REPLY_3 = "Resumed and done.";
+const REPLY_4 = "Back again.";
+const TASK_C = "Run it only if I agree";
+const REPLY_C = "Confirmed and done.";
 
 async function freePort(): Promise<number> {
   return new Promise((res, rej) => {
@@ -95,6 +98,12 @@ llm.script(
   // Third turn: the model takes 3 s, and the user pauses meanwhile; play resumes.
   { toolCalls: [{ name: "terminal", arguments: { command: "echo after-pause" } }], delayMs: 3000 },
   { content: REPLY_3 },
+  // After the restart: a model failure (shown as an error), then the next message answered.
+  { status: 401, error: "Incorrect API key provided" },
+  { content: REPLY_4 },
+  // A second conversation with confirmation mode on: the command waits for the user's yes.
+  { toolCalls: [{ name: "terminal", arguments: { command: "echo confirmed-run" } }] },
+  { content: REPLY_C },
 );
 
 const port = await freePort();
@@ -429,6 +438,72 @@ try {
   const afterRestart: string = await page.locator("body").innerText();
   if (/Disconnected/i.test(afterRestart)) throw new Error('after the restart the page shows "Disconnected"');
   step("after the restart the conversation is shown again");
+
+  // 11. A model failure is shown (the error banner), and the next message is answered.
+  await input.click();
+  await input.fill("Trigger a model failure");
+  await page.click('[data-testid="submit-button"]');
+  // The chat shows the ConversationErrorEvent as a collapsed error line (its detail inside) and the banner above the
+  // input shows the detail.
+  await page
+    .getByText(/status 401/)
+    .first()
+    .waitFor({ state: "attached", timeout: 30_000 });
+  await page.waitForTimeout(1000);
+  await screenshot("model-error");
+  step("the model's 401 is shown");
+  await input.click();
+  await input.fill("Try again");
+  await page.click('[data-testid="submit-button"]');
+  await page.getByText(REPLY_4).first().waitFor({ timeout: 30_000 });
+  step("the next message is answered after the failure");
+
+  // 12. Confirmation mode: switched on in the LLM settings, a new conversation asks before running the command.
+  await page.goto(`${base}/settings`);
+  await page.waitForSelector('[data-testid="llm-settings-screen"]', { timeout: 30_000 });
+  if ((await page.locator('[data-testid="llm-settings-form-advanced"]').count()) === 0)
+    await advanced.click();
+  await page.locator('label:has([data-testid="enable-confirmation-mode-switch"])').click();
+  const savedAgain = page.waitForResponse(
+    (r: { url(): string; request(): { method(): string } }) =>
+      r.url().endsWith("/api/settings") && r.request().method() === "POST",
+    { timeout: 15_000 },
+  );
+  await page.click('[data-testid="submit-button"]');
+  await savedAgain;
+  step("confirmation mode saved");
+  await page.goto(`${base}/`);
+  await page.locator('[data-testid="launch-new-conversation-button"]').first().click();
+  await page.waitForURL(
+    (u: URL) => u.pathname.startsWith("/conversations/") && !u.pathname.endsWith(conversationId),
+    {
+      timeout: 60_000,
+    },
+  );
+  const input2 = page.locator('[data-testid="chat-input"]');
+  await input2.waitFor({ timeout: 60_000 });
+  for (const deadline = Date.now() + 90_000; ; ) {
+    await input2.click();
+    await input2.fill(TASK_C);
+    if (
+      !(await page
+        .locator('[data-testid="submit-button"]')
+        .isDisabled()
+        .catch(() => true))
+    )
+      break;
+    if (Date.now() > deadline) throw new Error("the second conversation's chat box never became ready");
+    await page.waitForTimeout(1000);
+  }
+  await page.click('[data-testid="submit-button"]');
+  await page.locator('[data-testid="action-confirm-button"]').waitFor({ timeout: 30_000 });
+  await screenshot("awaiting-confirmation");
+  step("the action waits for confirmation");
+  await page.click('[data-testid="action-confirm-button"]');
+  await page.getByText(REPLY_C).first().waitFor({ timeout: 30_000 });
+  await page.waitForTimeout(500);
+  await screenshot("confirmed");
+  step("confirmed: the command ran and the agent answered");
   step(
     "PASS: the replies and the terminal output are shown, no Disconnected, the history comes back on reload",
   );

@@ -449,6 +449,109 @@ describe("UI replay: the conversation page with the built-in agent", () => {
     expect(messageText(after[2])).toBe(REPLY_3);
     // One model call for the paused step, one after it: the answer in flight was not asked again.
     expect(llm.requests.length).toBe(asked + 2);
+  }, 60_000);
+
+  it("shows a model failure (the banner shows the error's detail) and answers the next message", async () => {
+    llm.script({ status: 401, error: "Incorrect API key provided" }, { content: "Back again." });
+    const mark = socket.frames.length;
+    socket.send("Trigger a model failure");
+    await socket.untilStatus("error", mark);
+    const failed = socket.frames.slice(mark);
+    expect(kinds(failed)).toEqual([
+      "state:idle",
+      "MessageEvent",
+      "state:running",
+      "ConversationErrorEvent",
+      "state:error",
+    ]);
+    // isConversationErrorEvent → setErrorMessage(detail): the red banner above the input.
+    expect(failed[3]).toMatchObject({ source: "environment", code: "AuthenticationError" });
+    expect(failed[3]?.detail).toMatch(
+      /^LLM request failed with status 401: .*Incorrect API key provided.*LLM settings/,
+    );
+    const again = socket.frames.length;
+    socket.send("Try again");
+    await socket.untilStatus("finished", again);
+    expect(kinds(socket.frames.slice(again))).toEqual([
+      "MessageEvent",
+      "state:running",
+      "MessageEvent",
+      "state:finished",
+    ]);
     socket.close();
+  }, 60_000);
+
+  it("with confirmation mode saved, a new conversation waits for the user's yes (respond_to_confirmation)", async () => {
+    // The LLM settings page with the confirmation switch on (the body the UI posted).
+    const saved = await b.request("POST", "/api/settings", {
+      llm_model: "openai/gpt-4o",
+      llm_base_url: llm.url,
+      agent: "CodeActAgent",
+      language: "en",
+      confirmation_mode: true,
+      security_analyzer: "llm",
+      remote_runtime_resource_factor: 1,
+      enable_default_condenser: true,
+      condenser_max_size: 120,
+      enable_sound_notifications: false,
+      provider_tokens_set: {},
+      mcp_config: { sse_servers: [], stdio_servers: [], shttp_servers: [] },
+      enable_proactive_conversation_starters: false,
+      enable_solvability_analysis: false,
+      search_api_key: "",
+      max_budget_per_task: null,
+      git_user_name: "openhands",
+      git_user_email: "openhands@all-hands.dev",
+    });
+    expect(saved.status).toBe(200);
+    const created = await b.request("POST", "/api/conversations", {});
+    const second = (created.body as { conversation_id: string }).conversation_id;
+    const c = await until(
+      async () => (await b.request("GET", `/api/conversations/${second}`)).body as Record<string, string>,
+      (x) => x.status !== "STARTING",
+    );
+    const url = new URL(c.url as string);
+    const key = c.session_api_key as string;
+    const page = new PageSocket(
+      `ws://${url.host}/sockets/events/${second}?resend_all=true&session_api_key=${encodeURIComponent(key)}`,
+      t.url,
+    );
+    await page.opened;
+    await page.until((f) => f.length >= 2);
+    expect(page.frames[0]?.value).toMatchObject({ confirmation_policy: { kind: "AlwaysConfirm" } });
+
+    llm.script(
+      { toolCalls: [{ name: "terminal", arguments: { command: "echo confirmed-run" } }] },
+      { content: "Confirmed and done." },
+    );
+    const mark = page.frames.length;
+    page.send("Run it only if I agree");
+    await page.untilStatus("waiting_for_confirmation", mark);
+    // The confirmation buttons show while the status is waiting_for_confirmation, for the last agent event.
+    expect(kinds(page.frames.slice(mark))).toEqual([
+      "MessageEvent",
+      "state:running",
+      "ActionEvent",
+      "state:waiting_for_confirmation",
+    ]);
+    // EventService.respondToConfirmation: POST <agent>/api/conversations/<id>/events/respond_to_confirmation.
+    const res = await fetch(`${url.origin}/api/conversations/${second}/events/respond_to_confirmation`, {
+      method: "POST",
+      headers: {
+        origin: t.url,
+        "content-type": "application/json",
+        "x-session-api-key": key,
+      },
+      body: JSON.stringify({ accept: true }),
+    });
+    expect(res.status).toBe(200);
+    expect(res.headers.get("access-control-allow-origin")).toBe(t.url);
+    expect(await res.json()).toEqual({ success: true });
+    const confirmed = page.frames.length;
+    await page.untilStatus("finished", confirmed);
+    const after = page.frames.slice(confirmed);
+    expect(kinds(after)).toEqual(["state:running", "ObservationEvent", "MessageEvent", "state:finished"]);
+    expect(JSON.stringify(after[1]?.observation)).toContain("confirmed-run");
+    page.close();
   }, 60_000);
 });
