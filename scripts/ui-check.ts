@@ -56,6 +56,7 @@ const REPLY_3 = "Resumed and done.";
 const REPLY_4 = "Back again.";
 const TASK_C = "Run it only if I agree";
 const REPLY_C = "Confirmed and done.";
+const REPLY_U = "I read notes.txt.";
 
 async function freePort(): Promise<number> {
   return new Promise((res, rej) => {
@@ -104,6 +105,9 @@ llm.script(
   // A second conversation with confirmation mode on: the command waits for the user's yes.
   { toolCalls: [{ name: "terminal", arguments: { command: "echo confirmed-run" } }] },
   { content: REPLY_C },
+  // An uploaded file (the UI names it /workspace/<name> in the message), read with the file editor.
+  { toolCalls: [{ name: "file_editor", arguments: { command: "view", path: "/workspace/notes.txt" } }] },
+  { content: REPLY_U },
 );
 
 const port = await freePort();
@@ -504,6 +508,44 @@ try {
   await page.waitForTimeout(500);
   await screenshot("confirmed");
   step("confirmed: the command ran and the agent answered");
+
+  // 13. A file attached with the paperclip: uploaded to the agent, named in the message, read by the agent.
+  await page
+    .locator('input[type="file"]')
+    .first()
+    .setInputFiles({
+      name: "notes.txt",
+      mimeType: "text/plain",
+      buffer: Buffer.from("uploaded-notes-content\n"),
+    });
+  await input2.click();
+  await input2.fill("Read the file I attached");
+  const uploaded = page.waitForResponse((r: { url(): string }) => r.url().includes("/api/file/upload/"), {
+    timeout: 15_000,
+  });
+  await page.click('[data-testid="submit-button"]');
+  const upload = await uploaded;
+  step(`upload answered ${upload.status()}`);
+  if (upload.status() !== 200) throw new Error(`the upload answered ${upload.status()}`);
+  await page.locator('[data-testid="action-confirm-button"]').waitFor({ timeout: 30_000 });
+  await page.click('[data-testid="action-confirm-button"]');
+  await page.getByText(REPLY_U).first().waitFor({ timeout: 30_000 });
+  const secondId = new URL(page.url()).pathname.split("/").pop() as string;
+  // The service's copy of the events (the webhook posts them in batches): the view's observation.
+  let view: { is_error?: boolean; content?: unknown; kind?: string } | undefined;
+  for (const deadline = Date.now() + 10_000; Date.now() < deadline; await page.waitForTimeout(250)) {
+    const viewed = await (
+      await page.request.get(
+        `${base}/api/v1/events/search?conversation_id__eq=${secondId}&kind__eq=ObservationEvent`,
+      )
+    ).json();
+    view = viewed.items.at(-1)?.observation;
+    if (view?.kind === "FileEditorObservation") break;
+  }
+  if (view?.is_error !== false || !JSON.stringify(view.content).includes("uploaded-notes-content"))
+    throw new Error(`the agent could not read the upload: ${JSON.stringify(view)}`);
+  await screenshot("upload-read");
+  step("the uploaded file was read by the agent");
   step(
     "PASS: the replies and the terminal output are shown, no Disconnected, the history comes back on reload",
   );

@@ -481,7 +481,7 @@ describe("UI replay: the conversation page with the built-in agent", () => {
     socket.close();
   }, 60_000);
 
-  it("with confirmation mode saved, a new conversation waits for the user's yes (respond_to_confirmation)", async () => {
+  it("with confirmation mode saved, a new conversation waits for the user's yes; an attached file is uploaded and read", async () => {
     // The LLM settings page with the confirmation switch on (the body the UI posted).
     const saved = await b.request("POST", "/api/settings", {
       llm_model: "openai/gpt-4o",
@@ -552,6 +552,35 @@ describe("UI replay: the conversation page with the built-in agent", () => {
     const after = page.frames.slice(confirmed);
     expect(kinds(after)).toEqual(["state:running", "ObservationEvent", "MessageEvent", "state:finished"]);
     expect(JSON.stringify(after[1]?.observation)).toContain("confirmed-run");
+
+    // A file attached with the paperclip (useV1UploadFiles): multipart field `file` to /workspace/<name>, then the
+    // message names it ("NEW FILES ADDED: /workspace/notes.txt"); the agent reads it there.
+    const form = new FormData();
+    form.append("file", new Blob(["uploaded-notes-content\n"], { type: "text/plain" }), "notes.txt");
+    const up = await fetch(`${url.origin}/api/file/upload/${encodeURIComponent("/workspace/notes.txt")}`, {
+      method: "POST",
+      headers: { origin: t.url, "x-session-api-key": key },
+      body: form,
+    });
+    expect(up.status).toBe(200);
+    expect(up.headers.get("access-control-allow-origin")).toBe(t.url);
+    expect(await up.json()).toEqual({ success: true });
+    llm.script(
+      { toolCalls: [{ name: "file_editor", arguments: { command: "view", path: "/workspace/notes.txt" } }] },
+      { content: "I read notes.txt." },
+    );
+    const uploadMark = page.frames.length;
+    page.send("Read the file I attached\n\nNEW FILES ADDED: /workspace/notes.txt");
+    await page.untilStatus("waiting_for_confirmation", uploadMark);
+    await fetch(`${url.origin}/api/conversations/${second}/events/respond_to_confirmation`, {
+      method: "POST",
+      headers: { origin: t.url, "content-type": "application/json", "x-session-api-key": key },
+      body: JSON.stringify({ accept: true }),
+    });
+    await page.untilStatus("finished", uploadMark + 4);
+    const read = page.frames.slice(uploadMark).find((e) => e.kind === "ObservationEvent");
+    expect(read?.observation).toMatchObject({ kind: "FileEditorObservation", is_error: false });
+    expect(JSON.stringify(read?.observation)).toContain("uploaded-notes-content");
     page.close();
   }, 60_000);
 });
