@@ -546,6 +546,12 @@ try {
     throw new Error(`the agent could not read the upload: ${JSON.stringify(view)}`);
   await screenshot("upload-read");
   step("the uploaded file was read by the agent");
+
+  // 14. The conversation panel lists both conversations (a screenshot to look at; the statuses come from the
+  // agents' webhooks).
+  await page.locator('[data-testid="toggle-conversation-panel"]').first().click();
+  await page.waitForTimeout(1500);
+  await screenshot("conversation-panel");
   step(
     "PASS: the replies and the terminal output are shown, no Disconnected, the history comes back on reload",
   );
