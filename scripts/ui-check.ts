@@ -18,8 +18,17 @@
  * /tmp/ohui/pw/node_modules/playwright-core), CHROMIUM (default /usr/bin/chromium), OUT_DIR, V1=1 (turn on the
  * UI's USE_V1_CONVERSATION_API flag in localStorage: the start-task path instead of the legacy POST).
  */
-import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { type ChildProcess, spawn, spawnSync } from "node:child_process";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { createRequire } from "node:module";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -158,6 +167,47 @@ async function serviceUp(): Promise<void> {
   }
 }
 let service = startService();
+
+/**
+ * The sandboxes outlive the service by design (its agents are found again after a restart): at the end every process
+ * of this run (its command line or working directory in this run's DATA_DIR: the agents, under bubblewrap or not,
+ * and what they started) is killed, its workspaces unmounted and the folder removed.
+ */
+function removeRunProcesses(): number {
+  let killed = 0;
+  for (const name of readdirSync("/proc")) {
+    const pid = Number(name);
+    if (!Number.isInteger(pid) || pid === process.pid) continue;
+    let ours = false;
+    try {
+      ours = readFileSync(`/proc/${pid}/cmdline`, "utf8").includes(dataDir);
+    } catch {
+      continue;
+    }
+    try {
+      ours ||= readlinkSync(`/proc/${pid}/cwd`).startsWith(dataDir);
+    } catch {
+      // gone, or not ours to read
+    }
+    if (!ours) continue;
+    try {
+      process.kill(pid, "SIGKILL");
+      killed++;
+    } catch {
+      // already gone
+    }
+  }
+  return killed;
+}
+
+/** Workspaces the service loop-mounted (as root it gives each its own file system) and left mounted: unmounted. */
+function unmountRunDisks(): void {
+  const points = readFileSync("/proc/self/mountinfo", "utf8")
+    .split("\n")
+    .map((line) => line.split(" ")[4] ?? "")
+    .filter((point) => point.startsWith(`${dataDir}/`));
+  for (const point of points) spawnSync("umount", ["-l", point], { stdio: "ignore" });
+}
 
 let browser: { close(): Promise<void> } | undefined;
 let failed: string | null = null;
@@ -565,6 +615,11 @@ try {
   writeFileSync(join(outDir, "llm-requests.json"), JSON.stringify(llm.requests, null, 1));
   await browser?.close().catch(() => {});
   await stopService(service);
+  const killed = removeRunProcesses();
+  if (killed > 0) console.log(`stopped ${killed} sandbox processes of this run`);
+  await new Promise((r) => setTimeout(r, 500));
+  unmountRunDisks();
+  rmSync(dataDir, { recursive: true, force: true });
   await llm.close();
   console.log(`screenshots, requests.json, service.log in ${outDir}`);
 }
