@@ -38,6 +38,7 @@ import {
   startCommand,
   startServer,
 } from "./lib/bench-util.ts";
+import { builtinAgentBenchmarks } from "./scenarios/builtin-agent.ts";
 import { dockerWarmPool } from "./scenarios/docker-warm-pool.ts";
 import { benchEventConversation, EVENTS_PER_CONVERSATION, type Fixture } from "./servers/fixture.ts";
 
@@ -54,6 +55,7 @@ const ALL = [
   "events",
   "replicas",
   "workers",
+  "builtin-agent",
 ] as const;
 type BenchName = (typeof ALL)[number];
 
@@ -1549,6 +1551,8 @@ try {
   await eventBenchmarks();
   await replicaBenchmarks();
   await workerBenchmarks();
+  if (selected("builtin-agent"))
+    rows.push(...(await builtinAgentBenchmarks({ samples: QUICK ? 20 : 100, log })));
 } catch (err) {
   failure = err;
   log(`benchmark failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
@@ -1568,6 +1572,7 @@ const order: Row["bench"][] = [
   "events",
   "replicas",
   "workers",
+  "builtin-agent",
   "rss",
 ];
 rows.sort((a, b) => order.indexOf(a.bench) - order.indexOf(b.bench));

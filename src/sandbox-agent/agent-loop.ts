@@ -112,8 +112,13 @@ export class Conversation {
   /** The tool specs offered to the model: the request's `agent.tools` this agent has, plus think and finish. */
   readonly #toolSpecs: Json[];
   #toolbox: Toolbox | undefined;
-  /** Actions of the last model answer still waiting for the user's confirmation. */
+  /**
+   * Actions of a model answer not run yet: waiting for the user's confirmation, or kept by a pause (the answer of a
+   * model call in flight when the user paused, or the rest of a step's actions); run first when the loop resumes.
+   */
   #pending: Json[] = [];
+  /** Whether the user accepted the pending actions (confirmation mode asks before running them otherwise). */
+  #pendingConfirmed = false;
   #running: Promise<void> | undefined;
   #pauseRequested = false;
   #abort: AbortController | undefined;
@@ -247,13 +252,23 @@ export class Conversation {
   sendMessage(role: string, content: Json[], run: boolean): void {
     if (this.status === "finished") this.#setStatus("idle");
     this.emit(messageEvent(role, content));
-    if (run && this.#running === undefined && this.status !== "waiting_for_confirmation") this.start();
+    if (!run || this.status === "waiting_for_confirmation") return;
+    if (this.#running === undefined) this.start();
+    else this.#resumeInFlight();
   }
 
-  /** POST /run: false when it is already running. */
+  /** POST /run: false when it is already running (a loop paused with its step still in flight resumes). */
   run(): boolean {
-    if (this.#running !== undefined) return false;
+    if (this.#running !== undefined) return this.#resumeInFlight();
     this.start();
+    return true;
+  }
+
+  /** The user paused while a step was in flight and now runs again before it ended: the loop just goes on. */
+  #resumeInFlight(): boolean {
+    if (!this.#pauseRequested || this.#closed) return false;
+    this.#pauseRequested = false;
+    this.#setStatus("running");
     return true;
   }
 
@@ -269,12 +284,17 @@ export class Conversation {
       });
   }
 
-  /** POST /pause: the loop stops after its current step; an idle conversation becomes paused at once. */
+  /**
+   * POST /pause: the status is `paused` at once. A step in flight is not abandoned: the model's answer is kept
+   * (emitted, its actions left to run on resume) and a running tool finishes; the loop stops there. An idle
+   * conversation is paused at once; a paused one is left as it is.
+   */
   pause(): void {
+    if (this.status === "paused" || this.#closed) return;
     this.emit({ kind: "PauseEvent", id: randomUUID(), timestamp: sdkTimestamp(), source: "user" });
     if (this.#running !== undefined) {
       this.#pauseRequested = true;
-      this.#abort?.abort(new Error("paused"));
+      this.#setStatus("paused");
     } else if (this.status !== "waiting_for_confirmation") this.#setStatus("paused");
   }
 
@@ -285,6 +305,7 @@ export class Conversation {
       return;
     }
     if (accept) {
+      this.#pendingConfirmed = true;
       this.start();
       return;
     }
@@ -328,6 +349,9 @@ export class Conversation {
           env,
           mask: (s) => this.mask(s),
         }),
+        // The UI and models trained on the reference image name files under /workspace/project; where the
+        // workspace lies elsewhere (the process runtime) such a path means the same file inside it.
+        (path) => inWorkspace(path, this.#host.workspaceDir) ?? path,
       );
     }
     return this.#toolbox;
@@ -347,8 +371,13 @@ export class Conversation {
     if (this.#closed) return;
     this.#setStatus("running");
     let iterations = 0;
-    // Confirmed actions first (the user accepted them).
+    // Actions not run yet first: accepted by the user, or kept by a pause.
     if (this.#pending.length > 0) {
+      if (this.#confirm && !this.#pendingConfirmed) {
+        this.#setStatus("waiting_for_confirmation");
+        return;
+      }
+      this.#pendingConfirmed = false;
       if (await this.#execute(this.#pending.splice(0))) return;
     }
     while (!this.#closed) {
@@ -368,28 +397,46 @@ export class Conversation {
       }
       iterations++;
       const answer = await this.#ask();
-      if (answer === null) return; // error or pause handled
+      if (answer === null) return; // error handled
       if (answer.message !== null) this.emit(answer.message);
       if (answer.actions.length === 0) {
         this.#setStatus("finished");
         return;
       }
-      if (this.#confirm) {
-        this.#pending = answer.actions.filter((a) => a.action !== null);
-        if (this.#pending.length > 0) {
-          this.#setStatus("waiting_for_confirmation");
-          return;
-        }
+      const runnable = answer.actions.filter((a) => a.action !== null);
+      if (this.#pauseRequested && runnable.length > 0) {
+        // Paused while the model answered: the answer is kept, its actions run when the user resumes.
+        this.#pending = runnable;
+        this.#pendingConfirmed = false;
+        return;
+      }
+      if (this.#confirm && runnable.length > 0) {
+        this.#pending = runnable;
+        this.#pendingConfirmed = false;
+        this.#setStatus("waiting_for_confirmation");
+        return;
       }
       if (await this.#execute(answer.actions)) return;
     }
   }
 
-  /** Runs each action and emits its observation; true when the agent finished. */
+  /**
+   * Runs each action and emits its observation; true when the loop stops here (the agent finished). A pause keeps
+   * the actions not run yet for the resume, and the loop stops at its next turn.
+   */
   async #execute(actions: Json[]): Promise<boolean> {
     let finished = false;
-    for (const action of actions) {
+    for (const [i, action] of actions.entries()) {
       if (this.#closed) return true;
+      if (this.#pauseRequested) {
+        this.#pending = actions.slice(i).filter((a) => a.action !== null);
+        this.#pendingConfirmed = true; // the user accepted them already, or no confirmation is asked
+        if (finished) {
+          this.#pending = []; // the agent called finish: nothing is left to resume
+          this.#setStatus("finished");
+        }
+        return true;
+      }
       if (action.action === null) continue; // answered by an AgentErrorEvent already
       try {
         const result = await this.#tools().run(action.action as Json);
@@ -496,10 +543,6 @@ export class Conversation {
       );
     } catch (e: unknown) {
       if (this.#closed) return null;
-      if (abort.signal.aborted && this.#pauseRequested) {
-        this.#setStatus("paused");
-        return null;
-      }
       const { code, detail } = describeLlmError(e);
       this.emit(this.#conversationError(code, detail));
       this.#setStatus("error");
@@ -574,6 +617,14 @@ export class Conversation {
         "code or tests). When the task is done, call `finish` with a short summary, or answer without a tool call.",
       "If the user only asks a question, answer it directly.",
     ];
+    const workspace = this.#host.workspaceDir;
+    if (workspace !== "/workspace" && !workspace.startsWith("/workspace/"))
+      // The UI names files in the reference image's layout (uploads go to /workspace/<name>).
+      lines.push(
+        `Paths under /workspace/project or /workspace that the user mentions (uploaded files, for example) are in ` +
+          `${workspace} here: /workspace/project/a and /workspace/a both mean ${workspace}/a. The file editor ` +
+          `takes either; in the terminal use ${workspace}.`,
+      );
     if (secretNames.length > 0)
       lines.push(
         `These environment variables of the terminal hold the user's secrets: ${secretNames.join(", ")}. Use them ` +

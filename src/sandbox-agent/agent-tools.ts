@@ -9,7 +9,7 @@ import { randomUUID } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { dirname, isAbsolute, join, relative } from "node:path";
 import type { Json } from "./agent-server.ts";
-import { killTree } from "./proc-tree.ts";
+import { killTree, listProcesses, signal } from "./proc-tree.ts";
 
 /** What a tool call produced: the observation (SDK shape, with `kind`) and whether the conversation ends. */
 export interface ToolResult {
@@ -192,11 +192,13 @@ const text = (t: string): Json[] => [{ type: "text", text: t }];
 /** Runs an action (from {@link toAction}) with the conversation's tools. */
 export class Toolbox {
   readonly terminal: Terminal;
-  readonly #editor = new FileEditor();
+  readonly #editor: FileEditor;
   #tasks: Json[] = [];
 
-  constructor(terminal: Terminal) {
+  /** `mapPath` turns a file editor path into the one to open (see {@link FileEditor}). */
+  constructor(terminal: Terminal, mapPath?: (path: string) => string) {
     this.terminal = terminal;
+    this.#editor = new FileEditor(mapPath);
   }
 
   async run(action: Json): Promise<ToolResult> {
@@ -268,9 +270,12 @@ export interface TerminalOptions {
 
 /**
  * A persistent shell: one bash process reading commands on stdin, so `cd` and `export` carry over. Each command
- * runs as `{ command } </dev/null` (it never reads the agent's pipe) followed by a marker line carrying `$?` and
- * `$PWD`. A command past its timeout is stopped with the shell and every process below it; the next command starts
- * a new shell in the last working directory.
+ * runs as the body of a shell function called with `</dev/null` (it never reads the agent's pipe), followed by a
+ * marker line carrying `$?` and `$PWD`. A command past its timeout is stopped and the shell kept: the processes it
+ * started are killed (those running before it, such as a server started in the background earlier, are left
+ * alone) and a SIGINT makes the shell's trap return from the function, so the rest of the command does not run and
+ * exported variables and the working directory stay. A shell that does not come back from that (or a non-bash
+ * shell) is killed with every process below it; the next command starts a new shell in the last working directory.
  */
 export class Terminal {
   readonly #o: TerminalOptions;
@@ -313,9 +318,22 @@ export class Terminal {
       if (this.#child === child) this.#child = undefined;
       this.#onData?.();
     });
-    child.stdin?.write("exec 2>&1\n");
+    // A no-op INT handler at the top (not an ignored INT: commands would inherit that and ignore ^C themselves).
+    child.stdin?.write(`exec 2>&1\n${this.#bash ? "trap : INT\n" : ""}`);
     this.#child = child;
     return child;
+  }
+
+  get #bash(): boolean {
+    return this.#o.shell.endsWith("bash");
+  }
+
+  /** The shell's direct children now. */
+  #childrenOf(pid: number | undefined): number[] {
+    if (pid === undefined) return [];
+    return listProcesses()
+      .filter((p) => p.ppid === pid)
+      .map((p) => p.pid);
   }
 
   /** Runs a TerminalAction; answers a TerminalObservation. Calls are serialised. */
@@ -372,7 +390,16 @@ export class Terminal {
     this.#out = "";
     this.#dropped = 0;
     const markerLine = new RegExp(`\\n?${marker}(-?\\d+):(.*)\\n`);
-    child.stdin?.write(`{\n${command}\n} </dev/null\nprintf '\\n${marker}%s:%s\\n' "$?" "$PWD"\n`);
+    const before = new Set(this.#childrenOf(child.pid));
+    const printMarker = `printf '\\n${marker}%s:%s\\n' "$__oh_rc" "$PWD"\n`;
+    child.stdin?.write(
+      this.#bash
+        ? // Defined through eval: a command that does not parse is an error of eval (status 2), where bash reading
+          // its script from stdin would exit.
+          `if eval ${shellQuote(`__oh_cmd() {\n${command}\n}`)}; then\ntrap 'trap : INT; return 130' INT\n` +
+            `__oh_cmd </dev/null\n__oh_rc=$?\ntrap : INT\nelse __oh_rc=2; fi\n${printMarker}`
+        : `{\n${command}\n} </dev/null\n__oh_rc=$?\n${printMarker}`,
+    );
 
     let timedOut = false;
     const result = await new Promise<{ output: string; exitCode: number | null; restarted: boolean }>(
@@ -391,13 +418,21 @@ export class Terminal {
             done({ output: this.#out, exitCode: null, restarted: true });
           }
         };
-        const timer = setTimeout(() => {
-          // Stop the command with the whole shell (a list's later commands would otherwise go on); the next command
-          // gets a new shell in the same directory.
+        let timer = setTimeout(() => {
+          timedOut = true;
+          if (this.#bash && child.pid !== undefined) {
+            // The shell's trap runs once its foreground process is gone: it returns from the command's function.
+            signal(child.pid, "SIGINT");
+            for (const pid of this.#childrenOf(child.pid)) if (!before.has(pid)) killTree(pid);
+            timer = setTimeout(giveUp, SHELL_RECOVERY_MS);
+          } else giveUp();
+        }, timeoutSeconds * 1000);
+        const giveUp = (): void => {
+          // Stop the command with the whole shell; the next command gets a new shell in the same directory.
           timedOut = true;
           this.#kill();
           done({ output: this.#out, exitCode: null, restarted: true });
-        }, timeoutSeconds * 1000);
+        };
         this.#onData();
       },
     );
@@ -413,7 +448,11 @@ export class Terminal {
       output = `${output.slice(0, half)}\n[... ${dropped} characters of output cut ...]\n${output.slice(half)}`;
     }
     let suffix = "";
-    if (timedOut)
+    if (timedOut && !result.restarted)
+      suffix =
+        `\n[The command was stopped after ${timeoutSeconds} seconds (its timeout). The shell session goes on in ` +
+        `${this.#cwd}; processes started before the command still run.]`;
+    else if (timedOut)
       suffix =
         `\n[The command was stopped after ${timeoutSeconds} seconds (its timeout). The next command runs in a new ` +
         `shell session in ${this.#cwd}: exported variables are reset.]`;
@@ -439,6 +478,12 @@ export class Terminal {
   }
 }
 
+/** A single-quoted shell word holding `s` as it is. */
+const shellQuote = (s: string): string => `'${s.replaceAll("'", "'\\''")}'`;
+
+/** After a timed-out command's processes are killed, how long the shell has to come back before it is killed too. */
+const SHELL_RECOVERY_MS = 2000;
+
 const SNIPPET_LINES = 4;
 /** Contents larger than this are left out of a FileEditorObservation (null), so an event stays small. */
 const MAX_EVENT_CONTENT_CHARS = 256 * 1024;
@@ -446,14 +491,24 @@ const small = (s: string | null): string | null =>
   s !== null && s.length > MAX_EVENT_CONTENT_CHARS ? null : s;
 const MAX_VIEW_CHARS = 100_000;
 
-/** The SDK's file editor, on the real file system. Keeps each file's previous contents for undo_edit. */
+/**
+ * The SDK's file editor, on the real file system. Keeps each file's previous contents for undo_edit. `mapPath`
+ * turns an absolute path as the model wrote it into the file to open (the agent maps the reference image's
+ * `/workspace/...` layout into a workspace that lies elsewhere); the observation keeps the path as written.
+ */
 export class FileEditor {
   readonly #history = new Map<string, string[]>();
+  readonly #mapPath: (path: string) => string;
+
+  constructor(mapPath: (path: string) => string = (p) => p) {
+    this.#mapPath = mapPath;
+  }
 
   execute(action: Json): Json {
     const command = action.command as string;
-    const path = action.path as string;
-    const base = { kind: "FileEditorObservation", command, path };
+    const given = action.path as string;
+    const path = isAbsolute(given) ? this.#mapPath(given) : given;
+    const base = { kind: "FileEditorObservation", command, path: given };
     const fail = (message: string): Json => ({
       ...base,
       content: text(message),

@@ -165,13 +165,16 @@ async function gitChanges(dir: string): Promise<{ status: string; path: string }
   return all;
 }
 
-/** The SDK's git diff of one file: its content now and at the base (null where it does not exist). */
-async function gitDiff(file: string): Promise<{ modified: string | null; original: string | null }> {
+/**
+ * The SDK's git diff of one file: its content now (null when it no longer exists) and at the base ("" when it is not
+ * there, or the repository has no commit, as the SDK answers).
+ */
+async function gitDiff(file: string): Promise<{ modified: string | null; original: string }> {
   let modified: string | null = null;
   if (existsSync(file) && statSync(file).isFile() && statSync(file).size <= MAX_DIFF_FILE_BYTES)
     modified = readFileSync(file, "utf8");
   const root = await repoRoot(existsSync(file) ? dirname(file) : nearestDir(file));
-  let original: string | null = null;
+  let original = "";
   if (root !== null) {
     const ref = await baseRef(root);
     if (ref !== EMPTY_TREE) {

@@ -24,6 +24,8 @@ export interface FakeLlm {
   /** The base URL to give as `base_url` (ends in /v1). */
   url: string;
   requests: FakeRequest[];
+  /** performance.now() when each answer (a completion or an error status) was written, in order. */
+  answeredAt: number[];
   /** Appends replies to the script. */
   script(...replies: FakeReply[]): void;
   /** Resolves once `n` requests have arrived. */
@@ -34,6 +36,7 @@ export interface FakeLlm {
 export async function startFakeLlm(): Promise<FakeLlm> {
   const queue: FakeReply[] = [];
   const requests: FakeRequest[] = [];
+  const answeredAt: number[] = [];
   const waiters: (() => void)[] = [];
   let counter = 0;
   const server: Server = createServer((req, res) => {
@@ -57,6 +60,7 @@ export async function startFakeLlm(): Promise<FakeLlm> {
             .end(
               JSON.stringify({ error: { message: reply.error ?? `scripted ${reply.status}`, type: "fake" } }),
             );
+          answeredAt.push(performance.now());
           return;
         }
         counter++;
@@ -88,6 +92,7 @@ export async function startFakeLlm(): Promise<FakeLlm> {
             usage: { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 },
           }),
         );
+        answeredAt.push(performance.now());
       };
       if (reply.delayMs) setTimeout(send, reply.delayMs);
       else send();
@@ -99,6 +104,7 @@ export async function startFakeLlm(): Promise<FakeLlm> {
   return {
     url: `http://127.0.0.1:${address.port}/v1`,
     requests,
+    answeredAt,
     script: (...replies) => {
       queue.push(...replies);
     },

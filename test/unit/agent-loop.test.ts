@@ -394,22 +394,85 @@ describe("agent loop: confirmation", () => {
 });
 
 describe("agent loop: pause and run", () => {
-  it("pauses during a model call, refuses a second run while running, and runs on", async () => {
-    llm.script({ hang: true });
+  it("pauses during a model call at once, keeps the answer, runs its actions on resume; a second run while running is 409", async () => {
+    const before = llm.requests.length;
+    llm.script(
+      { toolCalls: [{ name: "terminal", arguments: { command: "echo kept-answer" } }], delayMs: 400 },
+      { content: "Resumed and done." },
+    );
     const id = await startConversation({}, "think long");
     const socket = new Socket(id);
     await socket.untilStatus("running");
-    const before = llm.requests.length;
-    await llm.waitForRequests(before > 0 ? before : 1);
+    await llm.waitForRequests(before + 1);
     expect((await call("POST", `/api/conversations/${id}/run`)).status).toBe(409);
+    const paused = socket.events.length;
     expect((await call("POST", `/api/conversations/${id}/pause`)).json).toEqual({ success: true });
+    // Paused at once (the UI shows it), with the model call still in flight.
+    await socket.untilStatus("paused", paused);
+    expect(kinds(socket.events.slice(paused))).toEqual(["PauseEvent", "state:paused"]);
+    // A second pause changes nothing.
+    await call("POST", `/api/conversations/${id}/pause`);
+    // The answer arrives: its action is shown, not run, and nothing more is asked of the model.
+    await socket.until((es) => es.some((e) => e.kind === "ActionEvent"));
+    await new Promise((r) => setTimeout(r, 300));
+    expect(kinds(socket.events.slice(paused))).toEqual(["PauseEvent", "state:paused", "ActionEvent"]);
+    expect(llm.requests.length).toBe(before + 1);
+    const mark = socket.events.length;
+    expect((await call("POST", `/api/conversations/${id}/run`)).json).toEqual({ success: true });
+    await socket.untilStatus("finished", mark);
+    expect(kinds(socket.events.slice(mark))).toEqual([
+      "state:running",
+      "ObservationEvent",
+      "MessageEvent",
+      "state:finished",
+    ]);
+    const observation = socket.events.find((e) => e.kind === "ObservationEvent");
+    expect(JSON.stringify(observation?.observation)).toContain("kept-answer");
+    // The model saw the kept call and its result, then answered.
+    const last = llm.requests.at(-1)?.body.messages ?? [];
+    expect(last.map((m) => m.role).slice(-3)).toEqual(["user", "assistant", "tool"]);
+    socket.close();
+  });
+
+  it("a run while the paused call is still in flight just goes on", async () => {
+    const before = llm.requests.length;
+    llm.script({ content: "Went on.", delayMs: 400 });
+    const id = await startConversation({}, "go on");
+    const socket = new Socket(id);
+    await llm.waitForRequests(before + 1);
+    await call("POST", `/api/conversations/${id}/pause`);
     await socket.untilStatus("paused");
-    expect(kinds(socket.events)).toContain("PauseEvent");
-    llm.script({ content: "Resumed and done." });
     const mark = socket.events.length;
     expect((await call("POST", `/api/conversations/${id}/run`)).json).toEqual({ success: true });
     await socket.untilStatus("finished", mark);
     expect(kinds(socket.events.slice(mark))).toEqual(["state:running", "MessageEvent", "state:finished"]);
+    expect(llm.requests.length).toBe(before + 1);
+    socket.close();
+  });
+
+  it("in confirmation mode, actions kept by a pause still wait for the user's answer", async () => {
+    llm.script(
+      { toolCalls: [{ name: "terminal", arguments: { command: "echo confirmed" } }], delayMs: 300 },
+      { content: "ok" },
+    );
+    const before = llm.requests.length;
+    const id = await startConversation({ confirmation_policy: { kind: "AlwaysConfirm" } }, "careful");
+    const socket = new Socket(id);
+    await llm.waitForRequests(before + 1);
+    await call("POST", `/api/conversations/${id}/pause`);
+    await socket.until((es) => es.some((e) => e.kind === "ActionEvent"));
+    const mark = socket.events.length;
+    await call("POST", `/api/conversations/${id}/run`);
+    await socket.untilStatus("waiting_for_confirmation", mark);
+    expect(kinds(socket.events.slice(mark))).toEqual(["state:running", "state:waiting_for_confirmation"]);
+    await call("POST", `/api/conversations/${id}/events/respond_to_confirmation`, { accept: true });
+    await socket.untilStatus("finished", mark);
+    expect(kinds(socket.events.slice(mark)).slice(2)).toEqual([
+      "state:running",
+      "ObservationEvent",
+      "MessageEvent",
+      "state:finished",
+    ]);
     socket.close();
   });
 });
@@ -542,6 +605,56 @@ describe("agent loop: working directory", () => {
       socket.close();
     }
   });
+
+  it("takes the file editor's /workspace/project paths (the reference image's layout) as paths in the workspace", async () => {
+    // Found with the real UI: a model writing /workspace/project/x got EACCES on the process runtime, and the
+    // UI's Changes panel (which asks for /workspace/project) could never show the file.
+    llm.script(
+      {
+        toolCalls: [
+          {
+            name: "file_editor",
+            arguments: { command: "create", path: "/workspace/project/mapped.txt", file_text: "mapped\n" },
+          },
+        ],
+      },
+      {
+        toolCalls: [
+          {
+            name: "file_editor",
+            arguments: {
+              command: "str_replace",
+              path: "/workspace/mapped.txt",
+              old_str: "mapped",
+              new_str: "edited",
+            },
+          },
+        ],
+      },
+      { content: "done" },
+    );
+    const id = await startConversation({}, "write mapped.txt");
+    const socket = new Socket(id);
+    const events = await socket.untilStatus("finished");
+    const observations = events
+      .filter((e) => e.kind === "ObservationEvent")
+      .map((e) => e.observation as Record<string, unknown>);
+    expect(observations).toMatchObject([
+      { kind: "FileEditorObservation", path: "/workspace/project/mapped.txt", is_error: false },
+      {
+        kind: "FileEditorObservation",
+        path: "/workspace/mapped.txt",
+        is_error: false,
+        new_content: "edited\n",
+      },
+    ]);
+    expect(readFileSync(join(workspace, "mapped.txt"), "utf8")).toBe("edited\n");
+    // The system prompt tells the model where such paths are (uploads are named /workspace/<name> in the chat).
+    const system = llm.requests.at(-1)?.body.messages[0];
+    expect(system?.role).toBe("system");
+    expect(String(system?.content)).toContain(`/workspace/a both mean ${workspace}/a`);
+    socket.close();
+  });
 });
 
 describe("agent server: conversation routes the UI calls", () => {
@@ -601,6 +714,11 @@ describe("agent server: conversation routes the UI calls", () => {
     expect(below.json).toContainEqual({ status: "UPDATED", path: "repo/a.txt" });
     const diff = await call("GET", `/api/git/diff/${encodeURIComponent(join(repo, "a.txt"))}`);
     expect(diff.json).toEqual({ modified: "two\n", original: "one\n" });
+    // A new file: original "" (as the SDK); a deleted one: modified null.
+    const added = await call("GET", `/api/git/diff/${encodeURIComponent(join(repo, "new.txt"))}`);
+    expect(added.json).toEqual({ modified: "new\n", original: "" });
+    const gone = await call("GET", `/api/git/diff/${encodeURIComponent(join(repo, "gone.txt"))}`);
+    expect((gone.json as { modified: unknown }).modified).toBeNull();
     expect((await call("GET", `/api/git/changes/${encodeURIComponent("/etc")}`)).status).toBe(400);
 
     const form = new FormData();
@@ -637,7 +755,7 @@ describe("agent server: conversation routes the UI calls", () => {
 describe("terminal tool", () => {
   const text = (o: Record<string, unknown>) => (o.content as { text: string }[])[0]?.text ?? "";
 
-  it("stops a command past its timeout, keeps the shell, caps long output in the middle, refuses is_input", async () => {
+  it("stops a command past its timeout and keeps the shell, caps long output in the middle, refuses is_input", async () => {
     const terminal = new Terminal({
       shell: "bash",
       cwd: workspace,
@@ -646,21 +764,47 @@ describe("terminal tool", () => {
     });
     try {
       await terminal.execute({ command: "export KEEP=kept; cd /tmp" });
-      const slow = await terminal.execute({ command: "echo start; sleep 30; echo never", timeout: 0.5 });
+      // A server started in the background before the slow command must outlive its timeout.
+      await terminal.execute({ command: "sleep 300 & echo $! > /tmp/agent-loop-bg-$$.pid" });
+      const bg = Number.parseInt(
+        text(
+          await terminal.execute({ command: "cat /tmp/agent-loop-bg-$$.pid; rm /tmp/agent-loop-bg-$$.pid" }),
+        ),
+        10,
+      );
+      const slow = await terminal.execute({
+        command: "echo start; sleep 40 & echo $! > started.pid; sleep 30; echo never",
+        timeout: 0.5,
+      });
       expect(slow).toMatchObject({
         kind: "TerminalObservation",
         exit_code: -1,
         timeout: true,
         is_error: true,
       });
-      expect(text(slow)).toMatch(/^start\n[\s\S]*stopped after 0.5 seconds/);
+      expect(text(slow)).toMatch(/^start\n[\s\S]*stopped after 0.5 seconds[\s\S]*shell session goes on/);
       expect(text(slow)).not.toContain("never");
       const after = await terminal.execute({ command: "echo keep=$KEEP; pwd" });
-      // A new shell, in the same directory.
-      expect(text(after)).toMatch(/^keep=\n\/tmp\n/);
-      await terminal.execute({ command: "export KEEP=kept" });
-      expect(text(await terminal.execute({ command: "echo $KEEP" }))).toMatch(/^kept\n/);
+      // The same shell: the exported variable and the directory stay.
+      expect(text(after)).toMatch(/^keep=kept\n\/tmp\n/);
       expect(after).toMatchObject({ exit_code: 0, metadata: { working_dir: "/tmp", exit_code: 0 } });
+      // The command's own background process is gone; the one from before runs on.
+      const startedPid = Number.parseInt(
+        text(await terminal.execute({ command: "cat started.pid; rm started.pid" })),
+        10,
+      );
+      expect(() => process.kill(startedPid, 0)).toThrow();
+      expect(process.kill(bg, 0)).toBe(true);
+      process.kill(bg, "SIGKILL");
+      // A command that does not parse runs nothing (not the previous command again).
+      const broken = await terminal.execute({ command: "echo partial; if then" });
+      expect(text(broken)).not.toContain("keep=");
+      expect(text(broken)).toMatch(/syntax error/);
+      expect(text(await terminal.execute({ command: "echo $KEEP" }))).toMatch(/^kept\n/);
+      // A timed-out busy loop in the shell itself (no child process) stops too.
+      const busy = await terminal.execute({ command: "while :; do :; done", timeout: 0.5 });
+      expect(busy).toMatchObject({ timeout: true, exit_code: -1 });
+      expect(text(await terminal.execute({ command: "echo $KEEP" }))).toMatch(/^kept\n/);
       const long = await terminal.execute({ command: "seq 1 20000" });
       const out = text(long);
       expect(out.startsWith("1\n2\n")).toBe(true);
