@@ -200,6 +200,45 @@ export async function settingsThroughput(bench: Bench): Promise<Row[]> {
         "req/s",
       );
       rows.push(ratioRow("connect", "Connect JSON GetSettings", alt, "bare connect-node", 0.9, "req/s"));
+      // The same call with CONNECT_FAST_PATH=false (every call on connect-node's handler, src/rpc/connect-handler.ts),
+      // on a second service, against the same baseline in the same run.
+      const nodeService = await bench.startService("service-connect-node", ["--connect-fast-path", "off"]);
+      try {
+        const f = nodeService.info;
+        const seeded = await request(
+          `http://127.0.0.1:${f.port}`,
+          f.key,
+          "POST",
+          "/api/settings",
+          SETTINGS_BODY,
+        );
+        if (seeded.status !== 200)
+          throw new Error(`seeding settings failed: ${seeded.status} ${seeded.text}`);
+        const nodeAlt = await bench.alternate(
+          "connect-node-only",
+          {
+            pid: nodeService.pid,
+            load: bench.httpLoad({
+              ...connectConfig(f.port),
+              headers: { "x-session-api-key": f.key, "content-type": "application/json" },
+            }),
+          },
+          { pid: bareConnect.pid, load: bench.httpLoad(connectConfig(bareConnect.info.port)) },
+          "req/s",
+        );
+        rows.push(
+          ratioRow(
+            "connect",
+            "Connect JSON GetSettings, CONNECT_FAST_PATH=false (every call on connect-node)",
+            nodeAlt,
+            "bare connect-node",
+            0.9,
+            "req/s",
+          ),
+        );
+      } finally {
+        await bench.stop(nodeService);
+      }
       rows.push({
         bench: "rss",
         what: "server RSS under the Connect load (peak; after the REST loads)",

@@ -9,6 +9,8 @@
 //                       default, SANDBOX_WARM_AGENTS); 0 measures cold starts
 //   --docker-image I    sandboxes on the Docker runtime (engine of DOCKER_HOST, --network host) with the default
 //                       spec of that image (the agent-server's), instead of the process runtime
+//   --connect-fast-path on|off  the everyday Connect unary call on the hand-written path (src/rpc/connect-unary.ts;
+//                       default on, as CONNECT_FAST_PATH) or, off, every Connect call on connect-node's handler
 //   --log-level L       Fastify/pino level as in production (default info), written to a file in the temporary
 //                       folder through the production log destination (src/server/log-destination.ts), as the
 //                       server writes to stdout; "silent" turns it off
@@ -37,6 +39,7 @@ const { values } = parseArgs({
     "log-level": { type: "string", default: "info" },
     "warm-agents": { type: "string", default: String(DEFAULT_WARM_AGENTS) },
     "docker-image": { type: "string" },
+    "connect-fast-path": { type: "string", default: "on" },
   },
 });
 const USER = "bench-user";
@@ -82,6 +85,7 @@ const app = await buildApp({
   },
   // The sandbox benchmarks keep 50 paused sandboxes of the one bench user.
   maxSandboxesPerUser: 100,
+  connectFastPath: values["connect-fast-path"] !== "off",
   logger:
     level === "silent"
       ? false
