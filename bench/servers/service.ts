@@ -10,7 +10,7 @@
 //   --docker-image I    sandboxes on the Docker runtime (engine of DOCKER_HOST, --network host) with the default
 //                       spec of that image (the agent-server's), instead of the process runtime
 //   --connect-fast-path on|off  the everyday Connect unary call on the hand-written path (src/rpc/connect-unary.ts;
-//                       default on, as CONNECT_FAST_PATH) or, off, every Connect call on connect-node's handler
+//                       default on, as the server runs) or, off, every Connect call on connect-node's handler
 //   --log-level L       Fastify/pino level as in production (default info), written to a file in the temporary
 //                       folder through the production log destination (src/server/log-destination.ts), as the
 //                       server writes to stdout; "silent" turns it off

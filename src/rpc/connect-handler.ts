@@ -40,7 +40,7 @@ export interface ConnectHandlerOptions {
   shutdownSignal: AbortSignal;
   /**
    * The everyday Connect unary call on the hand-written path of connect-unary.ts instead of connect-node
-   * (CONNECT_FAST_PATH; default true).
+   * (default true; AppDeps.connectFastPath).
    */
   fastPath?: boolean;
 }

@@ -59,7 +59,7 @@ export function unaryMethod(method: DescMethod, impl: Record<string, unknown>): 
  * The everyday Connect unary call — POST, `application/json` or `application/proto`, a Content-Length within the
  * limit, no request compression, no Connect-Timeout-Ms — served straight to the service implementation;
  * `fastConnectUnary` answers false for every other request, which then goes to connect-node's handler
- * (src/rpc/connect-handler.ts). On by default; CONNECT_FAST_PATH=false sends every call to connect-node.
+ * (src/rpc/connect-handler.ts). On by default; `buildApp({ connectFastPath: false })` sends every call to connect-node.
  *
  * What it earns: connect-node's universal handler (fetch-style Headers, URL parsing, linked AbortControllers
  * aborted with a DOMException on every call, async-iterable bodies, the interceptor chain) costs several times a

@@ -93,8 +93,6 @@ export interface Config {
   readonly sandboxRoot: string;
   /** Server processes sharing the ports (node:cluster, src/server/cluster.ts); 1: this process alone. */
   readonly workers: number;
-  /** The everyday Connect unary call on the hand-written path (src/rpc/connect-unary.ts); false: all on connect-node. */
-  readonly connectFastPath: boolean;
   /** What one user may store and what sandboxes may post (docs/quotas.md). */
   readonly quotas: {
     readonly userData: {
@@ -144,10 +142,6 @@ export const ENV_DOC: readonly [string, string][] = [
   ["PORT", "HTTP/1.1 port: REST, Connect, gRPC-Web (default 3000)"],
   ["GRPC_PORT", "HTTP/2 cleartext port for gRPC (default 3001)"],
   ["WORKERS", "server processes sharing PORT and GRPC_PORT, 1-64 (default 1: no cluster; docs/workers.md)"],
-  [
-    "CONNECT_FAST_PATH",
-    "everyday Connect unary calls on the hand-written path; false: every Connect call on connect-node (default true; docs/transport.md)",
-  ],
   ["DATA_DIR", "where SQLite, the key file and process sandboxes live (default ./data)"],
   ["MONGODB_URI", "use MongoDB at this URI instead of SQLite"],
   ["MONGODB_DB", "database name (default: from the URI, else agent_workspace)"],
@@ -500,7 +494,6 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     }),
     sandboxRoot: resolve(cwd, env.SANDBOX_ROOT || resolve(dataDir, "sandboxes")),
     workers: int("WORKERS", 1, 1, 64),
-    connectFastPath: flag("CONNECT_FAST_PATH", true),
     sandboxUidLockDir: resolve(cwd, env.SANDBOX_UID_LOCK_DIR || "/var/lib/agent-workspace/sandbox-uids"),
     quotas: Object.freeze({
       userData: Object.freeze({

@@ -55,7 +55,7 @@ export interface HttpServerOptions {
   admin?: AdminOptions;
   /**
    * The everyday Connect unary call on the hand-written path of src/rpc/connect-unary.ts (default true); false:
-   * every Connect request on connect-node's handler (CONNECT_FAST_PATH).
+   * every Connect request on connect-node's handler (AppDeps.connectFastPath).
    */
   connectFastPath?: boolean;
 }

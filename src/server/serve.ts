@@ -71,7 +71,6 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     conversations: { localRepositoryRoots: config.localRepositoryRoots },
     admin: config.admin,
     quotas: config.quotas,
-    connectFastPath: config.connectFastPath,
     ...(config.webhookBaseUrl === undefined ? {} : { webhookBaseUrl: config.webhookBaseUrl }),
   });
   const log = app.http.log;

@@ -556,7 +556,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
         readOnly.push(...agentFiles);
         if (compileCacheDir) {
           mkdirSync(compileCacheDir, { recursive: true });
-          // Shared by every sandbox, so isolated ones only read it; the server fills it (see warmCompileCache).
+          // Shared by every sandbox, so isolated ones only read it; the server fills it (see CompileCache.warm).
           if (isolated) {
             readOnly.push(compileCacheDir);
             compileCache.warm(compileCacheDir);
