@@ -9,7 +9,6 @@ import {
   mkdirSync,
   openSync,
   readFileSync,
-  readlinkSync,
   rmSync,
   writeFileSync,
 } from "node:fs";
@@ -44,6 +43,7 @@ import {
   type SandboxUser,
 } from "./bwrap.ts";
 import { CompileCache } from "./compile-cache.ts";
+import { type ProcessHandleData, ProcessTable, parseHandleData } from "./process-table.ts";
 import { setUpLimits } from "./runtime-limits.ts";
 import { limitedArgv, type SandboxLimits } from "./sandbox-limits.ts";
 import { stopSandboxProcesses } from "./sandbox-processes.ts";
@@ -166,22 +166,6 @@ export interface ProcessRuntime extends SandboxRuntime {
 }
 
 /** What the runtime stores in {@link RuntimeHandle.data}: enough to recognise the process after a restart. */
-interface ProcessHandleData {
-  pid: number;
-  /** The process group (the sandbox leads its own group: pgid = pid). */
-  pgid: number;
-  port: number;
-  workspace: string;
-  /** Start time of the pid in clock ticks after boot (/proc/<pid>/stat field 22): detects pid reuse. */
-  startTimeTicks: number;
-  /** How it runs: under bwrap as uid `uid` (absent: a plain child process of the server's user). */
-  isolation?: "bwrap";
-  uid?: number;
-  /** The sandbox id, when the workspace folder has another name (a sandbox started from a warm agent). */
-  sandboxId?: string;
-}
-
-/** A warm agent as this runtime keeps it: its process and the stdin its claim is written to. */
 interface WarmChild extends WarmAgent {
   own: OwnChild;
   stdin: Writable;
@@ -233,8 +217,6 @@ const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/b
 const DEFAULT_UID_BASE = 1_000_000_000;
 const DEFAULT_UID_COUNT = 65_536;
 const DEFAULT_UID_LOCK_DIR = "/var/lib/agent-workspace/sandbox-uids";
-/** How long pause/resume wait for the kernel to report the new state of the group leader. */
-const SIGNAL_SETTLE_MS = 200;
 
 /**
  * Sandboxes as local child processes: one process group and one workspace folder per sandbox.
@@ -276,7 +258,6 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
   const healthPollMs = options.healthPollMs ?? 5;
   const probeTimeoutMs = options.probeTimeoutMs ?? 1000;
   const log = options.log ?? (() => {});
-  const children = new Map<number, OwnChild>();
 
   const uidBase = options.uidBase ?? DEFAULT_UID_BASE;
   const asRoot = runningAsRoot();
@@ -290,6 +271,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     if (typeof tools === "string") throw new Error(tools);
     return tools;
   };
+  const procs = new ProcessTable<OwnChild>(workspaceRoot, typeof tools === "string" ? null : tools.bwrap);
   const isolation = decideIsolation(options.isolation ?? "auto", () =>
     typeof tools === "string"
       ? tools
@@ -383,94 +365,12 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
   };
 
   /** The child entry for this handle if this instance spawned exactly that process. */
-  const ownChild = (data: ProcessHandleData): OwnChild | undefined => {
-    const own = children.get(data.pid);
-    return own && own.startTimeTicks === data.startTimeTicks ? own : undefined;
-  };
-
-  /** The live process behind the handle, or null when it is gone or the pid now belongs to another process. */
-  const liveProcess = (data: ProcessHandleData): ProcStat | null => {
-    if (ownChild(data)?.exit) return null;
-    const stat = readProcStat(data.pid);
-    return stat && stat.startTime === data.startTimeTicks ? stat : null;
-  };
-
-  const workspaceOf = (data: ProcessHandleData): string | null => {
-    // The path comes from stored data: only ever delete a direct child of the workspace root.
-    const rel = relative(workspaceRoot, resolve(data.workspace));
-    return rel !== "" && !rel.includes("/") && !isAbsolute(rel) && WORKSPACE_FOLDER.test(rel)
-      ? join(workspaceRoot, rel)
-      : null;
-  };
-
-  /** True when the process runs the bwrap binary (a monitor of a sandbox's namespaces). */
-  const isBwrapMonitor = (pid: number): boolean => {
-    if (typeof tools === "string") return false;
-    try {
-      return readlinkSync(`/proc/${pid}/exe`) === tools.bwrap;
-    } catch {
-      return false;
-    }
-  };
-
-  /** Signals the sandbox's group and every descendant outside it. */
-  const signalSandbox = (data: ProcessHandleData, sig: NodeJS.Signals): void => {
-    signal(-data.pgid, sig);
-    for (const pid of descendantsOf(data.pid)) signal(pid, sig);
-  };
-
-  /**
-   * Waits until the leader and every descendant satisfy `done` (or are gone), at most SIGNAL_SETTLE_MS: a signal
-   * to a process running on another CPU takes effect asynchronously, so "paused" is only reported once it is.
-   */
-  const settle = async (data: ProcessHandleData, done: (state: string) => boolean): Promise<void> => {
-    const deadline = Date.now() + SIGNAL_SETTLE_MS;
-    const settled = (state: string | undefined) =>
-      state === undefined || state === "Z" || state === "X" || done(state);
-    for (;;) {
-      const stat = liveProcess(data);
-      if (!stat) return;
-      if (settled(stat.state) && descendantsOf(data.pid).every((pid) => settled(readProcStat(pid)?.state)))
-        return;
-      if (Date.now() >= deadline) return;
-      await sleep(1);
-    }
-  };
-
-  const requireLive = (handle: RuntimeHandle): ProcessHandleData => {
-    const data = parseHandleData(handle.data);
-    const stat = data && liveProcess(data);
-    if (!data || !stat || stat.state === "Z" || stat.state === "X") {
-      throw failedPrecondition("the sandbox process is not running");
-    }
-    return data;
-  };
-
-  /**
-   * True once the leader is gone: for our own child, once its exit was seen (so that it is reaped, not a zombie
-   * still visible in /proc); for another's, when it vanished, was reused, or is a zombie its parent has not reaped.
-   */
-  const leaderGone = (data: ProcessHandleData): boolean => {
-    const own = ownChild(data);
-    if (own) return own.exit !== null;
-    const stat = liveProcess(data);
-    return stat === null || stat.state === "Z" || stat.state === "X";
-  };
-
-  const waitLeaderGone = async (data: ProcessHandleData, timeoutMs: number): Promise<boolean> => {
-    const deadline = Date.now() + timeoutMs;
-    while (!leaderGone(data)) {
-      if (Date.now() >= deadline) return false;
-      await sleep(5);
-    }
-    return true;
-  };
-
   /** Stops the processes that carry the workspace folder `folder`, removes it and its log; how many it stopped. */
   const removeFolder = async (folder: string): Promise<number> => {
     const workspace = join(workspaceRoot, folder);
     const stopped = await stopSandboxProcesses(workspace, stopGraceMs);
-    for (const [pid, own] of children) if (own.handle.data.workspace === workspace) children.delete(pid);
+    for (const [pid, own] of procs.children)
+      if (own.handle.data.workspace === workspace) procs.children.delete(pid);
     removeWorkspace(folder);
     rmSync(join(logDir, `${folder}.log`), { force: true });
     return stopped;
@@ -635,7 +535,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       exit: null,
       exited: exited.promise,
     };
-    children.set(pid, own);
+    procs.children.set(pid, own);
     child.once("exit", (code, sig) => {
       own.exit = { code, signal: sig };
       exited.resolve();
@@ -753,7 +653,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       if (!data) return false;
       const healthy = await pollAlive(handle.agentUrl, timeoutMs, {
         intervalMs: healthPollMs,
-        gaveUp: () => leaderGone(data),
+        gaveUp: () => procs.leaderGone(data),
       });
       // A claimed warm agent is serving: now its replacement may start (see WarmPool.take).
       if (data.sandboxId !== undefined) warm?.refillSoon();
@@ -763,7 +663,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     async inspect(handle: RuntimeHandle, options?: { probe?: boolean }): Promise<RuntimeState> {
       const data = parseHandleData(handle.data);
       if (!data) return "missing";
-      const own = ownChild(data);
+      const own = procs.own(data);
       let stat = own?.exit ? null : readProcStat(data.pid);
       if (own && !own.exit && stat?.state === "Z") {
         // Our child died and is about to be reaped: wait for its exit status to tell a crash from a clean exit.
@@ -782,22 +682,22 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     },
 
     async pause(handle: RuntimeHandle): Promise<void> {
-      const data = requireLive(handle);
-      signalSandbox(data, "SIGSTOP");
-      await settle(data, (state) => state === "T" || state === "t");
+      const data = procs.requireLive(handle);
+      procs.signal(data, "SIGSTOP");
+      await procs.settle(data, (state) => state === "T" || state === "t");
     },
 
     async resume(handle: RuntimeHandle): Promise<RuntimeHandle> {
-      const data = requireLive(handle);
-      signalSandbox(data, "SIGCONT");
-      await settle(data, (state) => state !== "T" && state !== "t");
+      const data = procs.requireLive(handle);
+      procs.signal(data, "SIGCONT");
+      await procs.settle(data, (state) => state !== "T" && state !== "t");
       return handle;
     },
 
     async remove(handle: RuntimeHandle): Promise<void> {
       const data = parseHandleData(handle.data);
       if (!data) return;
-      if (liveProcess(data)) {
+      if (procs.live(data)) {
         // Remember the descendants (with their start times) now: they are re-parented once the leader exits.
         const descendants = descendantsOf(data.pid)
           .map((pid) => readProcStat(pid))
@@ -810,25 +710,28 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
         // SIGTERM would kill at once (the exit handler then SIGKILLs the rest): only the processes they run get
         // SIGTERM, and the monitors end when those have.
         if (data.isolation !== "bwrap") signal(-data.pgid, "SIGTERM");
-        signalDescendants("SIGTERM", data.isolation === "bwrap" ? isBwrapMonitor : undefined);
+        signalDescendants(
+          "SIGTERM",
+          data.isolation === "bwrap" ? (pid: number) => procs.isBwrapMonitor(pid) : undefined,
+        );
         signal(-data.pgid, "SIGCONT");
         signalDescendants("SIGCONT");
-        const graceful = await waitLeaderGone(data, stopGraceMs);
+        const graceful = await procs.waitLeaderGone(data, stopGraceMs);
         // A group id is not reused while the group has members, so members left behind are still ours.
         if (!graceful || signal(-data.pgid, 0)) signal(-data.pgid, "SIGKILL");
         signalDescendants("SIGKILL");
-        if (!graceful) await waitLeaderGone(data, 1000);
+        if (!graceful) await procs.waitLeaderGone(data, 1000);
         log("sandbox process removed", { pid: data.pid, graceful });
       }
-      const workspace = workspaceOf(data);
+      const workspace = procs.workspaceOf(data);
       if (workspace) {
         const folder = relative(workspaceRoot, workspace);
         removeWorkspace(folder);
         rmSync(join(logDir, `${folder}.log`), { force: true });
       }
       if (data.sandboxId) forgetClaim(workspaceRoot, data.sandboxId);
-      const own = ownChild(data);
-      if (own) children.delete(data.pid);
+      const own = procs.own(data);
+      if (own) procs.children.delete(data.pid);
     },
 
     async removeBySandboxId(sandboxId: string): Promise<number> {
@@ -861,7 +764,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
 
     failureReason(handle: RuntimeHandle): string | null {
       const data = parseHandleData(handle.data);
-      const workspace = data && workspaceOf(data);
+      const workspace = data && procs.workspaceOf(data);
       if (!workspace) return null;
       const folder = relative(workspaceRoot, workspace);
       const stopped = diskStops.get(folder);
@@ -874,7 +777,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       if (diskWatch) clearInterval(diskWatch);
       if (leftoverTimer !== null) clearInterval(leftoverTimer);
       await Promise.all([warm?.close(), sweeping]);
-      await Promise.all([...children.values()].map((own) => runtime.remove(own.handle)));
+      await Promise.all([...procs.children.values()].map((own) => runtime.remove(own.handle)));
       cgroups?.release();
     },
   };
@@ -888,7 +791,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
         if (measuring) return;
         measuring = true;
         try {
-          for (const own of [...children.values()]) {
+          for (const own of [...procs.children.values()]) {
             const data = parseHandleData(own.handle.data);
             if (own.exit || !data) continue;
             const folder = relative(workspaceRoot, data.workspace);
@@ -928,34 +831,6 @@ function decideIsolation(setting: IsolationSetting, probe: () => string | null):
 }
 
 /** Validates stored handle data; null when it is not what this runtime wrote. */
-function parseHandleData(data: Record<string, unknown>): ProcessHandleData | null {
-  const { pid, pgid, port, workspace, startTimeTicks, isolation, uid, sandboxId } = data;
-  const isInt = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v) && v > 0;
-  if (
-    !isInt(pid) ||
-    !isInt(pgid) ||
-    !isInt(port) ||
-    !isInt(startTimeTicks) ||
-    typeof workspace !== "string"
-  ) {
-    return null;
-  }
-  return {
-    pid,
-    pgid,
-    port,
-    workspace,
-    startTimeTicks,
-    ...(isolation === "bwrap" && isInt(uid) ? { isolation: "bwrap" as const, uid } : {}),
-    ...(typeof sandboxId === "string" && WORKSPACE_FOLDER.test(sandboxId) ? { sandboxId } : {}),
-  };
-}
-
-/**
- * A listening loopback socket and its descriptor, to pass to the agent as fd 3; null when the descriptor cannot be
- * read (the agent then binds the port itself). Node has no public accessor for a server's descriptor, so its
- * handle's `fd` is read, and anything but a descriptor number falls back to the agent binding the port.
- */
 async function inheritableListener(
   host: string,
 ): Promise<{ server: Server; port: number; fd: number } | null> {
