@@ -21,18 +21,7 @@ import { join, resolve } from "node:path";
 import WebSocket from "ws";
 import { type FakeLlm, startFakeLlm } from "../../test/helpers/fake-llm.ts";
 import { freePort, median, percentile, rssMiB } from "../lib/bench-util.ts";
-
-/** A table row in the shape bench/run.ts prints. */
-export interface BuiltinAgentRow {
-  bench: "builtin-agent";
-  what: string;
-  ours: string;
-  baseline: string;
-  ratio: string;
-  target: string;
-  pass: boolean | null;
-  data?: unknown;
-}
+import { type Bench, log, type Row } from "../lib/harness.ts";
 
 const ROOT = resolve(import.meta.dirname, "..", "..");
 const KEY = "bench-agent-key";
@@ -161,12 +150,9 @@ async function idleFreshAgents(n: number): Promise<{ pss: number[]; private: num
 }
 
 /** Runs the scenario; `samples` conversations turns per latency (the first 3 are the warm-up). */
-export async function builtinAgentBenchmarks(options: {
-  samples: number;
-  log: (msg: string) => void;
-}): Promise<BuiltinAgentRow[]> {
-  const { log } = options;
-  const rows: BuiltinAgentRow[] = [];
+export async function builtinAgentBenchmarks(bench: Bench): Promise<Row[]> {
+  const samples = bench.quick ? 20 : 100;
+  const rows: Row[] = [];
   log("[builtin-agent] idle memory of 3 fresh agents");
   const fresh = await idleFreshAgents(3);
   const idlePss = median(fresh.pss);
@@ -192,10 +178,10 @@ export async function builtinAgentBenchmarks(options: {
     const send = (text: string): void =>
       socket.ws.send(JSON.stringify({ role: "user", content: [{ type: "text", text }] }));
 
-    log(`[builtin-agent] message → first event × ${options.samples}`);
+    log(`[builtin-agent] message → first event × ${samples}`);
     const firstEvent: number[] = [];
     const answer: number[] = [];
-    for (let i = 0; i < options.samples + 3; i++) {
+    for (let i = 0; i < samples + 3; i++) {
       llm.script({ content: "ok" });
       const mark = socket.frames.length;
       const t0 = performance.now();
@@ -211,9 +197,9 @@ export async function builtinAgentBenchmarks(options: {
       }
     }
 
-    log(`[builtin-agent] tool call → observation × ${options.samples}`);
+    log(`[builtin-agent] tool call → observation × ${samples}`);
     const observation: number[] = [];
-    for (let i = 0; i < options.samples + 3; i++) {
+    for (let i = 0; i < samples + 3; i++) {
       llm.script(
         { toolCalls: [{ name: "terminal", arguments: { command: `echo sample-${i}` } }] },
         { content: "done" },
@@ -235,7 +221,7 @@ export async function builtinAgentBenchmarks(options: {
     rows.push(
       {
         bench: "builtin-agent",
-        what: `built-in agent: user message on the websocket → first event back, p50 / p99 (n=${options.samples}; fake model answering at once)`,
+        what: `built-in agent: user message on the websocket → first event back, p50 / p99 (n=${samples}; fake model answering at once)`,
         ours: cell(firstEvent),
         baseline: `agent's answer after one model call: ${cell(answer)}`,
         ratio: "—",
@@ -245,7 +231,7 @@ export async function builtinAgentBenchmarks(options: {
       },
       {
         bench: "builtin-agent",
-        what: `built-in agent: the model's answer with a terminal call → its ObservationEvent on the websocket, p50 / p99 (n=${options.samples})`,
+        what: `built-in agent: the model's answer with a terminal call → its ObservationEvent on the websocket, p50 / p99 (n=${samples})`,
         ours: cell(observation),
         baseline: "—",
         ratio: "—",
@@ -257,7 +243,7 @@ export async function builtinAgentBenchmarks(options: {
         bench: "builtin-agent",
         what: "built-in agent: idle warm agent (no conversation yet), PSS (private; RSS), median of 3, 2 s after start",
         ours: `${fmt(idlePss)} MiB (${fmt(median(fresh.private))}; ${fmt(median(fresh.rss))} MiB)`,
-        baseline: `after ${2 * options.samples + 6} turns: ${fmt(usedPss)} MiB (${fmt(usedRss)} MiB), conversation code loaded`,
+        baseline: `after ${2 * samples + 6} turns: ${fmt(usedPss)} MiB (${fmt(usedRss)} MiB), conversation code loaded`,
         ratio: "—",
         target: `≤ ${IDLE_PSS_BEFORE_MIB} MiB PSS (the agent before its conversation side, measured here)`,
         pass: idlePss <= IDLE_PSS_BEFORE_MIB,

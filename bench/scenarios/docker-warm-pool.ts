@@ -6,27 +6,8 @@
 // sample with the pool full and its containers answering (waited for, not measured); then the memory and CPU of
 // an idle warm container from the engine's stats.
 import Docker from "dockerode";
-import { median, percentile, type ServerChild } from "../lib/bench-util.ts";
-
-/** One row of the benchmark table, as bench/run.ts prints it. */
-export interface WarmPoolRow {
-  bench: "docker-warm";
-  what: string;
-  ours: string;
-  baseline: string;
-  ratio: string;
-  target: string;
-  pass: boolean | null;
-  data?: unknown;
-}
-
-/** What the scenario needs of the runner: its service under test (bench/servers/service.ts), and its log. */
-export interface WarmPoolContext {
-  startService(name: string, args: string[]): Promise<ServerChild<{ port: number; key: string }>>;
-  stop(child: ServerChild<unknown>): Promise<void>;
-  log(msg: string): void;
-  quick: boolean;
-}
+import { median, percentile } from "../lib/bench-util.ts";
+import { type Bench, log, type Row } from "../lib/harness.ts";
 
 /** Warm containers of the pool under test: a start, and the next start while the first refill boots. */
 const POOL = 2;
@@ -177,8 +158,8 @@ async function idleCost(
 }
 
 /** The warm pool against no pool, for each image found; rows saying why where Docker or an image is missing. */
-export async function dockerWarmPool(ctx: WarmPoolContext): Promise<WarmPoolRow[]> {
-  const rows: WarmPoolRow[] = [];
+export async function dockerWarmPool(bench: Bench): Promise<Row[]> {
+  const rows: Row[] = [];
   const socket = process.env.DOCKER_HOST?.startsWith("unix://")
     ? process.env.DOCKER_HOST.slice(7)
     : undefined;
@@ -192,13 +173,13 @@ export async function dockerWarmPool(ctx: WarmPoolContext): Promise<WarmPoolRow[
       label: "built-in agent",
       variable: "WORKSPACE_TEST_DOCKER_IMAGE",
       args: ["--docker-builtin"],
-      samples: ctx.quick ? 5 : 20,
+      samples: bench.quick ? 5 : 20,
     },
     {
       label: "agent-server (stand-in, seconds of boot)",
       variable: "WORKSPACE_TEST_AGENT_SERVER_IMAGE",
       args: [],
-      samples: ctx.quick ? 3 : 8,
+      samples: bench.quick ? 3 : 8,
     },
   ];
   for (const image of images) {
@@ -216,7 +197,7 @@ export async function dockerWarmPool(ctx: WarmPoolContext): Promise<WarmPoolRow[
       continue;
     }
     const measure = async (warm: number) => {
-      const service = await ctx.startService(`service-docker-warm${warm}-${image.variable.toLowerCase()}`, [
+      const service = await bench.startService(`service-docker-warm${warm}-${image.variable.toLowerCase()}`, [
         "--docker-image",
         name,
         "--warm-containers",
@@ -227,24 +208,22 @@ export async function dockerWarmPool(ctx: WarmPoolContext): Promise<WarmPoolRow[
         const base = `http://127.0.0.1:${service.info.port}`;
         const pool = warm > 0 ? () => poolFull(docker, warm) : null;
         const starts = await sandboxStarts(base, service.info.key, image.samples, pool);
-        ctx.log(`[docker-warm] ${image.label}, pool ${warm}: start→RUNNING ${cell(starts)}`);
+        log(`[docker-warm] ${image.label}, pool ${warm}: start→RUNNING ${cell(starts)}`);
         // An image that cannot hold a conversation (the built-in agent's test image has no git, which a start
         // without repository needs to initialise the workspace) gets its reason in the row instead.
         let conversations: number[] | string;
         try {
           conversations = await conversationStarts(base, service.info.key, image.samples, pool);
-          ctx.log(
-            `[docker-warm] ${image.label}, pool ${warm}: conversation start→READY ${cell(conversations)}`,
-          );
+          log(`[docker-warm] ${image.label}, pool ${warm}: conversation start→READY ${cell(conversations)}`);
         } catch (err) {
           conversations = err instanceof Error ? err.message : String(err);
-          ctx.log(`[docker-warm] ${image.label}, pool ${warm}: conversation start failed: ${conversations}`);
+          log(`[docker-warm] ${image.label}, pool ${warm}: conversation start failed: ${conversations}`);
         }
         if (warm > 0) await poolFull(docker, warm);
         const cost = warm > 0 ? await idleCost(docker, 5000) : null;
         return { starts, conversations, cost };
       } finally {
-        await ctx.stop(service as ServerChild<unknown>);
+        await bench.stop(service);
       }
     };
     const cold = await measure(0);

@@ -13,6 +13,8 @@
 //                       WORKSPACE_TEST_DOCKER_IMAGE does, instead of the agent-server's command
 //   --warm-containers N with --docker-image: containers the Docker runtime keeps started and healthy ahead of
 //                       need (default 0: every start is cold)
+//   --connect-fast-path on|off  the everyday Connect unary call on the hand-written path (src/rpc/connect-unary.ts;
+//                       default on, as the server runs) or, off, every Connect call on connect-node's handler
 //   --log-level L       Fastify/pino level as in production (default info), written to a file in the temporary
 //                       folder through the production log destination (src/server/log-destination.ts), as the
 //                       server writes to stdout; "silent" turns it off
@@ -44,6 +46,7 @@ const { values } = parseArgs({
     "docker-image": { type: "string" },
     "warm-containers": { type: "string", default: "0" },
     "docker-builtin": { type: "boolean", default: false },
+    "connect-fast-path": { type: "string", default: "on" },
   },
 });
 const USER = "bench-user";
@@ -101,6 +104,7 @@ const app = await buildApp({
   },
   // The sandbox benchmarks keep 50 paused sandboxes of the one bench user.
   maxSandboxesPerUser: 100,
+  connectFastPath: values["connect-fast-path"] !== "off",
   logger:
     level === "silent"
       ? false

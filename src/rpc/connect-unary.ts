@@ -1,4 +1,4 @@
-import type { IncomingMessage } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import {
   create,
   type DescMethod,
@@ -7,21 +7,20 @@ import {
   isMessage,
   type Message,
   toBinary,
-  toJson,
   toJsonString,
 } from "@bufbuild/protobuf";
-import { base64Encode } from "@bufbuild/protobuf/wire";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { mergeNonProtocolHeaders } from "@connectrpc/connect/protocol";
+import { errorToJsonBytes, trailerMux } from "@connectrpc/connect/protocol-connect";
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
-import type { FastifyReply, FastifyRequest } from "fastify";
 import { type Caller, callerValues } from "../core/context.ts";
 import type { Admission } from "../transport/admission.ts";
-import { type HeaderLookup, type KeyOf, nodeHeaders } from "../transport/browser-session.ts";
+import { type KeyOf, nodeHeaders } from "../transport/browser-session.ts";
 import { type CallObserver, codeName } from "../transport/call-metrics.ts";
 import { connectHttpStatusOf, isInternal, publicError } from "../transport/errors.ts";
 import { abortOnClientGone, LazyHandlerContext } from "../transport/handler-context.ts";
 
-/** What the fast path needs of the transport kit. */
+/** What the unary path needs of the transport kit. */
 export interface ConnectUnaryOptions {
   admission: Admission;
   keyOf: KeyOf;
@@ -43,21 +42,9 @@ const COMPRESSIONS = new Map([
   [compressionGzip.name, compressionGzip],
   [compressionBrotli.name, compressionBrotli],
 ]);
-/** Error metadata that is not copied to the answer's headers (the protocol's own). */
-const PROTOCOL_HEADERS = new Set([
-  "content-type",
-  "content-length",
-  "content-encoding",
-  "accept-encoding",
-  "connect-protocol-version",
-  "connect-timeout-ms",
-  "connect-content-encoding",
-  "connect-accept-encoding",
-  "transfer-encoding",
-]);
 const decoder = new TextDecoder();
 
-/** The implementation of a unary method, bound, for the fast path. */
+/** The implementation of a unary method, bound, for this path. */
 export function unaryMethod(method: DescMethod, impl: Record<string, unknown>): UnaryMethod | null {
   const fn = impl[method.localName];
   if (typeof fn !== "function") return null;
@@ -70,25 +57,27 @@ export function unaryMethod(method: DescMethod, impl: Record<string, unknown>): 
 
 /**
  * The everyday Connect unary call — POST, `application/json` or `application/proto`, a Content-Length within the
- * limit, no request compression, no Connect-Timeout-Ms — served inside the Fastify route straight to the service
- * implementation; `fastConnectUnary` answers false for every other request, which then goes to connect-node.
+ * limit, no request compression, no Connect-Timeout-Ms — served straight to the service implementation;
+ * `fastConnectUnary` answers false for every other request, which then goes to connect-node's handler
+ * (src/rpc/connect-handler.ts). On by default; `buildApp({ connectFastPath: false })` sends every call to connect-node.
  *
  * What it earns: connect-node's universal handler (fetch-style Headers, URL parsing, linked AbortControllers
- * aborted with a DOMException on every call, async-iterable bodies) costs ~130 µs of CPU per call on the project's
- * machines, five times a whole bare Fastify request; through it the Connect benchmark runs at ~0.6× bare
- * connect-node against a 0.9× goal. This path runs the same call at the cost of a REST call.
+ * aborted with a DOMException on every call, async-iterable bodies, the interceptor chain) costs several times a
+ * whole REST call: with every call on connect-node the Connect benchmark runs at about half of bare connect-node,
+ * against a 0.9× goal; on this path at about twice (`npm run bench -- --only connect` measures both ways in one run;
+ * docs/transport.md has the recorded figures).
  *
- * It speaks the Connect protocol (connectrpc.com/docs/protocol) with public APIs only: protobuf-es JSON and
- * binary (unknown JSON fields ignored, as connect), connect-node's gzip/brotli for responses of 1 KiB or more when
- * the client accepts them, the protocol's code → HTTP status table and error JSON, response headers and
- * `trailer-`-prefixed trailers. Admission, call metrics and internal-error masking are the transport kit's, as on
- * the connect-node path; a binary body that does not decode is INVALID_ARGUMENT there too.
+ * It speaks the Connect protocol (connectrpc.com/docs/protocol) with public APIs: protobuf-es JSON and binary
+ * (unknown JSON fields ignored, as connect), connect's own error JSON (`errorToJsonBytes`), trailer headers
+ * (`trailerMux`) and error metadata (`mergeNonProtocolHeaders`), connect-node's gzip/brotli for answers of 1 KiB or
+ * more when the client accepts them. Admission, call metrics and internal-error masking are the transport kit's, as
+ * on connect-node's path; a binary body that does not decode is INVALID_ARGUMENT on both.
  * test/integration/connect-unary.test.ts sends the same requests through both paths and compares the answers.
  */
 export function fastConnectUnary(
   m: UnaryMethod,
-  req: FastifyRequest,
-  reply: FastifyReply,
+  req: IncomingMessage,
+  res: ServerResponse,
   options: ConnectUnaryOptions,
 ): false | Promise<void> {
   if (req.method !== "POST") return false;
@@ -101,20 +90,19 @@ export function fastConnectUnary(
   if (version !== undefined && version !== "1") return false;
   const length = Number(h["content-length"]);
   if (!Number.isSafeInteger(length) || length < 0 || length > options.maxMessageBytes) return false;
-  return serve(m, type[2] !== undefined, length, req, reply, options);
+  return serve(m, type[2] !== undefined, length, req, res, options);
 }
 
 async function serve(
   m: UnaryMethod,
   binary: boolean,
   length: number,
-  req: FastifyRequest,
-  reply: FastifyReply,
+  req: IncomingMessage,
+  res: ServerResponse,
   options: ConnectUnaryOptions,
 ): Promise<void> {
   const started = performance.now();
   const seconds = (): number => (performance.now() - started) / 1000;
-  const raw = req.raw;
   const headers = nodeHeaders(req.headers);
   let ctx: LazyHandlerContext | null = null;
   try {
@@ -126,16 +114,14 @@ async function serve(
       method: m.method,
       protocolName: "connect",
       requestMethod: "POST",
-      url: req.url,
+      url: req.url ?? "",
       values: callerValues(caller),
       signal: () =>
-        abortOnClientGone(
-          reply.raw,
-          () => new ConnectError("the client closed the connection", Code.Canceled),
-        ).signal,
-      requestHeader: () => webHeaders(raw),
+        abortOnClientGone(res, () => new ConnectError("the client closed the connection", Code.Canceled))
+          .signal,
+      requestHeader: () => webHeaders(req),
     });
-    const body = await readBody(raw, length);
+    const body = await readBody(req, length);
     if (body === null) {
       options.onCall(m.name, "Canceled", seconds());
       return;
@@ -145,20 +131,20 @@ async function serve(
     const output = result instanceof Promise ? await result : result;
     const bytes = encode(m.method, binary, output);
     options.onCall(m.name, "OK", seconds());
-    await send(reply, 200, binary ? "application/proto" : "application/json", bytes, ctx, undefined, headers);
+    await send(req, res, 200, binary ? "application/proto" : "application/json", bytes, ctx, undefined);
   } catch (err) {
     const error = publicError(err);
     if (isInternal(err)) options.onError(err, m.name);
     options.onCall(m.name, codeName(error.code), seconds());
-    if (error.code === Code.Unauthenticated) reply.raw.shouldKeepAlive = false;
+    if (error.code === Code.Unauthenticated) res.shouldKeepAlive = false;
     await send(
-      reply,
+      req,
+      res,
       connectHttpStatusOf(error.code),
       "application/json",
-      Buffer.from(errorJson(error)),
+      errorToJsonBytes(error, {}),
       ctx,
       error,
-      headers,
     );
   }
 }
@@ -226,64 +212,33 @@ function encode(method: DescMethod, binary: boolean, output: unknown): Buffer {
   }
 }
 
-/** The protocol's error JSON: `{code, message?, details?: [{type, debug?, value}]}` (values unpadded base64). */
-function errorJson(error: ConnectError): string {
-  const out: { code: string; message?: string; details?: unknown[] } = { code: snakeCode(error.code) };
-  if (error.rawMessage.length > 0) out.message = error.rawMessage;
-  if (error.details.length > 0)
-    out.details = error.details.map((d) => {
-      if (!("desc" in d)) return { ...d, value: base64Encode(d.value, "std_raw") };
-      const msg = create(d.desc, d.value);
-      let debug: unknown;
-      try {
-        debug = toJson(d.desc, msg);
-      } catch {
-        // optional debug information (a message holding an Any may not print)
-      }
-      const value = base64Encode(toBinary(d.desc, msg), "std_raw");
-      return debug === undefined ? { type: d.desc.typeName, value } : { type: d.desc.typeName, debug, value };
-    });
-  return JSON.stringify(out);
-}
-
-function snakeCode(code: Code): string {
-  const name = Code[code];
-  return name === undefined
-    ? String(code)
-    : name[0]?.toLowerCase() + name.slice(1).replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
-}
-
 /** Writes the answer: the service's response headers, its trailers as `trailer-` headers, error metadata. */
 async function send(
-  reply: FastifyReply,
+  req: IncomingMessage,
+  res: ServerResponse,
   status: number,
   contentType: string,
-  body: Buffer,
+  body: Uint8Array,
   ctx: LazyHandlerContext | null,
   error: ConnectError | undefined,
-  request: HeaderLookup,
 ): Promise<void> {
-  if (reply.sent || reply.raw.destroyed) return;
-  reply.code(status).header("content-type", contentType);
-  ctx?.usedResponseHeader?.forEach((value, key) => {
-    reply.header(key, value);
-  });
-  if (error !== undefined)
-    error.metadata.forEach((value, key) => {
-      if (!PROTOCOL_HEADERS.has(key)) reply.header(key, value);
-    });
-  ctx?.usedResponseTrailer?.forEach((value, key) => {
-    reply.header(`trailer-${key}`, value);
-  });
-  let out = body;
-  if (out.byteLength >= COMPRESS_MIN_BYTES) {
-    const compression = acceptedCompression(request("accept-encoding"));
+  if (res.headersSent || res.destroyed) return;
+  const header = new Headers(ctx?.usedResponseHeader);
+  header.set("content-type", contentType);
+  if (error !== undefined) mergeNonProtocolHeaders(header, error.metadata);
+  const out = trailerMux(header, ctx?.usedResponseTrailer ?? new Headers());
+  let bytes = body;
+  if (bytes.byteLength >= COMPRESS_MIN_BYTES) {
+    const compression = acceptedCompression(req.headers["accept-encoding"]);
     if (compression !== undefined) {
-      out = Buffer.from(await compression.compress(body));
-      reply.header("content-encoding", compression.name);
+      bytes = await compression.compress(body);
+      out.set("content-encoding", compression.name);
     }
   }
-  await reply.send(out);
+  out.set("content-length", String(bytes.byteLength));
+  if (!req.complete) res.shouldKeepAlive = false;
+  res.writeHead(status, Object.fromEntries(out));
+  res.end(bytes);
 }
 
 /** The first encoding of the client's Accept-Encoding that is served, as connect negotiates it (names as sent). */

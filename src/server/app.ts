@@ -89,6 +89,11 @@ export interface AppDeps {
    * accepts (on the admin listener, the only thing it accepts when set).
    */
   admin?: { port?: number | undefined; host?: string | undefined; metricsToken?: string | undefined };
+  /**
+   * The everyday Connect unary call on the hand-written path of src/rpc/connect-unary.ts (default true); false: every
+   * Connect call on connect-node's handler (`npm run bench -- --only connect` measures both ways).
+   */
+  connectFastPath?: boolean;
 }
 
 export interface WebDeps {
@@ -161,6 +166,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     shutdownTimeoutMs: SHUTDOWN_GRACE_MS,
     web: deps.web ?? {},
     admin: { onPublicPort: deps.admin?.port === undefined, metricsToken: deps.admin?.metricsToken },
+    connectFastPath: deps.connectFastPath !== false,
   });
   const log = http.log;
   // A gRPC connection with no call within the header timeout is closed, as an HTTP/1.1 one without a request head.

@@ -24,6 +24,8 @@ import {
   AppConversationService,
   type AppConversationServiceOptions,
 } from "../services/conversations/app-conversation-service.ts";
+import { ConversationRecords } from "../services/conversations/conversation-records.ts";
+import { ConversationFactBus } from "../services/conversations/ports.ts";
 import { DEFAULT_EVENT_LIMITS, type EventLimits, EventService } from "../services/events/event-service.ts";
 import { GitService } from "../services/git/git-service.ts";
 import { ProviderHostPolicy } from "../services/git/provider-host.ts";
@@ -178,13 +180,15 @@ export function createContainer(deps: ContainerDeps): Container {
     // Sandboxes used by unfinished conversation starts (of any server sharing the store) keep their slot.
     inUseByStarts: (userId) => storage.startTasks.sandboxesInUse(userId),
   });
+  const agent = deps.agent ?? new HttpAgentClient();
+  const facts = new ConversationFactBus();
   const conversations = new AppConversationService({
     conversations: storage.conversations,
     startTasks: storage.startTasks,
     sandboxes,
     settings,
     secrets,
-    agent: deps.agent ?? new HttpAgentClient(),
+    agent,
     tokens: pageTokens,
     ...deps.conversations,
     timeouts: {
@@ -196,24 +200,28 @@ export function createContainer(deps: ContainerDeps): Container {
     events: storage.events,
     log: deps.log,
     pullRequests: { open: (userId, prs) => git.pullRequestsOpen(userId, prs) },
-    // The events service is made below; a record is only created once a start runs, long after this returns.
-    onConversationCreated: (record) => events.conversationCreated(record),
+    facts,
+  });
+  const records = new ConversationRecords({
+    conversations: storage.conversations,
+    sandboxes,
+    agent,
+    ...(deps.conversations?.liveStatusTimeoutMs === undefined
+      ? {}
+      : { agentTimeoutMs: deps.conversations.liveStatusTimeoutMs }),
   });
   const events = new EventService({
     events: storage.events,
     pendingStart: (ownerId, conversationId) => storage.startTasks.findPending(ownerId, conversationId),
     limits: quotas.events,
     sandboxes: { get: (id) => storage.sandboxes.get(id), sessionKey: (r) => sandboxes.sessionKey(r) },
-    conversations: {
-      get: (id, ownerId) => conversations.getRecord(id, ownerId),
-      setTitle: (id, ownerId, title) => conversations.setTitle(id, ownerId, title),
-      applyAgentInfo: (id, ownerId, info) => conversations.applyAgentInfo(id, ownerId, info),
-      generateTitle: (record, maxLength) => conversations.generateTitle(record, maxLength),
-    },
+    conversations: records,
     tokens: pageTokens,
     changes,
     log: deps.log,
   });
+  // The event service names a conversation from a first user message that arrived before its record existed.
+  facts.subscribe((fact) => events.conversationCreated(fact.record));
 
   const taskTransitions = new Counter({
     name: "start_task_transitions_total",

@@ -1,9 +1,10 @@
 import { timingSafeEqual } from "node:crypto";
-import type { IncomingMessage, ServerResponse } from "node:http";
+import { createServer, type IncomingMessage, type RequestListener, type ServerResponse } from "node:http";
 import { createRequire } from "node:module";
 import Fastify, {
   type FastifyInstance,
   type FastifyRequest,
+  type FastifyServerFactory,
   type FastifyServerOptions,
   LogController,
 } from "fastify";
@@ -22,11 +23,13 @@ import type { RestRoute } from "../rest/rest-route.ts";
 import { SIGN_IN_PATH, sessionRoutes } from "../rest/session-routes.ts";
 import { v1ConversationRoutes } from "../rest/v1-conversation-routes.ts";
 import { v1SandboxRoutes } from "../rest/v1-sandbox-routes.ts";
-import { connectPlugin } from "../rpc/connect-plugin.ts";
+import { createConnectHandler } from "../rpc/connect-handler.ts";
+import { connectRoutes } from "../rpc/connect-plugin.ts";
 import { nodeHeaders } from "../transport/browser-session.ts";
 import { ConnectionGuard } from "../transport/connection-guard.ts";
 import { INTERNAL_MESSAGE } from "../transport/errors.ts";
 import { DEFAULT_LIMITS, type TransportLimits } from "../transport/limits.ts";
+import { connectAhead } from "./connect-ahead.ts";
 import type { Container } from "./container.ts";
 import { registerDocs } from "./docs.ts";
 import { registerUi } from "./ui-static.ts";
@@ -36,6 +39,8 @@ export const VERSION = "0.1.0";
 const QUIET_PATHS = new Set(["/alive", "/health", "/ready", "/metrics"]);
 /** How often Node checks running requests against the header and request timeouts. */
 const TIMEOUT_CHECK_MS = 1_000;
+/** Fastify's default keep-alive timeout of the servers it makes. */
+const FASTIFY_KEEP_ALIVE_MS = 72_000;
 
 export interface HttpServerOptions {
   logger: FastifyServerOptions["logger"];
@@ -49,6 +54,11 @@ export interface HttpServerOptions {
   web: { uiDir?: string | undefined; corsOrigins?: readonly string[]; options?: OptionsLists };
   /** Where /metrics, /docs and /openapi.json are served, and who may read /metrics. */
   admin?: AdminOptions;
+  /**
+   * The everyday Connect unary call on the hand-written path of src/rpc/connect-unary.ts (default true); false:
+   * every Connect request on connect-node's handler (AppDeps.connectFastPath).
+   */
+  connectFastPath?: boolean;
 }
 
 export interface AdminOptions {
@@ -83,8 +93,49 @@ export async function createHttpServer(
   const { limits, runtime } = options;
   const { metrics, storage } = container;
   const headersTimeout = Math.min(limits.headersTimeoutMs, limits.requestTimeoutMs);
-  const http = Fastify({
+  // Connect, gRPC-Web and Connect GET: connect-node's handler, ahead of Fastify (src/server/connect-ahead.ts) and
+  // as Fastify routes for the requests Fastify gets. Streams still open when the server closes are cut off after
+  // the grace; the timer is unref'd and cleared at close, so a server with no open stream stops at once.
+  const shutdown = new AbortController();
+  let closing = false;
+  const connect = createConnectHandler({
+    bindings: container.bindings,
+    admission: container.admission,
+    keyOf: container.keyOf,
+    maxMessageBytes: limits.maxMessageBytes,
+    onCall: (method, code, seconds) => metrics.rpc("connect", method, code, seconds),
+    onError: (err, method) => http.log.error({ err, method }, "rpc failed"),
+    shutdownSignal: shutdown.signal,
+    fastPath: options.connectFastPath !== false,
+  });
+  const requestId = requestIds();
+  // The HTTP/1.1 server Fastify would make (the timeouts below and Fastify's keep-alive), with the Connect
+  // listener in front of Fastify's handler.
+  const serverFactory: FastifyServerFactory = (fastify) => {
+    const server = createServer(
+      {
+        headersTimeout,
+        requestTimeout: limits.requestTimeoutMs,
+        connectionsCheckingInterval: TIMEOUT_CHECK_MS,
+      },
+      connectAhead(
+        {
+          handler: connect,
+          requestId,
+          log: () => http.log,
+          observe: (method, route, status, seconds) => metrics.http(method, route, status, seconds),
+          cors: (options.web.corsOrigins ?? []).length > 0,
+          closing: () => closing,
+        },
+        fastify as RequestListener,
+      ),
+    );
+    server.keepAliveTimeout = FASTIFY_KEEP_ALIVE_MS;
+    return server;
+  };
+  const http: FastifyInstance = Fastify({
     logger: options.logger ?? false,
+    genReqId: requestId,
     schemaController: { compilersFactory: lazySchemaCompilers() },
     bodyLimit: limits.maxMessageBytes,
     requestIdHeader: "x-request-id",
@@ -93,11 +144,17 @@ export async function createHttpServer(
     return503OnClosing: true,
     forceCloseConnections: "idle",
     requestTimeout: limits.requestTimeoutMs,
-    http: {
-      headersTimeout,
-      requestTimeout: limits.requestTimeoutMs,
-      connectionsCheckingInterval: TIMEOUT_CHECK_MS,
-    },
+    serverFactory,
+  });
+  let cutOff: NodeJS.Timeout | undefined;
+  http.addHook("preClose", (done) => {
+    closing = true;
+    cutOff = setTimeout(() => shutdown.abort(), options.shutdownTimeoutMs).unref();
+    done();
+  });
+  http.addHook("onClose", (_instance, done) => {
+    clearTimeout(cutOff);
+    done();
   });
   // Connections without a request head within the header timeout are closed (Node times out only connections
   // that have begun a request), and at MAX_CONNECTIONS the longest idle one makes room for a new client.
@@ -228,17 +285,7 @@ export async function createHttpServer(
       },
     });
   }
-  await http.register(
-    connectPlugin({
-      bindings: container.bindings,
-      admission: container.admission,
-      keyOf: container.keyOf,
-      maxMessageBytes: limits.maxMessageBytes,
-      onCall: (method, code, seconds) => metrics.rpc("connect", method, code, seconds),
-      onError: (err, method) => http.log.error({ err, method }, "rpc failed"),
-      shutdownTimeoutMs: options.shutdownTimeoutMs,
-    }),
-  );
+  await http.register(connectRoutes(connect));
   return http;
 }
 
@@ -309,4 +356,13 @@ function lazySchemaCompilers() {
       return serializer(...args);
     },
   } as never;
+}
+
+/** Request ids as Fastify makes them by default (req-1, req-2, … in base 36), for Fastify and the Connect listener. */
+function requestIds(): () => string {
+  let last = 0;
+  return () => {
+    last = (last + 1) & 0x7fffffff;
+    return `req-${last.toString(36)}`;
+  };
 }

@@ -5,22 +5,15 @@ import {
   chownSync,
   closeSync,
   constants,
-  cpSync,
   existsSync,
-  lchownSync,
-  lstatSync,
   mkdirSync,
   openSync,
-  readdirSync,
   readFileSync,
-  readlinkSync,
-  renameSync,
   rmSync,
-  statSync,
   writeFileSync,
 } from "node:fs";
 import type { Server } from "node:net";
-import { basename, dirname, isAbsolute, join, relative, resolve } from "node:path";
+import { dirname, isAbsolute, join, relative, resolve } from "node:path";
 import type { Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import { failedPrecondition } from "../../core/errors.ts";
@@ -49,8 +42,12 @@ import {
   runningAsRoot,
   type SandboxUser,
 } from "./bwrap.ts";
-import { limitedArgv, SandboxCgroups, type SandboxLimits } from "./sandbox-limits.ts";
+import { CompileCache } from "./compile-cache.ts";
+import { type ProcessHandleData, ProcessTable, parseHandleData } from "./process-table.ts";
+import { setUpLimits } from "./runtime-limits.ts";
+import { limitedArgv, type SandboxLimits } from "./sandbox-limits.ts";
 import { stopSandboxProcesses } from "./sandbox-processes.ts";
+import { SandboxUids } from "./sandbox-uids.ts";
 import {
   claimedFolder,
   forgetClaim,
@@ -59,7 +56,7 @@ import {
   WarmPool,
   WORKSPACE_FOLDER,
 } from "./warm-agents.ts";
-import { freeBytes, LoopDisks, usedBytes } from "./workspace-disk.ts";
+import { freeBytes, usedBytes } from "./workspace-disk.ts";
 
 /** Options of {@link createProcessRuntime}. */
 export interface ProcessRuntimeOptions {
@@ -169,22 +166,6 @@ export interface ProcessRuntime extends SandboxRuntime {
 }
 
 /** What the runtime stores in {@link RuntimeHandle.data}: enough to recognise the process after a restart. */
-interface ProcessHandleData {
-  pid: number;
-  /** The process group (the sandbox leads its own group: pgid = pid). */
-  pgid: number;
-  port: number;
-  workspace: string;
-  /** Start time of the pid in clock ticks after boot (/proc/<pid>/stat field 22): detects pid reuse. */
-  startTimeTicks: number;
-  /** How it runs: under bwrap as uid `uid` (absent: a plain child process of the server's user). */
-  isolation?: "bwrap";
-  uid?: number;
-  /** The sandbox id, when the workspace folder has another name (a sandbox started from a warm agent). */
-  sandboxId?: string;
-}
-
-/** A warm agent as this runtime keeps it: its process and the stdin its claim is written to. */
 interface WarmChild extends WarmAgent {
   own: OwnChild;
   stdin: Writable;
@@ -236,10 +217,6 @@ const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/b
 const DEFAULT_UID_BASE = 1_000_000_000;
 const DEFAULT_UID_COUNT = 65_536;
 const DEFAULT_UID_LOCK_DIR = "/var/lib/agent-workspace/sandbox-uids";
-/** A uid claim naming a workspace that does not exist is left over from a crash once this old. */
-const STALE_UID_CLAIM_MS = 60_000;
-/** How long pause/resume wait for the kernel to report the new state of the group leader. */
-const SIGNAL_SETTLE_MS = 200;
 
 /**
  * Sandboxes as local child processes: one process group and one workspace folder per sandbox.
@@ -281,10 +258,8 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
   const healthPollMs = options.healthPollMs ?? 5;
   const probeTimeoutMs = options.probeTimeoutMs ?? 1000;
   const log = options.log ?? (() => {});
-  const children = new Map<number, OwnChild>();
 
   const uidBase = options.uidBase ?? DEFAULT_UID_BASE;
-  const uidCount = options.uidCount ?? DEFAULT_UID_COUNT;
   const asRoot = runningAsRoot();
   const ownUser: SandboxUser = { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
   // The workspace root holds every workspace (each 0700, owned by its sandbox's uid when run as root), the logs
@@ -296,81 +271,38 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     if (typeof tools === "string") throw new Error(tools);
     return tools;
   };
+  const procs = new ProcessTable<OwnChild>(workspaceRoot, typeof tools === "string" ? null : tools.bwrap);
   const isolation = decideIsolation(options.isolation ?? "auto", () =>
     typeof tools === "string"
       ? tools
       : probeBwrap(tools, workspaceRoot, asRoot ? { uid: uidBase, gid: uidBase } : ownUser, asRoot),
   );
-  const limits = options.limits ?? {};
-  const cgroupsOrWhy =
-    options.cgroups === "off" ? "cgroups are off (cgroups: off)" : SandboxCgroups.open(workspaceRoot, limits);
-  const cgroups = typeof cgroupsOrWhy === "string" ? null : cgroupsOrWhy;
-  const prlimit = findExecutable("prlimit", options.searchPath ?? DEFAULT_PATH);
-  /**
-   * Without cgroups: RLIMIT_NPROC counts the processes of a uid, so it bounds a sandbox only when the sandbox has a
-   * uid of its own (isolated, as root); RLIMIT_AS bounds each process's address space.
-   */
-  const diskBytes = options.diskBytes ?? 0;
-  const loopOrWhy =
-    diskBytes <= 0
-      ? "no workspace size asked"
-      : options.disk === "watch"
-        ? "watching asked (disk: watch)"
-        : LoopDisks.open(workspaceRoot, diskBytes, options.searchPath ?? DEFAULT_PATH);
-  const loopDisks = typeof loopOrWhy === "string" ? null : loopOrWhy;
-  const watchDisks = diskBytes > 0 && loopDisks === null;
-  const diskWatchMs = options.diskWatchMs ?? 5000;
-  const diskReserveBytes = options.diskReserveBytes ?? 1024 * 1024 * 1024;
+  const {
+    limits,
+    cgroups,
+    prlimit,
+    diskBytes,
+    loopDisks,
+    watchDisks,
+    diskWatchMs,
+    diskReserveBytes,
+    rlimits,
+    report: limitsReport,
+  } = setUpLimits(options, { workspaceRoot, asRoot, isolation, log });
   /** Workspaces stopped for passing their size, with the reason (see failureReason). */
   const diskStops = new Map<string, string>();
-  const rlimits =
-    prlimit !== null && (cgroups === null || watchDisks)
-      ? {
-          ...(cgroups === null && limits.pids && asRoot && isolation.mode === "bwrap"
-            ? { nproc: limits.pids }
-            : {}),
-          ...(cgroups === null && limits.memoryBytes ? { asBytes: limits.memoryBytes } : {}),
-          // Watched workspaces: no single file may pass the size between two measurements.
-          ...(watchDisks ? { fsizeBytes: diskBytes } : {}),
-        }
-      : null;
-  const how = (asked: unknown, controller: "pids" | "memory" | "cpu", rlimit: unknown): string =>
-    !asked
-      ? "none asked"
-      : cgroups?.controllers.includes(controller)
-        ? `cgroup v${cgroups.version}`
-        : rlimit
-          ? `rlimit ${controller === "pids" ? "RLIMIT_NPROC (per sandbox uid)" : `RLIMIT_AS (per process${(limits.memoryBytes ?? 0) < 1536 * 1024 * 1024 ? "; below 1536 MB the built-in agent cannot start" : ""})`}`
-          : `not enforced (${typeof cgroupsOrWhy === "string" ? cgroupsOrWhy : "no cgroup"}${prlimit ? "" : "; prlimit not found"})`;
-  const bwrapped = isolation.mode === "bwrap";
-  const limitsReport: ProcessLimitsReport = {
-    pids: how(limits.pids, "pids", rlimits?.nproc),
-    memory: how(limits.memoryBytes, "memory", rlimits?.asBytes),
-    cpu: how(limits.cpus, "cpu", false),
-    tmp: bwrapped
-      ? limits.tmpBytes
-        ? `tmpfs of ${limits.tmpBytes} bytes`
-        : "tmpfs without size"
-      : "host /tmp",
-    shm: bwrapped
-      ? limits.shmBytes
-        ? `tmpfs of ${limits.shmBytes} bytes`
-        : "tmpfs without size"
-      : "host /dev/shm",
-    nestedUserNamespaces: bwrapped ? "refused (bwrap --disable-userns)" : "allowed (no isolation)",
-    disk: loopDisks
-      ? `loop-mounted ext4 of ${diskBytes} bytes per workspace`
-      : watchDisks
-        ? `watched every ${diskWatchMs} ms (du), sandbox stopped past ${diskBytes} bytes, RLIMIT_FSIZE per file (${loopOrWhy})`
-        : "no limit",
-  };
-  loopDisks?.sweep(workspaceRoot);
-  const sweptCgroups = cgroups?.sweep((folder) => existsSync(join(workspaceRoot, folder))) ?? 0;
-  if (sweptCgroups > 0) log("cgroups of removed sandboxes removed", { count: sweptCgroups });
   const readOnlyPaths = [process.execPath, ...(options.readOnlyPaths ?? [])];
   const singleUserFile = join(workspaceRoot, ".single-user");
-  /** As root, `<uid>` files claim sandbox uids host-wide (see allocateUser). */
-  const uidsDir = options.uidLockDir ?? DEFAULT_UID_LOCK_DIR;
+  /** The sandbox uids of this root, claimed host-wide (as root; see SandboxUids). */
+  const uids = new SandboxUids({
+    workspaceRoot,
+    base: options.uidBase ?? DEFAULT_UID_BASE,
+    count: options.uidCount ?? DEFAULT_UID_COUNT,
+    claimsDir: options.uidLockDir ?? DEFAULT_UID_LOCK_DIR,
+    asRoot,
+    ownUser,
+  });
+  const compileCache = new CompileCache({ agentCommand, ownUid: ownUser.uid, log });
   /**
    * What the built-in agent reads: its folder, the package.json that makes its modules ES modules, and the two
    * packages its conversations load (the events websocket and the model client), wherever Node resolves them.
@@ -394,49 +326,6 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       });
   }
 
-  let warming: Promise<void> | null = null;
-  /** The cache's subfolder written by the warm-up (node names it `<version and flags>-<uid>`). */
-  let warmed: string | null = null;
-  /** Gives a sandbox uid its own copy of the warm cache (node only reads the subfolder named after its uid). */
-  const shareCompileCache = (dir: string, uid: number): void => {
-    if (warmed === null || uid === ownUser.uid) return;
-    const target = join(dir, warmed.replace(/-\d+$/, `-${uid}`));
-    if (existsSync(target)) return;
-    try {
-      cpSync(join(dir, warmed), `${target}.tmp`, { recursive: true });
-      renameSync(`${target}.tmp`, target);
-    } catch (e: unknown) {
-      log("compile cache not shared", { error: String(e) });
-    }
-  };
-  /**
-   * Fills the compile cache isolated agents read (once per instance, in the background): runs the built-in agent
-   * outside any sandbox without a key, so that it loads its modules and exits at once (node writes the cache at
-   * exit), then makes the entries readable by every sandbox uid. Only this server's own agent code runs.
-   */
-  const warmCompileCache = (dir: string): void => {
-    if (warming || agentCommand[0] !== process.execPath) return;
-    warming = new Promise<void>((done) => {
-      const child = spawn(process.execPath, agentCommand.slice(1), {
-        env: { PATH: DEFAULT_PATH, NODE_COMPILE_CACHE: dir },
-        stdio: "ignore",
-      });
-      const finish = (): void => {
-        try {
-          for (const entry of readdirSync(dir, { recursive: true, withFileTypes: true })) {
-            chmodSync(join(entry.parentPath, entry.name), entry.isDirectory() ? 0o755 : 0o644);
-          }
-          warmed = readdirSync(dir).find((name) => name.endsWith(`-${ownUser.uid}`)) ?? null;
-        } catch (e: unknown) {
-          log("compile cache not readable by sandboxes", { error: String(e) });
-        }
-        done();
-      };
-      child.once("error", finish);
-      child.once("exit", finish);
-    });
-  };
-
   /** Refuses a second user when sandboxes are not isolated and that was not explicitly allowed. */
   const checkSingleUser = (ownerId: string | undefined): void => {
     if (!isolation.singleUser || ownerId === undefined) return;
@@ -453,99 +342,9 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       );
   };
 
-  /**
-   * Claims `uid` for the workspace at `path` in the host-wide folder: true when the claim file was made for it or
-   * already names it. A claim naming a workspace that no longer exists, older than a minute, is a crash's
-   * leftover and is taken over.
-   */
-  const claimUid = (uid: number, path: string): boolean => {
-    const file = join(uidsDir, String(uid));
-    for (let attempt = 0; attempt < 2; attempt++) {
-      try {
-        writeFileSync(file, path, { flag: "wx", mode: 0o600 });
-        return true;
-      } catch (e: unknown) {
-        if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
-      }
-      try {
-        const owner = readFileSync(file, "utf8");
-        if (owner === path) return true;
-        if (existsSync(owner) || Date.now() - statSync(file).mtimeMs < STALE_UID_CLAIM_MS) return false;
-        rmSync(file, { force: true });
-      } catch {
-        // removed meanwhile: try again
-      }
-    }
-    return false;
-  };
-
-  /**
-   * As root: the uid owning an existing workspace of this id (a sandbox started again), if it is one of ours and
-   * its claim names this workspace (re-made when missing). A uid another server's workspace claims is given up:
-   * the workspace is handed to a newly allocated uid.
-   */
-  const reusableUser = (workspace: string): SandboxUser | null => {
-    if (!asRoot) return null;
-    let owner: SandboxUser;
-    try {
-      const { uid, gid } = statSync(workspace);
-      if (uid < uidBase || uid >= uidBase + uidCount) return null;
-      owner = { uid, gid };
-    } catch {
-      return null;
-    }
-    mkdirSync(uidsDir, { recursive: true, mode: 0o700 });
-    if (claimUid(owner.uid, resolve(workspace))) return owner;
-    const fresh = allocateUser(basename(workspace));
-    chownTree(workspace, fresh.uid, fresh.gid);
-    return fresh;
-  };
-
-  /**
-   * As root: the lowest uid of the range that owns no workspace here and that no server on the host has claimed:
-   * `<uidsDir>/<uid>` is created exclusively, naming the workspace, so that servers on one host (workers,
-   * replicas, servers with other DATA_DIRs, their warm agents starting together) never hand out the same uid.
-   */
-  const allocateUser = (folder: string): SandboxUser => {
-    if (!asRoot) return ownUser;
-    const used = new Set<number>();
-    for (const name of readdirSync(workspaceRoot)) {
-      if (!WORKSPACE_FOLDER.test(name)) continue;
-      try {
-        used.add(statSync(join(workspaceRoot, name)).uid);
-      } catch {
-        // removed meanwhile
-      }
-    }
-    mkdirSync(uidsDir, { recursive: true, mode: 0o700 });
-    const path = resolve(workspaceRoot, folder);
-    for (let uid = uidBase; uid < uidBase + uidCount; uid++) {
-      if (used.has(uid)) continue;
-      if (claimUid(uid, path)) return { uid, gid: uid };
-    }
-    throw failedPrecondition(`all ${uidCount} sandbox uids from ${uidBase} are in use`);
-  };
-
-  /** Gives back the uid claimed for `folder` (see allocateUser), read from the folder before it is removed. */
-  const releaseUser = (folder: string): void => {
-    if (!asRoot) return;
-    let uid: number;
-    try {
-      uid = statSync(join(workspaceRoot, folder)).uid;
-    } catch {
-      return;
-    }
-    const lock = join(uidsDir, String(uid));
-    try {
-      if (readFileSync(lock, "utf8") === resolve(workspaceRoot, folder)) rmSync(lock, { force: true });
-    } catch {
-      // not claimed through a lock (a workspace made before locks existed)
-    }
-  };
-
   /** Deletes the workspace folder `folder`, giving back the uid claimed for it. */
   const removeWorkspace = (folder: string): void => {
-    releaseUser(folder);
+    uids.release(folder);
     loopDisks?.remove(join(workspaceRoot, folder), folder);
     rmSync(join(workspaceRoot, folder), { recursive: true, force: true });
     diskStops.delete(folder);
@@ -566,94 +365,12 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
   };
 
   /** The child entry for this handle if this instance spawned exactly that process. */
-  const ownChild = (data: ProcessHandleData): OwnChild | undefined => {
-    const own = children.get(data.pid);
-    return own && own.startTimeTicks === data.startTimeTicks ? own : undefined;
-  };
-
-  /** The live process behind the handle, or null when it is gone or the pid now belongs to another process. */
-  const liveProcess = (data: ProcessHandleData): ProcStat | null => {
-    if (ownChild(data)?.exit) return null;
-    const stat = readProcStat(data.pid);
-    return stat && stat.startTime === data.startTimeTicks ? stat : null;
-  };
-
-  const workspaceOf = (data: ProcessHandleData): string | null => {
-    // The path comes from stored data: only ever delete a direct child of the workspace root.
-    const rel = relative(workspaceRoot, resolve(data.workspace));
-    return rel !== "" && !rel.includes("/") && !isAbsolute(rel) && WORKSPACE_FOLDER.test(rel)
-      ? join(workspaceRoot, rel)
-      : null;
-  };
-
-  /** True when the process runs the bwrap binary (a monitor of a sandbox's namespaces). */
-  const isBwrapMonitor = (pid: number): boolean => {
-    if (typeof tools === "string") return false;
-    try {
-      return readlinkSync(`/proc/${pid}/exe`) === tools.bwrap;
-    } catch {
-      return false;
-    }
-  };
-
-  /** Signals the sandbox's group and every descendant outside it. */
-  const signalSandbox = (data: ProcessHandleData, sig: NodeJS.Signals): void => {
-    signal(-data.pgid, sig);
-    for (const pid of descendantsOf(data.pid)) signal(pid, sig);
-  };
-
-  /**
-   * Waits until the leader and every descendant satisfy `done` (or are gone), at most SIGNAL_SETTLE_MS: a signal
-   * to a process running on another CPU takes effect asynchronously, so "paused" is only reported once it is.
-   */
-  const settle = async (data: ProcessHandleData, done: (state: string) => boolean): Promise<void> => {
-    const deadline = Date.now() + SIGNAL_SETTLE_MS;
-    const settled = (state: string | undefined) =>
-      state === undefined || state === "Z" || state === "X" || done(state);
-    for (;;) {
-      const stat = liveProcess(data);
-      if (!stat) return;
-      if (settled(stat.state) && descendantsOf(data.pid).every((pid) => settled(readProcStat(pid)?.state)))
-        return;
-      if (Date.now() >= deadline) return;
-      await sleep(1);
-    }
-  };
-
-  const requireLive = (handle: RuntimeHandle): ProcessHandleData => {
-    const data = parseHandleData(handle.data);
-    const stat = data && liveProcess(data);
-    if (!data || !stat || stat.state === "Z" || stat.state === "X") {
-      throw failedPrecondition("the sandbox process is not running");
-    }
-    return data;
-  };
-
-  /**
-   * True once the leader is gone: for our own child, once its exit was seen (so that it is reaped, not a zombie
-   * still visible in /proc); for another's, when it vanished, was reused, or is a zombie its parent has not reaped.
-   */
-  const leaderGone = (data: ProcessHandleData): boolean => {
-    const own = ownChild(data);
-    if (own) return own.exit !== null;
-    const stat = liveProcess(data);
-    return stat === null || stat.state === "Z" || stat.state === "X";
-  };
-
-  const waitLeaderGone = async (data: ProcessHandleData, timeoutMs: number): Promise<boolean> => {
-    const deadline = Date.now() + timeoutMs;
-    while (!leaderGone(data)) {
-      if (Date.now() >= deadline) return false;
-      await sleep(5);
-    }
-    return true;
-  };
-
   /** Stops the processes that carry the workspace folder `folder`, removes it and its log; how many it stopped. */
   const removeFolder = async (folder: string): Promise<number> => {
     const workspace = join(workspaceRoot, folder);
     const stopped = await stopSandboxProcesses(workspace, stopGraceMs);
-    for (const [pid, own] of children) if (own.handle.data.workspace === workspace) children.delete(pid);
+    for (const [pid, own] of procs.children)
+      if (own.handle.data.workspace === workspace) procs.children.delete(pid);
     removeWorkspace(folder);
     rmSync(join(logDir, `${folder}.log`), { force: true });
     return stopped;
@@ -722,7 +439,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
         throw failedPrecondition(
           `the disk of the sandbox workspaces has ${Math.floor(free / 1048576)} MB free, less than the ${Math.floor(diskReserveBytes / 1048576)} MB kept in reserve: no new sandbox starts until space is freed`,
         );
-      user = isolated ? (reusableUser(workspace) ?? allocateUser(folder)) : ownUser;
+      user = isolated ? (uids.reuse(workspace) ?? uids.allocate(folder)) : ownUser;
       mkdirSync(workspace, { recursive: true, mode: 0o700 });
       try {
         loopDisks?.create(folder);
@@ -739,11 +456,11 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
         readOnly.push(...agentFiles);
         if (compileCacheDir) {
           mkdirSync(compileCacheDir, { recursive: true });
-          // Shared by every sandbox, so isolated ones only read it; the server fills it (see warmCompileCache).
+          // Shared by every sandbox, so isolated ones only read it; the server fills it (see CompileCache.warm).
           if (isolated) {
             readOnly.push(compileCacheDir);
-            warmCompileCache(compileCacheDir);
-            shareCompileCache(compileCacheDir, user.uid);
+            compileCache.warm(compileCacheDir);
+            compileCache.share(compileCacheDir, user.uid);
           }
         }
       }
@@ -818,7 +535,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       exit: null,
       exited: exited.promise,
     };
-    children.set(pid, own);
+    procs.children.set(pid, own);
     child.once("exit", (code, sig) => {
       own.exit = { code, signal: sig };
       exited.resolve();
@@ -865,26 +582,8 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     return handle;
   };
 
-  // uid claims whose workspace is gone (a server died between claiming and removing): given back after a minute,
-  // long after any claim's workspace exists (it is made right after the claim, in the same turn). Claims name
-  // their workspace by absolute path: those of every server on the host are checked alike.
-  if (asRoot) {
-    const now = Date.now();
-    for (const name of existsSync(uidsDir) ? readdirSync(uidsDir) : []) {
-      try {
-        const lock = join(uidsDir, name);
-        const workspace = readFileSync(lock, "utf8");
-        if (
-          isAbsolute(workspace) &&
-          !existsSync(workspace) &&
-          now - statSync(lock).mtimeMs > STALE_UID_CLAIM_MS
-        )
-          rmSync(lock, { force: true });
-      } catch {
-        // removed meanwhile
-      }
-    }
-  }
+  // uid claims whose workspace is gone (a server died between claiming and removing) are given back.
+  uids.sweepStale();
 
   // What servers that died left of their warm agents is removed by whichever server starts next on this root, and
   // then periodically by every server on it (an agent normally exits with its server, when its stdin closes; one
@@ -954,7 +653,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       if (!data) return false;
       const healthy = await pollAlive(handle.agentUrl, timeoutMs, {
         intervalMs: healthPollMs,
-        gaveUp: () => leaderGone(data),
+        gaveUp: () => procs.leaderGone(data),
       });
       // A claimed warm agent is serving: now its replacement may start (see WarmPool.take).
       if (data.sandboxId !== undefined) warm?.refillSoon();
@@ -964,7 +663,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     async inspect(handle: RuntimeHandle, options?: { probe?: boolean }): Promise<RuntimeState> {
       const data = parseHandleData(handle.data);
       if (!data) return "missing";
-      const own = ownChild(data);
+      const own = procs.own(data);
       let stat = own?.exit ? null : readProcStat(data.pid);
       if (own && !own.exit && stat?.state === "Z") {
         // Our child died and is about to be reaped: wait for its exit status to tell a crash from a clean exit.
@@ -983,22 +682,22 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     },
 
     async pause(handle: RuntimeHandle): Promise<void> {
-      const data = requireLive(handle);
-      signalSandbox(data, "SIGSTOP");
-      await settle(data, (state) => state === "T" || state === "t");
+      const data = procs.requireLive(handle);
+      procs.signal(data, "SIGSTOP");
+      await procs.settle(data, (state) => state === "T" || state === "t");
     },
 
     async resume(handle: RuntimeHandle): Promise<RuntimeHandle> {
-      const data = requireLive(handle);
-      signalSandbox(data, "SIGCONT");
-      await settle(data, (state) => state !== "T" && state !== "t");
+      const data = procs.requireLive(handle);
+      procs.signal(data, "SIGCONT");
+      await procs.settle(data, (state) => state !== "T" && state !== "t");
       return handle;
     },
 
     async remove(handle: RuntimeHandle): Promise<void> {
       const data = parseHandleData(handle.data);
       if (!data) return;
-      if (liveProcess(data)) {
+      if (procs.live(data)) {
         // Remember the descendants (with their start times) now: they are re-parented once the leader exits.
         const descendants = descendantsOf(data.pid)
           .map((pid) => readProcStat(pid))
@@ -1011,25 +710,28 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
         // SIGTERM would kill at once (the exit handler then SIGKILLs the rest): only the processes they run get
         // SIGTERM, and the monitors end when those have.
         if (data.isolation !== "bwrap") signal(-data.pgid, "SIGTERM");
-        signalDescendants("SIGTERM", data.isolation === "bwrap" ? isBwrapMonitor : undefined);
+        signalDescendants(
+          "SIGTERM",
+          data.isolation === "bwrap" ? (pid: number) => procs.isBwrapMonitor(pid) : undefined,
+        );
         signal(-data.pgid, "SIGCONT");
         signalDescendants("SIGCONT");
-        const graceful = await waitLeaderGone(data, stopGraceMs);
+        const graceful = await procs.waitLeaderGone(data, stopGraceMs);
         // A group id is not reused while the group has members, so members left behind are still ours.
         if (!graceful || signal(-data.pgid, 0)) signal(-data.pgid, "SIGKILL");
         signalDescendants("SIGKILL");
-        if (!graceful) await waitLeaderGone(data, 1000);
+        if (!graceful) await procs.waitLeaderGone(data, 1000);
         log("sandbox process removed", { pid: data.pid, graceful });
       }
-      const workspace = workspaceOf(data);
+      const workspace = procs.workspaceOf(data);
       if (workspace) {
         const folder = relative(workspaceRoot, workspace);
         removeWorkspace(folder);
         rmSync(join(logDir, `${folder}.log`), { force: true });
       }
       if (data.sandboxId) forgetClaim(workspaceRoot, data.sandboxId);
-      const own = ownChild(data);
-      if (own) children.delete(data.pid);
+      const own = procs.own(data);
+      if (own) procs.children.delete(data.pid);
     },
 
     async removeBySandboxId(sandboxId: string): Promise<number> {
@@ -1062,7 +764,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
 
     failureReason(handle: RuntimeHandle): string | null {
       const data = parseHandleData(handle.data);
-      const workspace = data && workspaceOf(data);
+      const workspace = data && procs.workspaceOf(data);
       if (!workspace) return null;
       const folder = relative(workspaceRoot, workspace);
       const stopped = diskStops.get(folder);
@@ -1075,7 +777,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       if (diskWatch) clearInterval(diskWatch);
       if (leftoverTimer !== null) clearInterval(leftoverTimer);
       await Promise.all([warm?.close(), sweeping]);
-      await Promise.all([...children.values()].map((own) => runtime.remove(own.handle)));
+      await Promise.all([...procs.children.values()].map((own) => runtime.remove(own.handle)));
       cgroups?.release();
     },
   };
@@ -1089,7 +791,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
         if (measuring) return;
         measuring = true;
         try {
-          for (const own of [...children.values()]) {
+          for (const own of [...procs.children.values()]) {
             const data = parseHandleData(own.handle.data);
             if (own.exit || !data) continue;
             const folder = relative(workspaceRoot, data.workspace);
@@ -1129,34 +831,6 @@ function decideIsolation(setting: IsolationSetting, probe: () => string | null):
 }
 
 /** Validates stored handle data; null when it is not what this runtime wrote. */
-function parseHandleData(data: Record<string, unknown>): ProcessHandleData | null {
-  const { pid, pgid, port, workspace, startTimeTicks, isolation, uid, sandboxId } = data;
-  const isInt = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v) && v > 0;
-  if (
-    !isInt(pid) ||
-    !isInt(pgid) ||
-    !isInt(port) ||
-    !isInt(startTimeTicks) ||
-    typeof workspace !== "string"
-  ) {
-    return null;
-  }
-  return {
-    pid,
-    pgid,
-    port,
-    workspace,
-    startTimeTicks,
-    ...(isolation === "bwrap" && isInt(uid) ? { isolation: "bwrap" as const, uid } : {}),
-    ...(typeof sandboxId === "string" && WORKSPACE_FOLDER.test(sandboxId) ? { sandboxId } : {}),
-  };
-}
-
-/**
- * A listening loopback socket and its descriptor, to pass to the agent as fd 3; null when the descriptor cannot be
- * read (the agent then binds the port itself). Node has no public accessor for a server's descriptor, so its
- * handle's `fd` is read, and anything but a descriptor number falls back to the agent binding the port.
- */
 async function inheritableListener(
   host: string,
 ): Promise<{ server: Server; port: number; fd: number } | null> {
@@ -1165,11 +839,4 @@ async function inheritableListener(
   if (typeof fd === "number" && fd > 2) return { server, port, fd };
   server.close();
   return null;
-}
-
-/** Hands a folder and everything in it (links themselves, not their targets) to uid:gid. */
-function chownTree(path: string, uid: number, gid: number): void {
-  lchownSync(path, uid, gid);
-  if (!lstatSync(path).isDirectory()) return;
-  for (const name of readdirSync(path)) chownTree(join(path, name), uid, gid);
 }

@@ -1,20 +1,14 @@
-import { EventEmitter } from "node:events";
-import { setTimeout as sleep } from "node:timers/promises";
-import { create } from "@bufbuild/protobuf";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { type Clock, systemClock } from "../../core/clock.ts";
 import { requireCaller } from "../../core/context.ts";
-import { type FieldViolation, notFound, unavailable, ValidationError } from "../../core/errors.ts";
+import { type FieldViolation, notFound, ValidationError } from "../../core/errors.ts";
 import { newHexId, parseHexId } from "../../core/ids.ts";
-import { valueError } from "../../core/model.ts";
 import { uuidViolation } from "../../core/model-formats.ts";
 import type { PageTokens } from "../../core/page-token.ts";
 import {
   type AppConversation,
   type AppConversationService as AppConversationServiceDesc,
-  type AppConversationStartRequest,
-  AppConversationStartRequestSchema,
   type AppConversationStartTask,
   AppConversationStartTaskSortOrder,
   type BatchGetAppConversationsRequest,
@@ -46,79 +40,38 @@ import { SandboxStatus } from "../../gen/workspace/v1/sandbox_pb.js";
 import type { AgentClient, AgentEndpoint } from "../../ports/agent-client.ts";
 import { parseStartTaskChange } from "../../ports/change-log.ts";
 import type {
-  ClaimedStartTask,
   ConversationFilter,
   ConversationRecord,
-  ConversationRepository,
   StartTaskFilter,
   StartTaskRecord,
-  StartTaskRepository,
 } from "../../ports/conversation-repository.ts";
 import type { EventRepository } from "../../ports/event-repository.ts";
-import type { ChangeFeed } from "../change-feed.ts";
 import { checkBatch, readPage } from "../paging.ts";
-import type { LiveSandbox, SandboxService } from "../sandboxes/sandbox-service.ts";
-import type { SecretsService } from "../secrets/secrets-service.ts";
-import type { SettingsService } from "../settings/settings-service.ts";
+import type { LiveSandbox } from "../sandboxes/sandbox-service.ts";
 import {
   executionStatusFromName,
   metricsFromJson,
   providerFromName,
   startRequestFromJson,
-  startRequestJson,
   toPbTaskStatus,
   triggerFromName,
 } from "./conversation-json.ts";
-import {
-  HAND_OVER,
-  runStartFlow,
-  SHUTDOWN_DETAIL,
-  type StartFlowDeps,
-  type StartFlowTimeouts,
-  saveUnsavedEnds,
-} from "./conversation-start.ts";
+import type { ConversationSandboxes, StartSandboxes } from "./ports.ts";
+import { checkStartRequest } from "./start-request.ts";
+import { StartTaskRunner, type StartTaskRunnerOptions } from "./start-task-runner.ts";
 import { titleViolation } from "./title.ts";
-import { branchProblem, localRepositoryProblem, repositoryProblem } from "./workspace-commands.ts";
 
-/** The detail of a task whose start was cut off too many times to go on. */
-export const TOO_MANY_ATTEMPTS_DETAIL =
-  "The start was interrupted too many times (each server running it stopped); start the conversation again";
+export { TOO_MANY_ATTEMPTS_DETAIL } from "./start-task-runner.ts";
 
-export interface AppConversationServiceOptions {
-  conversations: ConversationRepository;
-  startTasks: StartTaskRepository;
-  sandboxes: SandboxService;
-  settings: SettingsService;
-  secrets: SecretsService;
-  agent: AgentClient;
+export interface AppConversationServiceOptions extends StartTaskRunnerOptions {
+  sandboxes: ConversationSandboxes & StartSandboxes;
   tokens: PageTokens;
-  clock?: Clock;
-  timeouts?: Partial<StartFlowTimeouts>;
   /** How long a listing waits for an agent server's execution status (default 1000 ms). */
   liveStatusTimeoutMs?: number;
-  /** How long shutdown lets running starts finish before cutting them off (default 10 s). */
-  shutdownGraceMs?: number;
-  log?: (msg: string, data?: Record<string, unknown>) => void;
   /** The conversations' events, deleted with them. */
   events?: Pick<EventRepository, "deleteConversation">;
-  /**
-   * Told of every conversation record the start flow creates, right after it is stored (the events service names
-   * the conversation from a first user message that arrived earlier). Must not throw.
-   */
-  onConversationCreated?: (record: ConversationRecord) => void;
   /** Pull request states, for the microagent management listing (default: every pull request counts as open). */
   pullRequests?: PullRequestStates;
-  /** The store's change feed: start task states are published there, and stream-start follows it. */
-  changes: ChangeFeed;
-  /** This server's name as the owner of start task leases (unique per process). */
-  leaseOwner: string;
-  /**
-   * How long a lease lasts (default 15 s): renewed every third of it while the start runs; once expired, any
-   * server resumes the task. Also the period of that check.
-   */
-  leaseMs?: number;
-  /** How many servers may take a task over before it ends in ERROR (default 3). */
-  maxAttempts?: number;
   /**
    * Folders a conversation may start from by local path or file:// URL (LOCAL_REPOSITORY_ROOTS, bound read-only
    * into sandboxes); a local repository elsewhere is refused up front. Undefined: any local path (embedding,
@@ -141,114 +94,52 @@ const MICROAGENT_TRIGGER = "microagent_management";
 /** The microagent management listing's default page size (the reference's). */
 const MICROAGENT_PAGE = 20;
 
-interface RunningStart {
-  done: Promise<void>;
-  abort: AbortController;
-}
-
 const TERMINAL = new Set(["READY", "ERROR"]);
 /** Deadline of a delete or rename on the agent server (the reference's). */
 const AGENT_CALL_TIMEOUT_MS = 30_000;
 
 /**
- * App conversations: starting them (an asynchronous start task per start, saved at every state) and listing them
- * with live status from their sandboxes. Every read and write is scoped to the caller: another user's
+ * The AppConversationService RPCs: starting conversations (an asynchronous start task per start, saved at every
+ * state, run by a StartTaskRunner) and listing them with live status from their sandboxes. Every read and write is scoped to the caller: another user's
  * conversations and tasks behave as if they did not exist.
  */
 export class AppConversationService implements ServiceImpl<typeof AppConversationServiceDesc> {
   readonly #o: AppConversationServiceOptions;
   readonly #clock: Clock;
-  readonly #flow: StartFlowDeps;
-  /** Local listeners of task states (metrics). */
-  readonly #events = new EventEmitter({ captureRejections: false });
-  readonly #running = new Map<string, RunningStart>();
-  readonly #leaseMs: number;
-  #leaseTimer: NodeJS.Timeout | null = null;
-  #leaseTick: Promise<void> | null = null;
-  #closing = false;
+  readonly #log: (msg: string, data?: Record<string, unknown>) => void;
+  /** The starts this server runs, their leases and takeovers. */
+  readonly #starts: StartTaskRunner;
 
   constructor(options: AppConversationServiceOptions) {
     this.#o = options;
     this.#clock = options.clock ?? systemClock;
-    this.#events.setMaxListeners(0);
-    this.#leaseMs = options.leaseMs ?? 15_000;
-    const log = options.log ?? (() => {});
-    this.#flow = {
-      startTasks: options.startTasks,
-      conversations: options.conversations,
-      sandboxes: options.sandboxes,
-      settings: options.settings,
-      secrets: options.secrets,
-      agent: options.agent,
-      clock: this.#clock,
-      timeouts: {
-        sandboxStartMs: 120_000,
-        prepareSeconds: 600,
-        setupScriptSeconds: 600,
-        ...options.timeouts,
-      },
-      onChange: (task) => this.#changed(task),
-      log,
-      leaseOwner: options.leaseOwner,
-      unsaved: new Map(),
-      ...(options.onConversationCreated === undefined
-        ? {}
-        : { conversationCreated: options.onConversationCreated }),
-    };
+    this.#log = options.log ?? (() => {});
+    this.#starts = new StartTaskRunner({ ...options, clock: this.#clock, log: this.#log });
   }
 
   /** The periodic sweep: saves start ends whose save failed; returns how many it saved. */
   sweepStartTasks(): Promise<number> {
-    return saveUnsavedEnds(this.#flow);
+    return this.#starts.sweep();
   }
 
-  /**
-   * Keeps this server's leases and takes over expired ones, every third of the lease (until shutdown); the first
-   * round runs at once, so a restarted server resumes what it left.
-   */
+  /** Keeps this server's start leases and takes over expired ones (see StartTaskRunner.startLeases). */
   startLeases(): void {
-    if (this.#leaseTimer !== null || this.#closing) return;
-    const tick = () => {
-      this.#leaseTick ??= this.maintainLeases()
-        .then(
-          () => undefined,
-          (err: unknown) => this.#flow.log("start task leases could not be kept", { error: String(err) }),
-        )
-        .finally(() => {
-          this.#leaseTick = null;
-        });
-    };
-    this.#leaseTimer = setInterval(tick, Math.max(50, Math.floor(this.#leaseMs / 3))).unref();
-    tick();
+    this.#starts.startLeases();
   }
 
-  /**
-   * One lease round: renews the leases of the starts running here (a start whose lease another server took is
-   * stopped), then claims the unfinished tasks whose lease expired and resumes each from its last saved state.
-   * Returns how many it resumed.
-   */
-  async maintainLeases(): Promise<number> {
-    const owner = this.#flow.leaseOwner;
-    const now = this.#clock.now();
-    const expiresAt = new Date(now.getTime() + this.#leaseMs);
-    const mine = [...this.#running.keys()];
-    if (mine.length > 0) {
-      const held = new Set(await this.#o.startTasks.renewLeases(owner, mine, expiresAt));
-      for (const id of mine)
-        if (!held.has(id) && this.#running.has(id)) {
-          this.#flow.log("start task lease lost; stopping this run", { taskId: id });
-          this.#running.get(id)?.abort.abort(HAND_OVER);
-        }
-    }
-    if (this.#closing) return 0;
-    const claimed = await this.#o.startTasks.claimExpired(owner, now, expiresAt, 20);
-    for (const c of claimed) await this.#resume(c);
-    return claimed.length;
+  /** One lease round (see StartTaskRunner.maintainLeases); returns how many starts it resumed. */
+  maintainLeases(): Promise<number> {
+    return this.#starts.maintainLeases();
   }
 
   /** Calls `listener` with the state a start task enters, on every change (metrics). */
   onTaskChange(listener: (status: string) => void): void {
-    this.#events.on("task-status", listener);
+    this.#starts.onTaskChange(listener);
+  }
+
+  /** Refuses new starts and hands running ones over (see StartTaskRunner.shutdown). */
+  shutdown(graceMs?: number): Promise<void> {
+    return this.#starts.shutdown(graceMs);
   }
 
   async startAppConversation(
@@ -257,7 +148,7 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
   ): Promise<StartAppConversationResponse> {
     const { userId } = requireCaller(ctx);
     const request = checkStartRequest(req.request, this.#o.localRepositoryRoots);
-    const task = await this.#begin(userId, request, newHexId());
+    const task = await this.#starts.begin(userId, request, newHexId());
     return { $typeName: "workspace.v1.StartAppConversationResponse", task: toTask(task) };
   }
 
@@ -278,7 +169,7 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
     });
     // The log position before the start runs, so that no state is missed.
     const from = await this.#o.changes.head();
-    const task = await this.#begin(userId, request, id);
+    const task = await this.#starts.begin(userId, request, id);
     yield wrap(task);
     if (TERMINAL.has(task.status)) return;
     let last = task;
@@ -540,149 +431,6 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
     return { ...none, deleted, sandboxDeleted };
   }
 
-  // ---- used by the event service ----
-
-  /** Sets a conversation's title (the title processor); false when it is gone. */
-  setTitle(id: string, ownerId: string, title: string): Promise<boolean> {
-    return this.#o.conversations.update(id, ownerId, { title, updatedAt: this.#clock.now() });
-  }
-
-  /** Applies what the agent server reports of a conversation. */
-  applyAgentInfo(
-    id: string,
-    ownerId: string,
-    info: { llmModel?: string; metrics?: Record<string, unknown> | null },
-  ): Promise<boolean> {
-    return this.#o.conversations.update(id, ownerId, { ...info, updatedAt: this.#clock.now() });
-  }
-
-  /** A title from the conversation's agent server (its generate_title), or null when it cannot give one. */
-  async generateTitle(record: ConversationRecord, maxLength: number): Promise<string | null> {
-    const generate = this.#o.agent.generateTitle?.bind(this.#o.agent);
-    if (generate === undefined) return null;
-    const live = await this.#o.sandboxes.get(record.ownerId, record.sandboxId);
-    if (live === null || live.status !== "RUNNING" || live.handle === null) return null;
-    const endpoint = { url: live.handle.agentUrl, sessionApiKey: this.#o.sandboxes.sessionKey(live.record) };
-    return generate(endpoint, record.id, maxLength, this.#o.liveStatusTimeoutMs ?? 5000);
-  }
-
-  /** The conversation record, for the event service. */
-  getRecord(id: string, ownerId: string): Promise<ConversationRecord | null> {
-    return this.#o.conversations.get(id, ownerId);
-  }
-
-  // ---- lifecycle ----
-
-  /**
-   * Refuses new starts, lets running ones finish for up to `graceMs` (default: the option), then hands the rest
-   * over: each stops where it is and its lease is released at once, so that another server sharing the store (or
-   * this one, restarted) resumes it. Resolves once every start here has stopped.
-   */
-  async shutdown(graceMs = this.#o.shutdownGraceMs ?? 10_000): Promise<void> {
-    this.#closing = true;
-    if (this.#leaseTimer !== null) clearInterval(this.#leaseTimer);
-    this.#leaseTimer = null;
-    await this.#leaseTick;
-    // No start begins from now on (#begin refuses or ends them), so the running set only shrinks.
-    const all = () => Promise.all([...this.#running.values()].map((r) => r.done));
-    if (this.#running.size > 0) await Promise.race([all(), sleep(graceMs, undefined, { ref: false })]);
-    const cut = [...this.#running.keys()];
-    for (const r of this.#running.values()) r.abort.abort(HAND_OVER);
-    await all();
-    if (cut.length > 0)
-      await this.#o.startTasks.releaseLeases(this.#flow.leaseOwner, cut).catch((err: unknown) =>
-        // They expire on their own; another server resumes them then.
-        this.#flow.log("start task leases could not be released", { error: String(err) }),
-      );
-  }
-
-  // ---- internals ----
-
-  async #begin(userId: string, request: AppConversationStartRequest, id: string): Promise<StartTaskRecord> {
-    if (this.#closing) throw unavailable("The server is shutting down; start the conversation again later");
-    const now = this.#clock.now();
-    const task: StartTaskRecord = {
-      id,
-      ownerId: userId,
-      status: "WORKING",
-      detail: null,
-      appConversationId: null,
-      sandboxId: null,
-      agentServerUrl: null,
-      request: startRequestJson(request),
-      createdAt: now,
-      updatedAt: now,
-    };
-    // The conversation id is chosen now and stored with the task: any server finds the start by it (the legacy
-    // create names its conversation) and a resumed start asks the agent for the same one.
-    const plan = { conversationId: request.conversationId ?? newHexId() };
-    await this.#o.startTasks.insert(
-      task,
-      { owner: this.#flow.leaseOwner, expiresAt: new Date(now.getTime() + this.#leaseMs) },
-      plan,
-    );
-    if (this.#closing) {
-      // Shutdown began while the task was being saved: end it rather than start work nobody waits for.
-      await this.#o.startTasks.update(id, { status: "ERROR", detail: SHUTDOWN_DETAIL, updatedAt: now });
-      return { ...task, status: "ERROR", detail: SHUTDOWN_DETAIL };
-    }
-    this.#run(task, request, { task, plan, attempts: 0 });
-    return task;
-  }
-
-  /** Runs a start here: a new one (attempts 0) or one taken over (from the state it had reached). */
-  #run(task: StartTaskRecord, request: AppConversationStartRequest, from: ClaimedStartTask): void {
-    const abort = new AbortController();
-    const done = runStartFlow(this.#flow, task, request, abort.signal, {
-      plan: from.plan,
-      reached: from.attempts === 0 ? null : from.task.status,
-    }).finally(() => this.#running.delete(task.id));
-    this.#running.set(task.id, { done, abort });
-  }
-
-  /** Resumes a task this server just claimed (its lease had expired): from its last saved state. */
-  async #resume(claimed: ClaimedStartTask): Promise<void> {
-    const t = claimed.task;
-    if (this.#running.has(t.id)) return;
-    const maxAttempts = this.#o.maxAttempts ?? 3;
-    if (claimed.attempts > maxAttempts) {
-      const ended = {
-        ...t,
-        status: "ERROR" as const,
-        detail: TOO_MANY_ATTEMPTS_DETAIL,
-        updatedAt: this.#clock.now(),
-      };
-      if (
-        await this.#o.startTasks.update(
-          t.id,
-          { status: ended.status, detail: ended.detail, updatedAt: ended.updatedAt },
-          this.#flow.leaseOwner,
-        )
-      )
-        this.#changed(ended);
-      return;
-    }
-    this.#flow.log("resuming start task", {
-      taskId: t.id,
-      status: t.status,
-      attempt: claimed.attempts,
-      plan: claimed.plan,
-    });
-    let request: AppConversationStartRequest;
-    try {
-      request = checkStartRequest(startRequestFromJson(t.request));
-    } catch {
-      request = create(AppConversationStartRequestSchema);
-    }
-    this.#run(t, request, claimed);
-  }
-
-  /** A task entered a state (saved, and logged with it, by the store): wake watches, tell local listeners. */
-  #changed(task: StartTaskRecord): void {
-    this.#events.emit("task-status", task.status);
-    this.#o.changes.poke();
-  }
-
   /** Whether one of the user's unfinished starts is using the sandbox. */
   /**
    * Runs `call` against the agent of the conversation's sandbox when it runs; logs (and swallows) its failure.
@@ -698,7 +446,7 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
     try {
       await call(this.#o.agent, endpoint, AGENT_CALL_TIMEOUT_MS);
     } catch (err) {
-      this.#flow.log(`conversation ${what} on the agent server failed`, {
+      this.#log(`conversation ${what} on the agent server failed`, {
         conversationId: record.id,
         error: String(err),
       });
@@ -812,45 +560,6 @@ function checkIds(ids: readonly string[]): string[] {
   });
   if (issues.length > 0) throw new ValidationError(issues);
   return out;
-}
-
-/**
- * Validates what the binder cannot (for RPC callers too) and normalises ids to 32 hex. INVALID_ARGUMENT with
- * violations located at the request's field names.
- */
-function checkStartRequest(
-  req: AppConversationStartRequest | undefined,
-  localRoots?: readonly string[],
-): AppConversationStartRequest {
-  const r: AppConversationStartRequest = req ? { ...req } : create(AppConversationStartRequestSchema);
-  const issues: FieldViolation[] = [];
-  for (const field of ["conversationId", "parentConversationId"] as const) {
-    const raw = r[field];
-    if (raw === undefined) continue;
-    const id = parseHexId(raw);
-    const name = field === "conversationId" ? "conversation_id" : "parent_conversation_id";
-    if (id === null) issues.push(uuidViolation([name], raw));
-    else r[field] = id;
-  }
-  if (r.sandboxId === "") delete r.sandboxId;
-  const title = r.title === undefined ? null : titleViolation(r.title, ["title"]);
-  if (title !== null) issues.push(title);
-  const repoProblem = r.selectedRepository
-    ? (repositoryProblem(r.selectedRepository) ??
-      (localRoots === undefined ? null : localRepositoryProblem(r.selectedRepository, localRoots)))
-    : null;
-  if (repoProblem !== null)
-    issues.push(valueError(["selected_repository"], repoProblem, r.selectedRepository));
-  const branch = r.selectedBranch ? branchProblem(r.selectedBranch) : null;
-  if (branch !== null) issues.push(valueError(["selected_branch"], branch, r.selectedBranch));
-  r.initialMessage?.content.forEach((c, i) => {
-    if (c.content.case === undefined)
-      issues.push(
-        valueError(["initial_message", "content", i], "a content part must be text or image", null),
-      );
-  });
-  if (issues.length > 0) throw new ValidationError(issues);
-  return r;
 }
 
 const date = (t: { seconds: bigint; nanos: number } | undefined): Date | undefined =>

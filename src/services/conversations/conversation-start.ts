@@ -19,10 +19,9 @@ import type {
   StartTaskStatus,
 } from "../../ports/conversation-repository.ts";
 import { ACTIVE_STATUSES } from "../../ports/sandbox-repository.ts";
-import type { LiveSandbox, SandboxService, SlotWait } from "../sandboxes/sandbox-service.ts";
-import type { SecretsService } from "../secrets/secrets-service.ts";
+import type { LiveSandbox, SlotWait } from "../sandboxes/sandbox-service.ts";
 import { PROVIDERS } from "../settings/settings-fields.ts";
-import type { ConversationConfig, SettingsService } from "../settings/settings-service.ts";
+import type { ConversationConfig } from "../settings/settings-service.ts";
 import {
   agentStartRequest,
   parseSkillFiles,
@@ -31,6 +30,7 @@ import {
   workHostsSkill,
 } from "./agent-request.ts";
 import { providerName, triggerName } from "./conversation-json.ts";
+import type { ConversationConfigSource, SecretSource, StartSandboxes } from "./ports.ts";
 import {
   cloneSource,
   gitHooksCommand,
@@ -59,9 +59,9 @@ export interface StartFlowTimeouts {
 export interface StartFlowDeps {
   startTasks: StartTaskRepository;
   conversations: ConversationRepository;
-  sandboxes: SandboxService;
-  settings: SettingsService;
-  secrets: SecretsService;
+  sandboxes: StartSandboxes;
+  settings: ConversationConfigSource;
+  secrets: SecretSource;
   agent: AgentClient;
   clock: Clock;
   timeouts: StartFlowTimeouts;
