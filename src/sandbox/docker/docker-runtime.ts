@@ -666,6 +666,22 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
       return handle;
     },
 
+    async restart(handle: RuntimeHandle): Promise<RuntimeHandle> {
+      // The container keeps its file system and volume: starting it again runs its agent on the same workspace.
+      const [data, info] = await requireManaged(handle);
+      if (info.State.Status === "running" && !info.State.Paused)
+        throw failedPrecondition("the sandbox container is still running");
+      if (info.State.Status === "removing")
+        throw failedPrecondition("the sandbox container is being removed");
+      if (info.State.Paused || info.State.Status === "paused")
+        await unpause(docker.getContainer(data.containerId));
+      else {
+        await checkDisk(data.volume);
+        await tolerate([304], () => docker.getContainer(data.containerId).start());
+      }
+      return handle;
+    },
+
     async remove(handle: RuntimeHandle): Promise<void> {
       const data = parseHandleData(handle.data);
       if (!data) return;
