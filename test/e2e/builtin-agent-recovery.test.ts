@@ -218,6 +218,44 @@ describe("a conversation whose agent was killed", () => {
     expect(readFileSync(join(workspace, "answer.txt"), "utf8")).toBe("42\n");
   }, 120_000);
 
+  it("a new conversation started in it (sandbox_id) starts its agent again; the old conversation is there", async () => {
+    const { id, app, workspace } = await startRunning("Write 42 once more");
+    killAgent(workspace);
+    await until(
+      () => sandboxStatus(app.sandbox_id),
+      (s) => s === "ERROR",
+    );
+    llm.script({ content: "Hello in the same sandbox." });
+    const created = await api("POST", "/api/v1/app-conversations", {
+      sandbox_id: app.sandbox_id,
+      initial_message: { role: "user", content: [{ type: "text", text: "Hello again" }] },
+    });
+    expect(created.status).toBe(200);
+    const taskId = (created.body as { id: string }).id;
+    const tasks = await until(
+      async () =>
+        (await api("GET", `/api/v1/app-conversations/start-tasks?ids=${taskId}`)).body as {
+          status: string;
+          detail: string | null;
+        }[],
+      (b) => b[0]?.status === "READY" || b[0]?.status === "ERROR",
+    );
+    expect(tasks[0]).toMatchObject({ status: "READY" });
+    expect(await sandboxStatus(app.sandbox_id)).toBe("RUNNING");
+    expect(agentProcesses(workspace).length).toBe(1);
+    const old = await until(
+      () => conversation(id),
+      (c) => c.conversation_url !== null,
+    );
+    const s = socket(old, id);
+    await s.opened;
+    await until(
+      () => s.events,
+      (es) => es.some((e) => e.kind === "MessageEvent" && JSON.stringify(e).includes("Write 42 once more")),
+    );
+    s.ws.close();
+  }, 120_000);
+
   it("stays ERROR, with the reason, when its workspace is gone", async () => {
     const { app, workspace } = await startRunning("Write 42 again");
     killAgent(workspace);

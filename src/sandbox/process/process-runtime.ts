@@ -1011,6 +1011,10 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       await stopSandboxProcesses(workspace, 0);
       if (ownChild(data)) children.delete(data.pid);
       const folder = basename(workspace);
+      // Whatever is left in its cgroup too; the cgroup is made anew (its OOM count then tells about the new agent).
+      for (const pid of cgroups?.pids(folder) ?? []) signal(pid, "SIGKILL");
+      cgroups?.remove(folder);
+      diskStops.delete(folder);
       const rel = workingDirOf(request.spec);
       const { handle: fresh } = await launch(
         folder,
