@@ -891,10 +891,9 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     switch (record.status) {
       case "STARTING":
       case "RUNNING":
-        // Healthy once and now not answering, with no start in progress: it hangs, or a loaded machine made the
-        // probe time out. Its process is alive (an ended one reads ERROR from the runtime): RUNNING for a grace
+        // Healthy once and now not answering: it hangs, or a loaded machine made the probe time out. Its process is alive (an ended one reads ERROR from the runtime): RUNNING for a grace
         // period, so that one slow probe does not hide its URL from the UI; ERROR once it keeps failing.
-        if (runtime === "STARTING" && record.status === "RUNNING" && !this.#inFlight(record.id)) {
+        if (runtime === "STARTING" && record.status === "RUNNING") {
           const since = this.#unanswered.get(record.id) ?? Date.now();
           this.#unanswered.set(record.id, since);
           status = Date.now() - since < this.#o.unansweredGraceMs ? "RUNNING" : "ERROR";
