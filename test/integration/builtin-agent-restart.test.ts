@@ -45,16 +45,22 @@ interface Target {
   kill(handle: RuntimeHandle): Promise<void>;
   /** Everything the agent saved, as text. */
   saved(handle: RuntimeHandle): string;
+  /** Awaited before the start. */
+  ready?(): Promise<void>;
+  /** Checks on the handle after the start and after the restart. */
+  check?(handle: RuntimeHandle): void;
 }
 
 const started: { runtime: SandboxRuntime; handle: RuntimeHandle }[] = [];
 
 function restartScenario(name: string, target: () => Target) {
   it(name, async () => {
-    const { runtime, spec, kill, saved } = target();
+    const { runtime, spec, kill, saved, ready, check } = target();
+    await ready?.();
     const key = randomBytes(16).toString("hex");
     const sandboxId = randomBytes(8).toString("hex");
     let handle = await runtime.start({ sandboxId, spec, sessionApiKey: key });
+    check?.(handle);
     started.push({ runtime, handle });
     expect(await runtime.waitHealthy(handle, 60_000)).toBe(true);
     const call = async (method: string, path: string, body?: unknown) => {
@@ -114,6 +120,7 @@ function restartScenario(name: string, target: () => Target) {
       sessionApiKey: key,
     });
     started.push({ runtime, handle });
+    check?.(handle);
     expect(await runtime.waitHealthy(handle, 60_000)).toBe(true);
     await expect(
       (runtime.restart as NonNullable<SandboxRuntime["restart"]>).call(runtime, handle, {
@@ -175,20 +182,44 @@ const cmdline = (pid: number): string => {
 const stateText = (dir: string): string =>
   execFileSync("sh", ["-c", `cat "${dir}"/*/*`], { encoding: "utf8" });
 
+const warmRoot = mkdtempSync(join(tmpdir(), "builtin-agent-restart-warm-"));
+const warmRuntime = createProcessRuntime({
+  workspaceRoot: warmRoot,
+  stopGraceMs: 1000,
+  readOnlyPaths: [nodeModules],
+  warmAgents: 1,
+});
+const processTarget = (runtime: SandboxRuntime): Target => ({
+  runtime,
+  spec: { id: "process-test", command: [BUILTIN_AGENT_COMMAND], initialEnv: {}, workingDir: "" },
+  async kill(handle) {
+    const workspace = String(handle.data.workspace);
+    const agents = findSandboxProcesses(workspace).filter((p) => {
+      const argv = cmdline(p.pid);
+      return /sandbox-agent\/main\.ts/.test(argv) && !/^\S*(bwrap|prlimit)\s/.test(argv);
+    });
+    expect(agents).toHaveLength(1);
+    for (const p of agents) process.kill(p.pid, "SIGKILL");
+  },
+  saved: (handle) => stateText(join(String(handle.data.workspace), ".openhands", "conversations")),
+});
+
 describe("built-in agent started again on the same workspace", () => {
-  restartScenario("process runtime: kill -9 of the agent, restart, the conversation goes on", () => ({
-    runtime: processRuntime,
-    spec: { id: "process-test", command: [BUILTIN_AGENT_COMMAND], initialEnv: {}, workingDir: "" },
-    async kill(handle) {
-      const workspace = String(handle.data.workspace);
-      const agents = findSandboxProcesses(workspace).filter((p) => {
-        const argv = cmdline(p.pid);
-        return /sandbox-agent\/main\.ts/.test(argv) && !/^\S*(bwrap|prlimit)\s/.test(argv);
-      });
-      expect(agents).toHaveLength(1);
-      for (const p of agents) process.kill(p.pid, "SIGKILL");
+  restartScenario("process runtime: kill -9 of the agent, restart, the conversation goes on", () =>
+    processTarget(processRuntime),
+  );
+  restartScenario("process runtime, from a warm agent: the same, in the warm agent's folder", () => ({
+    ...processTarget(warmRuntime),
+    ready: () =>
+      until(
+        () => warmRuntime.warmReady(),
+        (n) => n > 0,
+      ).then(() => undefined),
+    check(handle) {
+      // Claimed from the pool: its folder is the warm agent's, and the restart keeps it and the sandbox id.
+      expect(String(handle.data.workspace)).toMatch(/\/ws-[^/]+$/);
+      expect(handle.data.sandboxId).toMatch(/^[0-9a-f]{16}$/);
     },
-    saved: (handle) => stateText(join(String(handle.data.workspace), ".openhands", "conversations")),
   }));
 });
 
@@ -235,6 +266,8 @@ describe.skipIf(dockerSkip !== null)(`docker${dockerSkip ? ` (skipped: ${dockerS
 afterAll(async () => {
   for (const { runtime, handle } of started) await runtime.remove(handle).catch(() => {});
   await processRuntime.close();
+  await warmRuntime.close();
+  rmSync(warmRoot, { recursive: true, force: true });
   if (!dockerSkip) await dockerRuntime.close();
   rmSync(processRoot, { recursive: true, force: true });
 }, 60_000);
