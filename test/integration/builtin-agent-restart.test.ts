@@ -263,6 +263,42 @@ describe.skipIf(dockerSkip !== null)(`docker${dockerSkip ? ` (skipped: ${dockerS
   );
 });
 
+describe.skipIf(dockerSkip !== null)(
+  `docker memory limit${dockerSkip ? ` (skipped: ${dockerSkip})` : ""}`,
+  () => {
+    it("a container killed by its memory limit is an error, and the runtime says why", async () => {
+      const small = createDockerRuntime({
+        docker,
+        network: "host",
+        labels: { "workspace.test-run": randomBytes(4).toString("hex") },
+        stopTimeoutSeconds: 1,
+        memoryBytes: 64 * 1024 * 1024,
+      });
+      const handle = await small.start({
+        sandboxId: randomBytes(8).toString("hex"),
+        spec: {
+          id: typeof found === "string" ? "unused" : found.image,
+          // The container's main process itself outgrows the limit.
+          command: ["/usr/local/bin/node", "-e", "const a = []; for (;;) a.push(Buffer.alloc(1 << 20, 1));"],
+          initialEnv: {},
+          workingDir: "/workspace/project",
+        },
+        sessionApiKey: "k",
+      });
+      try {
+        await until(
+          () => small.inspect(handle),
+          (s) => s === "error",
+        );
+        expect(small.failureReason?.(handle)).toMatch(/memory limit \(67108864 bytes\)/);
+      } finally {
+        await small.remove(handle);
+        await small.close();
+      }
+    }, 60_000);
+  },
+);
+
 afterAll(async () => {
   for (const { runtime, handle } of started) await runtime.remove(handle).catch(() => {});
   await processRuntime.close();
