@@ -87,6 +87,13 @@ export interface SandboxRuntime {
   pause(handle: RuntimeHandle): Promise<void>;
   /** Resumes a paused (or stopped) sandbox; may return an updated handle. */
   resume(handle: RuntimeHandle): Promise<RuntimeHandle>;
+  /**
+   * Starts again, on the same workspace, a sandbox whose agent ended (crashed, killed, the host restarted): the
+   * process runtime starts a new agent process in the workspace folder, Docker starts the stopped container.
+   * Throws FAILED_PRECONDITION when that cannot help (the workspace or container is gone) or when the sandbox still
+   * runs: a workspace never has two agents. Returns the new handle.
+   */
+  restart?(handle: RuntimeHandle, request: RuntimeStartRequest): Promise<RuntimeHandle>;
   /** Terminates and removes the sandbox and its workspace; idempotent. */
   remove(handle: RuntimeHandle): Promise<void>;
   /**

@@ -194,6 +194,46 @@ export class Conversation {
     this.record = record;
   }
 
+  /**
+   * Takes back the state a previous agent process saved (conversation-store.ts): its record and events, from which
+   * the model's history is rebuilt. Actions the model asked for and that have no result yet are pending again when
+   * the conversation was paused or waiting for confirmation; when it was running, the step was cut by the restart:
+   * each such action is answered with an error (it may have run partly) and the conversation is in error, so that
+   * the user's next message continues it.
+   */
+  restore(record: Json | null, events: readonly Json[]): void {
+    if (record !== null) Object.assign(this.record, record, { id: this.id });
+    this.events.push(...events);
+    const answered = new Set<unknown>();
+    for (const e of events)
+      if (e.kind === "ObservationEvent" || e.kind === "AgentErrorEvent" || e.kind === "UserRejectObservation")
+        answered.add(e.tool_call_id);
+    const open = events.filter(
+      (e) => e.kind === "ActionEvent" && e.action !== null && !answered.has(e.tool_call_id),
+    );
+    const saved = String(this.record.execution_status ?? "idle") as ExecutionStatus;
+    this.status = saved;
+    if (saved === "paused" || saved === "waiting_for_confirmation") {
+      this.#pending = open;
+      this.#pendingConfirmed = saved === "paused" && !this.#confirm;
+    } else if (saved === "running") {
+      for (const action of open)
+        this.emit(
+          this.#agentError(
+            action,
+            "The agent restarted before this action finished; it may have run in part.",
+          ),
+        );
+      this.emit(
+        this.#conversationError(
+          "AgentRestarted",
+          "The agent was restarted while it worked on this conversation; send a message to continue.",
+        ),
+      );
+      this.#setStatus("error");
+    }
+  }
+
   /** Appends an event, stamping the record. */
   emit(event: Json): void {
     if (this.#closed) return;

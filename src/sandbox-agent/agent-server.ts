@@ -7,7 +7,7 @@
  * (first model call) itself, so an idle agent carries none of it. See docs/builtin-agent.md.
  */
 import type { ChildProcess } from "node:child_process";
-import { existsSync, statSync } from "node:fs";
+import { existsSync, readdirSync, statSync } from "node:fs";
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import { delimiter, isAbsolute, join, relative, resolve } from "node:path";
 import type { Duplex } from "node:stream";
@@ -37,6 +37,11 @@ export interface AgentServerOptions {
    * allows any `localhost` or `127.0.0.1` origin; otherwise exactly those listed (`*` for any).
    */
   corsOrigins?: string[];
+  /**
+   * Where conversations are saved, one folder each, and restored from when the server is created (see
+   * conversation-store.ts); absent: kept in memory only.
+   */
+  stateDir?: string;
 }
 
 /**
@@ -89,7 +94,7 @@ const DEFAULT_TIMEOUT_SECONDS = 60;
 const MAX_TIMEOUT_SECONDS = 600;
 /** After the shell exits, how long to wait for its output pipes to close (a background job may hold them open). */
 const PIPE_DRAIN_MS = 200;
-const REDACTED = "**********";
+export const REDACTED = "**********";
 const SECRET_KEY = /api_?key|token|secret|password|authorization|credential/i;
 const UUID = /^[0-9a-f]{32}$|^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
@@ -146,9 +151,25 @@ export function createAgentServer(options: AgentServerOptions): Server {
         readJson: readJsonObject,
         maxBodyBytes,
         maxUploadBytes: options.maxUploadBytes ?? 100 * MIB,
+        stateDir: options.stateDir ?? null,
+        sessionApiKey: options.sessionApiKey,
       }),
     ));
   let loaded: ConversationRuntime | undefined;
+  // Conversations saved by an earlier process of this agent: loaded now, so that they are there (and the UI's
+  // websocket finds them) from the first request on. An agent without any stays idle, without the agent loop.
+  if (options.stateDir !== undefined && hasSavedConversations(options.stateDir))
+    void loadRuntime().then(
+      (r) => {
+        loaded = r;
+      },
+      (e: unknown) => {
+        runtime = undefined;
+        process.emitWarning(
+          `agent conversation module failed to load: ${e instanceof Error ? e.message : String(e)}`,
+        );
+      },
+    );
   const conversationRoute = /^\/api\/(conversations|git|file|vscode)(\/|$)/;
 
   const authorized = (header: string | string[] | undefined): boolean =>
@@ -164,7 +185,7 @@ export function createAgentServer(options: AgentServerOptions): Server {
     }
     if (!authorized(req.headers["x-session-api-key"])) return detail(401, "Unauthorized");
 
-    if (path === "/api/conversations" && method === "GET" && loaded === undefined) {
+    if (path === "/api/conversations" && method === "GET" && runtime === undefined) {
       // Before the first conversation there is none to find: answer without loading the agent loop.
       const ids = url.searchParams.getAll("ids");
       if (ids.length === 0)
@@ -699,6 +720,14 @@ export function redact(value: unknown): unknown {
 function isDirectory(path: string): boolean {
   try {
     return statSync(path).isDirectory();
+  } catch {
+    return false;
+  }
+}
+
+function hasSavedConversations(dir: string): boolean {
+  try {
+    return readdirSync(dir).length > 0;
   } catch {
     return false;
   }

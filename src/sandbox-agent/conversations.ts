@@ -19,6 +19,7 @@ import {
   unprocessable,
   type Webhook,
 } from "./agent-server.ts";
+import { ConversationStore } from "./conversation-store.ts";
 import { workspaceRoute } from "./workspace-routes.ts";
 
 /** What the agent server hands the conversation side. */
@@ -30,6 +31,9 @@ export interface RuntimeContext {
   readJson: (req: IncomingMessage) => Promise<Json>;
   maxBodyBytes: number;
   maxUploadBytes: number;
+  /** Where conversations are saved and, at creation, restored from (see conversation-store.ts); null: nowhere. */
+  stateDir: string | null;
+  sessionApiKey: string;
 }
 
 export interface ConversationRuntime {
@@ -54,11 +58,16 @@ export function createConversationRuntime(ctx: RuntimeContext): ConversationRunt
       ({ WebSocketServer }) => new WebSocketServer({ noServer: true, maxPayload: ctx.maxBodyBytes }),
     ));
 
+  const store =
+    ctx.stateDir === null
+      ? null
+      : new ConversationStore(ctx.stateDir, ctx.sessionApiKey, (msg) => process.emitWarning(msg));
   const host = {
     workspaceDir: ctx.workspaceDir,
     shell: ctx.shell,
     commandEnv: ctx.commandEnv,
     onEvent(conversation: Conversation, event: Json): void {
+      store?.append(conversation.id, event);
       ctx.hook?.event(conversation.id, event);
       const set = sockets.get(conversation.id);
       if (set === undefined || set.size === 0) return;
@@ -66,9 +75,16 @@ export function createConversationRuntime(ctx: RuntimeContext): ConversationRunt
       for (const ws of set) if (ws.readyState === ws.OPEN) ws.send(text);
     },
     onInfo(conversation: Conversation): void {
+      store?.saveInfo(conversation.id, conversation.record);
       ctx.hook?.conversation(conversation.record);
     },
   };
+  // The conversations an earlier process of this agent saved (it crashed, or the sandbox was started again).
+  for (const saved of store?.loadAll() ?? []) {
+    const conversation = new Conversation(saved.id, saved.body, host);
+    conversations.set(saved.id, conversation);
+    conversation.restore(saved.record, saved.events);
+  }
 
   const find = (raw: string): Conversation | undefined => {
     const id = normaliseId(decodeURIComponent(raw));
@@ -114,6 +130,7 @@ export function createConversationRuntime(ctx: RuntimeContext): ConversationRunt
       ]);
     const conversation = new Conversation(id, body, host);
     conversations.set(id, conversation);
+    store?.create(id, body, conversation.record);
     if (initial !== null) conversation.sendMessage(initial.role, initial.content, true);
     conversation.announceStatus();
     host.onInfo(conversation);
@@ -199,6 +216,7 @@ export function createConversationRuntime(ctx: RuntimeContext): ConversationRunt
         if (method === "DELETE") {
           conversation.close();
           conversations.delete(conversation.id);
+          store?.delete(conversation.id);
           for (const ws of sockets.get(conversation.id) ?? []) ws.close(1000, "Conversation deleted");
           sockets.delete(conversation.id);
           return { status: 200, body: { success: true } };

@@ -17,7 +17,7 @@
 // require-node.mjs main.ts` there (the Docker test image's command does).
 import "./require-node.mjs";
 import { mkdirSync } from "node:fs";
-import { resolve } from "node:path";
+import { join, resolve } from "node:path";
 import { createAgentServer, type WebhookOptions } from "./agent-server.ts";
 
 // Not a static import: the ESM loader would read every export of node:module, ~50 ms of the agent's start (see
@@ -144,9 +144,14 @@ const corsOrigins: string[] = [];
 for (let i = 0; process.env[`OH_ALLOW_CORS_ORIGINS_${i}`]; i++)
   corsOrigins.push(process.env[`OH_ALLOW_CORS_ORIGINS_${i}`] as string);
 
+// Conversations are saved in the sandbox's home (the process runtime's workspace folder, the container's /workspace)
+// and taken back by the next process of this agent on the same workspace.
+const stateDir = join(resolve(process.env.HOME || workspaceDir), ".openhands", "conversations");
+
 const server = createAgentServer({
   sessionApiKey,
   workspaceDir,
+  stateDir,
   commandEnv,
   corsOrigins,
   ...(webhook ? { webhook } : {}),

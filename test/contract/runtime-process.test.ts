@@ -72,8 +72,9 @@ const contractHooks: RuntimeContractHooks = {
       await new Promise((r) => setTimeout(r, 10));
     }
   },
-  // The parent saw a death by signal (a crash); a restarted server only sees the pid gone.
-  afterDestroy: { sameInstance: "error", freshInstance: "missing" },
+  // The parent saw a death by signal (a crash); a restarted server sees the pid gone and the workspace still there:
+  // it ended without being removed, an error a resume can start again (restart).
+  afterDestroy: { sameInstance: "error", freshInstance: "error" },
   async leftovers(handle) {
     const out: string[] = [];
     if (alive(handle)) out.push(`process ${dataOf(handle).pid}`);
@@ -224,7 +225,8 @@ describe("process runtime specifics", () => {
       data: { ...handle.data, startTimeTicks: dataOf(handle).startTimeTicks + 1 },
     };
     const restarted = makeRuntime();
-    expect(await restarted.inspect(impostor)).toBe("missing");
+    // The process the handle names is gone (its pid is another's now); its workspace is there: ended, an error.
+    expect(await restarted.inspect(impostor)).toBe("error");
     await expect(restarted.pause(impostor)).rejects.toThrow(/not running/);
     expect(await runtime.inspect(handle)).toBe("running");
     await runtime.remove(handle);

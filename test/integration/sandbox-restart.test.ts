@@ -14,7 +14,7 @@ afterAll(async () => {
 });
 
 describe("server restart", () => {
-  it("reconciles every recorded sandbox at start: a survivor stays RUNNING, a dead one is MISSING, a paused one PAUSED", async () => {
+  it("reconciles every recorded sandbox at start: a survivor stays RUNNING, a dead one is ERROR (its workspace is there: a resume starts it again), a paused one PAUSED", async () => {
     const first = await startTestApp({ dir, encryptionKey: key, keepSandboxes: true });
     const k = await first.keyFor("restart-user");
     const ids: string[] = [];
@@ -42,21 +42,35 @@ describe("server restart", () => {
 
     const second = await startTestApp({ dir, encryptionKey: key, keepSandboxes: true });
     const counts = await second.app.services.sandboxes.reconcileAll();
-    expect(counts).toMatchObject({ RUNNING: 1, MISSING: 1, PAUSED: 1 });
+    expect(counts).toMatchObject({ RUNNING: 1, ERROR: 1, PAUSED: 1 });
     // what was recorded is now true in storage, before any client asks
     expect((await second.storage.sandboxes.get(survivor))?.status).toBe("RUNNING");
-    expect((await second.storage.sandboxes.get(victim))?.status).toBe("MISSING");
+    expect((await second.storage.sandboxes.get(victim))?.status).toBe("ERROR");
     expect((await second.storage.sandboxes.get(paused))?.status).toBe("PAUSED");
     const list = (
       await call(second.url, k, "GET", `/api/v1/sandboxes?${ids.map((i) => `id=${i}`).join("&")}`)
     ).body as { status: string }[];
-    expect(list.map((s) => s.status)).toEqual(["RUNNING", "MISSING", "PAUSED"]);
+    expect(list.map((s) => s.status)).toEqual(["RUNNING", "ERROR", "PAUSED"]);
     // the survivor's agent still answers with its (persisted, encrypted) session key
     const s = list[0] as unknown as { exposed_urls: { url: string }[]; session_api_key: string };
     const res = await fetch(`${s.exposed_urls[0]?.url}/api/conversations?ids=x`, {
       headers: { "x-session-api-key": s.session_api_key },
     });
     expect(res.status).toBe(200);
+    // The dead one, resumed: its agent starts again on the same workspace (the new server is not its parent).
+    const resumed = await call(second.url, k, "POST", `/api/v1/sandboxes/${victim}/resume`);
+    expect(resumed.status).toBe(200);
+    const until = Date.now() + 10_000;
+    for (;;) {
+      const [v] = (await call(second.url, k, "GET", `/api/v1/sandboxes?id=${victim}`)).body as {
+        status: string;
+      }[];
+      if (v?.status === "RUNNING") break;
+      if (Date.now() > until) throw new Error(JSON.stringify(v));
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const again = (await second.storage.sandboxes.get(victim))?.handle as { data?: { pid?: number } };
+    expect(again.data?.pid).not.toBe(victimPid);
     for (const id of ids) await call(second.url, k, "DELETE", `/api/v1/sandboxes/${id}`);
     await second.close();
   });

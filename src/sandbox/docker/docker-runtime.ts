@@ -258,6 +258,9 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
   const log = options.log ?? (() => {});
   const onPullProgress = options.onPullProgress ?? pullLogger(log);
   const pulls = new Map<string, Promise<ImageInspectInfo>>();
+  /** Why a container ended, as its last inspect saw it (its memory limit), by container id (see failureReason). */
+  const ended = new Map<string, string>();
+  const memoryLimitBytes = options.memoryBytes ?? DEFAULT_MEMORY_BYTES;
   const diskBytes = options.diskBytes ?? 0;
   const opened =
     diskBytes <= 0 || options.diskDir === undefined
@@ -636,6 +639,9 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
         case "paused":
           return "paused";
         case "exited":
+          if (state.OOMKilled)
+            ended.set(data.containerId, `killed by its memory limit (${memoryLimitBytes} bytes)`);
+          else ended.delete(data.containerId);
           return state.ExitCode === 0 && !state.OOMKilled ? "paused" : "error";
         case "created":
         case "restarting":
@@ -666,9 +672,31 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
       return handle;
     },
 
+    failureReason(handle: RuntimeHandle): string | null {
+      const data = parseHandleData(handle.data);
+      return (data && ended.get(data.containerId)) ?? null;
+    },
+
+    async restart(handle: RuntimeHandle): Promise<RuntimeHandle> {
+      // The container keeps its file system and volume: starting it again runs its agent on the same workspace.
+      const [data, info] = await requireManaged(handle);
+      if (info.State.Status === "running" && !info.State.Paused)
+        throw failedPrecondition("the sandbox container is still running");
+      if (info.State.Status === "removing")
+        throw failedPrecondition("the sandbox container is being removed");
+      if (info.State.Paused || info.State.Status === "paused")
+        await unpause(docker.getContainer(data.containerId));
+      else {
+        await checkDisk(data.volume);
+        await tolerate([304], () => docker.getContainer(data.containerId).start());
+      }
+      return handle;
+    },
+
     async remove(handle: RuntimeHandle): Promise<void> {
       const data = parseHandleData(handle.data);
       if (!data) return;
+      ended.delete(data.containerId);
       const info = await inspectManaged(data);
       // Container removed behind our back: its volume may still be there.
       if (!info) return removeVolume(data.volume);

@@ -671,7 +671,12 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
         stat = own.exit ? null : stat;
       }
       if (own?.exit) return own.exit.code === 0 ? "missing" : "error";
-      if (!stat || stat.startTime !== data.startTimeTicks) return "missing";
+      // Vanished without being removed (its workspace is still there: a reboot, a kill seen by no parent of ours):
+      // it ended, and a resume can start it again (see restart).
+      if (!stat || stat.startTime !== data.startTimeTicks)
+        return workspaceOf(data) !== null && existsSync(data.workspace) && own === undefined
+          ? "error"
+          : "missing";
       // Dead, and its parent (not us) has not reaped it: judge by its exit status, as for our own children; a
       // sandbox whose workspace is gone was removed (stopped by a signal), not crashed.
       if (stat.state === "Z" || stat.state === "X")
@@ -692,6 +697,34 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       procs.signal(data, "SIGCONT");
       await procs.settle(data, (state) => state !== "T" && state !== "t");
       return handle;
+    },
+
+    async restart(handle: RuntimeHandle, request: RuntimeStartRequest): Promise<RuntimeHandle> {
+      const data = parseHandleData(handle.data);
+      const workspace = data && workspaceOf(data);
+      if (!data || !workspace || !existsSync(workspace))
+        throw failedPrecondition("the sandbox's workspace is gone: it cannot be started again; delete it");
+      checkSingleUser(request.ownerId);
+      // Never two agents on one workspace: whatever is left of the old one (its group, processes in its folder).
+      if (!leaderGone(data)) throw failedPrecondition("the sandbox process is still running");
+      await stopSandboxProcesses(workspace, 0);
+      if (ownChild(data)) children.delete(data.pid);
+      const folder = basename(workspace);
+      // Whatever is left in its cgroup too; the cgroup is made anew (its OOM count then tells about the new agent).
+      for (const pid of cgroups?.pids(folder) ?? []) signal(pid, "SIGKILL");
+      cgroups?.remove(folder);
+      diskStops.delete(folder);
+      const rel = workingDirOf(request.spec);
+      const { handle: fresh } = await launch(
+        folder,
+        request.sandboxId,
+        request.spec,
+        rel,
+        request.sessionApiKey,
+      );
+      return folder === request.sandboxId
+        ? fresh
+        : { ...fresh, data: { ...fresh.data, sandboxId: request.sandboxId } };
     },
 
     async remove(handle: RuntimeHandle): Promise<void> {

@@ -3,7 +3,7 @@
  * conversation on the agent server. Every state is saved before the step runs, so any server reading storage
  * reports where a start is; any failure ends in ERROR with a detail a person can act on.
  */
-import { ConnectError } from "@connectrpc/connect";
+import { Code, ConnectError } from "@connectrpc/connect";
 import type { Clock } from "../../core/clock.ts";
 import { StorageUnavailableError } from "../../core/errors.ts";
 import { newHexId, parseHexId } from "../../core/ids.ts";
@@ -533,14 +533,18 @@ class StartFlow {
         existing.status === "STARTING" && existing.handle === null
           ? await s.restartUnstarted(owner, existing.record.id)
           : existing.status === "PAUSED"
-            ? await s.resume(owner, existing.record.id, wait)
+            ? await this.#resumeSandbox(existing.record.id, wait)
             : existing;
     } else {
       const given = sandboxId ?? "";
       const found = await s.get(owner, given);
       if (found === null) throw new StartError(`Sandbox ${given} not found`);
       await this.#save({ status: "WAITING_FOR_SANDBOX", sandboxId: given });
-      live = found.status === "PAUSED" ? await s.resume(owner, given, wait) : found;
+      // Paused, or in error because its agent ended: resumed (the agent then starts again on its workspace).
+      live =
+        found.status === "PAUSED" || found.status === "ERROR"
+          ? await this.#resumeSandbox(given, wait)
+          : found;
     }
     const id = live.record.id;
     // Also a sandbox holding its slot whose agent does not answer yet (a loaded machine): wait for it.
@@ -568,6 +572,18 @@ class StartFlow {
           : `Sandbox ${id} cannot be used: its status is ${live.status}`,
       );
     return live;
+  }
+
+  /** Resumes the sandbox; a refusal (FAILED_PRECONDITION: it cannot be started again) fails the start with why. */
+  async #resumeSandbox(id: string, wait: SlotWait): Promise<LiveSandbox> {
+    try {
+      return await this.#d.sandboxes.resume(this.#task.ownerId, id, wait);
+    } catch (err) {
+      if (err instanceof LeaseLostError || this.#signal.aborted) throw err;
+      if (err instanceof ConnectError && err.code === Code.FailedPrecondition)
+        throw new StartError(`Sandbox ${id} cannot be used: ${err.rawMessage}`);
+      throw err;
+    }
   }
 
   /**

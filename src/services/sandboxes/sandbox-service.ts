@@ -103,6 +103,12 @@ export interface SandboxServiceOptions {
   inUseByStarts?: (userId: string) => Promise<readonly string[]>;
   /** How long start/resume wait for a running slot when every slot holder is starting (default 30 s). */
   slotWaitMs?: number;
+  /**
+   * How long a RUNNING sandbox whose process is alive may fail its health probe (a loaded machine, a probe timing
+   * out) and still be reported RUNNING; past it, while it keeps failing, it reads ERROR (default 15 s). A process
+   * that ended reads ERROR at once whatever this says.
+   */
+  unansweredGraceMs?: number;
 }
 
 /** How a start or resume waits when all of the user's running slots are held by sandboxes that are starting. */
@@ -158,6 +164,8 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
   /** Sandboxes this server is deleting. */
   readonly #deleting = new Set<string>();
   #sweeping: Promise<Record<SandboxStatus, number>> | null = null;
+  /** RUNNING sandboxes whose live process failed its health probe: since when, without a probe answered since. */
+  readonly #unanswered = new Map<string, number>();
 
   constructor(options: SandboxServiceOptions) {
     const startTimeoutMs = options.startTimeoutMs ?? 120_000;
@@ -168,6 +176,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       orphanGraceMs: startTimeoutMs,
       inUseByStarts: async () => [],
       slotWaitMs: 30_000,
+      unansweredGraceMs: 15_000,
       deleteGraceMs: Math.min(15_000, options.orphanGraceMs ?? startTimeoutMs),
       ...options,
       startTimeoutMs,
@@ -234,6 +243,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       await this.#removeAll(record);
     } finally {
       this.#deleting.delete(record.id);
+      this.#unanswered.delete(record.id);
     }
     return { $typeName: "workspace.v1.DeleteSandboxResponse", success: true };
   }
@@ -427,10 +437,20 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
   async resume(userId: string, id: string, wait: SlotWait = {}): Promise<LiveSandbox> {
     const record = await this.#owned(userId, id);
     const handle = handleOrNull(record);
-    if (handle === null || record.status === "MISSING" || ACTIVE_STATUSES.includes(record.status))
-      return this.#observe(record);
-    const live = await this.#observe(record);
+    if (handle === null || record.status === "MISSING") return this.#observe(record);
+    let live = await this.#observe(record);
+    if (ACTIVE_STATUSES.includes(record.status)) {
+      // Holds its slot: nothing to do, unless its agent ended while RUNNING and no sweep recorded it yet: the end
+      // is recorded (compare-and-set: a concurrent resume or start wins), then it is started again below.
+      if (record.status !== "RUNNING" || this.#inFlight(id) || live.runtime !== "ERROR") return live;
+      if (!(await this.#transition(record, ["RUNNING"], "ERROR", { ifUpdatedAt: record.updatedAt })))
+        return this.#observe(await this.#owned(userId, id));
+      live = { ...live, status: "ERROR" };
+    }
     if (live.status === "MISSING") return live;
+    // Its agent ended (crashed, killed by its memory limit, the host restarted): a runtime that can start it again
+    // on the same workspace does, instead of resuming a process that no longer exists.
+    const restart = live.runtime === "ERROR" ? this.#o.runtime.restart?.bind(this.#o.runtime) : undefined;
     const claim = await this.#untilSlot(userId, wait, async (protect) => {
       const c = await this.#o.repo.claim(id, userId, this.#o.maxRunning, new Date(), protect);
       return c?.busy ? { busy: this.#o.maxRunning } : c;
@@ -447,7 +467,20 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       await this.#pauseEvicted(claim.evicted);
       let resumed: RuntimeHandle;
       try {
-        resumed = await this.#o.runtime.resume(handle);
+        if (restart === undefined) resumed = await this.#o.runtime.resume(handle);
+        else {
+          this.#o.log?.("starting again a sandbox whose agent ended", {
+            sandboxId: id,
+            reason: live.reason ?? "its process ended",
+          });
+          const spec = this.#prepare(this.#o.specs.resolve(record.specId), id);
+          resumed = await restart(handle, {
+            sandboxId: id,
+            spec,
+            sessionApiKey: this.sessionKey(record),
+            ownerId: record.ownerId,
+          });
+        }
       } catch (err) {
         await this.#transition(claimed, ["STARTING"], live.status).catch(() => undefined);
         throw err;
@@ -858,11 +891,16 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     switch (record.status) {
       case "STARTING":
       case "RUNNING":
-        // Healthy once and now not answering, with no start in progress: it crashed or hangs.
-        status =
-          runtime === "STARTING" && record.status === "RUNNING" && !this.#inFlight(record.id)
-            ? "ERROR"
-            : runtime;
+        // Healthy once and now not answering: it hangs, or a loaded machine made the probe time out. Its process is alive (an ended one reads ERROR from the runtime): RUNNING for a grace
+        // period, so that one slow probe does not hide its URL from the UI; ERROR once it keeps failing.
+        if (runtime === "STARTING" && record.status === "RUNNING") {
+          const since = this.#unanswered.get(record.id) ?? Date.now();
+          this.#unanswered.set(record.id, since);
+          status = Date.now() - since < this.#o.unansweredGraceMs ? "RUNNING" : "ERROR";
+        } else {
+          if (runtime !== "STARTING" && probe) this.#unanswered.delete(record.id);
+          status = runtime;
+        }
         break;
       case "PAUSED":
         // The store decided: a PAUSED record still running is being paused (reconciliation makes sure of it).

@@ -1,0 +1,273 @@
+/**
+ * A sandbox whose agent dies (kill -9) while its conversation runs, on the embedded default (process runtime,
+ * built-in agent) with a scripted model: the sandbox reads ERROR, a resume (as the UI's) starts the agent again on
+ * the same workspace, the conversation's events come back on the UI's websocket (resend_all), and a new message
+ * gets a model answer with the whole history and the user's model key. A sandbox whose workspace is gone stays
+ * ERROR and its resume says why.
+ */
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import WebSocket from "ws";
+import { findSandboxProcesses } from "../../src/sandbox/process/sandbox-processes.ts";
+import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
+import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
+
+type Ev = { kind: string; id: string; key?: string; value?: unknown; [k: string]: unknown };
+type AppConversation = {
+  conversation_url: string | null;
+  session_api_key: string | null;
+  sandbox_id: string;
+  sandbox_status: string;
+};
+
+let t: TestApp;
+let key: string;
+let llm: FakeLlm;
+const root = mkdtempSync(join(tmpdir(), "builtin-agent-recovery-"));
+const api = (method: string, path: string, body?: unknown) => call(t.url, key, method, path, body);
+
+async function until<T>(fn: () => Promise<T> | T, done: (v: T) => boolean, ms = 30_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (done(v)) return v;
+    if (Date.now() > deadline) throw new Error(`timed out: ${JSON.stringify(v).slice(0, 800)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+beforeAll(async () => {
+  llm = await startFakeLlm();
+  t = await startTestApp({ dir: root });
+  key = await t.keyFor("alice");
+  const saved = await api("POST", "/api/settings", {
+    llm_model: "openai/fake-model",
+    llm_base_url: llm.url,
+    llm_api_key: "sk-recovery-key",
+  });
+  expect(saved.status).toBe(200);
+}, 60_000);
+
+afterAll(async () => {
+  await t?.close();
+  await llm?.close();
+  rmSync(root, { recursive: true, force: true });
+});
+
+const conversation = async (id: string): Promise<AppConversation> =>
+  ((await api("GET", `/api/v1/app-conversations?ids=${id}`)).body as AppConversation[])[0] as AppConversation;
+
+const sandboxStatus = async (id: string): Promise<string> =>
+  ((await api("GET", `/api/v1/sandboxes?id=${id}`)).body as { status: string }[])[0]?.status ?? "none";
+
+/** Starts a conversation on a new sandbox and waits until the agent runs its `sleep` (the conversation runs). */
+async function startRunning(text: string): Promise<{ id: string; app: AppConversation; workspace: string }> {
+  llm.script(
+    {
+      content: "Writing it.",
+      toolCalls: [{ name: "terminal", arguments: { command: "echo 42 > answer.txt" } }],
+    },
+    { content: "Waiting.", toolCalls: [{ name: "terminal", arguments: { command: "sleep 120" } }] },
+  );
+  const before = llm.requests.length;
+  const created = await api("POST", "/api/v1/app-conversations", {
+    initial_message: { role: "user", content: [{ type: "text", text }] },
+  });
+  expect(created.status).toBe(200);
+  const taskId = (created.body as { id: string }).id;
+  const tasks = await until(
+    async () =>
+      (await api("GET", `/api/v1/app-conversations/start-tasks?ids=${taskId}`)).body as {
+        status: string;
+        app_conversation_id: string | null;
+      }[],
+    (b) => b[0]?.status === "READY" || b[0]?.status === "ERROR",
+  );
+  expect(tasks[0]?.status).toBe("READY");
+  const id = tasks[0]?.app_conversation_id ?? "";
+  await llm.waitForRequests(before + 2);
+  const app = await conversation(id);
+  const workspace = join(root, "sandboxes", app.sandbox_id);
+  // The sleep runs in the sandbox.
+  await until(
+    () => findSandboxProcesses(workspace).some((p) => cmdline(p.pid).includes("sleep 120")),
+    (v) => v,
+  );
+  return { id, app, workspace };
+}
+
+const cmdline = (pid: number): string => {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, "latin1").replaceAll("\0", " ");
+  } catch {
+    return "";
+  }
+};
+
+/** The Node processes running the built-in agent's main.ts (not the bwrap or prlimit wrapping them). */
+const agentProcesses = (workspace: string) =>
+  findSandboxProcesses(workspace).filter((p) => {
+    const argv = cmdline(p.pid);
+    return /sandbox-agent\/main\.ts/.test(argv) && !/^\S*(bwrap|prlimit)\s/.test(argv);
+  });
+
+/** kill -9 of the agent process. */
+function killAgent(workspace: string): void {
+  const agents = agentProcesses(workspace);
+  expect(agents.length).toBe(1);
+  for (const p of agents) process.kill(p.pid, "SIGKILL");
+}
+
+function socket(app: AppConversation, id: string) {
+  const events: Ev[] = [];
+  const host = new URL(app.conversation_url ?? "").host;
+  const ws = new WebSocket(
+    `ws://${host}/sockets/events/${id}?resend_all=true&session_api_key=${app.session_api_key}`,
+  );
+  ws.on("message", (d) => events.push(JSON.parse(d.toString()) as Ev));
+  return { ws, events, opened: new Promise<void>((r, j) => ws.once("open", () => r()).once("error", j)) };
+}
+
+describe("a conversation whose agent was killed", () => {
+  it("comes back on resume: its events on the websocket, and a new message continues it with the model", async () => {
+    const { id, app, workspace } = await startRunning("Write 42 to answer.txt");
+    const first = socket(app, id);
+    await first.opened;
+    await until(
+      () => first.events,
+      (es) => es.some((e) => e.kind === "ActionEvent" && JSON.stringify(e).includes("sleep 120")),
+    );
+    first.ws.close();
+    const before = first.events.slice(1).map((e) => e.id); // after the full_state snapshot
+
+    killAgent(workspace);
+    // Read ERROR (not flapping back to RUNNING), through the sweep as well.
+    await until(
+      () => sandboxStatus(app.sandbox_id),
+      (s) => s === "ERROR",
+    );
+    await t.app.services.sandboxes.reconcileAll();
+    expect(await sandboxStatus(app.sandbox_id)).toBe("ERROR");
+    // The state folder holds no secret in clear.
+    const stateDir = join(workspace, ".openhands", "conversations");
+    const saved = readdirSync(stateDir);
+    expect(saved).toEqual([id.replaceAll("-", "")]);
+    const onDisk = readdirSync(join(stateDir, saved[0] ?? ""))
+      .map((f) => readFileSync(join(stateDir, saved[0] ?? "", f), "utf8"))
+      .join("\n");
+    expect(onDisk).toContain("Write 42 to answer.txt");
+    expect(onDisk).not.toContain("sk-recovery-key");
+
+    // The UI's resume of the conversation's sandbox.
+    const resumed = await api("POST", `/api/v1/sandboxes/${app.sandbox_id}/resume`);
+    expect(resumed.status).toBe(200);
+    await until(
+      () => sandboxStatus(app.sandbox_id),
+      (s) => s === "RUNNING",
+    );
+    const again = await until(
+      () => conversation(id),
+      (c) => c.conversation_url !== null,
+    );
+    // One agent on the workspace.
+    expect(agentProcesses(workspace).length).toBe(1);
+
+    const second = socket(again, id);
+    await second.opened;
+    await until(
+      () => second.events,
+      (es) => es.some((e) => e.kind === "ConversationErrorEvent"),
+    );
+    const shown = second.events.slice(1);
+    // Every event from before the kill, in order, then the restart: the cut action answered, the conversation in
+    // error until the user writes again.
+    expect(shown.slice(0, before.length).map((e) => e.id)).toEqual(before);
+    const after = shown.slice(before.length);
+    expect(after.map((e) => (e.key === "execution_status" ? `state:${String(e.value)}` : e.kind))).toEqual([
+      "AgentErrorEvent",
+      "ConversationErrorEvent",
+      "state:error",
+    ]);
+
+    llm.script({ content: "Back again: the answer is 42." });
+    const asked = llm.requests.length;
+    const sent = await fetch(new URL(`/api/conversations/${id}/events`, again.conversation_url ?? ""), {
+      method: "POST",
+      headers: { "x-session-api-key": again.session_api_key ?? "", "content-type": "application/json" },
+      body: JSON.stringify({ role: "user", content: [{ type: "text", text: "Are you there?" }], run: true }),
+    });
+    expect(sent.status).toBe(200);
+    await until(
+      () => second.events,
+      (es) => es.some((e) => e.key === "execution_status" && e.value === "finished"),
+    );
+    second.ws.close();
+    expect(llm.requests.length).toBe(asked + 1);
+    const request = llm.requests.at(-1);
+    // The user's model key, given back to the restarted agent sealed under its session key.
+    expect(request?.authorization).toBe("Bearer sk-recovery-key");
+    const history = JSON.stringify(request?.body.messages);
+    expect(history).toContain("Write 42 to answer.txt");
+    expect(history).toContain("echo 42 > answer.txt");
+    expect(history).toContain("Are you there?");
+    expect(
+      second.events.some((e) => e.kind === "MessageEvent" && JSON.stringify(e).includes("Back again")),
+    ).toBe(true);
+    expect(readFileSync(join(workspace, "answer.txt"), "utf8")).toBe("42\n");
+  }, 120_000);
+
+  it("a new conversation started in it (sandbox_id) starts its agent again; the old conversation is there", async () => {
+    const { id, app, workspace } = await startRunning("Write 42 once more");
+    killAgent(workspace);
+    await until(
+      () => sandboxStatus(app.sandbox_id),
+      (s) => s === "ERROR",
+    );
+    llm.script({ content: "Hello in the same sandbox." });
+    const created = await api("POST", "/api/v1/app-conversations", {
+      sandbox_id: app.sandbox_id,
+      initial_message: { role: "user", content: [{ type: "text", text: "Hello again" }] },
+    });
+    expect(created.status).toBe(200);
+    const taskId = (created.body as { id: string }).id;
+    const tasks = await until(
+      async () =>
+        (await api("GET", `/api/v1/app-conversations/start-tasks?ids=${taskId}`)).body as {
+          status: string;
+          detail: string | null;
+        }[],
+      (b) => b[0]?.status === "READY" || b[0]?.status === "ERROR",
+    );
+    expect(tasks[0]).toMatchObject({ status: "READY" });
+    expect(await sandboxStatus(app.sandbox_id)).toBe("RUNNING");
+    expect(agentProcesses(workspace).length).toBe(1);
+    const old = await until(
+      () => conversation(id),
+      (c) => c.conversation_url !== null,
+    );
+    const s = socket(old, id);
+    await s.opened;
+    await until(
+      () => s.events,
+      (es) => es.some((e) => e.kind === "MessageEvent" && JSON.stringify(e).includes("Write 42 once more")),
+    );
+    s.ws.close();
+  }, 120_000);
+
+  it("stays ERROR, with the reason, when its workspace is gone", async () => {
+    const { app, workspace } = await startRunning("Write 42 again");
+    killAgent(workspace);
+    await until(
+      () => sandboxStatus(app.sandbox_id),
+      (s) => s === "ERROR",
+    );
+    rmSync(workspace, { recursive: true, force: true });
+    const resumed = await api("POST", `/api/v1/sandboxes/${app.sandbox_id}/resume`);
+    expect(resumed.status).toBeGreaterThanOrEqual(400);
+    expect(resumed.status).toBeLessThan(500);
+    expect(JSON.stringify(resumed.body)).toContain("workspace is gone");
+    expect(await sandboxStatus(app.sandbox_id)).toBe("ERROR");
+  }, 120_000);
+});
