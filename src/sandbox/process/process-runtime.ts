@@ -13,7 +13,7 @@ import {
   writeFileSync,
 } from "node:fs";
 import type { Server } from "node:net";
-import { dirname, isAbsolute, join, relative, resolve } from "node:path";
+import { basename, dirname, isAbsolute, join, relative, resolve } from "node:path";
 import type { Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import { failedPrecondition } from "../../core/errors.ts";
@@ -364,7 +364,6 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     else log("sandbox cgroup could not be removed", { folder });
   };
 
-  /** The child entry for this handle if this instance spawned exactly that process. */
   /** Stops the processes that carry the workspace folder `folder`, removes it and its log; how many it stopped. */
   const removeFolder = async (folder: string): Promise<number> => {
     const workspace = join(workspaceRoot, folder);
@@ -674,7 +673,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       // Vanished without being removed (its workspace is still there: a reboot, a kill seen by no parent of ours):
       // it ended, and a resume can start it again (see restart).
       if (!stat || stat.startTime !== data.startTimeTicks)
-        return workspaceOf(data) !== null && existsSync(data.workspace) && own === undefined
+        return procs.workspaceOf(data) !== null && existsSync(data.workspace) && own === undefined
           ? "error"
           : "missing";
       // Dead, and its parent (not us) has not reaped it: judge by its exit status, as for our own children; a
@@ -701,14 +700,14 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
 
     async restart(handle: RuntimeHandle, request: RuntimeStartRequest): Promise<RuntimeHandle> {
       const data = parseHandleData(handle.data);
-      const workspace = data && workspaceOf(data);
+      const workspace = data && procs.workspaceOf(data);
       if (!data || !workspace || !existsSync(workspace))
         throw failedPrecondition("the sandbox's workspace is gone: it cannot be started again; delete it");
       checkSingleUser(request.ownerId);
       // Never two agents on one workspace: whatever is left of the old one (its group, processes in its folder).
-      if (!leaderGone(data)) throw failedPrecondition("the sandbox process is still running");
+      if (!procs.leaderGone(data)) throw failedPrecondition("the sandbox process is still running");
       await stopSandboxProcesses(workspace, 0);
-      if (ownChild(data)) children.delete(data.pid);
+      if (procs.own(data)) procs.children.delete(data.pid);
       const folder = basename(workspace);
       // Whatever is left in its cgroup too; the cgroup is made anew (its OOM count then tells about the new agent).
       for (const pid of cgroups?.pids(folder) ?? []) signal(pid, "SIGKILL");
