@@ -332,6 +332,18 @@ describe("the agent's routes and events websocket from a browser", () => {
       headers: { origin: "https://evil.example", "x-session-api-key": alice.sandboxKey },
     });
     expect(foreign.headers.get("access-control-allow-origin")).toBeNull();
+    // Through the service, bob's key reads nothing of alice's conversation: not its agent's URL or key, nor events.
+    const legacy = await call(t.url, bob.key, "GET", `/api/conversations/${alice.conv.id}`);
+    // The reference's answer for a conversation the caller does not have: null.
+    expect([legacy.status, legacy.body]).toEqual([200, null]);
+    const hex = alice.conv.id.replaceAll("-", "");
+    const count = await call(t.url, bob.key, "GET", `/api/v1/events/count?conversation_id__eq=${hex}`);
+    expect(count.body).toBe(0);
+    const search = await call(t.url, bob.key, "GET", `/api/v1/events/search?conversation_id__eq=${hex}`);
+    expect(search.text).not.toContain("Hello from alice");
+    expect(
+      (await call(t.url, alice.key, "GET", `/api/v1/events/count?conversation_id__eq=${hex}`)).body,
+    ).toBeGreaterThan(0);
   });
 
   it("the workspace routes stay inside the workspace: no .. and no symlink out of it", async () => {
