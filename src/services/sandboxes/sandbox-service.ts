@@ -52,6 +52,8 @@ export const newSandboxId = (): string => base62(22);
  * never came, e.g. its server died: the count forgets it).
  */
 const WARM_CLAIM_PENDING_MS = 60_000;
+/** How long a start waits for the user's other starts between their warm claim and their record (see #claimWarm). */
+const WARM_CLAIM_WAIT_MS = 2000;
 
 const PB_STATUS: Record<SandboxStatus, PbStatus> = {
   STARTING: PbStatus.STARTING,
@@ -173,10 +175,10 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
   /** RUNNING sandboxes whose live process failed its health probe: since when, without a probe answered since. */
   readonly #unanswered = new Map<string, number>();
   /**
-   * Per user, the warm sandboxes this server took for starts of theirs not yet recorded (by sandbox id; a symbol
-   * while the claim is in progress), with when.
+   * Per user, in arrival order, the starts of theirs on this server that are claiming a warm sandbox or took one
+   * and are not yet recorded: when, and the sandbox id taken (null while the claim is in progress).
    */
-  readonly #warmTaken = new Map<string, Map<string | symbol, number>>();
+  readonly #warmTaken = new Map<string, Map<symbol, { at: number; sandboxId: string | null }>>();
 
   constructor(options: SandboxServiceOptions) {
     const startTimeoutMs = options.startTimeoutMs ?? 120_000;
@@ -803,22 +805,39 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
   async #claimWarm(spec: RuntimeSpec, userId: string): Promise<WarmClaim | null> {
     if (this.#o.runtime.claimWarm === undefined) return null;
     const now = Date.now();
-    const taken = this.#warmTaken.get(userId) ?? new Map<string | symbol, number>();
-    for (const [k, at] of taken) if (now - at >= WARM_CLAIM_PENDING_MS) taken.delete(k);
-    // Reserved before the count is read: concurrent starts of the user see each other.
+    const taken = this.#warmTaken.get(userId) ?? new Map<symbol, { at: number; sandboxId: string | null }>();
+    for (const [k, v] of taken) if (now - v.at >= WARM_CLAIM_PENDING_MS) taken.delete(k);
+    // Reserved before the count is read, in arrival order: concurrent starts of the user see the earlier ones.
     const reservation = Symbol("claim");
-    const before = taken.size;
-    taken.set(reservation, now);
+    const mine = { at: now, sandboxId: null as string | null };
+    taken.set(reservation, mine);
     this.#warmTaken.set(userId, taken);
+    const ahead = (): number => {
+      let n = 0;
+      for (const k of taken.keys()) {
+        if (k === reservation) break;
+        n++;
+      }
+      return n;
+    };
+    const max = this.#o.maxPerUser;
     let claim: WarmClaim | null = null;
     try {
-      if (before + (await this.#o.repo.listAll(userId)).length < this.#o.maxPerUser)
-        claim = (await this.#o.runtime.claimWarm(spec)) ?? null;
+      let records = (await this.#o.repo.listAll(userId)).length;
+      // Earlier starts of the user between their claim and their record fill the cap: wait for them (briefly)
+      // rather than overtake them cold, which would get one of theirs refused and its warm sandbox removed.
+      const until = Date.now() + WARM_CLAIM_WAIT_MS;
+      while (records < max && ahead() + records >= max && Date.now() < until) {
+        const pending = taken.size;
+        await new Promise((r) => setTimeout(r, 10));
+        if (taken.size !== pending) records = (await this.#o.repo.listAll(userId)).length;
+      }
+      if (ahead() + records < max) claim = (await this.#o.runtime.claimWarm(spec)) ?? null;
     } catch (err) {
       this.#o.log?.("warm sandbox could not be claimed: starting cold", { error: String(err) });
     } finally {
-      taken.delete(reservation);
-      if (claim !== null) taken.set(claim.sandboxId, Date.now());
+      if (claim === null) taken.delete(reservation);
+      else mine.sandboxId = claim.sandboxId;
       if (taken.size === 0) this.#warmTaken.delete(userId);
     }
     return claim;
@@ -828,7 +847,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
   #warmSettled(userId: string, claimed: WarmClaim | null): void {
     const taken = this.#warmTaken.get(userId);
     if (claimed === null || taken === undefined) return;
-    taken.delete(claimed.sandboxId);
+    for (const [k, v] of taken) if (v.sandboxId === claimed.sandboxId) taken.delete(k);
     if (taken.size === 0) this.#warmTaken.delete(userId);
   }
 
