@@ -186,7 +186,6 @@ describe("saved conversations", () => {
   });
 
   it("what the sandbox's own user writes there cannot break its agent on reload nor post to another user's conversation", async () => {
-    const bobEvents = await t.storage.events.count("bob", { conversationIdEq: bob.conv.id });
     const dir = "$HOME/.openhands/conversations";
     const f = "f".repeat(32);
     const e = "e".repeat(32);
@@ -196,7 +195,7 @@ describe("saved conversations", () => {
       `mkdir -p ${dir}/${bob.hex} ${dir}/${f} ${dir}/${e} ${dir}/not-an-id`,
       `printf '%s' '{"body":{"agent":{"tools":"x","llm":5}},"sealed":"AAAA"}' > ${dir}/${bob.hex}/start.json`,
       `printf '%s' '{"execution_status":"running","id":"${alice.hex}"}' > ${dir}/${bob.hex}/info.json`,
-      `printf 'null\\n5\\n"x"\\n[1]\\n{"kind":"ActionEvent","action":{},"tool_call_id":"t1","id":"a1"}\\n' > ${dir}/${bob.hex}/events.jsonl`,
+      `printf 'null\\n5\\n"x"\\n[1]\\n{"kind":"ActionEvent","action":{},"tool_call_id":"crafted-by-alice","id":"crafted-action-by-alice"}\\n' > ${dir}/${bob.hex}/events.jsonl`,
       `echo null > ${dir}/${f}/start.json`,
       `printf '%s' '{"body":[],"sealed":7}' > ${dir}/${e}/start.json`,
       `printf '%s' '[]' > ${dir}/${e}/info.json`,
@@ -223,7 +222,15 @@ describe("saved conversations", () => {
     expect(JSON.stringify(await events.json())).toContain("Hello from alice");
     // Whatever the agent posts for the conversation named after bob's is refused: bob's conversation is unchanged.
     await new Promise((r) => setTimeout(r, 1500));
-    expect(await t.storage.events.count("bob", { conversationIdEq: bob.conv.id })).toBe(bobEvents);
+    const bobs = await call(
+      t.url,
+      bob.key,
+      "GET",
+      `/api/v1/events/search?conversation_id__eq=${bob.hex}&limit=100`,
+    );
+    expect(bobs.status).toBe(200);
+    expect(bobs.text).not.toContain("crafted-by-alice");
+    expect(bobs.text).not.toContain("AgentRestarted");
     expect(await t.storage.events.count("alice", { conversationIdEq: bob.conv.id })).toBe(0);
     refresh(alice, again);
   }, 90_000);
@@ -372,4 +379,24 @@ describe("the agent's routes and events websocket from a browser", () => {
     });
     expect(inside.status).toBe(200);
   });
+});
+
+describe("a restart racing a delete", () => {
+  it("leaves no agent behind: the sandbox is gone with its processes and workspace", async () => {
+    killAgent(bob.workspace);
+    await until(
+      () => sandboxStatus(bob.key, bob.conv.sandbox_id),
+      (s) => s === "ERROR",
+    );
+    const [resumed, deleted] = await Promise.all([
+      call(t.url, bob.key, "POST", `/api/v1/sandboxes/${bob.conv.sandbox_id}/resume`),
+      call(t.url, bob.key, "DELETE", `/api/v1/sandboxes/${bob.conv.sandbox_id}`),
+    ]);
+    expect(resumed.status).toBeLessThan(500);
+    expect(deleted.status).toBe(200);
+    await new Promise((r) => setTimeout(r, 1500));
+    await t.app.sweep();
+    expect(await sandboxStatus(bob.key, bob.conv.sandbox_id)).toBe("none");
+    expect(findSandboxProcesses(bob.workspace)).toEqual([]);
+  }, 60_000);
 });
