@@ -19,6 +19,7 @@ import {
   readFileSync,
   renameSync,
   rmSync,
+  statSync,
   writeFileSync,
 } from "node:fs";
 import { join } from "node:path";
@@ -36,6 +37,11 @@ export interface StoredConversation {
 }
 
 const ID = /^[0-9a-f]{32}$/;
+/**
+ * Largest events file read back (a conversation beyond is skipped and logged): the agent holds a conversation's
+ * events in memory, and the service stores at most MAX_EVENTS_PER_CONVERSATION (50,000 by default) of them.
+ */
+const MAX_EVENTS_FILE_BYTES = 256 * 1024 * 1024;
 
 export class ConversationStore {
   readonly #dir: string;
@@ -102,30 +108,41 @@ export class ConversationStore {
       if (!ID.test(id)) continue;
       const folder = join(this.#dir, id);
       try {
-        const start = JSON.parse(readFileSync(join(folder, "start.json"), "utf8")) as Json;
-        const opened = this.#open(String(start.sealed ?? ""));
-        const body = opened ?? unmasked(start.body as Json);
+        // The sandbox's own user can write this folder: anything that is not what this store writes is left out
+        // (a start request or record that is no object, an event line that is no object), never a crash.
+        const start = objectOrNull(JSON.parse(readFileSync(join(folder, "start.json"), "utf8")));
+        if (start === null) throw new Error("start.json holds no start request");
+        const opened = typeof start.sealed === "string" ? this.#open(start.sealed) : null;
+        const body = opened ?? unmasked(objectOrNull(start.body) ?? {});
         const secrets = opened;
         let record: Json | null = null;
         try {
-          record = JSON.parse(readFileSync(join(folder, "info.json"), "utf8")) as Json;
+          record = objectOrNull(JSON.parse(readFileSync(join(folder, "info.json"), "utf8")));
         } catch {
           // written after start.json: the record is rebuilt from the start request
         }
         const events: Json[] = [];
         let raw = "";
         try {
-          raw = readFileSync(join(folder, "events.jsonl"), "utf8");
-        } catch {
-          // no event yet
+          const file = join(folder, "events.jsonl");
+          const size = statSync(file).size;
+          if (size > MAX_EVENTS_FILE_BYTES)
+            throw new Error(
+              `events.jsonl holds ${size} bytes; at most ${MAX_EVENTS_FILE_BYTES} are read back`,
+            );
+          raw = readFileSync(file, "utf8");
+        } catch (e: unknown) {
+          if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e; // else: no event yet
         }
         for (const line of raw.split("\n")) {
           if (line === "") continue;
+          let event: Json | null;
           try {
-            events.push(JSON.parse(line) as Json);
+            event = objectOrNull(JSON.parse(line));
           } catch {
             break; // a line cut by the crash: the ones before it stand
           }
+          if (event !== null) events.push(event);
         }
         out.push({ id, body, secretsRestored: secrets !== null, record, events });
       } catch (e: unknown) {
@@ -167,6 +184,11 @@ export class ConversationStore {
       return null;
     }
   }
+}
+
+/** `value` when it is a JSON object (not an array), else null. */
+function objectOrNull(value: unknown): Json | null {
+  return value !== null && typeof value === "object" && !Array.isArray(value) ? (value as Json) : null;
 }
 
 /** The masked request without its masked values (absent rather than a mask taken for a key). */

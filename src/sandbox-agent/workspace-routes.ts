@@ -8,7 +8,15 @@
  * Every path must end up inside the workspace.
  */
 import { execFile } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  realpathSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import type { IncomingMessage } from "node:http";
 import { dirname, isAbsolute, join, relative, resolve } from "node:path";
 import { detail, type Reply, RequestError, readBody, tooLarge } from "./agent-server.ts";
@@ -40,7 +48,7 @@ export async function workspaceRoute(
   }
   // FastAPI's {path:path} drops the leading slash of an absolute path that arrives unencoded.
   if (!raw.startsWith("/")) raw = `/${raw}`;
-  const target = inWorkspace(raw, ctx.workspaceDir);
+  const target = realInWorkspace(raw, ctx.workspaceDir);
   if (target === null) return detail(400, `Path must be inside the workspace (${ctx.workspaceDir})`);
   if (m[1] === "file/upload") {
     if (method !== "POST") return detail(405, "Method Not Allowed");
@@ -66,6 +74,26 @@ export function inWorkspace(raw: string, workspaceDir: string): string | null {
     }
   }
   return null;
+}
+
+/**
+ * {@link inWorkspace}, also once symlinks are followed: the real path of the deepest folder on the way that exists
+ * must lie inside the workspace's real path (a link in the workspace to `/` or to another folder names no file
+ * here). These routes answer the UI; the agent's own tools (shell, file editor) are bounded by the sandbox, not by
+ * this check.
+ */
+export function realInWorkspace(raw: string, workspaceDir: string): string | null {
+  const target = inWorkspace(raw, workspaceDir);
+  if (target === null) return null;
+  try {
+    const base = realpathSync(workspaceDir);
+    let existing = target;
+    while (!existsSync(existing) && existing !== dirname(existing)) existing = dirname(existing);
+    const rel = relative(base, realpathSync(existing));
+    return rel.startsWith("..") || isAbsolute(rel) ? null : target;
+  } catch {
+    return null;
+  }
 }
 
 async function upload(req: IncomingMessage, target: string, limit: number): Promise<Reply> {

@@ -298,7 +298,7 @@ describe.skipIf(skip !== null)("warm pool of the Docker runtime", () => {
     const rt = runtime({ warmContainers: 1 });
     const t = await app(rt);
     await filled(rt, 1);
-    const id = await t.app.services.sandboxes.newSandboxId(); // taken for a conversation that never starts
+    const id = await t.app.services.sandboxes.newSandboxId("carol"); // taken for a conversation that never starts
     const taken = (await containers()).find((c) => c.sandboxId === id);
     expect(taken?.name).toBe(`oh-agent-server-${id}`);
     // Another server sharing the engine sees it claimed, with no record: gone on its second sweep.

@@ -145,6 +145,8 @@ export interface DockerRuntimeOptions {
   diskBytes?: number;
   /** Folder of the workspace volumes' images (default: no size limit without it). */
   diskDir?: string;
+  /** Where mkfs.ext4, debugfs and losetup are looked up (default: the system folders; tests put wrappers first). */
+  diskToolsPath?: string;
   /** Image pull progress (default: logged on each status change). */
   onPullProgress?: (image: string, event: PullProgressEvent) => void;
   log?: (msg: string, data?: object) => void;
@@ -267,7 +269,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
       ? "not limited (SANDBOX_DISK_MB=0)"
       : typeof (docker.modem as { socketPath?: unknown }).socketPath !== "string"
         ? "not limited: the engine is not on a local socket (a loop device would be this host's, not the engine's)"
-        : DockerDisks.open(options.diskDir, diskBytes);
+        : DockerDisks.open(options.diskDir, diskBytes, options.diskToolsPath);
   const disks = typeof opened === "string" ? null : opened;
   const workspaceLimit =
     typeof opened === "string" ? opened : `${Math.round(diskBytes / 1048576)} MiB (ext4 on a loop device)`;

@@ -515,7 +515,7 @@ class StartFlow {
     if (sandboxId === null && existing === null) {
       // A new sandbox, under an id saved first: a resumed start finds it rather than starting a second one.
       // A warm sandbox when the runtime has one: its id is taken (for good) here, and saved as the plan's.
-      const id = planned ?? (await s.newSandboxId());
+      const id = planned ?? (await s.newSandboxId(owner));
       if (planned === null) await this.#savePlan({ sandboxId: id });
       try {
         live = await s.start(owner, undefined, id, wait);

@@ -32,7 +32,7 @@ export interface ConversationSandboxes extends SandboxReader {
 /** What a conversation start needs of the sandboxes: getting one RUNNING for the start, and pausing it on failure. */
 export interface StartSandboxes extends SandboxReader {
   /** The id of the sandbox a start will start: a warm sandbox's taken for it, else a new one. */
-  newSandboxId(specId?: string): Promise<string>;
+  newSandboxId(userId: string, specId?: string): Promise<string>;
   start(userId: string, specId: string | undefined, id?: string, wait?: SlotWait): Promise<LiveSandbox>;
   restartUnstarted(userId: string, id: string): Promise<LiveSandbox>;
   resume(userId: string, id: string, wait?: SlotWait): Promise<LiveSandbox>;

@@ -47,6 +47,14 @@ import type { SandboxSpec, SandboxSpecService } from "./sandbox-spec-service.ts"
 /** A new sandbox id (22 base62 characters). */
 export const newSandboxId = (): string => base62(22);
 
+/**
+ * How long a warm sandbox taken for a start counts against its user's cap before the start records it (a start that
+ * never came, e.g. its server died: the count forgets it).
+ */
+const WARM_CLAIM_PENDING_MS = 60_000;
+/** How long a start waits for the user's other starts between their warm claim and their record (see #claimWarm). */
+const WARM_CLAIM_WAIT_MS = 2000;
+
 const PB_STATUS: Record<SandboxStatus, PbStatus> = {
   STARTING: PbStatus.STARTING,
   RUNNING: PbStatus.RUNNING,
@@ -166,6 +174,11 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
   #sweeping: Promise<Record<SandboxStatus, number>> | null = null;
   /** RUNNING sandboxes whose live process failed its health probe: since when, without a probe answered since. */
   readonly #unanswered = new Map<string, number>();
+  /**
+   * Per user, in arrival order, the starts of theirs on this server that are claiming a warm sandbox or took one
+   * and are not yet recorded: when, and the sandbox id taken (null while the claim is in progress).
+   */
+  readonly #warmTaken = new Map<string, Map<symbol, { at: number; sandboxId: string | null }>>();
 
   constructor(options: SandboxServiceOptions) {
     const startTimeoutMs = options.startTimeoutMs ?? 120_000;
@@ -325,9 +338,9 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
    * The id of a new sandbox of the spec, for a caller that saves it before it calls {@link start} (a conversation
    * start): the id of a warm sandbox taken for it when the runtime has one ready, else a new id.
    */
-  async newSandboxId(specId?: string): Promise<string> {
+  async newSandboxId(userId: string, specId?: string): Promise<string> {
     const spec = this.#o.specs.resolve(specId);
-    const claim = await this.#claimWarm(spec);
+    const claim = await this.#claimWarm(spec, userId);
     return claim?.sandboxId ?? newSandboxId();
   }
 
@@ -347,11 +360,12 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     const spec = this.#o.specs.resolve(specId);
     this.#o.runtime.admit?.(userId);
     const claimed =
-      id === undefined ? await this.#claimWarm(spec) : await this.#claimedWarm(id).catch(() => null);
+      id === undefined ? await this.#claimWarm(spec, userId) : await this.#claimedWarm(id).catch(() => null);
     const sandboxId = claimed?.sandboxId ?? id ?? newSandboxId();
     const sessionApiKey = claimed?.sessionApiKey ?? base62(43);
     // A warm sandbox taken for a start that does not happen goes: it is never given to another user.
     const release = async (): Promise<void> => {
+      this.#warmSettled(userId, claimed);
       if (claimed !== null) await this.#o.runtime.removeBySandboxId(sandboxId).catch(() => undefined);
     };
     const sealed = this.#o.box.seal(sessionApiKey, `${userId}:sandbox`);
@@ -385,6 +399,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
         `Sandbox limit reached: you have ${outcome.count} sandboxes and a user may have at most ${this.#o.maxPerUser}; delete one to start another`,
       );
     }
+    this.#warmSettled(userId, claimed);
     this.#o.changes.poke();
     this.#busy.add(record.id);
     try {
@@ -780,14 +795,60 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     };
   }
 
-  /** A warm sandbox of the spec taken for good, when the runtime has one ready (a failure there: none). */
-  async #claimWarm(spec: RuntimeSpec): Promise<WarmClaim | null> {
+  /**
+   * A warm sandbox of the spec taken for good for a start of `userId`, when the runtime has one ready (a failure
+   * there: none). None when the user's sandbox cap would refuse the start anyway, counting their sandboxes and the
+   * warm ones this server took for starts of theirs not yet recorded: a refused start removes what it took, so a
+   * user at the cap could otherwise empty the pool for everyone with refused starts. The start says
+   * {@link #warmSettled} once its record is created or refused.
+   */
+  async #claimWarm(spec: RuntimeSpec, userId: string): Promise<WarmClaim | null> {
+    if (this.#o.runtime.claimWarm === undefined) return null;
+    const now = Date.now();
+    const taken = this.#warmTaken.get(userId) ?? new Map<symbol, { at: number; sandboxId: string | null }>();
+    for (const [k, v] of taken) if (now - v.at >= WARM_CLAIM_PENDING_MS) taken.delete(k);
+    // Reserved before the count is read, in arrival order: concurrent starts of the user see the earlier ones.
+    const reservation = Symbol("claim");
+    const mine = { at: now, sandboxId: null as string | null };
+    taken.set(reservation, mine);
+    this.#warmTaken.set(userId, taken);
+    const ahead = (): number => {
+      let n = 0;
+      for (const k of taken.keys()) {
+        if (k === reservation) break;
+        n++;
+      }
+      return n;
+    };
+    const max = this.#o.maxPerUser;
+    let claim: WarmClaim | null = null;
     try {
-      return (await this.#o.runtime.claimWarm?.(spec)) ?? null;
+      let records = (await this.#o.repo.listAll(userId)).length;
+      // Earlier starts of the user between their claim and their record fill the cap: wait for them (briefly)
+      // rather than overtake them cold, which would get one of theirs refused and its warm sandbox removed.
+      const until = Date.now() + WARM_CLAIM_WAIT_MS;
+      while (records < max && ahead() + records >= max && Date.now() < until) {
+        const pending = taken.size;
+        await new Promise((r) => setTimeout(r, 10));
+        if (taken.size !== pending) records = (await this.#o.repo.listAll(userId)).length;
+      }
+      if (ahead() + records < max) claim = (await this.#o.runtime.claimWarm(spec)) ?? null;
     } catch (err) {
       this.#o.log?.("warm sandbox could not be claimed: starting cold", { error: String(err) });
-      return null;
+    } finally {
+      if (claim === null) taken.delete(reservation);
+      else mine.sandboxId = claim.sandboxId;
+      if (taken.size === 0) this.#warmTaken.delete(userId);
     }
+    return claim;
+  }
+
+  /** The start of `userId` that took `claimed` (or found it under its id) has its record, or was refused. */
+  #warmSettled(userId: string, claimed: WarmClaim | null): void {
+    const taken = this.#warmTaken.get(userId);
+    if (claimed === null || taken === undefined) return;
+    for (const [k, v] of taken) if (v.sandboxId === claimed.sandboxId) taken.delete(k);
+    if (taken.size === 0) this.#warmTaken.delete(userId);
   }
 
   /** The warm sandbox taken under `id` by {@link newSandboxId} (on any server), else null. */
