@@ -7,6 +7,7 @@
 //
 // Options: USAGE below (`npm run soak -- --help`).
 import { type ChildProcess, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import {
   existsSync,
   mkdirSync,
@@ -116,6 +117,8 @@ let t0 = Date.now();
 const port = await freePort();
 const grpcPort = await freePort();
 const base = `http://127.0.0.1:${port}`;
+/** /metrics wants an API key or METRICS_TOKEN (unless --env sets it, this one). */
+const metricsToken = opts.serverEnv.METRICS_TOKEN ?? randomBytes(16).toString("hex");
 let server: ChildProcess | null = null;
 let serverPid = 0;
 
@@ -133,6 +136,7 @@ async function startServer(): Promise<void> {
       SWEEP_INTERVAL_MS: String(opts.sweepMs),
       RATE_LIMIT_PER_SECOND: "0",
       LOG_LEVEL: "warn",
+      METRICS_TOKEN: metricsToken,
       ...opts.serverEnv,
     },
   });
@@ -245,7 +249,9 @@ interface Memory {
   external: number;
 }
 async function memory(): Promise<Memory> {
-  const text = await (await fetch(`${base}/metrics`)).text();
+  const text = await (
+    await fetch(`${base}/metrics`, { headers: { authorization: `Bearer ${metricsToken}` } })
+  ).text();
   const value = (name: string): number => {
     const m = new RegExp(`^${name}(?:\\{[^}]*\\})? ([0-9.e+]+)$`, "m").exec(text);
     return m ? Number(m[1]) / 1024 / 1024 : Number.NaN;
@@ -650,7 +656,14 @@ for (let round = 1; round <= opts.rounds; round++) {
       items: { id: string }[];
     };
     for (const i of page.items) await rest(u.key, "DELETE", `/api/v1/sandboxes/${i.id}`);
-    for (const name of [...u.secrets, ...u.unsure]) await rest(u.key, "DELETE", `/api/secrets/${name}`);
+    // A user's writes are held to its write rate (USER_DATA_WRITES_PER_SECOND): a refused delete is sent again
+    // once the rate allows it, else the secret would stay and show up in the next round's checks.
+    for (const name of [...u.secrets, ...u.unsure]) {
+      for (let attempt = 0; attempt < 30; attempt++) {
+        if ((await rest(u.key, "DELETE", `/api/secrets/${name}`)).status !== "429") break;
+        await sleep(200);
+      }
+    }
     u.conversations.clear();
     u.sandboxes.clear();
     u.secrets.clear();
@@ -666,6 +679,10 @@ for (let round = 1; round <= opts.rounds; round++) {
     if (events !== 0) leftovers.push(`${tag}${u.name}: ${String(events)} events`);
     const convs = (await rest(u.key, "GET", "/api/v1/app-conversations/count")).value;
     if (convs !== 0) leftovers.push(`${tag}${u.name}: ${String(convs)} conversations`);
+    const secrets = (
+      (await rest(u.key, "GET", "/api/secrets")).value as { custom_secrets?: unknown[] } | null
+    )?.custom_secrets?.length;
+    if (secrets !== 0) leftovers.push(`${tag}${u.name}: ${String(secrets)} secrets`);
   }
   const tasksLeft = readStore(
     (db) => (db.prepare("SELECT count(*) AS n FROM start_tasks").get() as { n: number }).n,
@@ -763,7 +780,7 @@ const verdicts = [
     detail: divergent.slice(0, 10).join("; "),
   },
   {
-    name: "nothing left after cleanup (records, processes, folders, events, conversations, start tasks)",
+    name: "nothing left after cleanup (records, processes, folders, events, conversations, start tasks, secrets)",
     ok: leftovers.length === 0,
     detail: leftovers.join("; "),
   },

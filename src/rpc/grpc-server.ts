@@ -8,7 +8,7 @@ import {
   isMessage,
   toBinary,
 } from "@bufbuild/protobuf";
-import type { Code, HandlerContext } from "@connectrpc/connect";
+import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import type { Caller } from "../core/context.ts";
 import { type Admission, callValues } from "../transport/admission.ts";
@@ -65,13 +65,18 @@ export function createGrpcServer(options: GrpcServerOptions): grpc.Server {
           ? unaryHandler(method, fn, options)
           : streamHandler(method, fn, options);
     }
-    server.addService(grpcServiceDefinition(desc), handlers);
+    // Request messages reach the handlers undecoded: they are decoded once the call is admitted (key, rate limit,
+    // the method's gate such as the user's write rate), so that a refused call costs no decode.
+    server.addService(grpcServiceDefinition(desc, { decodeRequests: false }), handlers);
   }
   return server;
 }
 
 /** grpc-js service definition (paths, (de)serializers) built from a protobuf-es descriptor. */
-export function grpcServiceDefinition(desc: DescService): grpc.ServiceDefinition {
+export function grpcServiceDefinition(
+  desc: DescService,
+  { decodeRequests = true }: { decodeRequests?: boolean } = {},
+): grpc.ServiceDefinition {
   const definition: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
   for (const method of desc.methods) {
     if (method.methodKind !== "unary" && method.methodKind !== "server_streaming") continue;
@@ -80,7 +85,7 @@ export function grpcServiceDefinition(desc: DescService): grpc.ServiceDefinition
       requestStream: false,
       responseStream: method.methodKind === "server_streaming",
       requestSerialize: serializer(method.input),
-      requestDeserialize: deserializer(method.input),
+      requestDeserialize: decodeRequests ? deserializer(method.input) : (bytes: Buffer) => bytes,
       responseSerialize: serializer(method.output),
       responseDeserialize: deserializer(method.output),
       originalName: method.localName,
@@ -103,7 +108,7 @@ function contextFor(
 ): HandlerContext | Promise<HandlerContext> {
   const raw = call.metadata.get("x-session-api-key")[0];
   const key = typeof raw === "string" ? raw : undefined;
-  const caller = options.admission(key);
+  const caller = options.admission(key, method);
   const streaming = method.methodKind === "server_streaming";
   const make = (c: Caller): HandlerContext =>
     lazyHandlerContext({
@@ -122,6 +127,21 @@ function contextFor(
       },
     });
   return caller instanceof Promise ? caller.then(make) : make(caller);
+}
+
+/** The call's request message, decoded after its admission; INVALID_ARGUMENT when it is not one. */
+function requestOf(call: Call, method: DescMethod): unknown {
+  try {
+    return fromBinary(method.input, call.request as Uint8Array);
+  } catch (err) {
+    throw new ConnectError(
+      `malformed ${method.input.typeName} message`,
+      Code.InvalidArgument,
+      undefined,
+      undefined,
+      err,
+    );
+  }
 }
 
 /** An AbortSignal that fires when the client cancels the call; made only when a service asks for it. */
@@ -176,7 +196,10 @@ function unaryHandler(
     let result: unknown;
     try {
       const ctx = contextFor(call, method, options, cancelSignal(call));
-      result = ctx instanceof Promise ? ctx.then((c) => fn(call.request, c)) : fn(call.request, ctx);
+      result =
+        ctx instanceof Promise
+          ? ctx.then((c) => fn(requestOf(call, method), c))
+          : fn(requestOf(call, method), ctx);
     } catch (err) {
       failed(err);
       return;
@@ -200,7 +223,7 @@ function streamHandler(
     void (async () => {
       try {
         const ctx = await contextFor(call, method, options, abort.signal);
-        for await (const message of fn(call.request, ctx) as AsyncIterable<unknown>) {
+        for await (const message of fn(requestOf(call, method), ctx) as AsyncIterable<unknown>) {
           if (abort.signal.aborted) break;
           if (!call.write(create(method.output, message as never))) {
             await new Promise((r) => call.once("drain", r));

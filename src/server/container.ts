@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
+import type { DescMethod } from "@bufbuild/protobuf";
 import { Counter } from "prom-client";
 import type { Caller } from "../core/context.ts";
 import { PageTokens } from "../core/page-token.ts";
@@ -19,6 +20,7 @@ import type { GitProviderClients } from "../ports/git-provider.ts";
 import type { GitProviderVerifier } from "../ports/git-provider-verifier.ts";
 import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
 import type { Storage } from "../ports/storage.ts";
+import { legacyRoutes } from "../rest/legacy-routes.ts";
 import { ChangeFeed } from "../services/change-feed.ts";
 import {
   AppConversationService,
@@ -280,7 +282,11 @@ export function createContainer(deps: ContainerDeps): Container {
     keys,
     services: { settings, secrets, sandboxes, specs, conversations, events, git },
     bindings,
-    admission: createAdmission(authenticate, admit),
+    // The write rate of the methods that write the user document, before their request is decoded (the transports
+    // that know the method first pass it; UserDataStore.mutate holds every write to it in any case).
+    admission: createAdmission(authenticate, admit, (caller, method) => {
+      if (USER_DATA_WRITERS.has(method)) store.requireWrite(caller.userId);
+    }),
     authenticate,
     admit,
     sessions,
@@ -288,3 +294,8 @@ export function createContainer(deps: ContainerDeps): Container {
     streams,
   };
 }
+
+/** The RPC methods that write the caller's user document: those of the REST routes marked `writesUserData`. */
+const USER_DATA_WRITERS: ReadonlySet<DescMethod> = new Set(
+  legacyRoutes.flatMap((r) => (r.writesUserData === true ? [r.rpc] : [])),
+);

@@ -1,5 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { failedPrecondition } from "../core/errors.ts";
+import { failedPrecondition, resourceExhausted } from "../core/errors.ts";
 import { cloneJson } from "../core/json-clone.ts";
 import { RateLimiter } from "../core/rate-limiter.ts";
 import type { UserData, UserDataRepository, Versioned } from "../ports/user-data-repository.ts";
@@ -48,6 +48,14 @@ export class UserDataStore {
     return this.#writes.has(userId);
   }
 
+  /**
+   * Throws what `mutate` would throw for this user's write rate now (RESOURCE_EXHAUSTED), taking nothing: for a
+   * transport to refuse a write before it decodes the request.
+   */
+  requireWrite(userId: string): void {
+    if (!this.#writes.has(userId)) throw resourceExhausted(TOO_MANY_WRITES);
+  }
+
   /** The limits writes are held to. */
   get limits(): UserDataLimits {
     return this.#limits;
@@ -75,12 +83,7 @@ export class UserDataStore {
    * group commit), where one after another would pay a durable commit each.
    */
   mutate<R>(userId: string, mutate: (data: UserData) => R | Promise<R>): Promise<R> {
-    this.#writes.take(
-      userId,
-      1,
-      undefined,
-      "Too many changes to this user's settings and secrets; try again",
-    );
+    this.#writes.take(userId, 1, undefined, TOO_MANY_WRITES);
     return this.#mutate(userId, mutate);
   }
 

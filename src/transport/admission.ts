@@ -1,3 +1,4 @@
+import type { DescMethod } from "@bufbuild/protobuf";
 import { type ContextValues, createContextKey } from "@connectrpc/connect";
 import { type Caller, callerValues } from "../core/context.ts";
 import { unauthenticated } from "../core/errors.ts";
@@ -8,21 +9,30 @@ export type Authenticate = (key: string | undefined) => Caller | null | Promise<
 export type Admit = (caller: Caller) => void;
 
 /**
+ * Per-method admission after the caller's (throws to refuse): e.g. the user's write rate for the methods that write
+ * its user document, checked before the request message is read or decoded.
+ */
+export type MethodGate = (caller: Caller, method: DescMethod) => void;
+
+/**
  * Authentication and admission of a request, the same for REST, Connect, gRPC-Web and gRPC: the caller of a
- * session key, UNAUTHENTICATED for a missing, unknown or revoked key, RESOURCE_EXHAUSTED over the rate limit.
+ * session key, UNAUTHENTICATED for a missing, unknown or revoked key, RESOURCE_EXHAUSTED over the rate limit, and,
+ * given the method called, whatever its gate refuses (a transport that knows the method before the request message
+ * is decoded passes it, so that a refused call is never decoded).
  * Synchronous when the key is cached, so the transports add no promise turn then.
  */
-export type Admission = (key: string | undefined) => Caller | Promise<Caller>;
+export type Admission = (key: string | undefined, method?: DescMethod) => Caller | Promise<Caller>;
 
-export function createAdmission(authenticate: Authenticate, admit: Admit): Admission {
-  const admitted = (caller: Caller | null): Caller => {
+export function createAdmission(authenticate: Authenticate, admit: Admit, gate?: MethodGate): Admission {
+  const admitted = (caller: Caller | null, method: DescMethod | undefined): Caller => {
     if (caller === null) throw unauthenticated();
     admit(caller);
+    if (method !== undefined) gate?.(caller, method);
     return caller;
   };
-  return (key) => {
+  return (key, method) => {
     const caller = authenticate(key);
-    return caller instanceof Promise ? caller.then(admitted) : admitted(caller);
+    return caller instanceof Promise ? caller.then((c) => admitted(c, method)) : admitted(caller, method);
   };
 }
 

@@ -5,13 +5,14 @@
  * (a crash between spawning and saving it): the workspace folder is named by the sandbox id, or recorded for it in
  * `.claimed/` (a sandbox started from a warm agent, see warm-agents.ts).
  */
-import { readFileSync, readlinkSync } from "node:fs";
+import { readlinkSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import {
   descendantsOf,
   listProcesses,
   type ProcStat,
   readProcStat,
+  readProcText,
   signal,
 } from "../../sandbox-agent/proc-tree.ts";
 
@@ -23,18 +24,15 @@ function carriesWorkspace(pid: number, workspace: string): boolean {
   } catch {
     // gone, or not ours to read
   }
-  try {
-    const env = readFileSync(`/proc/${pid}/environ`, "latin1").split("\0");
-    if (env.some((e) => e === `HOME=${workspace}` || (e.startsWith("WORKSPACE_DIR=") && inside(e.slice(14)))))
-      return true;
-  } catch {
-    // gone, or not ours to read
-  }
-  try {
-    return readFileSync(`/proc/${pid}/cmdline`, "latin1").split("\0").includes(workspace);
-  } catch {
-    return false;
-  }
+  // Read into one reusable buffer (readProcText): this runs for every process on the host.
+  const env = readProcText(`/proc/${pid}/environ`);
+  if (
+    env
+      ?.split("\0")
+      .some((e) => e === `HOME=${workspace}` || (e.startsWith("WORKSPACE_DIR=") && inside(e.slice(14))))
+  )
+    return true;
+  return readProcText(`/proc/${pid}/cmdline`)?.split("\0").includes(workspace) ?? false;
 }
 
 /** The processes of the sandbox whose workspace is `workspace` and their descendants; never this process. */
