@@ -48,11 +48,11 @@ import type {
 import type { EventRepository } from "../../ports/event-repository.ts";
 import { checkBatch, readPage } from "../paging.ts";
 import type { LiveSandbox } from "../sandboxes/sandbox-service.ts";
+import { startRequestFromJson } from "./conversation-codecs.ts";
 import {
   executionStatusFromName,
   metricsFromJson,
   providerFromName,
-  startRequestFromJson,
   toPbTaskStatus,
   triggerFromName,
 } from "./conversation-json.ts";
