@@ -16,7 +16,7 @@ import {
   startTaskJson,
 } from "../services/conversations/conversation-codecs.ts";
 import { START_TASK_SORT_ORDERS } from "../services/conversations/conversation-json.ts";
-import { MAX_TITLE } from "../services/conversations/title.ts";
+import { MAX_TITLE, TITLE_MODEL } from "../services/conversations/title.ts";
 import { pathParam } from "./legacy-routes.ts";
 import type { JsonSchema, RouteDocs, SchemaBuilder } from "./openapi.ts";
 import { type RestInput, type RestRoute, route } from "./rest-route.ts";
@@ -173,7 +173,7 @@ const integer = () => ({ type: "integer", minimum: 0 });
 
 /** Body of PATCH /api/v1/app-conversations/{id} and PATCH /api/conversations/{id}. */
 export const updateConversationBodySchema = object(
-  { title: { schema: str({ minLength: 1, maxLength: MAX_TITLE }), required: true } },
+  { title: { schema: TITLE_MODEL, required: true } },
   { title: "UpdateConversationRequest", extra: "forbid" },
 );
 

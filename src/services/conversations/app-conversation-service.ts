@@ -347,7 +347,7 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
     };
   }
 
-  /** Renames a conversation (title trimmed, 1..200 characters). NOT_FOUND for an unknown id. */
+  /** Renames a conversation (title trimmed, 1..MAX_TITLE characters). NOT_FOUND for an unknown id. */
   async updateAppConversation(
     req: UpdateAppConversationRequest,
     ctx: HandlerContext,
