@@ -8,11 +8,11 @@ import {
   type AppConversationStartRequest,
   AppConversationStartRequestSchema,
   AppConversationStartTaskSortOrder,
-  AppConversationStartTaskStatusSchema,
 } from "../gen/workspace/v1/app_conversation_pb.js";
 import {
   conversationJson,
   startRequestCodec,
+  startTaskCodec,
   startTaskJson,
 } from "../services/conversations/conversation-codecs.ts";
 import { START_TASK_SORT_ORDERS } from "../services/conversations/conversation-json.ts";
@@ -129,30 +129,10 @@ const str$ = { type: "string" };
 const nullStr = { anyOf: [str$, { type: "null" }] };
 const dateTime$ = { type: "string", format: "date-time" };
 
-/** Task statuses as REST writes them (unprefixed names). */
-const TASK_STATUSES = AppConversationStartTaskStatusSchema.values
-  .filter((v) => v.number !== 0)
-  .map((v) => v.localName);
-
-/** The task as the shaper writes it: the proto message, except that `request` is the echoed body. */
+/** The task as REST writes it: the JSON schema of its compiled codec (conversation-codecs.ts). */
 function taskSchema(s: SchemaBuilder): JsonSchema {
   const name = "AppConversationStartTaskJson";
-  s.components[name] ??= {
-    type: "object",
-    required: ["id", "status", "request", "created_at", "updated_at"],
-    properties: {
-      id: str$,
-      created_by_user_id: nullStr,
-      status: { type: "string", enum: TASK_STATUSES },
-      detail: nullStr,
-      app_conversation_id: nullStr,
-      sandbox_id: nullStr,
-      agent_server_url: nullStr,
-      request: startRequestBodySchema.jsonSchema(),
-      created_at: dateTime$,
-      updated_at: dateTime$,
-    },
-  };
+  s.components[name] ??= startTaskCodec.model.jsonSchema() as JsonSchema;
   return { $ref: `#/components/schemas/${name}` };
 }
 
