@@ -68,8 +68,8 @@ export function unaryMethod(method: DescMethod, impl: Record<string, unknown>): 
  * docs/transport.md has the recorded figures).
  *
  * It speaks the Connect protocol (connectrpc.com/docs/protocol) with public APIs: protobuf-es JSON and binary
- * (unknown JSON fields ignored, as connect), connect's own error JSON (`errorToJsonBytes`), trailer headers
- * (`trailerMux`) and error metadata (`mergeNonProtocolHeaders`), connect-node's gzip/brotli for answers of 1 KiB or
+ * (unknown JSON fields ignored, as connect), trailer headers (`trailerMux`), error answers by the server's one
+ * Connect error writer (`connectErrorAnswer`, connect-errors.ts), connect-node's gzip/brotli for answers of 1 KiB or
  * more when the client accepts them. Admission, call metrics and internal-error masking are the transport kit's, as
  * on connect-node's path; a binary body that does not decode is INVALID_ARGUMENT on both.
  * test/integration/connect-unary.test.ts sends the same requests through both paths and compares the answers.
