@@ -1,6 +1,7 @@
 import { create, fromJson } from "@bufbuild/protobuf";
 import { invalid } from "../core/errors.ts";
 import { nullable, object, type Schema, str, validate } from "../core/model.ts";
+import { compileRestCodec } from "../core/rest-codec.ts";
 import { SecretsService } from "../gen/workspace/v1/secrets_pb.js";
 import {
   AddGitProvidersRequestSchema,
@@ -10,12 +11,11 @@ import {
   SettingsService,
   StoreSettingsRequestSchema,
 } from "../gen/workspace/v1/settings_pb.js";
+import { mcpMessageJson, providerTokensModel, REST_JSON_DIFFERENCES } from "../services/rest-json.ts";
 import { mcpConfigSchema } from "../services/settings/mcp-model.ts";
 import { RESETTABLE_FIELDS, SECRET_FIELDS } from "../services/settings/settings-fields.ts";
 import { SETTINGS_RULES } from "../services/settings/settings-rules.ts";
 import type { JsonSchema, SchemaBuilder } from "./openapi.ts";
-import { compileRestCodec } from "./rest-codec.ts";
-import { mcpMessageJson, providerTokensModel, REST_JSON_DIFFERENCES } from "./rest-json.ts";
 import { type RestRoute, route } from "./rest-route.ts";
 
 const optStr = { schema: nullable(str()) };

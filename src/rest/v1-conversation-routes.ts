@@ -3,43 +3,24 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { bool, enumOf, int, object, str, validate } from "../core/model.ts";
 import { dateTime, uuidHex } from "../core/model-formats.ts";
 import {
-  type AppConversation,
   AppConversationSchema,
   AppConversationService,
   type AppConversationStartRequest,
   AppConversationStartRequestSchema,
-  type AppConversationStartTask,
   AppConversationStartTaskSortOrder,
-  AppConversationStartTaskStatusSchema,
 } from "../gen/workspace/v1/app_conversation_pb.js";
 import {
-  executionStatusName,
-  metricsJson,
-  providerName,
-  START_TASK_SORT_ORDERS,
-  startRequestJson,
-  taskStatusName,
-  triggerName,
-} from "../services/conversations/conversation-json.ts";
-import { START_REQUEST_RULES } from "../services/conversations/conversation-rules.ts";
-import { MAX_TITLE } from "../services/conversations/title.ts";
+  conversationJson,
+  startRequestCodec,
+  startTaskCodec,
+  startTaskJson,
+} from "../services/conversations/conversation-codecs.ts";
+import { START_TASK_SORT_ORDERS } from "../services/conversations/conversation-json.ts";
+import { MAX_TITLE, TITLE_MODEL } from "../services/conversations/title.ts";
 import { pathParam } from "./legacy-routes.ts";
 import type { JsonSchema, RouteDocs, SchemaBuilder } from "./openapi.ts";
-import { compileRestCodec } from "./rest-codec.ts";
-import { REST_JSON_DIFFERENCES } from "./rest-json.ts";
 import { type RestInput, type RestRoute, route } from "./rest-route.ts";
-import { idsQuery, iso, many, PAGE_QUERY, present, single, statusName } from "./v1-sandbox-routes.ts";
-
-/**
- * The REST face of a conversation start request, compiled from its descriptor at start (rest-codec.ts): the body
- * model of POST /api/v1/app-conversations and /stream-start (every field optional; unknown keys ignored) and the
- * body → message conversion. Rules: START_REQUEST_RULES; REST spellings: REST_JSON_DIFFERENCES.
- */
-const startRequestCodec = compileRestCodec(AppConversationStartRequestSchema, {
-  table: REST_JSON_DIFFERENCES,
-  rules: START_REQUEST_RULES,
-  title: "AppConversationStartRequest",
-});
+import { idsQuery, many, PAGE_QUERY, present, single } from "./v1-sandbox-routes.ts";
 
 /** Body of POST /api/v1/app-conversations and /stream-start. */
 export const startRequestBodySchema = startRequestCodec.model;
@@ -134,46 +115,11 @@ function bindStartTaskQuery(query: RestInput["query"], paged: boolean) {
 /** `ids` as given (repeatable); the service validates them as UUIDs and the 1..100 count. */
 const bindIds = ({ query }: RestInput) => ({ ids: many(query.ids) });
 
-/** An AppConversationStartTask as the reference writes it. */
-export function shapeTask(t: AppConversationStartTask) {
-  return {
-    id: t.id,
-    created_by_user_id: t.createdByUserId ?? null,
-    status: taskStatusName(t.status),
-    detail: t.detail ?? null,
-    app_conversation_id: t.appConversationId ?? null,
-    sandbox_id: t.sandboxId ?? null,
-    agent_server_url: t.agentServerUrl ?? null,
-    request: t.request ? startRequestJson(t.request) : null,
-    created_at: iso(t.createdAt),
-    updated_at: iso(t.updatedAt),
-  };
-}
+/** An AppConversationStartTask as the reference writes it (compiled from its descriptor). */
+export const shapeTask = startTaskJson;
 
-/** An AppConversation (stored part + live fields) as the reference writes it. */
-export function shapeConversation(c: AppConversation) {
-  return {
-    id: c.id,
-    created_by_user_id: c.createdByUserId ?? null,
-    sandbox_id: c.sandboxId,
-    selected_repository: c.selectedRepository ?? null,
-    selected_branch: c.selectedBranch ?? null,
-    git_provider: providerName(c.gitProvider),
-    title: c.title ?? null,
-    trigger: triggerName(c.trigger),
-    pr_number: c.prNumber,
-    llm_model: c.llmModel ?? null,
-    metrics: c.metrics ? metricsJson(c.metrics) : null,
-    parent_conversation_id: c.parentConversationId ?? null,
-    sub_conversation_ids: c.subConversationIds,
-    created_at: iso(c.createdAt),
-    updated_at: iso(c.updatedAt),
-    sandbox_status: statusName(c.sandboxStatus),
-    execution_status: executionStatusName(c.executionStatus),
-    conversation_url: c.conversationUrl ?? null,
-    session_api_key: c.sessionApiKey ?? null,
-  };
-}
+/** An AppConversation (stored part + live fields) as the reference writes it (compiled from its descriptor). */
+export const shapeConversation = conversationJson;
 
 const count = (r: { count: bigint }) => Number(r.count);
 
@@ -183,30 +129,10 @@ const str$ = { type: "string" };
 const nullStr = { anyOf: [str$, { type: "null" }] };
 const dateTime$ = { type: "string", format: "date-time" };
 
-/** Task statuses as REST writes them (unprefixed names). */
-const TASK_STATUSES = AppConversationStartTaskStatusSchema.values
-  .filter((v) => v.number !== 0)
-  .map((v) => v.localName);
-
-/** The task as the shaper writes it: the proto message, except that `request` is the echoed body. */
+/** The task as REST writes it: the JSON schema of its compiled codec (conversation-codecs.ts). */
 function taskSchema(s: SchemaBuilder): JsonSchema {
   const name = "AppConversationStartTaskJson";
-  s.components[name] ??= {
-    type: "object",
-    required: ["id", "status", "request", "created_at", "updated_at"],
-    properties: {
-      id: str$,
-      created_by_user_id: nullStr,
-      status: { type: "string", enum: TASK_STATUSES },
-      detail: nullStr,
-      app_conversation_id: nullStr,
-      sandbox_id: nullStr,
-      agent_server_url: nullStr,
-      request: startRequestBodySchema.jsonSchema(),
-      created_at: dateTime$,
-      updated_at: dateTime$,
-    },
-  };
+  s.components[name] ??= startTaskCodec.model.jsonSchema() as JsonSchema;
   return { $ref: `#/components/schemas/${name}` };
 }
 
@@ -227,7 +153,7 @@ const integer = () => ({ type: "integer", minimum: 0 });
 
 /** Body of PATCH /api/v1/app-conversations/{id} and PATCH /api/conversations/{id}. */
 export const updateConversationBodySchema = object(
-  { title: { schema: str({ minLength: 1, maxLength: MAX_TITLE }), required: true } },
+  { title: { schema: TITLE_MODEL, required: true } },
   { title: "UpdateConversationRequest", extra: "forbid" },
 );
 

@@ -23,6 +23,7 @@ import type { KeyOf } from "../transport/browser-session.ts";
 import { type CallObserver, errorCodeName } from "../transport/call-metrics.ts";
 import { INTERNAL_MESSAGE, isInternal, publicError } from "../transport/errors.ts";
 import type { ServiceBinding } from "../transport/service-binding.ts";
+import { connectErrorAnswer, writeConnectError } from "./connect-errors.ts";
 import { fastConnectUnary, type UnaryMethod, unaryMethod } from "./connect-unary.ts";
 
 export interface ConnectHandlerOptions {
@@ -125,7 +126,10 @@ export function createConnectHandler(options: ConnectHandlerOptions): ConnectHan
       const problem = protocolProblem(req, entry.method);
       if (problem !== null) {
         options.onCall(methodName(entry.method), "InvalidArgument", 0);
-        writeConnectError(req, res, problem.status, "invalid_argument", problem.message, problem.headers);
+        writeConnectError(req, res, new ConnectError(problem.message, Code.InvalidArgument), {
+          status: problem.status,
+          ...(problem.headers === undefined ? {} : { header: problem.headers }),
+        });
         return;
       }
       try {
@@ -239,36 +243,18 @@ async function decodeFailureAsClientFault(answer: UniversalServerResponse): Prom
     // not a Connect error body: sent as it was
   }
   if (parsed.code !== "internal" || parsed.message === INTERNAL_MESSAGE) return again;
-  const body = Buffer.from(JSON.stringify({ code: "invalid_argument", message: parsed.message }));
+  const fault = connectErrorAnswer(new ConnectError(String(parsed.message), Code.InvalidArgument));
+  const body = fault.body;
   const header = new Headers(answer.header);
   header.set("content-length", String(body.byteLength));
   return {
     ...answer,
-    status: 400,
+    status: fault.status,
     header,
     body: (async function* () {
       yield body;
     })(),
   };
-}
-
-/** A Connect error body (JSON, `{code, message}`) with the given HTTP status. */
-function writeConnectError(
-  req: IncomingMessage,
-  res: ServerResponse,
-  status: number,
-  code: string,
-  message: string,
-  headers: Record<string, string> = {},
-): void {
-  const body = Buffer.from(JSON.stringify({ code, message }));
-  if (!req.complete) res.shouldKeepAlive = false;
-  res.writeHead(status, {
-    ...headers,
-    "content-type": "application/json",
-    "content-length": body.byteLength,
-  });
-  res.end(body);
 }
 
 /**

@@ -1,5 +1,6 @@
+import { Code, ConnectError } from "@connectrpc/connect";
 import type { FastifyInstance } from "fastify";
-import { INTERNAL_MESSAGE } from "../transport/errors.ts";
+import { connectErrorAnswer } from "./connect-errors.ts";
 import { type ConnectHandler, type ConnectHandlerOptions, createConnectHandler } from "./connect-handler.ts";
 
 /**
@@ -17,16 +18,13 @@ export function connectRoutes(handler: ConnectHandler) {
       const status = (err as { statusCode?: unknown }).statusCode;
       const client = typeof status === "number" && status >= 400 && status < 500;
       if (!client) req.log.error({ err }, "rpc failed");
+      const answer = client
+        ? connectErrorAnswer(new ConnectError((err as Error).message, Code.InvalidArgument), { status })
+        : connectErrorAnswer(err);
       return reply
-        .code(client ? status : 500)
-        .header("content-type", "application/json")
-        .send(
-          JSON.stringify(
-            client
-              ? { code: "invalid_argument", message: (err as Error).message }
-              : { code: "internal", message: INTERNAL_MESSAGE },
-          ),
-        );
+        .code(answer.status)
+        .headers(Object.fromEntries(answer.header))
+        .send(Buffer.from(answer.body));
     });
     for (const path of handler.paths)
       app.all(path, async (req, reply) => {

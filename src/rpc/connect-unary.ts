@@ -10,15 +10,15 @@ import {
   toJsonString,
 } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { mergeNonProtocolHeaders } from "@connectrpc/connect/protocol";
-import { errorToJsonBytes, trailerMux } from "@connectrpc/connect/protocol-connect";
+import { trailerMux } from "@connectrpc/connect/protocol-connect";
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import { type Caller, callerValues } from "../core/context.ts";
 import type { Admission } from "../transport/admission.ts";
 import { type KeyOf, nodeHeaders } from "../transport/browser-session.ts";
 import { type CallObserver, codeName } from "../transport/call-metrics.ts";
-import { connectHttpStatusOf, isInternal, publicError } from "../transport/errors.ts";
+import { isInternal } from "../transport/errors.ts";
 import { abortOnClientGone, LazyHandlerContext } from "../transport/handler-context.ts";
+import { connectErrorAnswer } from "./connect-errors.ts";
 
 /** What the unary path needs of the transport kit. */
 export interface ConnectUnaryOptions {
@@ -68,8 +68,8 @@ export function unaryMethod(method: DescMethod, impl: Record<string, unknown>): 
  * docs/transport.md has the recorded figures).
  *
  * It speaks the Connect protocol (connectrpc.com/docs/protocol) with public APIs: protobuf-es JSON and binary
- * (unknown JSON fields ignored, as connect), connect's own error JSON (`errorToJsonBytes`), trailer headers
- * (`trailerMux`) and error metadata (`mergeNonProtocolHeaders`), connect-node's gzip/brotli for answers of 1 KiB or
+ * (unknown JSON fields ignored, as connect), trailer headers (`trailerMux`), error answers by the server's one
+ * Connect error writer (`connectErrorAnswer`, connect-errors.ts), connect-node's gzip/brotli for answers of 1 KiB or
  * more when the client accepts them. Admission, call metrics and internal-error masking are the transport kit's, as
  * on connect-node's path; a binary body that does not decode is INVALID_ARGUMENT on both.
  * test/integration/connect-unary.test.ts sends the same requests through both paths and compares the answers.
@@ -131,21 +131,18 @@ async function serve(
     const output = result instanceof Promise ? await result : result;
     const bytes = encode(m.method, binary, output);
     options.onCall(m.name, "OK", seconds());
-    await send(req, res, 200, binary ? "application/proto" : "application/json", bytes, ctx, undefined);
+    const header = new Headers(ctx.usedResponseHeader);
+    header.set("content-type", binary ? "application/proto" : "application/json");
+    await send(req, res, 200, trailerMux(header, ctx.usedResponseTrailer ?? new Headers()), bytes);
   } catch (err) {
-    const error = publicError(err);
     if (isInternal(err)) options.onError(err, m.name);
-    options.onCall(m.name, codeName(error.code), seconds());
-    if (error.code === Code.Unauthenticated) res.shouldKeepAlive = false;
-    await send(
-      req,
-      res,
-      connectHttpStatusOf(error.code),
-      "application/json",
-      errorToJsonBytes(error, {}),
-      ctx,
-      error,
-    );
+    const answer = connectErrorAnswer(err, {
+      ...(ctx?.usedResponseHeader === undefined ? {} : { header: ctx.usedResponseHeader }),
+      trailer: ctx?.usedResponseTrailer ?? new Headers(),
+    });
+    options.onCall(m.name, codeName(answer.error.code), seconds());
+    if (answer.error.code === Code.Unauthenticated) res.shouldKeepAlive = false;
+    await send(req, res, answer.status, answer.header, answer.body);
   }
 }
 
@@ -212,21 +209,15 @@ function encode(method: DescMethod, binary: boolean, output: unknown): Buffer {
   }
 }
 
-/** Writes the answer: the service's response headers, its trailers as `trailer-` headers, error metadata. */
+/** Writes an answer (its headers complete but for the encoding and length), compressed as connect-node would. */
 async function send(
   req: IncomingMessage,
   res: ServerResponse,
   status: number,
-  contentType: string,
+  out: Headers,
   body: Uint8Array,
-  ctx: LazyHandlerContext | null,
-  error: ConnectError | undefined,
 ): Promise<void> {
   if (res.headersSent || res.destroyed) return;
-  const header = new Headers(ctx?.usedResponseHeader);
-  header.set("content-type", contentType);
-  if (error !== undefined) mergeNonProtocolHeaders(header, error.metadata);
-  const out = trailerMux(header, ctx?.usedResponseTrailer ?? new Headers());
   let bytes = body;
   if (bytes.byteLength >= COMPRESS_MIN_BYTES) {
     const compression = acceptedCompression(req.headers["accept-encoding"]);

@@ -1,20 +1,14 @@
-import { type ChildProcess, spawn } from "node:child_process";
 import {
   accessSync,
   chmodSync,
-  chownSync,
-  closeSync,
   constants,
   existsSync,
   mkdirSync,
-  openSync,
   readFileSync,
   rmSync,
   writeFileSync,
 } from "node:fs";
-import type { Server } from "node:net";
 import { basename, dirname, isAbsolute, join, relative, resolve } from "node:path";
-import type { Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import { failedPrecondition } from "../../core/errors.ts";
 import type {
@@ -28,35 +22,20 @@ import {
   BUILTIN_AGENT_COMMAND,
   BUILTIN_AGENT_MAIN,
   BUILTIN_AGENT_PACKAGES,
-  isBuiltinAgentCommand,
 } from "../../sandbox-agent/builtin-agent.ts";
 import { descendantsOf, type ProcStat, readProcStat, signal } from "../../sandbox-agent/proc-tree.ts";
 import { pollAlive, probeAlive } from "../agent-health.ts";
-import { freePort, listeningSocket, withPort } from "../free-port.ts";
-import {
-  bwrapArgs,
-  findExecutable,
-  findTools,
-  type IsolationSetting,
-  probeBwrap,
-  runningAsRoot,
-  type SandboxUser,
-} from "./bwrap.ts";
+import { findTools, type IsolationSetting, probeBwrap, runningAsRoot, type SandboxUser } from "./bwrap.ts";
 import { CompileCache } from "./compile-cache.ts";
-import { type ProcessHandleData, ProcessTable, parseHandleData } from "./process-table.ts";
+import { ProcessTable, parseHandleData } from "./process-table.ts";
 import { setUpLimits } from "./runtime-limits.ts";
-import { limitedArgv, type SandboxLimits } from "./sandbox-limits.ts";
+import { DEFAULT_PATH, type OwnChild, SandboxLauncher, type WarmChild } from "./sandbox-launch.ts";
+import type { SandboxLimits } from "./sandbox-limits.ts";
 import { stopSandboxProcesses } from "./sandbox-processes.ts";
 import { SandboxUids } from "./sandbox-uids.ts";
-import {
-  claimedFolder,
-  forgetClaim,
-  sweepWarmAgents,
-  type WarmAgent,
-  WarmPool,
-  WORKSPACE_FOLDER,
-} from "./warm-agents.ts";
-import { freeBytes, usedBytes } from "./workspace-disk.ts";
+import { claimedFolder, forgetClaim, sweepWarmAgents, WarmPool, WORKSPACE_FOLDER } from "./warm-agents.ts";
+import { claimWarmAgent, servesWarm, spawnWarmAgent } from "./warm-claim.ts";
+import { usedBytes } from "./workspace-disk.ts";
 
 /** Options of {@link createProcessRuntime}. */
 export interface ProcessRuntimeOptions {
@@ -165,34 +144,6 @@ export interface ProcessRuntime extends SandboxRuntime {
   failureReason(handle: RuntimeHandle): string | null;
 }
 
-/** What the runtime stores in {@link RuntimeHandle.data}: enough to recognise the process after a restart. */
-interface WarmChild extends WarmAgent {
-  own: OwnChild;
-  stdin: Writable;
-}
-
-/** What a warm agent is started as: the built-in agent with the default layout, and no key. */
-const WARM_SPEC: RuntimeSpec = {
-  id: "warm-agent",
-  command: [BUILTIN_AGENT_COMMAND],
-  initialEnv: {},
-  workingDir: "",
-};
-/**
- * Variables that change how Node or the C library start (read before the agent's code runs). A spec that sets one
- * gets a cold start, so that its agent process starts with them, as without warm agents.
- */
-const STARTUP_ENV = /^(NODE_|UV_|LD_|MALLOC_|GLIBC_|OPENSSL_|SSL_CERT_|LANG$|LC_|TZ$)/;
-
-/** True when a warm agent can serve this spec: the built-in agent without extra arguments or startup variables. */
-function servesWarm(spec: RuntimeSpec): boolean {
-  return (
-    isBuiltinAgentCommand(spec.command) &&
-    spec.command.length <= 1 &&
-    !Object.keys(spec.initialEnv).some((name) => STARTUP_ENV.test(name))
-  );
-}
-
 /** The spec's working directory relative to the workspace ("" for the workspace itself); throws when it leaves it. */
 function workingDirOf(spec: RuntimeSpec): string {
   if (!spec.workingDir || isAbsolute(spec.workingDir)) return "";
@@ -201,19 +152,6 @@ function workingDirOf(spec: RuntimeSpec): string {
   return inside;
 }
 
-/** A process this instance spawned (and so reaps and sees exit). */
-interface OwnChild {
-  handle: RuntimeHandle;
-  /** The sandbox id it runs (for logs); null for a warm agent not claimed yet. */
-  label: string | null;
-  /** Set when it was started as a warm agent. */
-  warm?: WarmChild;
-  startTimeTicks: number;
-  exit: { code: number | null; signal: NodeJS.Signals | null } | null;
-  exited: Promise<void>;
-}
-
-const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 const DEFAULT_UID_BASE = 1_000_000_000;
 const DEFAULT_UID_COUNT = 65_536;
 const DEFAULT_UID_LOCK_DIR = "/var/lib/agent-workspace/sandbox-uids";
@@ -277,18 +215,8 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       ? tools
       : probeBwrap(tools, workspaceRoot, asRoot ? { uid: uidBase, gid: uidBase } : ownUser, asRoot),
   );
-  const {
-    limits,
-    cgroups,
-    prlimit,
-    diskBytes,
-    loopDisks,
-    watchDisks,
-    diskWatchMs,
-    diskReserveBytes,
-    rlimits,
-    report: limitsReport,
-  } = setUpLimits(options, { workspaceRoot, asRoot, isolation, log });
+  const runtimeLimits = setUpLimits(options, { workspaceRoot, asRoot, isolation, log });
+  const { cgroups, diskBytes, loopDisks, watchDisks, diskWatchMs, report: limitsReport } = runtimeLimits;
   /** Workspaces stopped for passing their size, with the reason (see failureReason). */
   const diskStops = new Map<string, string>();
   const readOnlyPaths = [process.execPath, ...(options.readOnlyPaths ?? [])];
@@ -375,211 +303,28 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     return stopped;
   };
 
-  /** The environment of a sandbox's main process (a warm agent gets it at its claim, the same way). */
-  const sandboxEnv = (
-    workspace: string,
-    cwd: string,
-    spec: RuntimeSpec,
-    sessionApiKey: string | null,
-    port: number,
-    listening: boolean,
-  ): Record<string, string> => ({
-    ...baseEnv,
-    HOME: workspace,
-    ...spec.initialEnv,
-    ...(sessionApiKey === null
-      ? { SANDBOX_AGENT_CLAIM: "stdin" }
-      : { SESSION_API_KEY: sessionApiKey, OH_SESSION_API_KEYS_0: sessionApiKey }),
-    PORT: String(port),
-    HOST: host,
-    WORKSPACE_DIR: cwd,
-    ...(listening ? { LISTEN_FD: "3" } : {}),
-    ...(compileCacheDir && isBuiltinAgentCommand(spec.command)
-      ? { NODE_COMPILE_CACHE: compileCacheDir }
-      : {}),
+  const launcher = new SandboxLauncher({
+    workspaceRoot,
+    logDir,
+    host,
+    urlHost,
+    baseEnv,
+    compileCacheDir,
+    compileCache,
+    agentCommand,
+    agentFiles,
+    readOnlyPaths,
+    isolation,
+    asRoot,
+    ownUser,
+    tools: bwrapTools,
+    uids,
+    limits: runtimeLimits,
+    procs,
+    log,
+    removeWorkspace: (folder) => removeWorkspace(folder),
+    onWarmExit: (agent) => warm?.exited(agent),
   });
-
-  /** Creates the working directory `rel` inside a workspace (owned by the sandbox's user) and returns its path. */
-  const makeCwd = (workspace: string, rel: string, user: SandboxUser, isolated: boolean): string => {
-    const cwd = resolve(workspace, rel);
-    mkdirSync(cwd, { recursive: true });
-    if (isolated && asRoot) {
-      for (let dir = cwd; dir.startsWith(workspace); dir = dirname(dir)) chownSync(dir, user.uid, user.gid);
-    }
-    return cwd;
-  };
-
-  /**
-   * Spawns a sandbox's main process in the workspace folder `folder` (the sandbox id, or a warm agent's name):
-   * `sessionApiKey` null starts a warm agent, which waits on its stdin for its claim.
-   */
-  const launch = async (
-    folder: string,
-    label: string | null,
-    spec: RuntimeSpec,
-    rel: string,
-    sessionApiKey: string | null,
-  ): Promise<{ handle: RuntimeHandle; child: ChildProcess; own: OwnChild }> => {
-    const workspace = join(workspaceRoot, folder);
-    mkdirSync(logDir, { recursive: true, mode: 0o700 });
-    const builtin = isBuiltinAgentCommand(spec.command);
-    // The built-in agent is handed its socket already listening (LISTEN_FD): no port race, and health probes
-    // made before it runs wait in the backlog instead of being refused. Other commands bind {port} themselves.
-    const listener = builtin ? await inheritableListener(host) : null;
-    const port = listener?.port ?? (await freePort(host));
-    let child: ChildProcess;
-    let isolated: boolean;
-    let user: SandboxUser;
-    try {
-      // From here to the spawn nothing awaits: the uid chosen is owned by the new workspace before anyone looks again.
-      isolated = isolation.mode === "bwrap";
-      const free = freeBytes(workspaceRoot);
-      if (free !== null && free < diskReserveBytes)
-        throw failedPrecondition(
-          `the disk of the sandbox workspaces has ${Math.floor(free / 1048576)} MB free, less than the ${Math.floor(diskReserveBytes / 1048576)} MB kept in reserve: no new sandbox starts until space is freed`,
-        );
-      user = isolated ? (uids.reuse(workspace) ?? uids.allocate(folder)) : ownUser;
-      mkdirSync(workspace, { recursive: true, mode: 0o700 });
-      try {
-        loopDisks?.create(folder);
-      } catch (e: unknown) {
-        removeWorkspace(folder);
-        throw e;
-      }
-      chmodSync(workspace, 0o700);
-      const cwd = makeCwd(workspace, rel, user, isolated);
-      const command = withPort(builtin ? [...agentCommand, ...spec.command.slice(1)] : spec.command, port);
-      const env = sandboxEnv(workspace, cwd, spec, sessionApiKey, port, listener !== null);
-      const readOnly = [...readOnlyPaths];
-      if (builtin) {
-        readOnly.push(...agentFiles);
-        if (compileCacheDir) {
-          mkdirSync(compileCacheDir, { recursive: true });
-          // Shared by every sandbox, so isolated ones only read it; the server fills it (see CompileCache.warm).
-          if (isolated) {
-            readOnly.push(compileCacheDir);
-            compileCache.warm(compileCacheDir);
-            compileCache.share(compileCacheDir, user.uid);
-          }
-        }
-      }
-      const sandboxed = isolated
-        ? [
-            ...bwrapArgs(bwrapTools(), {
-              workspace,
-              cwd,
-              readOnly,
-              user,
-              asRoot,
-              ...(limits.tmpBytes ? { tmpBytes: limits.tmpBytes } : {}),
-              ...(limits.shmBytes ? { shmBytes: limits.shmBytes } : {}),
-            }),
-            ...command,
-          ]
-        : command;
-      const argv = limitedArgv(sandboxed, cgroups ? cgroups.create(folder) : [], rlimits, prlimit);
-      const [file, ...args] = argv;
-      if (file === undefined || command[0] === undefined) throw new Error("empty sandbox command");
-      // bwrap starts whatever it is given and fails later: check the command is there first, as spawn does.
-      if (isolated && !findExecutable(command[0], env.PATH ?? DEFAULT_PATH, cwd)) {
-        removeWorkspace(folder);
-        throw Object.assign(new Error(`spawn ${command[0]} ENOENT`), { code: "ENOENT" });
-      }
-      const logFd = openSync(join(logDir, `${folder}.log`), "a");
-      const stdin = sessionApiKey === null ? "pipe" : "ignore";
-      try {
-        child = spawn(file, args, {
-          cwd,
-          env,
-          detached: true,
-          stdio: listener ? [stdin, logFd, logFd, listener.fd] : [stdin, logFd, logFd],
-        });
-      } finally {
-        closeSync(logFd);
-      }
-    } finally {
-      // The sandbox holds its own copy (or never started); this one is closed before the event loop could accept
-      // on it.
-      listener?.server.close();
-    }
-    // Read the start time at once: the process exists (at worst as a zombie) until the event loop reaps it.
-    const stat = child.pid === undefined ? null : readProcStat(child.pid);
-    try {
-      await new Promise<void>((ok, fail) => {
-        child.once("spawn", ok);
-        child.once("error", fail);
-      });
-    } catch (e: unknown) {
-      removeWorkspace(folder);
-      throw e;
-    }
-    const pid = child.pid;
-    if (pid === undefined || stat === null)
-      throw new Error(`sandbox process of ${label ?? folder} vanished at start`);
-    child.unref();
-    const data: ProcessHandleData = {
-      pid,
-      pgid: pid,
-      port,
-      workspace,
-      startTimeTicks: stat.startTime,
-      ...(isolated ? { isolation: "bwrap" as const, uid: user.uid } : {}),
-    };
-    const handle: RuntimeHandle = { data: { ...data }, agentUrl: `http://${urlHost}:${port}`, port };
-    const exited = Promise.withResolvers<void>();
-    const own: OwnChild = {
-      handle,
-      label,
-      startTimeTicks: stat.startTime,
-      exit: null,
-      exited: exited.promise,
-    };
-    procs.children.set(pid, own);
-    child.once("exit", (code, sig) => {
-      own.exit = { code, signal: sig };
-      exited.resolve();
-      // The sandbox is over: stop what it left running in its group (background jobs of its commands). The group
-      // still has those members, so its id cannot belong to anyone else yet.
-      signal(-pid, "SIGKILL");
-      if (own.label !== null) log("sandbox process exited", { sandboxId: own.label, pid, code, signal: sig });
-      else if (own.warm) warm?.exited(own.warm);
-    });
-    if (label !== null)
-      log("sandbox process started", {
-        sandboxId: label,
-        pid,
-        port,
-        command: builtin ? "built-in agent" : spec.command[0],
-        isolation: isolated ? { bwrap: true, uid: user.uid } : "none",
-      });
-    return { handle, child, own };
-  };
-
-  /** Makes a warm agent the sandbox `sandboxId`: its working directory, then its environment on its stdin. */
-  const claim = (
-    agent: WarmChild,
-    sandboxId: string,
-    spec: RuntimeSpec,
-    sessionApiKey: string,
-    rel: string,
-  ): RuntimeHandle => {
-    const data = parseHandleData(agent.own.handle.data) as ProcessHandleData;
-    const user = data.uid === undefined ? ownUser : { uid: data.uid, gid: data.uid };
-    const cwd = makeCwd(data.workspace, rel, user, data.isolation === "bwrap");
-    const env = sandboxEnv(data.workspace, cwd, spec, sessionApiKey, data.port, true);
-    agent.own.label = sandboxId;
-    agent.stdin.end(`${JSON.stringify({ env, cwd })}\n`);
-    const handle: RuntimeHandle = { ...agent.own.handle, data: { ...data, sandboxId } };
-    agent.own.handle = handle;
-    log("sandbox process started", {
-      sandboxId,
-      pid: data.pid,
-      port: data.port,
-      command: "built-in agent (warm)",
-      isolation: data.isolation === "bwrap" ? { bwrap: true, uid: data.uid } : "none",
-    });
-    return handle;
-  };
 
   // uid claims whose workspace is gone (a server died between claiming and removing) are given back.
   uids.sweepStale();
@@ -614,14 +359,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
           size: options.warmAgents ?? 0,
           after: swept,
           log,
-          spawn: async (folder) => {
-            const { child, own } = await launch(folder, null, WARM_SPEC, "", null);
-            const stdin = child.stdin;
-            if (!stdin) throw new Error("warm agent without stdin");
-            stdin.on("error", () => {}); // it died before its claim: its exit is handled
-            own.warm = { folder, own, stdin, alive: () => own.exit === null };
-            return own.warm;
-          },
+          spawn: (folder) => spawnWarmAgent(launcher, folder),
           discard: async (folder) => {
             await removeFolder(folder);
           },
@@ -643,8 +381,14 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       const rel = workingDirOf(spec);
       checkSingleUser(request.ownerId);
       const agent = warm && servesWarm(spec) ? warm.take(sandboxId) : null;
-      if (agent) return claim(agent as WarmChild, sandboxId, spec, sessionApiKey, rel);
-      return (await launch(sandboxId, sandboxId, spec, rel, sessionApiKey)).handle;
+      if (agent)
+        return claimWarmAgent(launcher, ownUser, log, agent as WarmChild, {
+          sandboxId,
+          spec,
+          sessionApiKey,
+          rel,
+        });
+      return (await launcher.launch(sandboxId, sandboxId, spec, rel, sessionApiKey)).handle;
     },
 
     async waitHealthy(handle: RuntimeHandle, timeoutMs: number): Promise<boolean> {
@@ -714,7 +458,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       cgroups?.remove(folder);
       diskStops.delete(folder);
       const rel = workingDirOf(request.spec);
-      const { handle: fresh } = await launch(
+      const { handle: fresh } = await launcher.launch(
         folder,
         request.sandboxId,
         request.spec,
@@ -802,7 +546,9 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       const stopped = diskStops.get(folder);
       if (stopped) return stopped;
       if (!cgroups) return null;
-      return cgroups.oomKilled(folder) ? `killed by its memory limit (${limits.memoryBytes} bytes)` : null;
+      return cgroups.oomKilled(folder)
+        ? `killed by its memory limit (${runtimeLimits.limits.memoryBytes} bytes)`
+        : null;
     },
 
     async killAll(): Promise<void> {
@@ -860,15 +606,4 @@ function decideIsolation(setting: IsolationSetting, probe: () => string | null):
   if (setting === "bwrap")
     throw new Error(`SANDBOX_ISOLATION=bwrap, but bubblewrap cannot run sandboxes here: ${reason}`);
   return { mode: "none", singleUser: true, reason };
-}
-
-/** Validates stored handle data; null when it is not what this runtime wrote. */
-async function inheritableListener(
-  host: string,
-): Promise<{ server: Server; port: number; fd: number } | null> {
-  const { server, port } = await listeningSocket(host);
-  const fd = (server as unknown as { _handle?: { fd?: unknown } })._handle?.fd;
-  if (typeof fd === "number" && fd > 2) return { server, port, fd };
-  server.close();
-  return null;
 }

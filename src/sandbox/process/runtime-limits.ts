@@ -2,10 +2,9 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { findExecutable } from "./bwrap.ts";
 import type { ProcessIsolation, ProcessLimitsReport, ProcessRuntimeOptions } from "./process-runtime.ts";
+import { DEFAULT_PATH } from "./sandbox-launch.ts";
 import { SandboxCgroups } from "./sandbox-limits.ts";
 import { LoopDisks } from "./workspace-disk.ts";
-
-const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /** How the limits of process sandboxes are enforced on this host, found once when the runtime is made. */
 export interface RuntimeLimits {

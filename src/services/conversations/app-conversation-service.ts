@@ -48,11 +48,11 @@ import type {
 import type { EventRepository } from "../../ports/event-repository.ts";
 import { checkBatch, readPage } from "../paging.ts";
 import type { LiveSandbox } from "../sandboxes/sandbox-service.ts";
+import { startRequestFromJson } from "./conversation-codecs.ts";
 import {
   executionStatusFromName,
   metricsFromJson,
   providerFromName,
-  startRequestFromJson,
   toPbTaskStatus,
   triggerFromName,
 } from "./conversation-json.ts";
@@ -347,7 +347,7 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
     };
   }
 
-  /** Renames a conversation (title trimmed, 1..200 characters). NOT_FOUND for an unknown id. */
+  /** Renames a conversation (title trimmed, 1..MAX_TITLE characters). NOT_FOUND for an unknown id. */
   async updateAppConversation(
     req: UpdateAppConversationRequest,
     ctx: HandlerContext,

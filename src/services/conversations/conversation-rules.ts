@@ -1,6 +1,6 @@
 import { int, list, refine, type Schema, str } from "../../core/model.ts";
 import { uuidHex } from "../../core/model-formats.ts";
-import { MAX_TITLE } from "./title.ts";
+import { TITLE_MODEL } from "./title.ts";
 import { branchProblem, repositoryProblem } from "./workspace-commands.ts";
 
 /**
@@ -12,7 +12,7 @@ export const START_REQUEST_RULES: Readonly<Record<string, Schema<unknown>>> = {
   conversation_id: uuidHex(),
   selected_repository: refine(str(), (v) => (v === "" ? null : repositoryProblem(v))),
   selected_branch: refine(str(), (v) => (v === "" ? null : branchProblem(v))),
-  title: str({ minLength: 1, maxLength: MAX_TITLE }),
+  title: TITLE_MODEL,
   pr_number: list(int({ bits: 32 }), { maxItems: 1000 }),
   parent_conversation_id: uuidHex(),
 };

@@ -16,7 +16,7 @@ import type {
   StartTaskRepository,
 } from "../../ports/conversation-repository.ts";
 import type { ChangeFeed } from "../change-feed.ts";
-import { startRequestFromJson, startRequestJson } from "./conversation-json.ts";
+import { startRequestFromJson, startRequestJson } from "./conversation-codecs.ts";
 import {
   HAND_OVER,
   runStartFlow,

@@ -1,7 +1,11 @@
 import type { FieldViolation } from "../../core/errors.ts";
+import { str } from "../../core/model.ts";
 
 /** Longest conversation title, in characters after trimming: one rule for start, rename, search and the agent. */
 export const MAX_TITLE = 200;
+
+/** The REST model of a title a client gives (start request, rename body): 1..MAX_TITLE characters. */
+export const TITLE_MODEL = str({ minLength: 1, maxLength: MAX_TITLE });
 
 /**
  * The violation of a title given by a client (start, rename, title search), or null: 1..MAX_TITLE characters after

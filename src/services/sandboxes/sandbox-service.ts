@@ -42,7 +42,8 @@ import type {
 } from "../../ports/sandbox-runtime.ts";
 import { type ChangeFeed, ChangeTooOldError } from "../change-feed.ts";
 import { checkBatch, readPage } from "../paging.ts";
-import type { SandboxSpec, SandboxSpecService } from "./sandbox-spec-service.ts";
+import type { SpecCatalog } from "./ports.ts";
+import type { SandboxSpec } from "./sandbox-spec-service.ts";
 
 /** A new sandbox id (22 base62 characters). */
 export const newSandboxId = (): string => base62(22);
@@ -75,7 +76,8 @@ export interface SandboxServiceOptions {
   /** The store's change feed: status changes are published there and watches follow it (every server's). */
   changes: ChangeFeed;
   runtime: SandboxRuntime;
-  specs: SandboxSpecService;
+  /** The configured specs (the SandboxSpecService). */
+  specs: SpecCatalog;
   box: SecretBox;
   tokens: PageTokens;
   /** Running sandboxes per user before the oldest is paused (default 5). */

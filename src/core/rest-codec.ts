@@ -6,22 +6,25 @@ import {
   type JsonValue,
   ScalarType,
 } from "@bufbuild/protobuf";
-import { FeatureSet_FieldPresence } from "@bufbuild/protobuf/wkt";
-import { unprefixedName } from "../core/enum-names.ts";
-import { fieldFacts } from "../core/field-behavior.ts";
+import { FeatureSet_FieldPresence, type Timestamp, timestampDate } from "@bufbuild/protobuf/wkt";
+import { unprefixedName } from "./enum-names.ts";
+import type { FieldViolation } from "./errors.ts";
+import { fieldFacts } from "./field-behavior.ts";
 import {
   anyValue,
   bool,
   dict,
   enumOf,
   float,
+  INVALID,
   int,
   list,
   nullable,
   object,
   type Schema,
   str,
-} from "../core/model.ts";
+} from "./model.ts";
+import { dateTime } from "./model-formats.ts";
 
 /**
  * One place where the reference's JSON for a field differs from what the codec derives from the field's type (see
@@ -41,7 +44,10 @@ export interface RestFieldDifference {
   flatten?: true;
   /** An enum field (or list of enums) whose values REST spells in lower case ("gui" for CONVERSATION_TRIGGER_GUI). */
   enumSpelling?: "lower";
-  /** The field's protobuf JSON when REST leaves it out (the reference model's default). */
+  /**
+   * The field's protobuf JSON when REST leaves it out (the reference model's default); an enum field whose value is
+   * unset (0) is answered as this value too.
+   */
   absent?: JsonValue;
 }
 
@@ -61,6 +67,11 @@ export interface RestCodec {
   fromRest(rest: Readonly<Record<string, unknown>>, nulls?: string[]): JsonObject;
   /** The message → its REST object: every key present, unset fields null (or what the table says). */
   toRest(message: object | undefined): Record<string, unknown>;
+  /**
+   * A REST object this service wrote earlier (e.g. a stored echo) → the message's protobuf JSON, leniently: it is
+   * validated with `model`, and a top-level field that fails validation is left out instead of failing the read.
+   */
+  fromStored(stored: Readonly<Record<string, unknown>>): JsonObject;
   /** Writes the message's REST fields into `out` (a parent that flattens this message). */
   writeInto(out: Record<string, unknown>, message: object | undefined): void;
 }
@@ -94,7 +105,8 @@ const identity = (v: unknown): JsonValue => v as JsonValue;
 
 /**
  * Compiles the REST codec of a message from its descriptor, once (at start: module load): field list and order,
- * value models (scalars by type with proto ranges, enums by unprefixed name, nested messages, lists and maps), write-only
+ * value models (scalars by type with proto ranges, enums by unprefixed name, nested messages, lists and maps,
+ * timestamps as ISO 8601 strings, Struct/Value as plain JSON), write-only
  * secrets (`(behavior).secret`: always null in answers) and presence (optional and message fields accept and
  * answer null). A field the table names takes its model and conversions from the table; a field type with no REST
  * form (bytes) fails here, at start, unless the table says how it is written.
@@ -115,22 +127,32 @@ export function compileRestCodec(desc: DescMessage, opts: RestCodecOptions): Res
     const m = message as Record<string, unknown> | undefined;
     for (const f of fields) f.write(out, m?.[f.local]);
   };
+  const fromRest = (rest: Readonly<Record<string, unknown>>, nulls?: string[]): JsonObject => {
+    const json: JsonObject = {};
+    for (const f of fields) {
+      const v = rest[f.name];
+      if (v === undefined) {
+        if (f.absent !== undefined) json[f.name] = f.absent;
+        continue;
+      }
+      if (v === null) nulls?.push(f.name);
+      else json[f.name] = f.fromRest(v);
+    }
+    return json;
+  };
   return {
     desc,
     keys,
     model,
-    fromRest(rest, nulls) {
-      const json: JsonObject = {};
-      for (const f of fields) {
-        const v = rest[f.name];
-        if (v === undefined) {
-          if (f.absent !== undefined) json[f.name] = f.absent;
-          continue;
-        }
-        if (v === null) nulls?.push(f.name);
-        else json[f.name] = f.fromRest(v);
-      }
-      return json;
+    fromRest,
+    fromStored(stored) {
+      const issues: FieldViolation[] = [];
+      const parsed = model.parse(stored, [], issues);
+      if (parsed !== INVALID) return fromRest(parsed);
+      const bad = new Set(issues.map((i) => i.loc[0]));
+      const kept = Object.fromEntries(Object.entries(stored).filter(([k]) => !bad.has(k)));
+      const reparsed = model.parse(kept, [], []);
+      return reparsed === INVALID ? {} : fromRest(reparsed);
     },
     toRest(message) {
       const out = { ...template };
@@ -180,9 +202,19 @@ function compileField(f: DescField, opts: RestCodecOptions): CompiledField {
     };
   } else {
     const convert = derived().toRest;
-    write = (out, v) => {
-      out[name] = v === undefined ? null : convert(v);
-    };
+    // An enum whose REST form has a default answers an unset value (0) as that default.
+    const unset =
+      f.fieldKind === "enum" && diff?.absent !== undefined
+        ? convert(f.enum.values.find((e) => e.name === diff.absent)?.number ?? 0)
+        : null;
+    write =
+      unset === null
+        ? (out, v) => {
+            out[name] = v === undefined ? null : convert(v);
+          }
+        : (out, v) => {
+            out[name] = v === undefined || v === 0 ? unset : convert(v);
+          };
   }
   return {
     name,
@@ -293,6 +325,12 @@ const JSON_TYPES: ReadonlySet<string> = new Set([
 ]);
 
 function messageValue(m: DescMessage, opts: RestCodecOptions): DerivedValue {
+  if (m.typeName === "google.protobuf.Timestamp")
+    return {
+      model: dateTime(),
+      fromRest: (v) => (v as Date).toISOString(),
+      toRest: (v) => timestampDate(v as Timestamp).toISOString(),
+    };
   if (JSON_TYPES.has(m.typeName))
     return {
       model: m.typeName === "google.protobuf.Struct" ? dict(anyValue()) : anyValue(),

@@ -12,14 +12,14 @@ import {
   str,
   taggedUnion,
 } from "../core/model.ts";
+import type { RestJsonTable } from "../core/rest-codec.ts";
 import type { SendMessageRequest } from "../gen/workspace/v1/app_conversation_pb.js";
 import type { McpConfig } from "../gen/workspace/v1/mcp_pb.js";
 import type { SecretsStore } from "../gen/workspace/v1/provider_pb.js";
 import type { ProviderTokenSet } from "../gen/workspace/v1/settings_pb.js";
-import { messageJson, ROLE_NAMES } from "../services/conversations/conversation-json.ts";
-import { mcpConfigSchema } from "../services/settings/mcp-model.ts";
-import { PROVIDERS } from "../services/settings/settings-fields.ts";
-import type { RestJsonTable } from "./rest-codec.ts";
+import { dashedUuid, messageJson, ROLE_NAMES } from "./conversations/conversation-json.ts";
+import { mcpConfigSchema } from "./settings/mcp-model.ts";
+import { PROVIDERS } from "./settings/settings-fields.ts";
 
 const providerToken = object(
   {
@@ -169,9 +169,14 @@ export const REST_JSON_DIFFERENCES: RestJsonTable = {
     fromRest: sendMessageJson,
     toRest: (m: SendMessageRequest | undefined) => (m === undefined ? null : messageJson(m)),
   },
+  "workspace.v1.AppConversationStartRequest.conversation_id": {
+    reason: "A plain UUID field in the reference: accepted with or without dashes, echoed with dashes.",
+    toRest: (id: string | undefined) => (id === undefined ? null : dashedUuid(id)),
+  },
   "workspace.v1.AppConversationStartRequest.processors": {
-    reason: "Free-form objects, at most 100; JSON null means none.",
+    reason: "Free-form objects, at most 100; JSON null means none (and none is echoed as null).",
     model: nullable(list(dict(anyValue()), { maxItems: 100 })),
+    toRest: (p: readonly JsonObject[]) => (p.length > 0 ? p : null),
   },
   "workspace.v1.AppConversationStartRequest.git_provider": { reason: LOWER_CASE_ENUM, enumSpelling: "lower" },
   "workspace.v1.AppConversationStartRequest.trigger": { reason: LOWER_CASE_ENUM, enumSpelling: "lower" },
@@ -180,6 +185,9 @@ export const REST_JSON_DIFFERENCES: RestJsonTable = {
     enumSpelling: "lower",
     absent: "AGENT_TYPE_DEFAULT",
   },
+  "workspace.v1.AppConversation.git_provider": { reason: LOWER_CASE_ENUM, enumSpelling: "lower" },
+  "workspace.v1.AppConversation.trigger": { reason: LOWER_CASE_ENUM, enumSpelling: "lower" },
+  "workspace.v1.AppConversation.execution_status": { reason: LOWER_CASE_ENUM, enumSpelling: "lower" },
   "workspace.v1.GetSettingsResponse.provider_tokens_set": {
     reason: "Provider name → host string (null for the public host), not an object.",
     toRest: (set: Record<string, ProviderTokenSet>) =>
