@@ -62,6 +62,10 @@ export class ConversationStore {
     if (folder === null) return;
     this.#safely(id, () => {
       mkdirSync(this.#dir, { recursive: true, mode: 0o700 });
+      // The folder may lie inside the workspace's git repository (the process runtime's HOME is the workspace): a
+      // .gitignore of "*" keeps it, itself included, out of git's changes (the UI's Changes tab), as pytest's and
+      // mypy's caches do.
+      writeFileSync(join(this.#dir, ".gitignore"), "# the built-in agent's saved conversations\n*\n");
       mkdirSync(folder, { recursive: true, mode: 0o700 });
       const request: Json = { ...body };
       delete request.initial_message; // an event already, once sent

@@ -75,7 +75,8 @@ describe("ConversationStore", () => {
     const store = new ConversationStore(dir, "k");
     store.create("../escape", body, {});
     store.create(id, body, {});
-    expect(readdirSync(dir)).toEqual([id]);
+    // The .gitignore keeps the folder out of git's changes when it lies in the workspace's repository.
+    expect(readdirSync(dir).sort()).toEqual([".gitignore", id]);
     store.delete(id);
     expect(store.loadAll()).toEqual([]);
   });
