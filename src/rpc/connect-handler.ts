@@ -277,7 +277,7 @@ function gate(options: ConnectHandlerOptions): (ctx: HandlerContext) => void | P
     let caller: ReturnType<Admission>;
     try {
       key = options.keyOf(ctx.requestMethod, (name) => ctx.requestHeader.get(name) ?? undefined);
-      caller = options.admission(key);
+      caller = options.admission(key, ctx.method);
     } catch (err) {
       return rejected(ctx, err);
     }

@@ -107,7 +107,7 @@ async function serve(
   let ctx: LazyHandlerContext | null = null;
   try {
     // Admitted before the body is read, as connect's request gate: a rejected call is never parsed.
-    const admitted = options.admission(options.keyOf("POST", headers));
+    const admitted = options.admission(options.keyOf("POST", headers), m.method);
     const caller: Caller = admitted instanceof Promise ? await admitted : admitted;
     ctx = new LazyHandlerContext({
       service: m.method.parent,

@@ -1,9 +1,8 @@
 /**
  * One user's write rate (USER_DATA_WRITES_PER_SECOND 10, burst 20) on the RPC protocols. On gRPC it is checked with
  * the caller's admission, before the request message is decoded: a call over the rate is refused even when its
- * message could not be decoded, and a malformed message within the rate is INVALID_ARGUMENT (not INTERNAL). On
- * Connect the store's own check refuses it (connect-plugin.ts and connect-unary.ts do not pass the method to the
- * admission yet). REST: test/integration/user-data-fairness.test.ts.
+ * message could not be decoded, and a malformed message within the rate is INVALID_ARGUMENT (not INTERNAL). Connect
+ * likewise, on its hand-written unary path and on connect-node's. REST: test/integration/user-data-fairness.test.ts.
  */
 import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -94,8 +93,28 @@ describe("a user's write rate on gRPC and Connect", () => {
     }
   });
 
-  it("Connect: writes beyond the rate are RESOURCE_EXHAUSTED and store nothing", async () => {
+  it("Connect: writes beyond the rate are RESOURCE_EXHAUSTED and store nothing, refused before the body is decoded", async () => {
     const key = await t.keyFor("connect-writer");
+    // A body that is no JSON: with a Content-Length (the unary fast path) and chunked (connect-node's handler).
+    const malformed = (chunked: boolean) =>
+      fetch(`${t.url}/workspace.v1.SecretsService/CreateSecret`, {
+        method: "POST",
+        headers: { "content-type": "application/json", "x-session-api-key": key },
+        body: chunked
+          ? new ReadableStream({
+              start(c) {
+                c.enqueue(new TextEncoder().encode("{not json"));
+                c.close();
+              },
+            })
+          : "{not json",
+        duplex: "half",
+      } as RequestInit).then(async (r) => ({ status: r.status, body: (await r.json()) as { code: string } }));
+    for (const chunked of [false, true]) {
+      const within = await malformed(chunked);
+      expect(within.status).toBe(400);
+      expect(within.body.code).toBe("invalid_argument");
+    }
     const client = connectClient(SecretsService, t.url, key);
     const answers = await Promise.all(
       Array.from({ length: 30 }, (_, i) =>
@@ -111,6 +130,12 @@ describe("a user's write rate on gRPC and Connect", () => {
     for (const e of refused) {
       expect(e?.code).toBe(Code.ResourceExhausted);
       expect(e?.rawMessage).toBe(TOO_MANY_WRITES);
+    }
+    // Over the rate, a body that could not be decoded is refused for the rate: it was never decoded.
+    for (const chunked of [false, true]) {
+      const over = await malformed(chunked);
+      expect(over.status).toBe(429);
+      expect(over.body.code).toBe("resource_exhausted");
     }
     expect(await listed(key)).toBe(answers.length - refused.length);
   });
