@@ -57,7 +57,8 @@ export function unaryMethod(method: DescMethod, impl: Record<string, unknown>): 
 
 /**
  * The everyday Connect unary call — POST, `application/json` or `application/proto`, a Content-Length within the
- * limit, no request compression, no Connect-Timeout-Ms — served straight to the service implementation;
+ * limit or a chunked body (what connect-node's own client sends over HTTP/1.1; read up to the limit), no request
+ * compression, no Connect-Timeout-Ms — served straight to the service implementation;
  * `fastConnectUnary` answers false for every other request, which then goes to connect-node's handler
  * (src/rpc/connect-handler.ts). On by default; `buildApp({ connectFastPath: false })` sends every call to connect-node.
  *
@@ -88,8 +89,12 @@ export function fastConnectUnary(
   if (h["connect-timeout-ms"] !== undefined) return false;
   const version = h["connect-protocol-version"];
   if (version !== undefined && version !== "1") return false;
-  const length = Number(h["content-length"]);
-  if (!Number.isSafeInteger(length) || length < 0 || length > options.maxMessageBytes) return false;
+  // A chunked body's length is known once it has arrived (CHUNKED): it is read up to the limit.
+  const length =
+    h["content-length"] === undefined && h["transfer-encoding"]?.toLowerCase() === "chunked"
+      ? CHUNKED
+      : Number(h["content-length"]);
+  if (!Number.isSafeInteger(length) || length < CHUNKED || length > options.maxMessageBytes) return false;
   return serve(m, type[2] !== undefined, length, req, res, options);
 }
 
@@ -121,10 +126,18 @@ async function serve(
           .signal,
       requestHeader: () => webHeaders(req),
     });
-    const body = await readBody(req, length);
+    const body = await readBody(req, length, options.maxMessageBytes);
     if (body === null) {
       options.onCall(m.name, "Canceled", seconds());
       return;
+    }
+    if (body === TOO_LARGE) {
+      // Not read to its end: the connection goes with the answer rather than reading the rest.
+      res.shouldKeepAlive = false;
+      throw new ConnectError(
+        `message size is larger than configured readMaxBytes ${options.maxMessageBytes}`,
+        Code.ResourceExhausted,
+      );
     }
     const input = decode(m.method, binary, body);
     const result = m.fn(input, ctx);
@@ -146,12 +159,31 @@ async function serve(
   }
 }
 
-/** The whole body (its length is known), or null when the client went away first. */
-function readBody(req: IncomingMessage, length: number): Promise<Buffer | null> {
+/** A chunked body: its length is not announced. */
+const CHUNKED = -1;
+const TOO_LARGE = Symbol("too large");
+
+/**
+ * The whole body, null when the client went away first, TOO_LARGE when a chunked body grew past `max` (one with a
+ * Content-Length is within it: Node's parser ends it there).
+ */
+function readBody(
+  req: IncomingMessage,
+  length: number,
+  max: number,
+): Promise<Buffer | null | typeof TOO_LARGE> {
   if (length === 0) return Promise.resolve(Buffer.alloc(0));
   return new Promise((resolve) => {
     const chunks: Buffer[] = [];
+    let read = 0;
     const onData = (chunk: Buffer): void => {
+      read += chunk.byteLength;
+      if (read > max) {
+        cleanup();
+        req.pause();
+        resolve(TOO_LARGE);
+        return;
+      }
       chunks.push(chunk);
     };
     const onEnd = (): void => {

@@ -56,6 +56,8 @@ export interface TestAppOptions {
   git?: AppDeps["git"];
   /** Message size, stream, connection and timeout limits. */
   limits?: AppDeps["limits"];
+  /** false: every Connect call on connect-node's handler (no hand-written unary path). */
+  connectFastPath?: boolean;
   /** Client of the sandboxes' agent servers (default: HTTP). */
   agent?: AppDeps["agent"];
   /**
@@ -101,6 +103,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     ...(options.agent ? { agent: options.agent } : {}),
     ...(options.admin ? { admin: options.admin } : {}),
     ...(options.webhookBaseUrl ? { webhookBaseUrl: options.webhookBaseUrl } : {}),
+    ...(options.connectFastPath === undefined ? {} : { connectFastPath: options.connectFastPath }),
     // As the per-key rate, one user's write rate is off unless a test asks for it.
     quotas: options.quotas ?? {
       ...DEFAULT_QUOTAS,

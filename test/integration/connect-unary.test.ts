@@ -1,6 +1,7 @@
 // The Connect unary fast path (src/rpc/connect-unary.ts) against connect-node's universal handler: the same
-// request is sent once with a Content-Length (the fast path takes it) and once chunked (the fast path declines it,
-// connect-node serves it), and the two answers must agree in status, headers and body.
+// request is sent to a server with the fast path and to one without it (every call on connect-node), each once with
+// a Content-Length and once chunked (as connect-node's own client sends), and the four answers must agree in status,
+// headers and body.
 
 import { request } from "node:http";
 import { gunzipSync } from "node:zlib";
@@ -64,30 +65,47 @@ function comparable(a: Answer): unknown {
 }
 
 describe("Connect unary fast path answers exactly as connect-node", () => {
+  /** The server with the fast path, and one with every call on connect-node. */
   let t: TestApp;
-  let key: string;
+  let node: TestApp;
   const path = (m: string) => `/workspace.v1.SettingsService/${m}`;
+  /** A key header `user:<name>` becomes that user's key on the server called. */
+  const keyed = async (app: TestApp, headers: Record<string, string>) => {
+    const name = /^user:(.+)$/.exec(headers["x-session-api-key"] ?? "")?.[1];
+    return name === undefined ? headers : { ...headers, "x-session-api-key": await app.keyFor(name) };
+  };
   const both = async (method: string, headers: Record<string, string>, body: Buffer | string) => {
-    const fast = await send(t.url, path(method), headers, body, false);
-    const node = await send(t.url, path(method), headers, body, true);
-    expect(comparable(fast)).toStrictEqual(comparable(node));
+    const fast = await send(t.url, path(method), await keyed(t, headers), body, false);
+    for (const [app, chunked] of [
+      [t, true],
+      [node, false],
+      [node, true],
+    ] as const)
+      expect(
+        comparable(await send(app.url, path(method), await keyed(app, headers), body, chunked)),
+      ).toStrictEqual(comparable(fast));
     return fast;
   };
-  const json = () => ({ "x-session-api-key": key, "content-type": "application/json" });
+  const json = () => ({ "x-session-api-key": "user:fast", "content-type": "application/json" });
 
   beforeAll(async () => {
     t = await startTestApp();
-    key = await t.keyFor("fast");
-    const stored = await send(
-      t.url,
-      path("StoreSettings"),
-      json(),
-      JSON.stringify({ settings: { language: "en", llmModel: "m".repeat(1500), maxIterations: 9 } }),
-      false,
-    );
-    expect(stored.status).toBe(200);
+    node = await startTestApp({ connectFastPath: false });
+    for (const app of [t, node]) {
+      const stored = await send(
+        app.url,
+        path("StoreSettings"),
+        await keyed(app, json()),
+        JSON.stringify({ settings: { language: "en", llmModel: "m".repeat(1500), maxIterations: 9 } }),
+        false,
+      );
+      expect(stored.status).toBe(200);
+    }
   });
-  afterAll(() => t.close());
+  afterAll(async () => {
+    await t.close();
+    await node.close();
+  });
 
   it("a JSON call, with the response message as connect writes it", async () => {
     const a = await both("GetSettings", json(), "{}");
@@ -105,7 +123,7 @@ describe("Connect unary fast path answers exactly as connect-node", () => {
   });
 
   it("a binary call", async () => {
-    const headers = { "x-session-api-key": key, "content-type": "application/proto" };
+    const headers = { "x-session-api-key": "user:fast", "content-type": "application/proto" };
     const a = await both(
       "GetSettings",
       headers,
@@ -129,8 +147,7 @@ describe("Connect unary fast path answers exactly as connect-node", () => {
     const bad = await both("GetSettings", { ...json(), "x-session-api-key": "ws_wrong_key_123" }, "{}");
     expect(bad.status).toBe(401);
     expect(JSON.parse(bad.body.toString())).toMatchObject({ code: "unauthenticated" });
-    const other = await t.keyFor("nobody");
-    const missing = await both("GetSettings", { ...json(), "x-session-api-key": other }, "{}");
+    const missing = await both("GetSettings", { ...json(), "x-session-api-key": "user:nobody" }, "{}");
     expect(missing.status).toBe(404);
     expect(JSON.parse(missing.body.toString())).toStrictEqual({
       code: "not_found",
@@ -141,7 +158,7 @@ describe("Connect unary fast path answers exactly as connect-node", () => {
     expect(JSON.parse(broken.body.toString())).toMatchObject({ code: "invalid_argument" });
     const garbage = await both(
       "GetSettings",
-      { "x-session-api-key": key, "content-type": "application/proto" },
+      { "x-session-api-key": "user:fast", "content-type": "application/proto" },
       Buffer.from([0xff, 0xff, 0xff]),
     );
     expect(garbage.status).toBe(400);

@@ -1,5 +1,5 @@
 /**
- * One user's write rate (USER_DATA_WRITES_PER_SECOND 10, burst 20) on the RPC protocols. On gRPC it is checked with
+ * One user's write rate (USER_DATA_WRITES_PER_SECOND; here 1, burst 2) on the RPC protocols. On gRPC it is checked with
  * the caller's admission, before the request message is decoded: a call over the rate is refused even when its
  * message could not be decoded, and a malformed message within the rate is INVALID_ARGUMENT (not INTERNAL). Connect
  * likewise, on its hand-written unary path and on connect-node's. REST: test/integration/user-data-fairness.test.ts.
@@ -16,7 +16,14 @@ import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
 
 let t: TestApp;
 beforeAll(async () => {
-  t = await startTestApp({ quotas: DEFAULT_QUOTAS });
+  // One write a second, burst 2, so that a refill between the burst and the checks after it (100 ms at the default
+  // 10 a second, which a loaded machine can take) does not let a call through that the test expects refused.
+  t = await startTestApp({
+    quotas: {
+      ...DEFAULT_QUOTAS,
+      userData: { ...DEFAULT_QUOTAS.userData, writesPerSecond: 1, writesBurst: 2 },
+    },
+  });
 });
 afterAll(async () => {
   await t?.close();
@@ -75,7 +82,7 @@ describe("a user's write rate on gRPC and Connect", () => {
         Array.from({ length: 30 }, (_, i) => client.send(key, secret(`G${i}`))),
       );
       const refused = answers.filter((e) => e !== null);
-      expect(answers.length - refused.length).toBeGreaterThanOrEqual(20);
+      expect(answers.length - refused.length).toBeGreaterThanOrEqual(1);
       expect(refused.length).toBeGreaterThan(0);
       for (const e of refused) {
         expect(e?.code).toBe(grpc.status.RESOURCE_EXHAUSTED);
@@ -125,7 +132,7 @@ describe("a user's write rate on gRPC and Connect", () => {
       ),
     );
     const refused = answers.filter((e) => e !== null);
-    expect(answers.length - refused.length).toBeGreaterThanOrEqual(20);
+    expect(answers.length - refused.length).toBeGreaterThanOrEqual(1);
     expect(refused.length).toBeGreaterThan(0);
     for (const e of refused) {
       expect(e?.code).toBe(Code.ResourceExhausted);
