@@ -86,7 +86,9 @@ async function party(user: string, secret: string): Promise<Party> {
   );
   const agent = new URL(conv.conversation_url ?? "").origin;
   const record = await t.storage.sandboxes.get(conv.sandbox_id);
-  const workspace = String((record?.handle as { data?: { workspace?: string } }).data?.workspace ?? "");
+  const workspace = String(
+    (record?.handle as { data?: { workspace?: string } } | undefined)?.data?.workspace ?? "",
+  );
   return {
     user,
     key,
