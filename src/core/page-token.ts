@@ -1,5 +1,13 @@
 import { createHmac, timingSafeEqual } from "node:crypto";
-import type { Cursor } from "../ports/page.ts";
+
+/**
+ * Keyset cursor for newest-first listings: the (createdAt, id) of the last item of the previous page.
+ * Listings are ordered by createdAt descending, then id descending, so paging is stable under inserts.
+ */
+export interface Cursor {
+  createdAt: Date;
+  id: string;
+}
 
 /**
  * Opaque, signed page ids. A page id encodes the keyset cursor and the listing it belongs to; a page id the

@@ -1,6 +1,6 @@
+import { ProviderHostPolicy } from "../core/provider-host.ts";
 import { GitProviderError } from "../ports/git-provider.ts";
 import type { GitProviderVerifier, VerifyOutcome } from "../ports/git-provider-verifier.ts";
-import { ProviderHostPolicy } from "../services/git/provider-host.ts";
 import { providerApiBase } from "./git/provider-clients.ts";
 import { ProviderHttp, RateLimitMemory } from "./git/provider-http.ts";
 

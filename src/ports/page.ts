@@ -1,11 +1,6 @@
-/**
- * Keyset cursor for newest-first listings: the (createdAt, id) of the last item of the previous page.
- * Listings are ordered by createdAt descending, then id descending, so paging is stable under inserts.
- */
-export interface Cursor {
-  createdAt: Date;
-  id: string;
-}
+import type { Cursor } from "../core/page-token.ts";
+
+export type { Cursor };
 
 export interface PageQuery {
   limit: number;

@@ -1,5 +1,5 @@
 import { isAbsolute, resolve } from "node:path";
-import { ProviderHostPolicy } from "../services/git/provider-host.ts";
+import { ProviderHostPolicy } from "../core/provider-host.ts";
 import { DEFAULT_LIMITS, type TransportLimits } from "../transport/limits.ts";
 import { loadWebConfig, WEB_ENV_DOC, type WebConfig } from "./web-config.ts";
 

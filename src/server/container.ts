@@ -4,6 +4,7 @@ import type { DescMethod } from "@bufbuild/protobuf";
 import { Counter } from "prom-client";
 import type { Caller } from "../core/context.ts";
 import { PageTokens } from "../core/page-token.ts";
+import { ProviderHostPolicy } from "../core/provider-host.ts";
 import { RateLimiter } from "../core/rate-limiter.ts";
 import { SecretBox } from "../core/secret-box.ts";
 import { AppConversationService as AppConversationServiceDesc } from "../gen/workspace/v1/app_conversation_pb.js";
@@ -30,7 +31,6 @@ import { ConversationRecords } from "../services/conversations/conversation-reco
 import { ConversationFactBus } from "../services/conversations/ports.ts";
 import { DEFAULT_EVENT_LIMITS, type EventLimits, EventService } from "../services/events/event-service.ts";
 import { GitService } from "../services/git/git-service.ts";
-import { ProviderHostPolicy } from "../services/git/provider-host.ts";
 import { ApiKeyService, DEFAULT_USER } from "../services/keys/api-key-service.ts";
 import { SandboxService } from "../services/sandboxes/sandbox-service.ts";
 import { type SandboxSpec, SandboxSpecService } from "../services/sandboxes/sandbox-spec-service.ts";

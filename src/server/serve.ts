@@ -1,10 +1,10 @@
 import { chmodSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import type { FastifyBaseLogger, FastifyServerOptions } from "fastify";
+import { ProviderHostPolicy } from "../core/provider-host.ts";
 import { HttpGitProviderVerifier } from "../integrations/http-git-provider-verifier.ts";
 import type { DockerRuntime } from "../sandbox/docker/docker-runtime.ts";
 import type { ProcessIsolation, ProcessRuntime } from "../sandbox/process/process-runtime.ts";
-import { ProviderHostPolicy } from "../services/git/provider-host.ts";
 import { buildApp } from "./app.ts";
 import type { Config } from "./config.ts";
 import { loadOrCreateKeyFile } from "./key-file.ts";

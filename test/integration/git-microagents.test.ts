@@ -1,8 +1,8 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ProviderHostPolicy } from "../../src/core/provider-host.ts";
 import { GitService } from "../../src/gen/workspace/v1/git_pb.js";
 import { ProviderType } from "../../src/gen/workspace/v1/provider_pb.js";
-import { ProviderHostPolicy } from "../../src/services/git/provider-host.ts";
 import { type FakeGitProvider, startFakeGitProvider } from "../helpers/fake-git-providers.ts";
 import { connectClient, grpcClient } from "../helpers/rpc-clients.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ProviderHostPolicy } from "../../src/services/git/provider-host.ts";
+import { ProviderHostPolicy } from "../../src/core/provider-host.ts";
 import {
   type FakeAccount,
   type FakeGitProvider,

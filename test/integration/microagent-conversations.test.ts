@@ -5,9 +5,9 @@
 
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { newHexId } from "../../src/core/ids.ts";
+import { ProviderHostPolicy } from "../../src/core/provider-host.ts";
 import { AppConversationService } from "../../src/gen/workspace/v1/app_conversation_pb.js";
 import type { ConversationRecord } from "../../src/ports/conversation-repository.ts";
-import { ProviderHostPolicy } from "../../src/services/git/provider-host.ts";
 import { type FakeGitProvider, startFakeGitProvider } from "../helpers/fake-git-providers.ts";
 import { connectClient } from "../helpers/rpc-clients.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";

@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
+import { ProviderHostPolicy } from "../../src/core/provider-host.ts";
 import { providerApiBase } from "../../src/integrations/git/provider-clients.ts";
 import { sameOriginLinks } from "../../src/integrations/git/provider-http.ts";
 import { parseMicroagent } from "../../src/services/git/microagent-content.ts";
-import { ProviderHostPolicy } from "../../src/services/git/provider-host.ts";
 
 /** The API roots the provider clients call, computed only: nothing here opens a connection. */
 describe("providerApiBase", () => {

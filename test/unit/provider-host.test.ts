@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { isInternalAddress, ProviderHostPolicy, parseHost } from "../../src/services/git/provider-host.ts";
+import { isInternalAddress, ProviderHostPolicy, parseHost } from "../../src/core/provider-host.ts";
 
 describe("ProviderHostPolicy", () => {
   const none = new ProviderHostPolicy();

@@ -1,6 +1,6 @@
 import { isIP } from "node:net";
+import { ProviderHostPolicy, parseHost } from "../../core/provider-host.ts";
 import type { GitProviderApi, GitProviderClients, GitProviderName } from "../../ports/git-provider.ts";
-import { ProviderHostPolicy, parseHost } from "../../services/git/provider-host.ts";
 import { BitbucketApi } from "./bitbucket-api.ts";
 import { GitLabApi } from "./gitlab-api.ts";
 import { ProviderHttp, RateLimitMemory } from "./provider-http.ts";

@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import { lookup } from "node:dns/promises";
+import { type ParsedHost, type ProviderHostPolicy, parseHost } from "../../core/provider-host.ts";
 import { GitProviderError } from "../../ports/git-provider.ts";
-import { type ParsedHost, type ProviderHostPolicy, parseHost } from "../../services/git/provider-host.ts";
 
 export const LABELS: Record<string, string> = {
   github: "GitHub",

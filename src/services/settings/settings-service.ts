@@ -3,6 +3,7 @@ import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@conn
 import { callerKey, requireCaller } from "../../core/context.ts";
 import { type FieldViolation, notFound, unauthenticated, ValidationError } from "../../core/errors.ts";
 import { parseModel, setOwn, toWellFormedJson } from "../../core/model.ts";
+import { ProviderHostPolicy } from "../../core/provider-host.ts";
 import type { SecretBox } from "../../core/secret-box.ts";
 import type { McpConfig } from "../../gen/workspace/v1/mcp_pb.js";
 import {
@@ -20,7 +21,6 @@ import {
 } from "../../gen/workspace/v1/settings_pb.js";
 import type { GitProviderVerifier } from "../../ports/git-provider-verifier.ts";
 import type { StoredProviderToken, UserData } from "../../ports/user-data-repository.ts";
-import { ProviderHostPolicy } from "../git/provider-host.ts";
 import type { UserDataStore } from "../user-data-store.ts";
 import { type McpConfigInput, mcpConfigSchema } from "./mcp-model.ts";
 import {
