@@ -152,7 +152,8 @@ describe("a conversation whose agent was killed", () => {
     expect(await sandboxStatus(app.sandbox_id)).toBe("ERROR");
     // The state folder holds no secret in clear.
     const stateDir = join(workspace, ".openhands", "conversations");
-    const saved = readdirSync(stateDir);
+    // Beside the conversation's folder, the .gitignore that keeps them out of the workspace repository's changes.
+    const saved = readdirSync(stateDir).filter((name) => name !== ".gitignore");
     expect(saved).toEqual([id.replaceAll("-", "")]);
     const onDisk = readdirSync(join(stateDir, saved[0] ?? ""))
       .map((f) => readFileSync(join(stateDir, saved[0] ?? "", f), "utf8"))

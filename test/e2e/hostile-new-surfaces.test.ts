@@ -169,7 +169,7 @@ afterAll(async () => {
 describe("saved conversations", () => {
   it("one sandbox cannot read another's; no secret is on disk in clear; the folder is private", async () => {
     const stateDir = join(alice.workspace, ".openhands", "conversations");
-    expect(readdirSync(stateDir)).toEqual([alice.hex]);
+    expect(readdirSync(stateDir).sort()).toEqual([".gitignore", alice.hex].sort());
     expect(statSync(stateDir).mode & 0o077).toBe(0);
     const files = readdirSync(join(stateDir, alice.hex));
     const onDisk = files.map((f) => readFileSync(join(stateDir, alice.hex, f), "utf8")).join("\n");
