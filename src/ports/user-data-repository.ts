@@ -51,7 +51,9 @@ export interface UserDataRepository {
    * Writes `next` if the stored version equals `expectedVersion` (0: no document yet). Returns false on a
    * version conflict (the caller re-reads and retries); the write is durable when true is returned. `serialized`,
    * when given, is `JSON.stringify(next)` as the caller already made it (to measure it): an adapter storing JSON
-   * text stores it instead of serializing the document again.
+   * text stores it instead of serializing the document again. A caller giving it also hands `next` over: it
+   * neither reads nor changes `next` after the call, and an adapter may answer it to the next read for update
+   * as that reader's own copy (instead of parsing the text again).
    */
   compareAndSet(
     userId: string,

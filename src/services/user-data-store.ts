@@ -72,7 +72,8 @@ export class UserDataStore {
 
   /**
    * Applies `mutate` to a copy of the current document and stores the result. `mutate` may throw (nothing is
-   * stored) or return the value to pass back to the caller. ABORTED after too many conflicting writers;
+   * stored) or return the value to pass back to the caller, which must not be a part of the document (the
+   * document is handed to the repository, which may give it to the next writer). ABORTED after too many conflicting writers;
    * FAILED_PRECONDITION (nothing stored) when the result would hold more custom secrets than the limit, or be
    * larger than the size limit, and more or larger than before (a document above a limit, e.g. one stored before
    * the limit was lowered, can still shrink). RESOURCE_EXHAUSTED beyond the user's write rate.
@@ -95,7 +96,9 @@ export class UserDataStore {
       const secretsBefore = Object.keys(draft.customSecrets).length;
       const returned = mutate(draft);
       const result = returned instanceof Promise ? await returned : returned;
-      // The document is serialized once: to measure it, and as what is stored.
+      // The document is serialized once: to measure it, and as what is stored. It is handed to the repository
+      // with its JSON (compareAndSet's `serialized`): nothing here reads or changes it afterwards, and no mutation
+      // returns a part of it.
       const json = JSON.stringify(draft);
       const within = this.#withinLimits(draft, json, secretsBefore);
       if (within !== true) await this.#checkShrinks(userId, within);

@@ -186,6 +186,22 @@ describe("sqlite adapter", () => {
       await storage.close();
     });
 
+    it("hands a queued document to one reader for update; its edits reach neither later readers nor the store", async () => {
+      const storage = createSqliteStorage({ path: join(dir, "handover.db") });
+      const next = doc(1);
+      const write = storage.userData.compareAndSet("u", 0, next, JSON.stringify(next));
+      const first = await storage.userData.get("u", { forUpdate: true });
+      expect(first).toStrictEqual({ version: 1, value: doc(1) });
+      (first?.value.settings as Record<string, unknown>).counter = 42;
+      expect(await storage.userData.get("u", { forUpdate: true })).toStrictEqual({
+        version: 1,
+        value: doc(1),
+      });
+      expect(await write).toBe(true);
+      expect(await storage.userData.get("u")).toStrictEqual({ version: 1, value: doc(1) });
+      await storage.close();
+    });
+
     it("rejects every write of a batch whose commit fails and keeps none of them", async () => {
       const path = join(dir, "failed-batch.db");
       const storage = createSqliteStorage({ path });

@@ -9,6 +9,15 @@ interface UserDataRow {
   value: string;
 }
 
+/**
+ * Where a user's queued writes lead: the version and the JSON text, and the document itself while no reader has
+ * taken it (a writer that serialized it hands it over; the first read for update gets it as its own copy, later
+ * ones parse the text).
+ */
+interface QueuedState extends UserDataRow {
+  doc: UserData | null;
+}
+
 interface QueuedWrite {
   userId: string;
   expected: number;
@@ -126,7 +135,7 @@ export function createSqliteUserDataRepository(
   /** Queued, not yet committed writes, in order. */
   let queue: QueuedWrite[] = [];
   /** The state each user's queued writes lead to (what a read-for-update sees). */
-  const queuedState = new Map<string, UserDataRow>();
+  const queuedState = new Map<string, QueuedState>();
 
   /**
    * One transaction for the batch. The writes of one user that are not known conflicts form one chain (each based
@@ -175,7 +184,14 @@ export function createSqliteUserDataRepository(
     get: (userId, options) =>
       attempt((): Versioned<UserData> | null => {
         // A read for update also sees the writes queued for the user (see above).
-        const state = (options?.forUpdate === true ? queuedState.get(userId) : undefined) ?? durable(userId);
+        const queued = options?.forUpdate === true ? queuedState.get(userId) : undefined;
+        if (queued?.doc != null) {
+          // The queued document itself, handed over once: the reader edits it into the next write of the chain.
+          const value = queued.doc;
+          queued.doc = null;
+          return { version: queued.version, value };
+        }
+        const state = queued ?? durable(userId);
         return state === null ? null : { version: state.version, value: JSON.parse(state.value) as UserData };
       }),
     compareAndSet: (userId, expectedVersion, next, serialized) => {
@@ -186,7 +202,13 @@ export function createSqliteUserDataRepository(
       // A conflict with a queued write is reported with the batch too: a caller retrying at once then reads the
       // committed state instead of spinning on the same conflict.
       const conflict = queued !== undefined && queued.version !== expectedVersion;
-      if (!conflict) queuedState.set(userId, { version: expectedVersion + 1, value });
+      if (!conflict)
+        queuedState.set(userId, {
+          version: expectedVersion + 1,
+          value,
+          // Given `serialized`, the caller handed `next` over (see the port).
+          doc: serialized === undefined ? null : next,
+        });
       return new Promise<boolean>((resolve, reject) => {
         if (queue.length === 0) {
           // While the WAL syncs, a commit now would wait for the next sync anyway: the batch is held until this
