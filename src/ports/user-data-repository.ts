@@ -49,9 +49,18 @@ export interface UserDataRepository {
   get(userId: string, options?: { forUpdate?: boolean }): Promise<Versioned<UserData> | null>;
   /**
    * Writes `next` if the stored version equals `expectedVersion` (0: no document yet). Returns false on a
-   * version conflict (the caller re-reads and retries); the write is durable when true is returned.
+   * version conflict (the caller re-reads and retries); the write is durable when true is returned. `serialized`,
+   * when given, is `JSON.stringify(next)` as the caller already made it (to measure it): an adapter storing JSON
+   * text stores it instead of serializing the document again. A caller giving it also hands `next` over: it
+   * neither reads nor changes `next` after the call, and an adapter may answer it to the next read for update
+   * as that reader's own copy (instead of parsing the text again).
    */
-  compareAndSet(userId: string, expectedVersion: number, next: UserData): Promise<boolean>;
+  compareAndSet(
+    userId: string,
+    expectedVersion: number,
+    next: UserData,
+    serialized?: string,
+  ): Promise<boolean>;
   /**
    * A number that changes whenever a user document of this store may have changed: after every write of this
    * repository, and after other processes' writes as far as the adapter can tell. An answer computed from a read

@@ -72,7 +72,8 @@ export class UserDataStore {
 
   /**
    * Applies `mutate` to a copy of the current document and stores the result. `mutate` may throw (nothing is
-   * stored) or return the value to pass back to the caller. ABORTED after too many conflicting writers;
+   * stored) or return the value to pass back to the caller, which must not be a part of the document (the
+   * document is handed to the repository, which may give it to the next writer). ABORTED after too many conflicting writers;
    * FAILED_PRECONDITION (nothing stored) when the result would hold more custom secrets than the limit, or be
    * larger than the size limit, and more or larger than before (a document above a limit, e.g. one stored before
    * the limit was lowered, can still shrink). RESOURCE_EXHAUSTED beyond the user's write rate.
@@ -95,26 +96,42 @@ export class UserDataStore {
       const secretsBefore = Object.keys(draft.customSecrets).length;
       const returned = mutate(draft);
       const result = returned instanceof Promise ? await returned : returned;
-      await this.#checkLimits(userId, draft, secretsBefore);
-      if (await this.#repo.compareAndSet(userId, current?.version ?? 0, draft)) return result;
+      // The document is serialized once: to measure it, and as what is stored. It is handed to the repository
+      // with its JSON (compareAndSet's `serialized`): nothing here reads or changes it afterwards, and no mutation
+      // returns a part of it.
+      const json = JSON.stringify(draft);
+      const within = this.#withinLimits(draft, json, secretsBefore);
+      if (within !== true) await this.#checkShrinks(userId, within);
+      if (await this.#repo.compareAndSet(userId, current?.version ?? 0, draft, json)) return result;
       await new Promise((r) => setTimeout(r, Math.random() * Math.min(50, 2 ** attempt)));
     }
     throw new ConnectError("too many concurrent updates, try again", Code.Aborted);
   }
 
-  async #checkLimits(userId: string, next: UserData, secretsBefore: number): Promise<void> {
+  /**
+   * Whether the document (`json` its serialization) is within the limits: true, or the byte size of one above the
+   * size limit (which #checkShrinks allows only if it shrinks what is stored). Throws when it holds more custom
+   * secrets than the limit and more than before.
+   */
+  #withinLimits(next: UserData, json: string, secretsBefore: number): true | number {
     const { maxSecrets, maxBytes } = this.#limits;
     const secrets = Object.keys(next.customSecrets).length;
     if (secrets > maxSecrets && secrets > secretsBefore)
       throw failedPrecondition(`A user may store at most ${maxSecrets} custom secrets`);
-    const bytes = Buffer.byteLength(JSON.stringify(next));
-    if (bytes <= maxBytes) return;
-    // Above the bound: allowed only when it shrinks what is stored (read again: the draft was edited in place).
+    // A string has at most 3 UTF-8 bytes per UTF-16 unit: most documents are known to be within without counting.
+    if (json.length * 3 <= maxBytes) return true;
+    const bytes = Buffer.byteLength(json);
+    return bytes <= maxBytes ? true : bytes;
+  }
+
+  /** A document of `bytes` above the size limit: allowed only when it shrinks what is stored. */
+  async #checkShrinks(userId: string, bytes: number): Promise<void> {
+    // Read again: the draft was edited in place.
     const stored = await this.#repo.get(userId);
     const before = stored === null ? 0 : Buffer.byteLength(JSON.stringify(stored.value));
     if (bytes > before)
       throw failedPrecondition(
-        `A user's settings and secrets may take at most ${maxBytes} bytes stored; this change would make ${bytes}`,
+        `A user's settings and secrets may take at most ${this.#limits.maxBytes} bytes stored; this change would make ${bytes}`,
       );
   }
 }

@@ -162,6 +162,46 @@ describe("sqlite adapter", () => {
       await storage.close();
     });
 
+    it("stores each user's chained writes of one batch to the version the chain leads to, conflicts left out", async () => {
+      const storage = createSqliteStorage({ path: join(dir, "chains.db") });
+      await storage.userData.compareAndSet("old", 0, doc(1));
+      // One batch: a chain of three on an existing row, a chain of two on a new row, a conflict inside each.
+      const forUpdate = async (user: string) =>
+        (await storage.userData.get(user, { forUpdate: true }))?.version ?? 0;
+      const writes: Promise<boolean>[] = [];
+      writes.push(storage.userData.compareAndSet("old", await forUpdate("old"), doc(2)));
+      writes.push(storage.userData.compareAndSet("new", await forUpdate("new"), doc(10)));
+      writes.push(storage.userData.compareAndSet("old", 1, doc(99)));
+      writes.push(storage.userData.compareAndSet("old", await forUpdate("old"), doc(3)));
+      writes.push(storage.userData.compareAndSet("new", 0, doc(98)));
+      writes.push(storage.userData.compareAndSet("new", await forUpdate("new"), doc(11)));
+      writes.push(storage.userData.compareAndSet("old", await forUpdate("old"), doc(4)));
+      expect(await Promise.all(writes)).toStrictEqual([true, true, false, true, false, true, true]);
+      expect(await storage.userData.get("old")).toStrictEqual({ version: 4, value: doc(4) });
+      expect(await storage.userData.get("new")).toStrictEqual({ version: 2, value: doc(11) });
+      // The next write builds on the chain's last version.
+      expect(await storage.userData.compareAndSet("old", 4, doc(5))).toBe(true);
+      expect(await storage.userData.compareAndSet("new", 1, doc(12))).toBe(false);
+      expect(await storage.userData.get("old")).toStrictEqual({ version: 5, value: doc(5) });
+      await storage.close();
+    });
+
+    it("hands a queued document to one reader for update; its edits reach neither later readers nor the store", async () => {
+      const storage = createSqliteStorage({ path: join(dir, "handover.db") });
+      const next = doc(1);
+      const write = storage.userData.compareAndSet("u", 0, next, JSON.stringify(next));
+      const first = await storage.userData.get("u", { forUpdate: true });
+      expect(first).toStrictEqual({ version: 1, value: doc(1) });
+      (first?.value.settings as Record<string, unknown>).counter = 42;
+      expect(await storage.userData.get("u", { forUpdate: true })).toStrictEqual({
+        version: 1,
+        value: doc(1),
+      });
+      expect(await write).toBe(true);
+      expect(await storage.userData.get("u")).toStrictEqual({ version: 1, value: doc(1) });
+      await storage.close();
+    });
+
     it("rejects every write of a batch whose commit fails and keeps none of them", async () => {
       const path = join(dir, "failed-batch.db");
       const storage = createSqliteStorage({ path });

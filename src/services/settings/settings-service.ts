@@ -514,13 +514,21 @@ function present(o: Record<string, string | number | undefined>): JsonObject {
   return out;
 }
 
+/** `{url, api_key}` of an MCP server with the set ones of the two (as `present`, without the intermediate object). */
+function urlAndKey(url: string | undefined, apiKey: string | undefined): JsonObject {
+  const out: JsonObject = {};
+  if (url !== undefined) out.url = url;
+  if (apiKey !== undefined) out.api_key = apiKey;
+  return out;
+}
+
 /**
  * An McpConfig message as the MCP model's JSON. An SHTTP server's `timeout` of 0 (the message's "no timeout", REST's
  * JSON null) becomes null; unset stays absent (the model's default of 60).
  */
 function mcpConfigJson(m: McpConfig): JsonObject {
   return {
-    sse_servers: m.sseServers.map((e) => present({ url: e.url, api_key: e.apiKey })),
+    sse_servers: m.sseServers.map((e) => urlAndKey(e.url, e.apiKey)),
     stdio_servers: m.stdioServers.map((e) => ({
       name: e.name,
       command: e.command,
@@ -528,7 +536,7 @@ function mcpConfigJson(m: McpConfig): JsonObject {
       env: { ...e.env },
     })),
     shttp_servers: m.shttpServers.map((e) => {
-      const json = present({ url: e.url, api_key: e.apiKey });
+      const json = urlAndKey(e.url, e.apiKey);
       if (e.timeout !== undefined) json.timeout = e.timeout === 0 ? null : e.timeout;
       return json;
     }),

@@ -9,6 +9,15 @@ interface UserDataRow {
   value: string;
 }
 
+/**
+ * Where a user's queued writes lead: the version and the JSON text, and the document itself while no reader has
+ * taken it (a writer that serialized it hands it over; the first read for update gets it as its own copy, later
+ * ones parse the text).
+ */
+interface QueuedState extends UserDataRow {
+  doc: UserData | null;
+}
+
 interface QueuedWrite {
   userId: string;
   expected: number;
@@ -72,11 +81,29 @@ export function createSqliteUserDataRepository(
   );
   // The connection's other writes stay FULL (synced in their COMMIT); only the batches switch, around their commit.
   const groupCommit = createGroupCommit(db, walSync);
+  // A user's writes chained within one batch are stored with one statement: the last value, the version the
+  // chain leads to, checked against the version the first was based on.
+  const insertAt = db.prepare<[userId: string, version: number, value: string]>(
+    "INSERT INTO user_data (user_id, version, value) VALUES (?, ?, ?) ON CONFLICT (user_id) DO NOTHING",
+  );
+  const updateTo = db.prepare<[value: string, version: number, userId: string, expected: number]>(
+    "UPDATE user_data SET value = ?, version = ? WHERE user_id = ? AND version = ?",
+  );
   /** Bumped by every commit of this repository and when another connection's commit is seen. */
   let token = 0;
   const write = (userId: string, expected: number, value: string): boolean => {
     token++;
     return (expected === 0 ? insert.run(userId, value) : update.run(value, userId, expected)).changes === 1;
+  };
+  /** `writes` chained writes stored as one: from version `expected` to `expected + writes`, holding `value`. */
+  const writeChain = (userId: string, expected: number, writes: number, value: string): boolean => {
+    if (writes === 1) return write(userId, expected, value);
+    token++;
+    const version = expected + writes;
+    return (
+      (expected === 0 ? insertAt.run(userId, version, value) : updateTo.run(value, version, userId, expected))
+        .changes === 1
+    );
   };
 
   const dataVersion = db.prepare<[], number>("PRAGMA data_version").pluck();
@@ -108,17 +135,38 @@ export function createSqliteUserDataRepository(
   /** Queued, not yet committed writes, in order. */
   let queue: QueuedWrite[] = [];
   /** The state each user's queued writes lead to (what a read-for-update sees). */
-  const queuedState = new Map<string, UserDataRow>();
+  const queuedState = new Map<string, QueuedState>();
 
+  /**
+   * One transaction for the batch. The writes of one user that are not known conflicts form one chain (each based
+   * on the one before, see compareAndSet), which leads from the version the first was based on to the last one's
+   * value: the states in between are never seen outside the transaction, so the chain is stored with one
+   * statement, and all of it is stored or none (its first write's compare-and-set decides, as it decided each
+   * later one when they were written one by one).
+   */
   const commitBatch = db.transaction((batch: QueuedWrite[]): boolean[] => {
-    const failedUsers = new Set<string>();
-    return batch.map((w) => {
+    const results = new Array<boolean>(batch.length);
+    // The chain of each user: where it starts, how many writes, its last value, and the writes' positions.
+    const chains = new Map<string, { expected: number; writes: number; value: string; at: number[] }>();
+    for (let i = 0; i < batch.length; i++) {
+      const w = batch[i] as QueuedWrite;
       // A write chained on a write of this batch that was not stored is based on state that never existed.
-      if (w.conflict) return false;
-      const stored = !failedUsers.has(w.userId) && write(w.userId, w.expected, w.value);
-      if (!stored) failedUsers.add(w.userId);
-      return stored;
-    });
+      results[i] = false;
+      if (w.conflict) continue;
+      const chain = chains.get(w.userId);
+      if (chain === undefined)
+        chains.set(w.userId, { expected: w.expected, writes: 1, value: w.value, at: [i] });
+      else {
+        chain.writes++;
+        chain.value = w.value;
+        chain.at.push(i);
+      }
+    }
+    for (const [userId, chain] of chains) {
+      if (!writeChain(userId, chain.expected, chain.writes, chain.value)) continue;
+      for (const i of chain.at) results[i] = true;
+    }
+    return results;
   });
   const flush = (): void => {
     const batch = queue;
@@ -136,18 +184,31 @@ export function createSqliteUserDataRepository(
     get: (userId, options) =>
       attempt((): Versioned<UserData> | null => {
         // A read for update also sees the writes queued for the user (see above).
-        const state = (options?.forUpdate === true ? queuedState.get(userId) : undefined) ?? durable(userId);
+        const queued = options?.forUpdate === true ? queuedState.get(userId) : undefined;
+        if (queued?.doc != null) {
+          // The queued document itself, handed over once: the reader edits it into the next write of the chain.
+          const value = queued.doc;
+          queued.doc = null;
+          return { version: queued.version, value };
+        }
+        const state = queued ?? durable(userId);
         return state === null ? null : { version: state.version, value: JSON.parse(state.value) as UserData };
       }),
-    compareAndSet: (userId, expectedVersion, next) => {
-      // Serialized now: the caller may change `next` once this returns.
-      const value = JSON.stringify(next);
+    compareAndSet: (userId, expectedVersion, next, serialized) => {
+      // Serialized now (or by the caller, who measured its size): the caller may change `next` once this returns.
+      const value = serialized ?? JSON.stringify(next);
       if (db.inTransaction) return attempt(() => write(userId, expectedVersion, value));
       const queued = queuedState.get(userId);
       // A conflict with a queued write is reported with the batch too: a caller retrying at once then reads the
       // committed state instead of spinning on the same conflict.
       const conflict = queued !== undefined && queued.version !== expectedVersion;
-      if (!conflict) queuedState.set(userId, { version: expectedVersion + 1, value });
+      if (!conflict)
+        queuedState.set(userId, {
+          version: expectedVersion + 1,
+          value,
+          // Given `serialized`, the caller handed `next` over (see the port).
+          doc: serialized === undefined ? null : next,
+        });
       return new Promise<boolean>((resolve, reject) => {
         if (queue.length === 0) {
           // While the WAL syncs, a commit now would wait for the next sync anyway: the batch is held until this
