@@ -26,10 +26,12 @@ import { type Bench, log, type Row } from "../lib/harness.ts";
 const ROOT = resolve(import.meta.dirname, "..", "..");
 const KEY = "bench-agent-key";
 /**
- * PSS of an idle agent before the conversation side existed (commit 0f54f31), measured on the benchmark machine the
- * same way: 35.4–36.5 MiB (32.0–32.8 MiB private); docs/performance.md's "~33 MiB" is an older reading.
+ * Private memory of an idle agent before the conversation side existed (commit 0f54f31), measured on the benchmark
+ * machine the same way: 32.0–32.8 MiB (PSS 35.4–36.5 MiB). The target is on private memory: PSS adds a share of the
+ * Node binary's and libraries' pages that depends on how many other Node processes run on the machine (with the
+ * machine quiet it read ~50 MiB for the same agent).
  */
-const IDLE_PSS_BEFORE_MIB = 36.5;
+const IDLE_PRIVATE_BEFORE_MIB = 32.8;
 
 const fmt = (n: number, digits = 1): string => (Number.isFinite(n) ? n.toFixed(digits) : "—");
 const cell = (values: number[]): string =>
@@ -156,6 +158,7 @@ export async function builtinAgentBenchmarks(bench: Bench): Promise<Row[]> {
   log("[builtin-agent] idle memory of 3 fresh agents");
   const fresh = await idleFreshAgents(3);
   const idlePss = median(fresh.pss);
+  const idlePrivate = median(fresh.private);
 
   const llm: FakeLlm = await startFakeLlm();
   const agent = await startAgent();
@@ -241,12 +244,12 @@ export async function builtinAgentBenchmarks(bench: Bench): Promise<Row[]> {
       },
       {
         bench: "builtin-agent",
-        what: "built-in agent: idle warm agent (no conversation yet), PSS (private; RSS), median of 3, 2 s after start",
-        ours: `${fmt(idlePss)} MiB (${fmt(median(fresh.private))}; ${fmt(median(fresh.rss))} MiB)`,
+        what: "built-in agent: idle warm agent (no conversation yet), private memory (PSS; RSS), median of 3, 2 s after start",
+        ours: `${fmt(idlePrivate)} MiB (${fmt(idlePss)}; ${fmt(median(fresh.rss))} MiB)`,
         baseline: `after ${2 * samples + 6} turns: ${fmt(usedPss)} MiB (${fmt(usedRss)} MiB), conversation code loaded`,
         ratio: "—",
-        target: `≤ ${IDLE_PSS_BEFORE_MIB} MiB PSS (the agent before its conversation side, measured here)`,
-        pass: idlePss <= IDLE_PSS_BEFORE_MIB,
+        target: `≤ ${IDLE_PRIVATE_BEFORE_MIB} MiB private (the agent before its conversation side, measured here)`,
+        pass: idlePrivate <= IDLE_PRIVATE_BEFORE_MIB,
         data: { fresh, used: { pss: usedPss, rss: usedRss } },
       },
     );
