@@ -3,16 +3,12 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
-import {
-  createDockerRuntime,
-  type DockerRuntime,
-  type DockerRuntimeOptions,
-} from "../../src/sandbox/docker/docker-runtime.ts";
-import { BUILTIN_AGENT_COMMAND } from "../../src/sandbox-agent/builtin-agent.ts";
+import { createDockerRuntime } from "../../src/sandbox/docker/docker-runtime.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
 import { settle } from "../helpers/app-conversations.ts";
 import { dockerFromEnv, findAgentServerImage, findDocker } from "../helpers/docker-env.ts";
-import { call, startTestApp, type TestApp, type TestAppOptions } from "../helpers/test-app.ts";
+import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
+import { RUN_LABEL as RUN, warmPoolRun } from "../helpers/warm-pool-run.ts";
 
 // The Docker runtime's warm pool through the whole service, on a real engine with the built-in agent's image
 // (fast to boot). Skips, saying why, where no Docker engine or test image exists.
@@ -21,89 +17,13 @@ const found = await findDocker(docker);
 const skip = typeof found === "string" ? found : null;
 if (skip) console.log(`docker warm pool tests skipped: ${skip}`);
 const image = typeof found === "string" ? "unused" : found.image;
-const RUN = "workspace.test-run";
-
-/** A container of this test as the engine lists it. */
-interface Seen {
-  id: string;
-  name: string;
-  state: string;
-  sandboxId: string;
-  warm: boolean;
-}
 
 describe.skipIf(skip !== null)("warm pool of the Docker runtime", () => {
-  const run = randomBytes(4).toString("hex");
-  const apps: TestApp[] = [];
+  const { runtime, app, containers, unclaimed, until, filled, start, closeApp, ...pool } = warmPoolRun(
+    docker,
+    image,
+  );
   const dirs: string[] = [];
-  const cleanup = createDockerRuntime({ docker, labels: { [RUN]: run }, stopTimeoutSeconds: 1 });
-
-  function runtime(options: Partial<DockerRuntimeOptions> = {}): DockerRuntime {
-    return createDockerRuntime({
-      docker,
-      network: "host",
-      labels: { [RUN]: run },
-      stopTimeoutSeconds: 1,
-      warmContainers: 2,
-      ...options,
-    });
-  }
-  async function app(rt: DockerRuntime, options: TestAppOptions = {}): Promise<TestApp> {
-    const t = await startTestApp({
-      runtime: rt,
-      sweepIntervalMs: 0,
-      specs: [
-        {
-          id: image,
-          command: [BUILTIN_AGENT_COMMAND],
-          initialEnv: {},
-          workingDir: "/workspace",
-          createdAt: new Date(),
-        },
-      ],
-      ...options,
-    });
-    apps.push(t);
-    return t;
-  }
-  /** Every container of this test run. */
-  async function containers(): Promise<Seen[]> {
-    const list = await docker.listContainers({ all: true, filters: { label: [`${RUN}=${run}`] } });
-    return list.map((c) => ({
-      id: c.Id,
-      name: (c.Names[0] ?? "").replace(/^\//, ""),
-      state: c.State,
-      sandboxId: c.Labels["workspace.sandbox.id"] ?? "",
-      warm: c.Labels["workspace.warm"] === "true",
-    }));
-  }
-  const unclaimed = async (): Promise<Seen[]> =>
-    (await containers()).filter((c) => c.name.startsWith("oh-warm-"));
-  async function until<T>(what: string, get: () => Promise<T> | T, ok: (v: T) => boolean, ms = 60_000) {
-    const deadline = Date.now() + ms;
-    for (;;) {
-      const v = await get();
-      if (ok(v)) return v;
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}: ${JSON.stringify(v)}`);
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  }
-  const filled = (rt: DockerRuntime, n: number) =>
-    until(
-      `${n} warm containers`,
-      () => rt.warmReady(),
-      (r) => r >= n,
-    );
-  async function start(t: TestApp, key: string) {
-    const r = await call(t.url, key, "POST", "/api/v1/sandboxes");
-    expect(r.status).toBe(200);
-    return r.body as {
-      id: string;
-      status: string;
-      session_api_key: string | null;
-      exposed_urls: { url: string }[];
-    };
-  }
   const containerOf = async (t: TestApp, id: string): Promise<string> => {
     const record = await t.storage.sandboxes.get(id);
     return String(
@@ -112,14 +32,10 @@ describe.skipIf(skip !== null)("warm pool of the Docker runtime", () => {
   };
 
   afterEach(async () => {
-    for (const t of apps.splice(0)) await t.close();
-    await cleanup.removeAll();
+    await pool.afterEach();
     for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
   });
-  afterAll(async () => {
-    await cleanup.removeAll();
-    expect(await containers()).toEqual([]);
-  });
+  afterAll(() => pool.afterAll());
 
   it("a start takes a warm container (RUNNING at once, its id and key the ones it was warmed with), the pool refills, and the container never returns to it", async () => {
     const rt = runtime();
@@ -226,16 +142,14 @@ describe.skipIf(skip !== null)("warm pool of the Docker runtime", () => {
     const a = await app(rtA, hook);
     await filled(rtA, 2);
     const first = (await unclaimed()).map((c) => c.id).sort();
-    await a.close(); // the warm containers outlive it, as sandboxes do
-    apps.splice(apps.indexOf(a), 1);
+    await closeApp(a); // the warm containers outlive it, as sandboxes do
     expect((await unclaimed()).map((c) => c.id).sort()).toEqual(first);
 
     const rtB = runtime();
     const b = await app(rtB, hook);
     await filled(rtB, 2);
     expect((await unclaimed()).map((c) => c.id).sort()).toEqual(first);
-    await b.close();
-    apps.splice(apps.indexOf(b), 1);
+    await closeApp(b);
 
     // Another configuration (its webhook URL differs): the old ones go, its own come.
     const rtC = runtime({ warmContainers: 1 });

@@ -1,13 +1,8 @@
 import { randomBytes } from "node:crypto";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
-import {
-  createDockerRuntime,
-  type DockerRuntime,
-  type DockerRuntimeOptions,
-} from "../../src/sandbox/docker/docker-runtime.ts";
-import { BUILTIN_AGENT_COMMAND } from "../../src/sandbox-agent/builtin-agent.ts";
 import { dockerFromEnv, findDocker } from "../helpers/docker-env.ts";
-import { call, startTestApp, type TestApp, type TestAppOptions } from "../helpers/test-app.ts";
+import { call } from "../helpers/test-app.ts";
+import { type Seen, warmPoolRun } from "../helpers/warm-pool-run.ts";
 
 // A hostile user against the Docker warm pool, through the whole service on a real engine (the built-in agent's
 // image): a warm container is nobody's until a start takes it, so no user may learn, use, waste or inherit one.
@@ -17,90 +12,17 @@ const found = await findDocker(docker);
 const skip = typeof found === "string" ? found : null;
 if (skip) console.log(`hostile warm pool tests skipped: ${skip}`);
 const image = typeof found === "string" ? "unused" : found.image;
-const RUN = "workspace.test-run";
-
-interface Seen {
-  id: string;
-  name: string;
-  sandboxId: string;
-}
 
 describe.skipIf(skip !== null)("a hostile user against the Docker warm pool", () => {
-  const run = randomBytes(4).toString("hex");
-  const apps: TestApp[] = [];
-  const cleanup = createDockerRuntime({ docker, labels: { [RUN]: run }, stopTimeoutSeconds: 1 });
-
-  const runtime = (options: Partial<DockerRuntimeOptions> = {}): DockerRuntime =>
-    createDockerRuntime({
-      docker,
-      network: "host",
-      labels: { [RUN]: run },
-      stopTimeoutSeconds: 1,
-      warmContainers: 2,
-      ...options,
-    });
-  async function app(rt: DockerRuntime, options: TestAppOptions = {}): Promise<TestApp> {
-    const t = await startTestApp({
-      runtime: rt,
-      sweepIntervalMs: 0,
-      specs: [
-        {
-          id: image,
-          command: [BUILTIN_AGENT_COMMAND],
-          initialEnv: {},
-          workingDir: "/workspace",
-          createdAt: new Date(),
-        },
-      ],
-      ...options,
-    });
-    apps.push(t);
-    return t;
-  }
-  async function containers(): Promise<Seen[]> {
-    const list = await docker.listContainers({ all: true, filters: { label: [`${RUN}=${run}`] } });
-    return list.map((c) => ({
-      id: c.Id,
-      name: (c.Names[0] ?? "").replace(/^\//, ""),
-      sandboxId: c.Labels["workspace.sandbox.id"] ?? "",
-    }));
-  }
+  const { runtime, app, containers, unclaimed, until, filled, start, ...pool } = warmPoolRun(docker, image);
   const warmNow = (id: string, now: Seen[]): boolean => now.some((c) => c.id === id);
-  const unclaimed = async (): Promise<Seen[]> =>
-    (await containers()).filter((c) => c.name.startsWith("oh-warm-"));
-  async function until<T>(what: string, get: () => Promise<T> | T, ok: (v: T) => boolean, ms = 60_000) {
-    const deadline = Date.now() + ms;
-    for (;;) {
-      const v = await get();
-      if (ok(v)) return v;
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}: ${JSON.stringify(v)}`);
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  }
-  const filled = (rt: DockerRuntime, n: number) =>
-    until(
-      `${n} warm containers`,
-      () => rt.warmReady(),
-      (r) => r >= n,
-    );
-  async function start(t: TestApp, key: string) {
-    const r = await call(t.url, key, "POST", "/api/v1/sandboxes");
-    expect(r.status, r.text).toBe(200);
-    return r.body as { id: string; status: string; session_api_key: string | null };
-  }
   const keyOf = async (containerId: string): Promise<string> =>
     ((await docker.getContainer(containerId).inspect()).Config.Env ?? [])
       .find((e) => e.startsWith("OH_SESSION_API_KEYS_0="))
       ?.slice("OH_SESSION_API_KEYS_0=".length) ?? "";
 
-  afterEach(async () => {
-    for (const t of apps.splice(0)) await t.close();
-    await cleanup.removeAll();
-  });
-  afterAll(async () => {
-    await cleanup.removeAll();
-    expect(await containers()).toEqual([]);
-  });
+  afterEach(() => pool.afterEach());
+  afterAll(() => pool.afterAll());
 
   it("a user at the sandbox cap cannot drain the pool: refused starts (sandbox and conversation) take no warm container", async () => {
     const rt = runtime();
