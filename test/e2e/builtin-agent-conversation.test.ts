@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
+import { until } from "../helpers/until.ts";
 
 type Ev = { kind: string; id: string; key?: string; value?: unknown; [k: string]: unknown };
 
@@ -19,16 +20,6 @@ let key: string;
 let llm: FakeLlm;
 const root = mkdtempSync(join(tmpdir(), "builtin-agent-e2e-"));
 const api = (method: string, path: string, body?: unknown) => call(t.url, key, method, path, body);
-
-async function until<T>(fn: () => Promise<T> | T, done: (v: T) => boolean, ms = 30_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (done(v)) return v;
-    if (Date.now() > deadline) throw new Error(`timed out: ${JSON.stringify(v).slice(0, 800)}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 beforeAll(async () => {
   llm = await startFakeLlm();

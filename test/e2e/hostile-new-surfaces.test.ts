@@ -14,6 +14,7 @@ import type { ProcessRuntime } from "../../src/sandbox/process/process-runtime.t
 import { findSandboxProcesses } from "../../src/sandbox/process/sandbox-processes.ts";
 import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
+import { until } from "../helpers/until.ts";
 
 type AppConversation = {
   id: string;
@@ -38,16 +39,6 @@ let isolated = false;
 const root = mkdtempSync(join(tmpdir(), "hostile-new-surfaces-"));
 let alice: Party;
 let bob: Party;
-
-async function until<T>(fn: () => Promise<T> | T, done: (v: T) => boolean, ms = 30_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (done(v)) return v;
-    if (Date.now() > deadline) throw new Error(`timed out: ${JSON.stringify(v).slice(0, 800)}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 const conversation = async (key: string, id: string): Promise<AppConversation> =>
   (

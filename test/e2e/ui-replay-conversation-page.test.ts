@@ -15,6 +15,7 @@ import WebSocket from "ws";
 import { Browser } from "../helpers/browser.ts";
 import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
 import { startTestApp, type TestApp } from "../helpers/test-app.ts";
+import { until } from "../helpers/until.ts";
 
 type Ev = {
   kind: string;
@@ -36,16 +37,6 @@ const REPLY_3 = "Resumed and done.";
 let t: TestApp;
 let llm: FakeLlm;
 let b: Browser;
-
-async function until<T>(fn: () => Promise<T> | T, done: (v: T) => boolean, ms = 30_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (done(v)) return v;
-    if (Date.now() > deadline) throw new Error(`timed out: ${JSON.stringify(v).slice(0, 800)}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 /** The page's events websocket (conversation-websocket-context.tsx), as Chromium opens it. */
 class PageSocket {
