@@ -28,7 +28,7 @@ import { SettingsService } from "../src/gen/workspace/v1/settings_pb.js";
 import { ApiKeyService } from "../src/services/keys/api-key-service.ts";
 import { createSqliteStorage } from "../src/storage/sqlite/sqlite-storage.ts";
 import { connectClient, grpcClient } from "../test/helpers/rpc-clients.ts";
-import { freePort, percentile, ROOT, rssMiB } from "./lib/bench-util.ts";
+import { freePort, percentile, ROOT, rssMiB, startCommand } from "./lib/bench-util.ts";
 
 const USAGE = `usage: npm run soak -- [options]
   --duration S    seconds of load (default 600)
@@ -37,6 +37,8 @@ const USAGE = `usage: npm run soak -- [options]
                   (default: half the duration; 0: never)
   --sweep-ms MS   the server's SWEEP_INTERVAL_MS (default 5000)
   --env NAME=VAL  an environment variable for the server (repeatable), e.g. MALLOC_ARENA_MAX=2
+  --node-flag F   a Node or V8 flag for the server besides npm start's (repeatable),
+                  e.g. --node-flag=--max-semi-space-size=4
   --idle-ms MS    idle time after each cleanup before memory is measured (default 30000)
   --rounds N      load and cleanup N times on the same server, the kill in the first (default 1); with 2 or
                   more, a verdict checks that RSS after the last cleanup is within 10 MiB of the first
@@ -57,6 +59,7 @@ function readOptions() {
         rounds: { type: "string", default: "1" },
         "idle-ms": { type: "string", default: "30000" },
         env: { type: "string", multiple: true, default: [] },
+        "node-flag": { type: "string", multiple: true, default: [] },
         json: { type: "boolean", default: false },
         keep: { type: "boolean", default: false },
         help: { type: "boolean", default: false },
@@ -98,6 +101,7 @@ function readOptions() {
         return [kv.slice(0, eq), kv.slice(eq + 1)];
       }),
     ),
+    nodeFlags: values["node-flag"] as string[],
     json: values.json === true,
     keep: values.keep === true,
   };
@@ -124,11 +128,15 @@ let serverPid = 0;
 
 async function startServer(): Promise<void> {
   const logFd = openSync(join(dataDir, "server.log"), "a");
-  const child = spawn(process.execPath, [join(ROOT, "src/cli/main.ts"), "serve"], {
+  // Node flags and environment of `npm start` (package.json), so the server runs as users run it.
+  const start = startCommand();
+  const args = [...start.flags, ...opts.nodeFlags, join(ROOT, "src/cli/main.ts"), "serve"];
+  const child = spawn(process.execPath, args, {
     cwd: ROOT,
-    stdio: ["ignore", "ignore", logFd],
+    stdio: ["ignore", logFd, logFd],
     env: {
       ...process.env,
+      ...start.env,
       DATA_DIR: dataDir,
       HOST: "127.0.0.1",
       PORT: String(port),
@@ -261,6 +269,62 @@ async function memory(): Promise<Memory> {
     heapTotal: value("nodejs_heap_size_total_bytes"),
     external: value("nodejs_external_memory_bytes"),
   };
+}
+
+/**
+ * The server's own time for each settings read (from its /metrics histograms, since its last start): p50 by linear
+ * interpolation within the histogram's buckets (0.5, 1, 2.5, 5, 10 ms ...), and the count. REST and Connect are
+ * timed from the request's headers to the end of the answer, so they include the wait for a body the client writes
+ * after its headers; gRPC from the decoded message to the answer.
+ */
+async function serverSideSettingsReads(): Promise<Record<string, { count: number; p50: number }>> {
+  const text = await (
+    await fetch(`${base}/metrics`, { headers: { authorization: `Bearer ${metricsToken}` } })
+  ).text();
+  const series = {
+    REST: (l: string) =>
+      l.startsWith("http_request_duration_seconds_bucket{") &&
+      l.includes('method="GET"') &&
+      l.includes('route="/api/settings"') &&
+      l.includes('status="200"'),
+    Connect: (l: string) =>
+      l.startsWith("http_request_duration_seconds_bucket{") &&
+      l.includes('route="/workspace.v1.SettingsService/GetSettings"') &&
+      l.includes('status="200"'),
+    gRPC: (l: string) =>
+      l.startsWith("rpc_duration_seconds_bucket{") &&
+      l.includes('protocol="grpc"') &&
+      l.includes('method="workspace.v1.SettingsService/GetSettings"') &&
+      l.includes('code="OK"'),
+  };
+  const out: Record<string, { count: number; p50: number }> = {};
+  for (const [name, match] of Object.entries(series)) {
+    const buckets = text
+      .split("\n")
+      .filter(match)
+      .map((l) => {
+        const le = /le="([^"]+)"/.exec(l)?.[1] ?? "+Inf";
+        return {
+          le: le === "+Inf" ? Number.POSITIVE_INFINITY : Number(le) * 1000,
+          n: Number(l.split(" ").at(-1)),
+        };
+      })
+      .sort((a, b) => a.le - b.le);
+    const count = buckets.at(-1)?.n ?? 0;
+    let p50 = Number.NaN;
+    let prev = { le: 0, n: 0 };
+    for (const b of buckets) {
+      if (b.n >= count / 2 && count > 0) {
+        p50 = Number.isFinite(b.le)
+          ? prev.le + ((count / 2 - prev.n) / Math.max(1, b.n - prev.n)) * (b.le - prev.le)
+          : prev.le;
+        break;
+      }
+      prev = b;
+    }
+    out[name] = { count, p50 };
+  }
+  return out;
 }
 
 interface Sample {
@@ -514,6 +578,41 @@ function watches(users: User[], everyMs: number, until: () => boolean) {
   return { done: Promise.all(loops), stats: () => ({ opened, received }) };
 }
 
+/**
+ * The settings probe (bench/load/settings-probe.ts): one more reader of user 0's settings, in its own process, one
+ * call at a time over each protocol; stopped (stdin closed) at the end of the load, it answers its latencies.
+ */
+function startProbe(u: User): { stop(): Promise<Record<string, number[]>> } {
+  const config = { base, grpcAddress: `127.0.0.1:${grpcPort}`, key: u.key, intervalMs: 50 };
+  const child = spawn(
+    process.execPath,
+    [join(ROOT, "bench/load/settings-probe.ts"), JSON.stringify(config)],
+    {
+      stdio: ["pipe", "pipe", "inherit"],
+    },
+  );
+  let out = "";
+  child.stdout?.on("data", (d: Buffer) => {
+    out += d.toString();
+  });
+  const exited = new Promise<void>((resolve) => child.on("exit", () => resolve()));
+  return {
+    async stop() {
+      child.stdin?.end();
+      await exited;
+      try {
+        return (JSON.parse(out) as { ms: Record<string, number[]> }).ms;
+      } catch {
+        log(`the settings probe answered nothing: ${out.slice(0, 200)}`);
+        return {};
+      }
+    },
+  };
+}
+const probeMs: Record<string, number[]> = {};
+/** The server's own p50 per protocol of settings reads, read at the end of the last load. */
+let serverSide: Record<string, { count: number; p50: number }> = {};
+
 // ---- the run ----------------------------------------------------------------------------------------------------
 
 mkdirSync(workspaceRoot, { recursive: true });
@@ -567,6 +666,7 @@ for (let round = 1; round <= opts.rounds; round++) {
   const loadOver = () => Date.now() >= endAt;
   if (opts.rounds > 1) log(`round ${round}`);
   const watch = watches(users, Math.max(5_000, Math.min(60_000, opts.durationMs / 5)), loadOver);
+  const probe = startProbe(users[0] as User);
   const killer =
     opts.killAtMs > 0 && round === 1
       ? (async () => {
@@ -589,6 +689,9 @@ for (let round = 1; round <= opts.rounds; round++) {
   );
   lastLoadEnd = Date.now() - t0;
   await killer;
+  const probed = await probe.stop();
+  serverSide = await serverSideSettingsReads();
+  for (const [name, list] of Object.entries(probed)) probeMs[name] = [...(probeMs[name] ?? []), ...list];
   await watch.done;
   w.opened += watch.stats().opened;
   w.received += watch.stats().received;
@@ -750,6 +853,16 @@ for (const [op, list] of [...byOp].sort()) {
   );
 }
 console.log(`\nwatches: ${w.opened} streams opened, ${w.received} updates received`);
+console.log(
+  "\n| settings reads by protocol | probe in its own process: calls, p50 / p99 ms | the server's own time: calls since its start, p50 ms |",
+);
+console.log("|---|---|---|");
+for (const [name, list] of Object.entries(probeMs)) {
+  const server = serverSide[name];
+  console.log(
+    `| ${name} | ${list.length}, ${list.length === 0 ? "-" : `${percentile(list, 50).toFixed(2)} / ${percentile(list, 99).toFixed(2)}`} | ${server === undefined ? "-" : `${server.count}, ${server.p50.toFixed(2)}`} |`,
+  );
+}
 console.log("\n| server memory, MiB | RSS | V8 heap used / total | external (buffers, native objects) |");
 console.log("|---|---|---|---|");
 const memRow = (label: string, rss: number, m: Memory) =>
@@ -816,6 +929,13 @@ if (opts.json)
         rounds: rounds.map((r) => ({ afterLoad: r.afterLoad.rss, cleaned: r.cleaned.rss })),
       },
       memory: { start: baselineMemory, rounds: rounds.map((r) => r.memory) },
+      serverSide,
+      probe: Object.fromEntries(
+        Object.entries(probeMs).map(([name, list]) => [
+          name,
+          { calls: list.length, p50: percentile(list, 50), p99: percentile(list, 99) },
+        ]),
+      ),
       store: {
         start: baseline.store,
         rounds: rounds.map((r) => ({ afterLoad: r.afterLoad.store, cleaned: r.cleaned.store })),

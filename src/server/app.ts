@@ -22,7 +22,7 @@ import {
   type Quotas,
 } from "./container.ts";
 import { createAdminServer, createHttpServer, REST_ROUTES } from "./http-server.ts";
-import { keepMemoryReducerWorking } from "./idle-memory.ts";
+import { keepMemoryReducerWorking, releaseMemoryAfterLoad } from "./idle-memory.ts";
 import type { Metrics } from "./metrics.ts";
 
 export { VERSION } from "./http-server.ts";
@@ -267,7 +267,24 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       warming ??= sandboxes.startWarmPool().catch((err: unknown) => {
         log.warn({ error: String(err) }, "warm sandbox pool could not be started; starts are cold");
       });
-      stopMemoryReducerAid ??= keepMemoryReducerWorking();
+      if (stopMemoryReducerAid === undefined) {
+        const stopReducerAid = keepMemoryReducerWorking();
+        const stopRelease = releaseMemoryAfterLoad({
+          onRelease: ({ rssBeforeMiB, rssAfterMiB, ms }) =>
+            log.info(
+              {
+                rssBeforeMiB: Math.round(rssBeforeMiB),
+                rssAfterMiB: Math.round(rssAfterMiB),
+                ms: Math.round(ms),
+              },
+              "idle after load: gave the young generation's pooled pages back",
+            ),
+        });
+        stopMemoryReducerAid = () => {
+          stopReducerAid();
+          stopRelease();
+        };
+      }
       return {
         port: typeof address === "object" && address !== null ? address.port : port,
         grpcPort: grpcListener.port,

@@ -1,3 +1,4 @@
+import { performance } from "node:perf_hooks";
 import { Script } from "node:vm";
 
 /**
@@ -27,5 +28,92 @@ export function keepMemoryReducerWorking(intervalMs = EMBEDDER_ALLOCATION_INTERV
   };
   allocate();
   const timer = setInterval(allocate, intervalMs).unref();
+  return () => clearInterval(timer);
+}
+
+/**
+ * Gives back the young generation's pages once a load is over.
+ *
+ * Under load V8 grows its young generation (by tens of MiB); when the allocation rate falls, a scavenge shrinks
+ * it and puts the freed 256 KiB pages in V8's page pool, which keeps them mapped "until a memory-reducing GC"
+ * (deps/v8 memory-allocator.cc). Such a GC comes from the memory reducer, and the reducer, once it has run after
+ * startup, starts again only after a full GC that finds the old generation's committed memory 10 MiB above its
+ * last run (memory-reducer.cc, kCommittedMemoryDelta). A load that grows the young generation but not the old one
+ * therefore leaves its pages pooled for good: measured with the soak, 31 MiB pooled after the second round's
+ * cleanup (`--trace-gc`: "pooled: 31 MB"), the RSS step docs/reliability.md describes. Node has no API for V8's
+ * memory-pressure notification; the one way from JavaScript to a memory-reducing GC is `gc({ flavor:
+ * "last-resort" })` (V8's `CollectAllAvailableGarbage`), available when Node runs with `--expose-gc`, which
+ * `npm start` passes. Without that flag this does nothing.
+ *
+ * When: the event loop's utilization is sampled every `intervalMs`; one interval at or above `busy` arms it, and
+ * the first interval after that at or below `idle` runs one such GC (tens of milliseconds on an idle heap of
+ * ~35 MiB) and disarms it until the next load. A server that never carries load never collects this way.
+ */
+export interface IdleReleaseOptions {
+  /** Sampling interval (default 10 s). */
+  intervalMs?: number;
+  /** Utilization (0–1) of an interval that counts as load (default 0.1). */
+  busy?: number;
+  /** Utilization of an interval that counts as idle (default 0.02). */
+  idle?: number;
+  /** The collection to run (default: V8's last-resort GC when `gc` is exposed). */
+  collect?: () => void;
+  /** Called after each release with the process's RSS before and after it and how long it took. */
+  onRelease?: (info: { rssBeforeMiB: number; rssAfterMiB: number; ms: number }) => void;
+}
+
+/** The decision alone: fed one utilization figure per interval, says when to release. */
+export class LoadThenIdle {
+  #armed = false;
+  readonly #busy: number;
+  readonly #idle: number;
+  constructor(busy = 0.1, idle = 0.02) {
+    this.#busy = busy;
+    this.#idle = idle;
+  }
+  /** True when this interval is the first idle one after a load. */
+  observe(utilization: number): boolean {
+    if (utilization >= this.#busy) {
+      this.#armed = true;
+      return false;
+    }
+    if (this.#armed && utilization <= this.#idle) {
+      this.#armed = false;
+      return true;
+    }
+    return false;
+  }
+}
+
+/** V8's memory-reducing collection, or undefined when Node runs without `--expose-gc`. */
+export function lastResortGc(): (() => void) | undefined {
+  const gc = globalThis.gc;
+  if (typeof gc !== "function") return undefined;
+  return () => gc({ type: "major", execution: "sync", flavor: "last-resort" });
+}
+
+/** Starts the sampling (the timer does not keep the process alive); returns how to stop it. */
+export function releaseMemoryAfterLoad(options: IdleReleaseOptions = {}): () => void {
+  const collect = options.collect ?? lastResortGc();
+  if (collect === undefined) return () => {};
+  const decision = new LoadThenIdle(options.busy, options.idle);
+  let last = performance.eventLoopUtilization();
+  const timer = setInterval(() => {
+    const now = performance.eventLoopUtilization();
+    const interval = performance.eventLoopUtilization(now, last);
+    last = now;
+    if (!decision.observe(interval.utilization)) return;
+    const rssBefore = process.memoryUsage.rss();
+    const t0 = performance.now();
+    collect();
+    const ms = performance.now() - t0;
+    // The collection itself is work of this interval, not load: start the next interval after it.
+    last = performance.eventLoopUtilization();
+    options.onRelease?.({
+      rssBeforeMiB: rssBefore / 1048576,
+      rssAfterMiB: process.memoryUsage.rss() / 1048576,
+      ms,
+    });
+  }, options.intervalMs ?? 10_000).unref();
   return () => clearInterval(timer);
 }

@@ -70,8 +70,8 @@ describe.skipIf(skip !== "")(
           { cwd: root, encoding: "utf8" },
         );
         expect(build.status, build.stdout + build.stderr).toBe(0);
-        expect(scripts.start).toBe("node dist/src/cli/main.js serve");
-        expectRefused(withOldNode("node dist/src/cli/main.js serve".replace("dist/", `${out}/`)));
+        expect(scripts.start).toBe("node --expose-gc dist/src/cli/main.js serve");
+        expectRefused(withOldNode((scripts.start ?? "").replace("dist/", `${out}/`)));
         // The compiled sandbox agent too (the process runtime runs it from dist/ under npm start).
         expectRefused(withOldNode(`node ${out}/src/sandbox-agent/main.js`));
       } finally {

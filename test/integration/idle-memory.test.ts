@@ -61,4 +61,50 @@ describe("idle memory (V8's memory reducer)", () => {
     expect(r.afterMs).toBeLessThan(30_000);
     expect(r.nowMiB).toBeLessThan(r.peakMiB / 2);
   }, 60_000);
+
+  it("after a load, the first idle interval gives the young generation's pages back (V8's reducer off)", async () => {
+    // With --no-memory-reducer nothing but releaseMemoryAfterLoad makes a memory-reducing GC, as on a server
+    // whose reducer has finished its runs (src/server/idle-memory.ts).
+    const script = `
+      const { releaseMemoryAfterLoad } = await import(${JSON.stringify(MODULE)});
+      const reports = [];
+      releaseMemoryAfterLoad({ intervalMs: 250, onRelease: (r) => reports.push(r) });
+      // Load: allocation with survivors for 1.5 s, yielding so the sampler sees a busy loop.
+      let keep = [];
+      const end = Date.now() + 1500;
+      while (Date.now() < end) {
+        for (let i = 0; i < 2000; i++) keep.push({ i, s: "x" + i, a: [i, i] });
+        if (keep.length > 100000) keep = keep.slice(50000);
+        await new Promise((r) => setImmediate(r));
+      }
+      keep = null;
+      const afterLoadMiB = process.memoryUsage.rss() / 1048576;
+      setTimeout(() => {
+        console.log(JSON.stringify({ afterLoadMiB, reports }));
+        process.exit(0);
+      }, 2500);
+    `;
+    const out = await new Promise<string>((resolve, reject) => {
+      const child = spawn(
+        process.execPath,
+        ["--expose-gc", "--no-memory-reducer", "--input-type=module", "-e", script],
+        { stdio: ["ignore", "pipe", "inherit"] },
+      );
+      let text = "";
+      child.stdout.on("data", (d: Buffer) => {
+        text += d.toString();
+      });
+      child.on("error", reject);
+      child.on("exit", () => resolve(text));
+    });
+    const r = JSON.parse(out) as {
+      afterLoadMiB: number;
+      reports: { rssBeforeMiB: number; rssAfterMiB: number; ms: number }[];
+    };
+    // One release, in the idle time after the load, and it gave memory back.
+    expect(r.reports).toHaveLength(1);
+    const [release] = r.reports;
+    expect(release?.rssBeforeMiB).toBeGreaterThan(80);
+    expect((release?.rssBeforeMiB ?? 0) - (release?.rssAfterMiB ?? 0)).toBeGreaterThan(20);
+  }, 30_000);
 });
