@@ -4,46 +4,19 @@
  * events on its websocket, the same events in the service's event store (through the webhooks), the status in the
  * conversation list, and the file the agent wrote.
  */
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import WebSocket from "ws";
-import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
-import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
+import { useBuiltinAgentApp } from "../helpers/builtin-agent-app.ts";
 import { until } from "../helpers/until.ts";
 
 type Ev = { kind: string; id: string; key?: string; value?: unknown; [k: string]: unknown };
 
-let t: TestApp;
-let key: string;
-let llm: FakeLlm;
-const root = mkdtempSync(join(tmpdir(), "builtin-agent-e2e-"));
-const api = (method: string, path: string, body?: unknown) => call(t.url, key, method, path, body);
-
-beforeAll(async () => {
-  llm = await startFakeLlm();
-  // The default runtime of the app, with its workspaces in this test's folder (the process runtime hands the agent
-  // the packages its conversations load, ws and openai).
-  t = await startTestApp({ dir: root });
-  key = await t.keyFor("alice");
-  const saved = await api("POST", "/api/settings", {
-    llm_model: "openai/fake-model",
-    llm_base_url: llm.url,
-    llm_api_key: "sk-test-key",
-  });
-  expect(saved.status).toBe(200);
-}, 60_000);
-
-afterAll(async () => {
-  await t?.close();
-  await llm?.close();
-  rmSync(root, { recursive: true, force: true });
-});
+const fx = useBuiltinAgentApp("builtin-agent-e2e-", "sk-test-key");
+const { api } = fx;
 
 describe("a conversation with the built-in agent through the service", () => {
   it("runs the user's first message with their model; the websocket and the service's event store agree", async () => {
-    llm.script(
+    fx.llm.script(
       {
         content: "Writing it.",
         toolCalls: [{ name: "terminal", arguments: { command: "echo 42 > answer.txt" } }],
@@ -96,8 +69,8 @@ describe("a conversation with the built-in agent through the service", () => {
       "MessageEvent",
       "state:finished",
     ]);
-    expect(llm.requests.at(-1)?.authorization).toBe("Bearer sk-test-key");
-    expect(llm.requests.at(-1)?.body.model).toBe("fake-model");
+    expect(fx.llm.requests.at(-1)?.authorization).toBe("Bearer sk-test-key");
+    expect(fx.llm.requests.at(-1)?.body.model).toBe("fake-model");
 
     // The service's event store (webhooks) holds the same events in the same order.
     const stored = await until(

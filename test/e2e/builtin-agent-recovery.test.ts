@@ -5,14 +5,12 @@
  * gets a model answer with the whole history and the user's model key. A sandbox whose workspace is gone stays
  * ERROR and its resume says why.
  */
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { findSandboxProcesses } from "../../src/sandbox/process/sandbox-processes.ts";
-import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
-import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
+import { useBuiltinAgentApp } from "../helpers/builtin-agent-app.ts";
 import { until } from "../helpers/until.ts";
 
 type Ev = { kind: string; id: string; key?: string; value?: unknown; [k: string]: unknown };
@@ -23,29 +21,8 @@ type AppConversation = {
   sandbox_status: string;
 };
 
-let t: TestApp;
-let key: string;
-let llm: FakeLlm;
-const root = mkdtempSync(join(tmpdir(), "builtin-agent-recovery-"));
-const api = (method: string, path: string, body?: unknown) => call(t.url, key, method, path, body);
-
-beforeAll(async () => {
-  llm = await startFakeLlm();
-  t = await startTestApp({ dir: root });
-  key = await t.keyFor("alice");
-  const saved = await api("POST", "/api/settings", {
-    llm_model: "openai/fake-model",
-    llm_base_url: llm.url,
-    llm_api_key: "sk-recovery-key",
-  });
-  expect(saved.status).toBe(200);
-}, 60_000);
-
-afterAll(async () => {
-  await t?.close();
-  await llm?.close();
-  rmSync(root, { recursive: true, force: true });
-});
+const fx = useBuiltinAgentApp("builtin-agent-recovery-", "sk-recovery-key");
+const { api, root } = fx;
 
 const conversation = async (id: string): Promise<AppConversation> =>
   ((await api("GET", `/api/v1/app-conversations?ids=${id}`)).body as AppConversation[])[0] as AppConversation;
@@ -55,14 +32,14 @@ const sandboxStatus = async (id: string): Promise<string> =>
 
 /** Starts a conversation on a new sandbox and waits until the agent runs its `sleep` (the conversation runs). */
 async function startRunning(text: string): Promise<{ id: string; app: AppConversation; workspace: string }> {
-  llm.script(
+  fx.llm.script(
     {
       content: "Writing it.",
       toolCalls: [{ name: "terminal", arguments: { command: "echo 42 > answer.txt" } }],
     },
     { content: "Waiting.", toolCalls: [{ name: "terminal", arguments: { command: "sleep 120" } }] },
   );
-  const before = llm.requests.length;
+  const before = fx.llm.requests.length;
   const created = await api("POST", "/api/v1/app-conversations", {
     initial_message: { role: "user", content: [{ type: "text", text }] },
   });
@@ -78,7 +55,7 @@ async function startRunning(text: string): Promise<{ id: string; app: AppConvers
   );
   expect(tasks[0]?.status).toBe("READY");
   const id = tasks[0]?.app_conversation_id ?? "";
-  await llm.waitForRequests(before + 2);
+  await fx.llm.waitForRequests(before + 2);
   const app = await conversation(id);
   const workspace = join(root, "sandboxes", app.sandbox_id);
   // The sleep runs in the sandbox.
@@ -139,7 +116,7 @@ describe("a conversation whose agent was killed", () => {
       () => sandboxStatus(app.sandbox_id),
       (s) => s === "ERROR",
     );
-    await t.app.services.sandboxes.reconcileAll();
+    await fx.t.app.services.sandboxes.reconcileAll();
     expect(await sandboxStatus(app.sandbox_id)).toBe("ERROR");
     // The state folder holds no secret in clear.
     const stateDir = join(workspace, ".openhands", "conversations");
@@ -183,8 +160,8 @@ describe("a conversation whose agent was killed", () => {
       "state:error",
     ]);
 
-    llm.script({ content: "Back again: the answer is 42." });
-    const asked = llm.requests.length;
+    fx.llm.script({ content: "Back again: the answer is 42." });
+    const asked = fx.llm.requests.length;
     const sent = await fetch(new URL(`/api/conversations/${id}/events`, again.conversation_url ?? ""), {
       method: "POST",
       headers: { "x-session-api-key": again.session_api_key ?? "", "content-type": "application/json" },
@@ -196,8 +173,8 @@ describe("a conversation whose agent was killed", () => {
       (es) => es.some((e) => e.key === "execution_status" && e.value === "finished"),
     );
     second.ws.close();
-    expect(llm.requests.length).toBe(asked + 1);
-    const request = llm.requests.at(-1);
+    expect(fx.llm.requests.length).toBe(asked + 1);
+    const request = fx.llm.requests.at(-1);
     // The user's model key, given back to the restarted agent sealed under its session key.
     expect(request?.authorization).toBe("Bearer sk-recovery-key");
     const history = JSON.stringify(request?.body.messages);
@@ -217,7 +194,7 @@ describe("a conversation whose agent was killed", () => {
       () => sandboxStatus(app.sandbox_id),
       (s) => s === "ERROR",
     );
-    llm.script({ content: "Hello in the same sandbox." });
+    fx.llm.script({ content: "Hello in the same sandbox." });
     const created = await api("POST", "/api/v1/app-conversations", {
       sandbox_id: app.sandbox_id,
       initial_message: { role: "user", content: [{ type: "text", text: "Hello again" }] },

@@ -14,7 +14,7 @@
 import { spawnSync } from "node:child_process";
 import { closeSync, existsSync, mkdirSync, openSync, rmSync, truncateSync } from "node:fs";
 import { join } from "node:path";
-import { findExecutable } from "../process/bwrap.ts";
+import { afterTrial, rootTools } from "../host-tools.ts";
 
 const SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin";
 /** Volume names the runtime makes (prefix + sandbox id): safe as file names. */
@@ -49,21 +49,24 @@ export class DockerDisks {
 
   /** Disks when this host allows them (a trial disk is made and attached), else why not. */
   static open(dir: string, bytes: number, searchPath = SYSTEM_PATH): DockerDisks | string {
-    if (process.getuid?.() !== 0) return "size-limited workspace volumes need root (loop devices)";
-    const mkfs = findExecutable("mkfs.ext4", searchPath);
-    const debugfs = findExecutable("debugfs", searchPath);
-    const losetup = findExecutable("losetup", searchPath);
-    if (!mkfs || !debugfs || !losetup) return "mkfs.ext4, debugfs or losetup not found";
-    const disks = new DockerDisks(dir, bytes, { mkfs, debugfs, losetup });
+    const tools = rootTools(
+      ["mkfs.ext4", "debugfs", "losetup"],
+      searchPath,
+      "size-limited workspace volumes need root (loop devices)",
+    );
+    if (typeof tools === "string") return tools;
+    const disks = new DockerDisks(dir, bytes, {
+      mkfs: tools["mkfs.ext4"],
+      debugfs: tools.debugfs,
+      losetup: tools.losetup,
+    });
     const trial = `disk-probe-${process.pid}`;
-    try {
-      disks.create(trial, 16 * 1024 * 1024);
-      return disks;
-    } catch (e: unknown) {
-      return `loop devices do not work here: ${(e as Error).message}`;
-    } finally {
-      disks.remove(trial);
-    }
+    return afterTrial(
+      disks,
+      () => disks.create(trial, 16 * 1024 * 1024),
+      () => disks.remove(trial),
+      "loop devices do not work here",
+    );
   }
 
   /** Makes (or finds) the file system of `volume` and its loop device; the volume's driver options. */

@@ -21,7 +21,7 @@ import {
   truncateSync,
 } from "node:fs";
 import { join } from "node:path";
-import { findExecutable } from "./bwrap.ts";
+import { afterTrial, rootTools } from "../host-tools.ts";
 
 export type DiskMode = "loop" | "watch" | "off";
 
@@ -60,23 +60,30 @@ export class LoopDisks {
 
   /** Loop disks when the host allows them (a trial disk is made and mounted), else why not. */
   static open(root: string, bytes: number, searchPath = SYSTEM_PATH): LoopDisks | string {
-    if (process.getuid?.() !== 0) return "loop-mounted workspaces need root";
-    const mkfs = findExecutable("mkfs.ext4", searchPath);
-    const mount = findExecutable("mount", searchPath);
-    const umount = findExecutable("umount", searchPath);
-    if (!mkfs || !mount || !umount) return "mkfs.ext4, mount or umount not found";
-    const disks = new LoopDisks(root, bytes, { mkfs, mount, umount });
+    const tools = rootTools(
+      ["mkfs.ext4", "mount", "umount"],
+      searchPath,
+      "loop-mounted workspaces need root",
+    );
+    if (typeof tools === "string") return tools;
+    const disks = new LoopDisks(root, bytes, {
+      mkfs: tools["mkfs.ext4"],
+      mount: tools.mount,
+      umount: tools.umount,
+    });
     const trial = `.disk-probe-${process.pid}`;
-    try {
-      mkdirSync(join(root, trial), { recursive: true, mode: 0o700 });
-      disks.create(trial, 16 * 1024 * 1024);
-      return disks;
-    } catch (e: unknown) {
-      return `loop-mounted workspaces do not work here: ${(e as Error).message}`;
-    } finally {
-      disks.remove(join(root, trial), trial);
-      rmSync(join(root, trial), { recursive: true, force: true });
-    }
+    return afterTrial(
+      disks,
+      () => {
+        mkdirSync(join(root, trial), { recursive: true, mode: 0o700 });
+        disks.create(trial, 16 * 1024 * 1024);
+      },
+      () => {
+        disks.remove(join(root, trial), trial);
+        rmSync(join(root, trial), { recursive: true, force: true });
+      },
+      "loop-mounted workspaces do not work here",
+    );
   }
 
   /**
