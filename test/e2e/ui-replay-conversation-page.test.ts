@@ -64,6 +64,13 @@ class PageSocket {
   untilStatus(status: string, after: number): Promise<Ev[]> {
     return this.until((f) => f.slice(after).some((e) => e.key === "execution_status" && e.value === status));
   }
+  /** Sends `text` and waits for the conversation to reach `status`; the frames that came meanwhile. */
+  async sendUntil(text: string, status: string): Promise<Ev[]> {
+    const mark = this.frames.length;
+    this.send(text);
+    await this.untilStatus(status, mark);
+    return this.frames.slice(mark);
+  }
   close(): void {
     this.ws.close();
   }
@@ -91,33 +98,43 @@ const messageText = (e: Ev | undefined): string =>
     .map((c) => c.text)
     .join("");
 
+/**
+ * The body the UI's LLM settings page posts (advanced view; recorded), with `changes`: the key only when the user
+ * typed one.
+ */
+const uiSettingsBody = (changes: Record<string, unknown>) => ({
+  llm_model: "openai/gpt-4o",
+  llm_base_url: llm.url,
+  agent: "CodeActAgent",
+  language: "en",
+  confirmation_mode: false,
+  security_analyzer: "llm",
+  remote_runtime_resource_factor: 1,
+  enable_default_condenser: true,
+  condenser_max_size: 120,
+  enable_sound_notifications: false,
+  provider_tokens_set: {},
+  mcp_config: { sse_servers: [], stdio_servers: [], shttp_servers: [] },
+  enable_proactive_conversation_starters: false,
+  enable_solvability_analysis: false,
+  search_api_key: "",
+  max_budget_per_task: null,
+  git_user_name: "openhands",
+  git_user_email: "openhands@all-hands.dev",
+  ...changes,
+});
+
 beforeAll(async () => {
   llm = await startFakeLlm();
   t = await startTestApp({});
   b = new Browser(t.url);
   await b.signIn(await t.keyFor("erin"));
   // The LLM settings page, advanced view, saved (the body the UI posted, recorded).
-  const saved = await b.request("POST", "/api/settings", {
-    llm_model: "openai/gpt-4o",
-    llm_base_url: llm.url,
-    agent: "CodeActAgent",
-    language: "en",
-    confirmation_mode: false,
-    security_analyzer: "llm",
-    llm_api_key: "sk-fake-ui-check",
-    remote_runtime_resource_factor: 1,
-    enable_default_condenser: true,
-    condenser_max_size: 120,
-    enable_sound_notifications: false,
-    provider_tokens_set: {},
-    mcp_config: { sse_servers: [], stdio_servers: [], shttp_servers: [] },
-    enable_proactive_conversation_starters: false,
-    enable_solvability_analysis: false,
-    search_api_key: "",
-    max_budget_per_task: null,
-    git_user_name: "openhands",
-    git_user_email: "openhands@all-hands.dev",
-  });
+  const saved = await b.request(
+    "POST",
+    "/api/settings",
+    uiSettingsBody({ confirmation_mode: false, llm_api_key: "sk-fake-ui-check" }),
+  );
   expect(saved.status).toBe(200);
 }, 60_000);
 
@@ -230,10 +247,7 @@ describe("UI replay: the conversation page with the built-in agent", () => {
       { toolCalls: [{ name: "terminal", arguments: { command: "echo hello-from-the-terminal" } }] },
       { content: REPLY },
     );
-    const mark = socket.frames.length;
-    socket.send(TASK);
-    await socket.untilStatus("finished", mark);
-    const run = socket.frames.slice(mark);
+    const run = await socket.sendUntil(TASK, "finished");
     expect(kinds(run)).toEqual([
       "MessageEvent",
       "state:running",
@@ -298,10 +312,7 @@ describe("UI replay: the conversation page with the built-in agent", () => {
       },
       { content: REPLY_2 },
     );
-    const mark = socket.frames.length;
-    socket.send(TASK_2);
-    await socket.untilStatus("finished", mark);
-    const run = socket.frames.slice(mark);
+    const run = await socket.sendUntil(TASK_2, "finished");
     // A finished conversation becomes idle when a message comes, then runs.
     expect(kinds(run)).toEqual([
       "state:idle",
@@ -444,10 +455,7 @@ describe("UI replay: the conversation page with the built-in agent", () => {
 
   it("shows a model failure (the banner shows the error's detail) and answers the next message", async () => {
     llm.script({ status: 401, error: "Incorrect API key provided" }, { content: "Back again." });
-    const mark = socket.frames.length;
-    socket.send("Trigger a model failure");
-    await socket.untilStatus("error", mark);
-    const failed = socket.frames.slice(mark);
+    const failed = await socket.sendUntil("Trigger a model failure", "error");
     expect(kinds(failed)).toEqual([
       "state:idle",
       "MessageEvent",
@@ -474,26 +482,7 @@ describe("UI replay: the conversation page with the built-in agent", () => {
 
   it("with confirmation mode saved, a new conversation waits for the user's yes; an attached file is uploaded and read", async () => {
     // The LLM settings page with the confirmation switch on (the body the UI posted).
-    const saved = await b.request("POST", "/api/settings", {
-      llm_model: "openai/gpt-4o",
-      llm_base_url: llm.url,
-      agent: "CodeActAgent",
-      language: "en",
-      confirmation_mode: true,
-      security_analyzer: "llm",
-      remote_runtime_resource_factor: 1,
-      enable_default_condenser: true,
-      condenser_max_size: 120,
-      enable_sound_notifications: false,
-      provider_tokens_set: {},
-      mcp_config: { sse_servers: [], stdio_servers: [], shttp_servers: [] },
-      enable_proactive_conversation_starters: false,
-      enable_solvability_analysis: false,
-      search_api_key: "",
-      max_budget_per_task: null,
-      git_user_name: "openhands",
-      git_user_email: "openhands@all-hands.dev",
-    });
+    const saved = await b.request("POST", "/api/settings", uiSettingsBody({ confirmation_mode: true }));
     expect(saved.status).toBe(200);
     const created = await b.request("POST", "/api/conversations", {});
     const second = (created.body as { conversation_id: string }).conversation_id;
