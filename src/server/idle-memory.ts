@@ -2,7 +2,7 @@ import { performance } from "node:perf_hooks";
 import { Script } from "node:vm";
 
 /**
- * Lets V8 give back the memory of an idle server.
+ * Lets V8 give back the memory of an idle server: keepMemoryReducerWorking (here) and releaseMemoryAfterLoad (below).
  *
  * V8 returns what a burst of work left behind (the startup's garbage, a load's grown young generation) through its
  * memory reducer: every 8 s it samples the allocation rates and, once they are low, runs a memory-reducing full GC.
@@ -13,8 +13,8 @@ import { Script } from "node:vm";
  *
  * Compiling an empty `vm.Script` allocates one small cppgc object. The rate V8 derives from it decays to exactly
  * zero after ~100 s without such an allocation, so one is made at start and one every 30 s: the embedder rate stays
- * positive and tiny, which is how an idle heap reads, and the reducer works as it did before V8 13.1. No GC is
- * forced and no V8 flag is set; whether and when to collect stays V8's decision.
+ * positive and tiny, which is how an idle heap reads, and the reducer works as it did before V8 13.1. This part
+ * forces no GC and sets no V8 flag; whether and when to collect stays V8's decision.
  *
  * What it earns, on the benchmark service: idle RSS ~88–89 MiB from ~17 s after start, instead of ~106 MiB until
  * the watchdog's GC ~106 s after start (README table; docs/performance.md, "Memory at idle").
