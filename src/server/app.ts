@@ -51,6 +51,8 @@ export interface AppDeps {
   maxRunningSandboxes?: number;
   /** Sandboxes a user may have (default 20). */
   maxSandboxesPerUser?: number;
+  /** Warm sandboxes one user may take per minute (default: no limit; `serve` sets SANDBOX_WARM_CLAIMS_PER_MINUTE). */
+  warmClaimsPerMinute?: number;
   /**
    * Period of the background sweep: sandboxes reconciled with the runtime (crash leftovers removed), unsaved start
    * task ends saved, old change log entries pruned (default 30 s; 0: no timer, tests call {@link App.sweep}).
@@ -143,6 +145,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     specs: deps.specs,
     maxRunningSandboxes: deps.maxRunningSandboxes ?? 5,
     maxSandboxesPerUser: deps.maxSandboxesPerUser ?? 20,
+    ...(deps.warmClaimsPerMinute === undefined ? {} : { warmClaimsPerMinute: deps.warmClaimsPerMinute }),
     limits,
     ...(deps.agent ? { agent: deps.agent } : {}),
     conversations: {

@@ -60,6 +60,8 @@ export interface Config {
   readonly rateLimitBurst: number;
   readonly maxRunningSandboxes: number;
   readonly maxSandboxesPerUser: number;
+  /** Warm sandboxes one user may take per minute (a start past that is cold); 0: no limit. */
+  readonly warmClaimsPerMinute: number;
   /** Period of the background sweep (sandbox reconciliation, unsaved start-task ends, change log pruning); 0: off. */
   readonly sweepIntervalMs: number;
   /** What the sweep prunes: change log entries by age and count, finished start tasks by age. */
@@ -216,6 +218,10 @@ export const ENV_DOC: readonly [string, string][] = [
   [
     "SANDBOX_WARM_CONTAINERS",
     "docker sandboxes: containers per sandbox spec kept started and healthy ahead of need, so that a start does not wait for the agent-server to boot; each idle one costs its memory (default 1; 0: none; docs/warm-pool.md)",
+  ],
+  [
+    "SANDBOX_WARM_CLAIMS_PER_MINUTE",
+    "warm agents or containers one user may take per minute (at most that many at once); a start past that starts cold, so that one user's start/delete loop cannot keep the pool empty for others (default 6; 0: no limit)",
   ],
   [
     "SANDBOX_DOCKER_USER",
@@ -469,6 +475,7 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     rateLimitBurst: int("RATE_LIMIT_BURST", 400, 1, 10_000_000),
     maxRunningSandboxes: int("MAX_RUNNING_SANDBOXES", 5, 1, 1000),
     maxSandboxesPerUser: int("MAX_SANDBOXES_PER_USER", 20, 1, 100_000),
+    warmClaimsPerMinute: int("SANDBOX_WARM_CLAIMS_PER_MINUTE", 6, 0, 100_000),
     sweepIntervalMs: int("SWEEP_INTERVAL_MS", 30_000, 0, 86_400_000),
     retention: Object.freeze({
       changeLogMs: int("CHANGE_LOG_RETENTION_MS", 3_600_000, 1000, 30 * 86_400_000),

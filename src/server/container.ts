@@ -55,6 +55,8 @@ export interface ContainerDeps {
   maxRunningSandboxes: number;
   /** Sandboxes a user may have. */
   maxSandboxesPerUser: number;
+  /** Warm sandboxes one user may take per minute (SandboxService's default when unset). */
+  warmClaimsPerMinute?: number;
   limits: TransportLimits;
   /** Client of the sandboxes' agent servers (default: HTTP). */
   agent?: AgentClient;
@@ -176,6 +178,7 @@ export function createContainer(deps: ContainerDeps): Container {
     tokens: pageTokens,
     maxRunning: deps.maxRunningSandboxes,
     maxPerUser: deps.maxSandboxesPerUser,
+    ...(deps.warmClaimsPerMinute === undefined ? {} : { warmClaimsPerMinute: deps.warmClaimsPerMinute }),
     ...(deps.sandboxStartTimeoutMs === undefined ? {} : { startTimeoutMs: deps.sandboxStartTimeoutMs }),
     changes,
     log: deps.log,

@@ -65,6 +65,7 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     web: config.web,
     limits: config.limits,
     maxSandboxesPerUser: config.maxSandboxesPerUser,
+    warmClaimsPerMinute: config.warmClaimsPerMinute,
     sweepIntervalMs: config.sweepIntervalMs,
     retention: config.retention,
     leaseMs: config.leaseMs,

@@ -262,6 +262,8 @@ describe("loadConfig", () => {
     [{ SANDBOX_UID_BASE: "0" }, "SANDBOX_UID_BASE must be an integer"],
     [{ SANDBOX_WARM_AGENTS: "65" }, "SANDBOX_WARM_AGENTS must be an integer"],
     [{ SANDBOX_WARM_AGENTS: "-1" }, "SANDBOX_WARM_AGENTS must be an integer"],
+    [{ SANDBOX_WARM_CLAIMS_PER_MINUTE: "-1" }, "SANDBOX_WARM_CLAIMS_PER_MINUTE must be an integer"],
+    [{ SANDBOX_WARM_CLAIMS_PER_MINUTE: "six" }, "SANDBOX_WARM_CLAIMS_PER_MINUTE must be an integer"],
     [
       { SANDBOX_RUNTIME: "docker", SANDBOX_WARM_CONTAINERS: "65" },
       "SANDBOX_WARM_CONTAINERS must be an integer",
@@ -352,5 +354,12 @@ describe("sandbox specs", () => {
       writeFileSync(p, content);
       expect(() => loadSpecsFile(p, new Date())).toThrow(message);
     }
+  });
+});
+
+describe("SANDBOX_WARM_CLAIMS_PER_MINUTE", () => {
+  it("defaults to 6; 0 turns the limit off", () => {
+    expect(loadConfig({}, "/srv").warmClaimsPerMinute).toBe(6);
+    expect(loadConfig({ SANDBOX_WARM_CLAIMS_PER_MINUTE: "0" }, "/srv").warmClaimsPerMinute).toBe(0);
   });
 });

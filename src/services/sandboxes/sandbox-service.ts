@@ -4,6 +4,7 @@ import { requireCaller } from "../../core/context.ts";
 import { failedPrecondition, invalid, notFound } from "../../core/errors.ts";
 import { base62 } from "../../core/ids.ts";
 import type { PageTokens } from "../../core/page-token.ts";
+import { RateLimiter } from "../../core/rate-limiter.ts";
 import type { SecretBox } from "../../core/secret-box.ts";
 import {
   type BatchGetSandboxesRequest,
@@ -84,6 +85,12 @@ export interface SandboxServiceOptions {
   maxRunning?: number;
   /** Sandboxes (any status) a user may have; one more is refused with FAILED_PRECONDITION (default 20). */
   maxPerUser?: number;
+  /**
+   * Warm sandboxes one user may take per minute, and at most that many at once (default 0: no limit; the server
+   * sets SANDBOX_WARM_CLAIMS_PER_MINUTE): a start past that starts cold, so that one user's start/delete loop
+   * cannot keep the pool empty for everyone.
+   */
+  warmClaimsPerMinute?: number;
   /** How long start/resume wait inline for the agent before answering STARTING (default 2000 ms). */
   inlineWaitMs?: number;
   /** How long a background start may take before the sandbox is ERROR (default 120 s). */
@@ -148,7 +155,7 @@ interface Observed extends LiveSandbox {
   runtime: SandboxStatus | null;
 }
 
-type Options = Required<Omit<SandboxServiceOptions, "log" | "webhookBaseUrl">> &
+type Options = Required<Omit<SandboxServiceOptions, "log" | "webhookBaseUrl" | "warmClaimsPerMinute">> &
   Pick<SandboxServiceOptions, "log" | "webhookBaseUrl">;
 
 /**
@@ -181,6 +188,8 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
    * and are not yet recorded: when, and the sandbox id taken (null while the claim is in progress).
    */
   readonly #warmTaken = new Map<string, Map<symbol, { at: number; sandboxId: string | null }>>();
+  /** Each user's warm claims (warmClaimsPerMinute). */
+  readonly #warmClaims: RateLimiter;
 
   constructor(options: SandboxServiceOptions) {
     const startTimeoutMs = options.startTimeoutMs ?? 120_000;
@@ -196,6 +205,8 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       ...options,
       startTimeoutMs,
     };
+    const perMinute = options.warmClaimsPerMinute ?? 0;
+    this.#warmClaims = new RateLimiter(perMinute / 60, Math.max(1, perMinute));
   }
 
   async searchSandboxes(req: SearchSandboxesRequest, ctx: HandlerContext): Promise<SearchSandboxesResponse> {
@@ -801,7 +812,8 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
    * A warm sandbox of the spec taken for good for a start of `userId`, when the runtime has one ready (a failure
    * there: none). None when the user's sandbox cap would refuse the start anyway, counting their sandboxes and the
    * warm ones this server took for starts of theirs not yet recorded: a refused start removes what it took, so a
-   * user at the cap could otherwise empty the pool for everyone with refused starts. The start says
+   * user at the cap could otherwise empty the pool for everyone with refused starts. None either past the user's
+   * claim rate (warmClaimsPerMinute), which holds a start/delete loop within the cap. The start says
    * {@link #warmSettled} once its record is created or refused.
    */
   async #claimWarm(spec: RuntimeSpec, userId: string): Promise<WarmClaim | null> {
@@ -834,7 +846,11 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
         await new Promise((r) => setTimeout(r, 10));
         if (taken.size !== pending) records = (await this.#o.repo.listAll(userId)).length;
       }
-      if (ahead() + records < max) claim = (await this.#o.runtime.claimWarm(spec)) ?? null;
+      // Within the user's claim rate (checked and taken without an await between: concurrent starts see it).
+      if (ahead() + records < max && this.#warmClaims.has(userId)) {
+        this.#warmClaims.take(userId, 1);
+        claim = (await this.#o.runtime.claimWarm(spec)) ?? null;
+      }
     } catch (err) {
       this.#o.log?.("warm sandbox could not be claimed: starting cold", { error: String(err) });
     } finally {

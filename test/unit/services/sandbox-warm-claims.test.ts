@@ -88,3 +88,39 @@ describe("warm claims and the per-user sandbox cap", () => {
     expect(runtime.taken).toHaveLength(2);
   });
 });
+
+describe("warm claims and the per-user claim rate", () => {
+  const serviceWithRate = (perMinute: number) =>
+    new SandboxService({
+      repo: new InMemorySandboxRepository(new InMemoryChangeLog()),
+      runtime,
+      specs: new SandboxSpecService(
+        [{ id: "default", command: ["agent"], initialEnv: {}, workingDir: "/w", createdAt: new Date(0) }],
+        testCrypto().tokens,
+      ),
+      box: testCrypto().box,
+      tokens: testCrypto().tokens,
+      changes: testChangeFeed(new InMemoryChangeLog()),
+      maxPerUser: 100,
+      maxRunning: 100,
+      warmClaimsPerMinute: perMinute,
+    });
+
+  it("starts within the cap take warm sandboxes only up to the rate; other users still get one", async () => {
+    const rated = serviceWithRate(3);
+    const ids: string[] = [];
+    for (let i = 0; i < 8; i++) ids.push((await rated.start("eve", undefined)).record.id);
+    // Three warm (the burst), then cold starts: the pool is left for the others.
+    expect(ids.slice(0, 3)).toEqual(["w0", "w1", "w2"]);
+    for (const id of ids.slice(3)) expect(id).not.toMatch(/^w\d+$/);
+    expect(runtime.taken).toHaveLength(3);
+    expect((await rated.start("bob", undefined)).record.id).toBe("w3");
+    // newSandboxId (a conversation start) counts against the same rate.
+    expect(await rated.newSandboxId("eve")).not.toMatch(/^w\d+$/);
+  });
+
+  it("0 means no limit", async () => {
+    const unlimited = serviceWithRate(0);
+    for (let i = 0; i < 8; i++) expect((await unlimited.start("eve", undefined)).record.id).toBe(`w${i}`);
+  });
+});
