@@ -28,6 +28,11 @@ export class RateLimiter {
     );
   }
 
+  /** Takes one token when there is one, else none (never throws): for a use already made that must be counted. */
+  spend(keyId: string, now: number = performance.now()): void {
+    if (this.has(keyId, 1, now)) this.take(keyId, 1, now);
+  }
+
   /**
    * Takes `cost` tokens (at most the burst: a cost above it waits for a full bucket) or throws RESOURCE_EXHAUSTED
    * with `message`, taking none.

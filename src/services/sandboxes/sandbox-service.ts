@@ -846,10 +846,11 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
         await new Promise((r) => setTimeout(r, 10));
         if (taken.size !== pending) records = (await this.#o.repo.listAll(userId)).length;
       }
-      // Within the user's claim rate (checked and taken without an await between: concurrent starts see it).
+      // Within the user's claim rate, which counts only what was taken (a claim that finds the pool empty costs
+      // nothing); concurrent starts of the user may pass the check together, at most the cap's room of them.
       if (ahead() + records < max && this.#warmClaims.has(userId)) {
-        this.#warmClaims.take(userId, 1);
         claim = (await this.#o.runtime.claimWarm(spec)) ?? null;
+        if (claim !== null) this.#warmClaims.spend(userId);
       }
     } catch (err) {
       this.#o.log?.("warm sandbox could not be claimed: starting cold", { error: String(err) });

@@ -16,10 +16,13 @@ import {
 /** A fake runtime whose warm pool hands out w0, w1, … and records what was taken and removed. */
 class PoolRuntime extends FakeSandboxRuntime {
   next = 0;
+  /** When set, the pool has nothing ready. */
+  empty = false;
   readonly taken: string[] = [];
   readonly removedIds: string[] = [];
   async claimWarm(_spec: RuntimeSpec): Promise<WarmClaim | null> {
     await new Promise((r) => setTimeout(r, 5)); // the engine's rename
+    if (this.empty) return null;
     const sandboxId = `w${this.next++}`;
     this.taken.push(sandboxId);
     return { sandboxId, sessionApiKey: `key-${sandboxId}` };
@@ -117,6 +120,16 @@ describe("warm claims and the per-user claim rate", () => {
     expect((await rated.start("bob", undefined)).record.id).toBe("w3");
     // newSandboxId (a conversation start) counts against the same rate.
     expect(await rated.newSandboxId("eve")).not.toMatch(/^w\d+$/);
+  });
+
+  it("a start that finds the pool empty uses none of the rate", async () => {
+    const rated = serviceWithRate(2);
+    runtime.empty = true;
+    for (let i = 0; i < 5; i++) expect((await rated.start("fay", undefined)).record.id).not.toMatch(/^w\d+$/);
+    runtime.empty = false;
+    expect((await rated.start("fay", undefined)).record.id).toBe("w0");
+    expect((await rated.start("fay", undefined)).record.id).toBe("w1");
+    expect((await rated.start("fay", undefined)).record.id).not.toMatch(/^w\d+$/);
   });
 
   it("0 means no limit", async () => {
