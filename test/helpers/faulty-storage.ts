@@ -24,6 +24,8 @@ export interface WriteFaults {
   fail: ((repository: string, method: string) => boolean) | null;
   /** How many writes failed so far. */
   failed: number;
+  /** Which writes failed, in order: "<repository>.<method>". */
+  log: string[];
 }
 
 /**
@@ -31,7 +33,7 @@ export interface WriteFaults {
  * (the SQLite adapter maps SQLITE_FULL and SQLITE_READONLY to that error); reads always pass through.
  */
 export function withWriteFaults(storage: Storage): { storage: Storage; faults: WriteFaults } {
-  const faults: WriteFaults = { fail: null, failed: 0 };
+  const faults: WriteFaults = { fail: null, failed: 0, log: [] };
   const guard = <T extends object>(name: string, repo: T): T => {
     const out: Record<string, unknown> = {};
     for (const key of Object.keys(repo)) {
@@ -41,6 +43,7 @@ export function withWriteFaults(storage: Storage): { storage: Storage; faults: W
       out[key] = (...args: unknown[]) => {
         if (!READS.has(key) && faults.fail?.(name, key)) {
           faults.failed++;
+          faults.log.push(`${name}.${key}`);
           return Promise.reject(
             new StorageUnavailableError(new Error("SQLITE_FULL: database or disk is full")),
           );

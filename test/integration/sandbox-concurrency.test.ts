@@ -340,7 +340,7 @@ describe("per-user cap, crash leftovers, storage faults", () => {
     try {
       process.kill(-pidOf(handle), "SIGKILL");
       await vi.waitFor(() => expect(processGone(pidOf(handle))).toBe(true));
-      const failedBefore = faults.failed;
+      const failedBefore = faults.log.length;
       const search = await api("GET", "/api/v1/sandboxes/search");
       expect(search.status, search.text).toBe(200);
       const item = (search.body as { items: Sandbox[] }).items.find((s) => s.id === id);
@@ -350,7 +350,9 @@ describe("per-user cap, crash leftovers, storage faults", () => {
       expect(["ERROR", "MISSING"]).toContain((batch.body as Sandbox[])[0]?.status);
       const connect = connectClient(SandboxService, t.url, key);
       expect((await connect.searchSandboxes({})).items.length).toBeGreaterThan(0);
-      expect(faults.failed).toBe(failedBefore); // no read even tried to write
+      // No read even tried to write. (The start-task runner's lease loop may meanwhile try to resume the start an
+      // earlier test left unfinished, its end unsaved: a background write of its own, not the reads'.)
+      expect(faults.log.slice(failedBefore).filter((w) => !w.startsWith("startTasks."))).toEqual([]);
       expect((await t.storage.sandboxes.get(id))?.status).toBe("RUNNING");
     } finally {
       faults.fail = null;
