@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { findSandboxProcesses } from "../../src/sandbox/process/sandbox-processes.ts";
+import { agentProcesses, cmdline, killAgent } from "../helpers/agent-processes.ts";
 import { useBuiltinAgentApp } from "../helpers/builtin-agent-app.ts";
 import { until } from "../helpers/until.ts";
 
@@ -64,28 +65,6 @@ async function startRunning(text: string): Promise<{ id: string; app: AppConvers
     (v) => v,
   );
   return { id, app, workspace };
-}
-
-const cmdline = (pid: number): string => {
-  try {
-    return readFileSync(`/proc/${pid}/cmdline`, "latin1").replaceAll("\0", " ");
-  } catch {
-    return "";
-  }
-};
-
-/** The Node processes running the built-in agent's main.ts (not the bwrap or prlimit wrapping them). */
-const agentProcesses = (workspace: string) =>
-  findSandboxProcesses(workspace).filter((p) => {
-    const argv = cmdline(p.pid);
-    return /sandbox-agent\/main\.ts/.test(argv) && !/^\S*(bwrap|prlimit)\s/.test(argv);
-  });
-
-/** kill -9 of the agent process. */
-function killAgent(workspace: string): void {
-  const agents = agentProcesses(workspace);
-  expect(agents.length).toBe(1);
-  for (const p of agents) process.kill(p.pid, "SIGKILL");
 }
 
 function socket(app: AppConversation, id: string) {

@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import type { ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { findSandboxProcesses } from "../../src/sandbox/process/sandbox-processes.ts";
+import { agentProcesses, killAgent } from "../helpers/agent-processes.ts";
 import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
 import { until } from "../helpers/until.ts";
@@ -105,24 +106,6 @@ async function bash(p: Party, command: string): Promise<{ exit_code: number; std
   });
   expect(res.status).toBe(200);
   return (await res.json()) as { exit_code: number; stdout: string };
-}
-
-const cmdline = (pid: number): string => {
-  try {
-    return readFileSync(`/proc/${pid}/cmdline`, "latin1").replaceAll("\0", " ");
-  } catch {
-    return "";
-  }
-};
-const agentProcesses = (workspace: string) =>
-  findSandboxProcesses(workspace).filter((p) => {
-    const argv = cmdline(p.pid);
-    return /sandbox-agent\/main\.ts/.test(argv) && !/^\S*(bwrap|prlimit|setpriv|sh)\s/.test(argv);
-  });
-function killAgent(workspace: string): void {
-  const agents = agentProcesses(workspace);
-  expect(agents.length).toBe(1);
-  for (const p of agents) process.kill(p.pid, "SIGKILL");
 }
 
 /** Kills the party's agent, waits for ERROR, resumes, and waits for RUNNING with the agent answering again. */

@@ -4,7 +4,7 @@
 // message gets a model answer with the whole history and the model key.
 import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -13,8 +13,8 @@ import WebSocket from "ws";
 import type { RuntimeHandle, RuntimeSpec, SandboxRuntime } from "../../src/ports/sandbox-runtime.ts";
 import { createDockerRuntime } from "../../src/sandbox/docker/docker-runtime.ts";
 import { createProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
-import { findSandboxProcesses } from "../../src/sandbox/process/sandbox-processes.ts";
 import { BUILTIN_AGENT_COMMAND } from "../../src/sandbox-agent/builtin-agent.ts";
+import { killAgent } from "../helpers/agent-processes.ts";
 import { dockerFromEnv, findDocker } from "../helpers/docker-env.ts";
 import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
 
@@ -172,13 +172,6 @@ const processRuntime = createProcessRuntime({
   stopGraceMs: 1000,
   readOnlyPaths: [nodeModules],
 });
-const cmdline = (pid: number): string => {
-  try {
-    return readFileSync(`/proc/${pid}/cmdline`, "latin1").replaceAll("\0", " ");
-  } catch {
-    return "";
-  }
-};
 const stateText = (dir: string): string =>
   execFileSync("sh", ["-c", `cat "${dir}"/*/*`], { encoding: "utf8" });
 
@@ -193,13 +186,7 @@ const processTarget = (runtime: SandboxRuntime): Target => ({
   runtime,
   spec: { id: "process-test", command: [BUILTIN_AGENT_COMMAND], initialEnv: {}, workingDir: "" },
   async kill(handle) {
-    const workspace = String(handle.data.workspace);
-    const agents = findSandboxProcesses(workspace).filter((p) => {
-      const argv = cmdline(p.pid);
-      return /sandbox-agent\/main\.ts/.test(argv) && !/^\S*(bwrap|prlimit)\s/.test(argv);
-    });
-    expect(agents).toHaveLength(1);
-    for (const p of agents) process.kill(p.pid, "SIGKILL");
+    killAgent(String(handle.data.workspace));
   },
   saved: (handle) => stateText(join(String(handle.data.workspace), ".openhands", "conversations")),
 });
