@@ -23,22 +23,11 @@ describe("a conversation with the built-in agent through the service", () => {
       },
       { content: "The answer is in answer.txt." },
     );
-    const created = await api("POST", "/api/v1/app-conversations", {
+    const task = await fx.startSettled({
       initial_message: { role: "user", content: [{ type: "text", text: "Write 42 to answer.txt" }] },
     });
-    expect(created.status).toBe(200);
-    const taskId = (created.body as { id: string }).id;
-    const tasks = await until(
-      async () =>
-        (await api("GET", `/api/v1/app-conversations/start-tasks?ids=${taskId}`)).body as {
-          status: string;
-          app_conversation_id: string | null;
-          detail: string | null;
-        }[],
-      (b) => b[0]?.status === "READY" || b[0]?.status === "ERROR",
-    );
-    expect(tasks[0]?.detail ?? null).toBeNull();
-    const id = tasks[0]?.app_conversation_id ?? "";
+    expect(task.detail ?? null).toBeNull();
+    const id = task.app_conversation_id ?? "";
     const [app] = (await api("GET", `/api/v1/app-conversations?ids=${id}`)).body as {
       conversation_url: string;
       session_api_key: string;

@@ -41,21 +41,11 @@ async function startRunning(text: string): Promise<{ id: string; app: AppConvers
     { content: "Waiting.", toolCalls: [{ name: "terminal", arguments: { command: "sleep 120" } }] },
   );
   const before = fx.llm.requests.length;
-  const created = await api("POST", "/api/v1/app-conversations", {
+  const task = await fx.startSettled({
     initial_message: { role: "user", content: [{ type: "text", text }] },
   });
-  expect(created.status).toBe(200);
-  const taskId = (created.body as { id: string }).id;
-  const tasks = await until(
-    async () =>
-      (await api("GET", `/api/v1/app-conversations/start-tasks?ids=${taskId}`)).body as {
-        status: string;
-        app_conversation_id: string | null;
-      }[],
-    (b) => b[0]?.status === "READY" || b[0]?.status === "ERROR",
-  );
-  expect(tasks[0]?.status).toBe("READY");
-  const id = tasks[0]?.app_conversation_id ?? "";
+  expect(task.status).toBe("READY");
+  const id = task.app_conversation_id ?? "";
   await fx.llm.waitForRequests(before + 2);
   const app = await conversation(id);
   const workspace = join(root, "sandboxes", app.sandbox_id);
@@ -174,21 +164,11 @@ describe("a conversation whose agent was killed", () => {
       (s) => s === "ERROR",
     );
     fx.llm.script({ content: "Hello in the same sandbox." });
-    const created = await api("POST", "/api/v1/app-conversations", {
+    const task = await fx.startSettled({
       sandbox_id: app.sandbox_id,
       initial_message: { role: "user", content: [{ type: "text", text: "Hello again" }] },
     });
-    expect(created.status).toBe(200);
-    const taskId = (created.body as { id: string }).id;
-    const tasks = await until(
-      async () =>
-        (await api("GET", `/api/v1/app-conversations/start-tasks?ids=${taskId}`)).body as {
-          status: string;
-          detail: string | null;
-        }[],
-      (b) => b[0]?.status === "READY" || b[0]?.status === "ERROR",
-    );
-    expect(tasks[0]).toMatchObject({ status: "READY" });
+    expect(task).toMatchObject({ status: "READY" });
     expect(await sandboxStatus(app.sandbox_id)).toBe("RUNNING");
     expect(agentProcesses(workspace).length).toBe(1);
     const old = await until(

@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, expect } from "vitest";
+import { settle, type Task } from "./app-conversations.ts";
 import { type FakeLlm, startFakeLlm } from "./fake-llm.ts";
 import { call, startTestApp, type TestApp } from "./test-app.ts";
 
@@ -14,6 +15,8 @@ export interface BuiltinAgentApp {
   root: string;
   /** A REST call as user alice. */
   api(method: string, path: string, body?: unknown): ReturnType<typeof call>;
+  /** Starts a conversation as alice (POST /api/v1/app-conversations) and waits until its start task is READY or ERROR. */
+  startSettled(body: unknown): Promise<Task>;
 }
 
 /**
@@ -26,6 +29,11 @@ export function useBuiltinAgentApp(folderPrefix: string, modelKey: string): Buil
     root: mkdtempSync(join(tmpdir(), folderPrefix)),
     key: "",
     api: (method: string, path: string, body?: unknown) => call(fx.t.url, fx.key, method, path, body),
+    async startSettled(body: unknown) {
+      const created = await fx.api("POST", "/api/v1/app-conversations", body);
+      expect(created.status, created.text).toBe(200);
+      return settle(fx.key, (created.body as { id: string }).id, 30_000, fx.t);
+    },
   } as BuiltinAgentApp;
   beforeAll(async () => {
     fx.llm = await startFakeLlm();
