@@ -468,10 +468,7 @@ describe("UI replay: the conversation page with the built-in agent", () => {
     expect(failed[3]?.detail).toMatch(
       /^LLM request failed with status 401: .*Incorrect API key provided.*LLM settings/,
     );
-    const again = socket.frames.length;
-    socket.send("Try again");
-    await socket.untilStatus("finished", again);
-    expect(kinds(socket.frames.slice(again))).toEqual([
+    expect(kinds(await socket.sendUntil("Try again", "finished"))).toEqual([
       "MessageEvent",
       "state:running",
       "MessageEvent",
@@ -504,11 +501,9 @@ describe("UI replay: the conversation page with the built-in agent", () => {
       { toolCalls: [{ name: "terminal", arguments: { command: "echo confirmed-run" } }] },
       { content: "Confirmed and done." },
     );
-    const mark = page.frames.length;
-    page.send("Run it only if I agree");
-    await page.untilStatus("waiting_for_confirmation", mark);
+    const asked = await page.sendUntil("Run it only if I agree", "waiting_for_confirmation");
     // The confirmation buttons show while the status is waiting_for_confirmation, for the last agent event.
-    expect(kinds(page.frames.slice(mark))).toEqual([
+    expect(kinds(asked)).toEqual([
       "MessageEvent",
       "state:running",
       "ActionEvent",
