@@ -29,6 +29,7 @@ import { ApiKeyService } from "../src/services/keys/api-key-service.ts";
 import { createSqliteStorage } from "../src/storage/sqlite/sqlite-storage.ts";
 import { connectClient, grpcClient } from "../test/helpers/rpc-clients.ts";
 import { freePort, percentile, ROOT, rssMiB, startCommand } from "./lib/bench-util.ts";
+import { request } from "./lib/harness.ts";
 
 const USAGE = `usage: npm run soak -- [options]
   --duration S    seconds of load (default 600)
@@ -390,23 +391,9 @@ async function timed<R extends { status: string }>(op: string, fn: () => Promise
 }
 
 async function rest(key: string, method: string, path: string, body?: unknown) {
-  const res = await fetch(`${base}${path}`, {
-    method,
-    headers: {
-      "x-session-api-key": key,
-      ...(body === undefined ? {} : { "content-type": "application/json" }),
-    },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-  });
-  const text = await res.text();
-  if (res.status >= 500) failures.push(`${method} ${path}: ${res.status} ${text.slice(0, 200)}`);
-  let value: unknown = null;
-  try {
-    value = JSON.parse(text);
-  } catch {
-    value = text;
-  }
-  return { status: String(res.status), value, ok: res.status < 300 };
+  const r = await request(base, key, method, path, body === undefined ? undefined : JSON.stringify(body));
+  if (r.status >= 500) failures.push(`${method} ${path}: ${r.status} ${r.text.slice(0, 200)}`);
+  return { status: String(r.status), value: r.json ?? r.text, ok: r.status < 300 };
 }
 
 interface User {

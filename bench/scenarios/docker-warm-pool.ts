@@ -7,7 +7,7 @@
 // an idle warm container from the engine's stats.
 import Docker from "dockerode";
 import { median, percentile } from "../lib/bench-util.ts";
-import { type Bench, log, type Row } from "../lib/harness.ts";
+import { type Bench, log, type Row, request } from "../lib/harness.ts";
 
 /** Warm containers of the pool under test: a start, and the next start while the first refill boots. */
 const POOL = 2;
@@ -20,6 +20,7 @@ const cell = (values: number[]): string =>
     ? "—"
     : `${percentile(values, 50).toFixed(1)} / ${percentile(values, 99).toFixed(1)} ms (n=${values.length})`;
 
+/** A REST call as the benchmark user (harness `request`); the body's text where it is not JSON. */
 async function api(
   base: string,
   key: string,
@@ -27,22 +28,8 @@ async function api(
   path: string,
   body?: unknown,
 ): Promise<{ status: number; json: unknown }> {
-  const res = await fetch(`${base}${path}`, {
-    method,
-    headers: {
-      "x-session-api-key": key,
-      ...(body === undefined ? {} : { "content-type": "application/json" }),
-    },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-  });
-  const text = await res.text();
-  let json: unknown = text;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    // keep the text
-  }
-  return { status: res.status, json };
+  const r = await request(base, key, method, path, body === undefined ? undefined : JSON.stringify(body));
+  return { status: r.status, json: r.json ?? r.text };
 }
 
 /** Resolves once `n` unclaimed warm containers run and answer their health check (not part of any figure). */
