@@ -3,7 +3,10 @@
 // everyone), also when the user's starts come all at once or through a conversation start (newSandboxId).
 import { beforeEach, describe, expect, it } from "vitest";
 import type { RuntimeSpec, WarmClaim } from "../../../src/ports/sandbox-runtime.ts";
-import { SandboxService } from "../../../src/services/sandboxes/sandbox-service.ts";
+import {
+  SandboxService,
+  type SandboxServiceOptions,
+} from "../../../src/services/sandboxes/sandbox-service.ts";
 import { SandboxSpecService } from "../../../src/services/sandboxes/sandbox-spec-service.ts";
 import {
   FakeSandboxRuntime,
@@ -36,17 +39,16 @@ class PoolRuntime extends FakeSandboxRuntime {
 let runtime: PoolRuntime;
 let service: SandboxService;
 
-beforeEach(() => {
+/** A service over a fresh registry and the current fake runtime: a cap of 2 sandboxes per user unless told. */
+function makeService(options: Partial<SandboxServiceOptions> = {}): SandboxService {
   const log = new InMemoryChangeLog();
-  const repo = new InMemorySandboxRepository(log);
-  runtime = new PoolRuntime();
   const { box, tokens } = testCrypto();
   const specs = new SandboxSpecService(
     [{ id: "default", command: ["agent"], initialEnv: {}, workingDir: "/w", createdAt: new Date(0) }],
     tokens,
   );
-  service = new SandboxService({
-    repo,
+  return new SandboxService({
+    repo: new InMemorySandboxRepository(log),
     runtime,
     specs,
     box,
@@ -54,7 +56,13 @@ beforeEach(() => {
     changes: testChangeFeed(log),
     maxPerUser: 2,
     maxRunning: 5,
+    ...options,
   });
+}
+
+beforeEach(() => {
+  runtime = new PoolRuntime();
+  service = makeService();
 });
 
 describe("warm claims and the per-user sandbox cap", () => {
@@ -94,20 +102,7 @@ describe("warm claims and the per-user sandbox cap", () => {
 
 describe("warm claims and the per-user claim rate", () => {
   const serviceWithRate = (perMinute: number) =>
-    new SandboxService({
-      repo: new InMemorySandboxRepository(new InMemoryChangeLog()),
-      runtime,
-      specs: new SandboxSpecService(
-        [{ id: "default", command: ["agent"], initialEnv: {}, workingDir: "/w", createdAt: new Date(0) }],
-        testCrypto().tokens,
-      ),
-      box: testCrypto().box,
-      tokens: testCrypto().tokens,
-      changes: testChangeFeed(new InMemoryChangeLog()),
-      maxPerUser: 100,
-      maxRunning: 100,
-      warmClaimsPerMinute: perMinute,
-    });
+    makeService({ maxPerUser: 100, maxRunning: 100, warmClaimsPerMinute: perMinute });
 
   it("starts within the cap take warm sandboxes only up to the rate; other users still get one", async () => {
     const rated = serviceWithRate(3);
