@@ -1,4 +1,6 @@
 import Docker from "dockerode";
+import { BUILTIN_AGENT_COMMAND } from "../../src/sandbox-agent/builtin-agent.ts";
+import type { SandboxSpec } from "../../src/services/sandboxes/sandbox-spec-service.ts";
 
 /** Engine client for DOCKER_HOST (unix:// or tcp://), else /var/run/docker.sock. */
 export function dockerFromEnv(host: string | undefined = process.env.DOCKER_HOST): Docker {
@@ -43,4 +45,15 @@ async function findImage(docker: Docker, variable: string): Promise<{ image: str
     return `image ${image} not found`;
   }
   return { image };
+}
+
+/** The one sandbox spec of a service whose Docker sandboxes run the test image's built-in agent. */
+export function builtinImageSpec(image: string): SandboxSpec {
+  return {
+    id: image,
+    command: [BUILTIN_AGENT_COMMAND],
+    initialEnv: {},
+    workingDir: "/workspace",
+    createdAt: new Date(),
+  };
 }

@@ -11,7 +11,7 @@ import {
   type DockerRuntime,
   type DockerRuntimeOptions,
 } from "../../src/sandbox/docker/docker-runtime.ts";
-import { BUILTIN_AGENT_COMMAND } from "../../src/sandbox-agent/builtin-agent.ts";
+import { builtinImageSpec } from "./docker-env.ts";
 import { call, startTestApp, type TestApp, type TestAppOptions } from "./test-app.ts";
 
 /** The label that tells this run's containers from every other's on the engine. */
@@ -54,15 +54,7 @@ export function warmPoolRun(docker: Docker, image: string) {
     const t = await startTestApp({
       runtime: rt,
       sweepIntervalMs: 0,
-      specs: [
-        {
-          id: image,
-          command: [BUILTIN_AGENT_COMMAND],
-          initialEnv: {},
-          workingDir: "/workspace",
-          createdAt: new Date(),
-        },
-      ],
+      specs: [builtinImageSpec(image)],
       ...options,
     });
     apps.push(t);

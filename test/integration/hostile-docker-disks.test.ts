@@ -14,8 +14,7 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { createDockerRuntime, type DockerRuntime } from "../../src/sandbox/docker/docker-runtime.ts";
 import { findExecutable } from "../../src/sandbox/process/bwrap.ts";
-import { BUILTIN_AGENT_COMMAND } from "../../src/sandbox-agent/builtin-agent.ts";
-import { dockerFromEnv, findDocker } from "../helpers/docker-env.ts";
+import { builtinImageSpec, dockerFromEnv, findDocker } from "../helpers/docker-env.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
 
 // The host's loop devices run out while users start Docker sandboxes with SANDBOX_DISK_MB (many sandboxes, or
@@ -87,15 +86,7 @@ describe.skipIf(skip !== null)("loop devices running out under SANDBOX_DISK_MB o
     t = await startTestApp({
       runtime,
       sweepIntervalMs: 0,
-      specs: [
-        {
-          id: image,
-          command: [BUILTIN_AGENT_COMMAND],
-          initialEnv: {},
-          workingDir: "/workspace",
-          createdAt: new Date(),
-        },
-      ],
+      specs: [builtinImageSpec(image)],
     });
     const alice = await t.keyFor("alice");
     const bob = await t.keyFor("bob");

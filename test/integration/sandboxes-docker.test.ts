@@ -1,8 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createDockerRuntime, type DockerRuntime } from "../../src/sandbox/docker/docker-runtime.ts";
-import { BUILTIN_AGENT_COMMAND } from "../../src/sandbox-agent/builtin-agent.ts";
-import { dockerFromEnv, findDocker } from "../helpers/docker-env.ts";
+import { builtinImageSpec, dockerFromEnv, findDocker } from "../helpers/docker-env.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
 
 // Sandboxes as Docker containers through the whole service (REST), with --network host. Skips, saying why,
@@ -27,15 +26,7 @@ describe.skipIf(skip !== null)("sandboxes on the Docker runtime, end to end", ()
     });
     t = await startTestApp({
       runtime,
-      specs: [
-        {
-          id: image,
-          command: [BUILTIN_AGENT_COMMAND],
-          initialEnv: {},
-          workingDir: "/workspace",
-          createdAt: new Date(),
-        },
-      ],
+      specs: [builtinImageSpec(image)],
     });
     key = await t.keyFor("docker-user");
   });
