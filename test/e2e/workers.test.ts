@@ -216,14 +216,27 @@ afterAll(() => {
 });
 
 describe("WORKERS=2: one primary, two server processes sharing the HTTP and gRPC ports", () => {
-  it("the primary's children are the two workers; the generated API key is printed once", () => {
+  it("the primary's children are the two workers; the generated API key is printed once", async () => {
     const primary = cluster.proc.pid ?? 0;
     expect(workers).toHaveLength(2);
     expect(childrenOf(primary)).toEqual(workers);
     expect(key).toMatch(/^ws_/);
     expect(cluster.out().match(/X-Session-API-Key:/g)).toHaveLength(1);
-    // Both workers report the same ports.
-    const listening = cluster.lines().filter((l) => l.msg === "agent workspace service listening");
+    // Both workers report the same ports. A worker's own log line may reach the shared stdout after the primary's
+    // "started" line (the primary learns of the listen over IPC): wait for both, briefly.
+    const isListening = (l: LogLine) => l.msg === "agent workspace service listening";
+    const deadline = Date.now() + 10_000;
+    while (
+      new Set(
+        cluster
+          .lines()
+          .filter(isListening)
+          .map((l) => l.pid),
+      ).size < 2 &&
+      Date.now() < deadline
+    )
+      await sleep(25);
+    const listening = cluster.lines().filter(isListening);
     expect(new Set(listening.map((l) => l.pid))).toEqual(new Set(workers));
     expect(new Set(listening.map((l) => `${l.http} ${l.grpc}`)).size).toBe(1);
   });
