@@ -32,3 +32,19 @@ export function parseHexId(input: string): string | null {
   if (DASHED.test(s)) return s.replaceAll("-", "");
   return null;
 }
+
+/** How a routable sandbox session key is written: `sbx_<sandbox id>_<43 random base62 characters>`. */
+const SESSION_KEY = /^sbx_([0-9A-Za-z]{1,64})_[0-9A-Za-z]{43}$/;
+
+/**
+ * A new session key for the sandbox `sandboxId`. The key names its sandbox, so the service's agent proxy finds the
+ * one sandbox a key opens with a lookup by id (the secret part is what proves it; docs/agent-proxy.md).
+ */
+export function newSessionKey(sandboxId: string): string {
+  return `sbx_${sandboxId}_${base62(43)}`;
+}
+
+/** The sandbox id a session key names; null for any other string (a user's API key, an older sandbox's key). */
+export function sandboxIdOfSessionKey(key: string): string | null {
+  return SESSION_KEY.exec(key)?.[1] ?? null;
+}

@@ -252,18 +252,24 @@ export interface GrpcListener {
 }
 
 /**
- * Listens for gRPC (HTTP/2 cleartext) on host:port, the connections served by `server` through grpc-js's connection
- * injector. `guard` admits them: a connection with no call within its timeout (no preface, or a preface and no
- * stream) is closed, and at its cap the longest idle connection makes room for a new one. The guard must see the
- * server's calls: create the server with `onCallStart: (peer) => guard.beginPeer(peer)`.
+ * Listens for gRPC on host:port, HTTP/2 cleartext or, with `tls` (PEM certificate chain and key), HTTP/2 over TLS,
+ * the connections served by `server` through grpc-js's connection injector (which does the TLS handshake).
+ * `guard` admits them: a connection with no call within its timeout (no preface, or a preface and no stream; no
+ * TLS handshake either) is closed, and at its cap the longest idle connection makes room for a new one. The guard
+ * must see the server's calls: create the server with `onCallStart: (peer) => guard.beginPeer(peer)`.
  */
 export async function listenGrpc(
   server: grpc.Server,
   host: string,
   port: number,
   guard: ConnectionGuard,
+  tls?: { cert: Buffer; key: Buffer },
 ): Promise<GrpcListener> {
-  const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
+  const credentials =
+    tls === undefined
+      ? grpc.ServerCredentials.createInsecure()
+      : grpc.ServerCredentials.createSsl(null, [{ cert_chain: tls.cert, private_key: tls.key }], false);
+  const injector = server.createConnectionInjector(credentials);
   const tcp = createNetServer((socket) => {
     if (guard.admit(socket)) injector.injectConnection(socket);
   });

@@ -1,9 +1,11 @@
+import type { Server as NodeServer } from "node:http";
 import type * as grpc from "@grpc/grpc-js";
 import type { FastifyInstance, FastifyServerOptions } from "fastify";
 import type { AgentClient } from "../ports/agent-client.ts";
 import type { GitProviderVerifier } from "../ports/git-provider-verifier.ts";
 import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
 import type { Storage } from "../ports/storage.ts";
+import { type AgentProxySettings, DEFAULT_AGENT_PROXY } from "../proxy/agent-settings.ts";
 import type { OptionsLists } from "../rest/options-routes.ts";
 import type { RestRoute } from "../rest/rest-route.ts";
 import { createGrpcServer, type GrpcListener, listenGrpc } from "../rpc/grpc-server.ts";
@@ -23,6 +25,7 @@ import {
 } from "./container.ts";
 import { createAdminServer, createHttpServer, REST_ROUTES } from "./http-server.ts";
 import { keepMemoryReducerWorking, releaseMemoryAfterLoad } from "./idle-memory.ts";
+import { createWebhookListener } from "./tls-listeners.ts";
 import type { Metrics } from "./metrics.ts";
 
 export { VERSION } from "./http-server.ts";
@@ -69,9 +72,17 @@ export interface AppDeps {
   agent?: AgentClient;
   /**
    * Base URL of this service as sandboxes reach it, for their webhooks (default: http://<listen host>:<HTTP port>,
-   * with 127.0.0.1 for a wildcard host).
+   * with 127.0.0.1 for a wildcard host; with `tls`, the webhook listener's http://127.0.0.1:<webhookPort>).
    */
   webhookBaseUrl?: string;
+  /**
+   * Serve TLS with this certificate chain and key (PEM): HTTPS on the HTTP port, gRPC over TLS, the browser
+   * session cookie always Secure. Without webhookBaseUrl, sandboxes then post their webhooks to a plain-HTTP
+   * listener on 127.0.0.1:`webhookPort` (default 0: any free port) that serves nothing else (docs/tls.md).
+   */
+  tls?: { cert: Buffer; key: Buffer } | undefined;
+  /** Port of the webhook listener started with `tls` and no webhookBaseUrl (default 0: any free port). */
+  webhookPort?: number | undefined;
   /**
    * Git provider access: the allowed token hosts (default: public domain names only), the provider clients
    * (default: over HTTP), one call's timeout and the repository cache (default 60 s).
@@ -96,6 +107,12 @@ export interface AppDeps {
    * Connect call on connect-node's handler (`npm run bench -- --only connect` measures both ways).
    */
   connectFastPath?: boolean;
+  /**
+   * Agents reached through this service's own origin (default: on, with DEFAULT_AGENT_PROXY limits;
+   * docs/agent-proxy.md). `enabled: false`: conversations and sandboxes name the agents' direct URLs and the HTTP
+   * listener forwards nothing. `publicUrl`: the origin browsers reach the service at (absolute agent URLs).
+   */
+  agentProxy?: { enabled?: boolean; publicUrl?: string | undefined; limits?: Partial<AgentProxySettings> };
 }
 
 export interface WebDeps {
@@ -118,12 +135,15 @@ export interface App {
   routes: readonly RestRoute[];
   /** One run of the background sweep (see AppDeps.sweepIntervalMs); never rejects. */
   sweep(): Promise<void>;
-  /** Listens on both ports (0: any free port) and returns the bound ports. */
+  /**
+   * Listens on both ports (0: any free port) and returns the bound ports; with TLS and no webhook base URL, also
+   * the webhook listener's (on 127.0.0.1).
+   */
   listen(
     host: string,
     port: number,
     grpcPort: number,
-  ): Promise<{ port: number; grpcPort: number; adminPort?: number }>;
+  ): Promise<{ port: number; grpcPort: number; adminPort?: number; webhookPort?: number }>;
   /**
    * Graceful stop: refuses new work, lets running conversation starts finish (cut off after a grace period, ending
    * in ERROR), finishes in-flight requests, then closes storage.
@@ -158,15 +178,19 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     ...(deps.git ? { git: deps.git } : {}),
     webhookBaseUrl: () => deps.webhookBaseUrl ?? listenerUrl,
     log: (msg, data) => http?.log.warn(data ?? {}, msg),
-    web: deps.web ?? {},
+    web: { ...deps.web, tls: deps.tls !== undefined },
     ...(deps.quotas ? { quotas: deps.quotas } : {}),
+    agentUrls: { proxied: deps.agentProxy?.enabled !== false, publicUrl: deps.agentProxy?.publicUrl },
   });
+  const proxied = deps.agentProxy?.enabled !== false;
   http = await createHttpServer(container, {
+    ...(proxied ? { agentProxy: { ...DEFAULT_AGENT_PROXY, ...deps.agentProxy?.limits } } : {}),
     logger: deps.logger,
     limits,
     runtime: deps.runtime,
     storageKind: deps.storage.kind,
     shutdownTimeoutMs: SHUTDOWN_GRACE_MS,
+    tls: deps.tls,
     web: deps.web ?? {},
     admin: { onPublicPort: deps.admin?.port === undefined, metricsToken: deps.admin?.metricsToken },
     connectFastPath: deps.connectFastPath !== false,
@@ -226,6 +250,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   const server = http;
   let grpcListener: GrpcListener | undefined;
   let admin: FastifyInstance | undefined;
+  let webhookListener: NodeServer | undefined;
   let stopMemoryReducerAid: (() => void) | undefined;
   let closed = false;
   let warming: Promise<void> | null = null;
@@ -239,9 +264,13 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     routes: REST_ROUTES,
     sweep,
     async listen(host, port, grpcPort) {
-      await namedListen("HTTP", "PORT", port, () => server.listen({ host, port }));
+      const tls = deps.tls !== undefined;
+      // Fastify's own "Server listening at" line, with the scheme the server serves.
+      const listenTextResolver = (url: string) =>
+        `Server listening at ${tls ? url.replace(/^http:/, "https:") : url}`;
+      await namedListen("HTTP", "PORT", port, () => server.listen({ host, port, listenTextResolver }));
       const address = server.server.address();
-      if (typeof address === "object" && address !== null) {
+      if (!tls && typeof address === "object" && address !== null) {
         const h =
           host === "0.0.0.0" || host === "::" || host === ""
             ? "127.0.0.1"
@@ -251,8 +280,20 @@ export async function buildApp(deps: AppDeps): Promise<App> {
         listenerUrl = `http://${h}:${address.port}`;
       }
       grpcListener = await namedListen("gRPC", "GRPC_PORT", grpcPort, () =>
-        listenGrpc(grpcServer, host, grpcPort, grpcConnections),
+        listenGrpc(grpcServer, host, grpcPort, grpcConnections, deps.tls),
       );
+      // Sandboxes would not trust the certificate: by default they post their webhooks over plain HTTP to a
+      // listener on loopback that serves nothing else (after gRPC: a cluster worker's first two listeners are
+      // HTTP and gRPC, see cluster.ts).
+      let webhookPort: number | undefined;
+      if (tls && deps.webhookBaseUrl === undefined) {
+        const hooks = createWebhookListener((req, res) => server.routing(req, res), limits);
+        webhookListener = hooks;
+        webhookPort = await namedListen("webhook", "WEBHOOK_PORT", deps.webhookPort ?? 0, () =>
+          listenOn(hooks, "127.0.0.1", deps.webhookPort ?? 0),
+        );
+        listenerUrl = `http://127.0.0.1:${webhookPort}`;
+      }
       let adminPort: number | undefined;
       if (deps.admin?.port !== undefined) {
         admin = await createAdminServer(container, {
@@ -292,6 +333,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
         port: typeof address === "object" && address !== null ? address.port : port,
         grpcPort: grpcListener.port,
         ...(adminPort === undefined ? {} : { adminPort }),
+        ...(webhookPort === undefined ? {} : { webhookPort }),
       };
     },
     async close() {
@@ -305,14 +347,37 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       container.changes.close();
       // Connections that become idle while in-flight calls finish are closed too (Node closes the idle ones once,
       // when closing starts).
-      const idle = setInterval(() => server.server.closeIdleConnections(), 100);
-      await Promise.all([server.close(), grpcListener?.close(SHUTDOWN_GRACE_MS), admin?.close()]).finally(
-        () => clearInterval(idle),
-      );
+      const idle = setInterval(() => {
+        server.server.closeIdleConnections();
+        webhookListener?.closeIdleConnections();
+      }, 100);
+      await Promise.all([
+        server.close(),
+        grpcListener?.close(SHUTDOWN_GRACE_MS),
+        admin?.close(),
+        webhookListener === undefined ? undefined : closeServer(webhookListener),
+      ]).finally(() => clearInterval(idle));
       await deps.runtime.close();
       await deps.storage.close();
     },
   };
+}
+
+/** Listens on host:port; resolves with the bound port. */
+function listenOn(server: NodeServer, host: string, port: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(port, host, () => {
+      server.off("error", reject);
+      const a = server.address();
+      resolve(typeof a === "object" && a !== null ? a.port : port);
+    });
+  });
+}
+
+/** Stops accepting and resolves once the server's connections are closed. */
+function closeServer(server: NodeServer): Promise<void> {
+  return new Promise((resolve) => server.close(() => resolve()));
 }
 
 /**

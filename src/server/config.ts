@@ -1,6 +1,7 @@
 import { isAbsolute, resolve } from "node:path";
 import { ProviderHostPolicy } from "../core/provider-host.ts";
 import { DEFAULT_LIMITS, type TransportLimits } from "../transport/limits.ts";
+import { loadTlsConfig, TLS_ENV_DOC, type TlsConfig } from "./tls-config.ts";
 import { loadWebConfig, WEB_ENV_DOC, type WebConfig } from "./web-config.ts";
 
 /** Storage backend: SQLite file under DATA_DIR (default) or MongoDB when MONGODB_URI is set. */
@@ -78,6 +79,13 @@ export interface Config {
   readonly limits: TransportLimits;
   /** Base URL of this service as sandboxes reach it (their webhooks); default: the HTTP listener's address. */
   readonly webhookBaseUrl: string | undefined;
+  /** TLS_CERT_FILE and TLS_KEY_FILE: the HTTP listener serves HTTPS and the gRPC one TLS (tls-config.ts). */
+  readonly tls: TlsConfig | undefined;
+  /**
+   * With TLS and no WEBHOOK_BASE_URL: the port of the plain-HTTP webhook listener on 127.0.0.1 (WEBHOOK_PORT, 0: any
+   * free one); else undefined.
+   */
+  readonly webhookPort: number | undefined;
   /** Process sandboxes: bwrap (required), none, or auto (bwrap when it works, else one user only). */
   readonly sandboxIsolation: "auto" | "bwrap" | "none";
   /** As root, isolated process sandbox n runs as uid/gid sandboxUidBase + n. */
@@ -111,12 +119,28 @@ export interface Config {
       readonly burst: number;
     };
   };
+  /** Agents reached through this service's own origin (docs/agent-proxy.md). */
+  readonly agentProxy: AgentProxyConfig;
   /** /metrics, /docs, /openapi.json on a listener of their own (ADMIN_PORT on ADMIN_HOST); else on PORT. */
   readonly admin: {
     readonly port: number | undefined;
     readonly host: string;
     readonly metricsToken: string | undefined;
   };
+}
+
+/** AGENT_PROXY, PUBLIC_URL and the AGENT_PROXY_* / AGENT_SOCKET_* limits. */
+export interface AgentProxyConfig {
+  /** Conversation and sandbox JSON name agents by this service's origin, which forwards their calls. */
+  readonly enabled: boolean;
+  /** The origin browsers reach this service at, for absolute agent URLs; undefined: relative URLs. */
+  readonly publicUrl: string | undefined;
+  readonly maxBodyBytes: number;
+  readonly timeoutMs: number;
+  readonly callsPerSecond: number;
+  readonly socketsPerUser: number;
+  readonly socketMessageBytes: number;
+  readonly socketMessagesPerSecond: number;
 }
 
 /** What the background sweep keeps (see docs/reliability.md). */
@@ -143,8 +167,9 @@ export class ConfigError extends Error {
 /** Every environment variable the server reads, with its meaning (README and --help print this). */
 export const ENV_DOC: readonly [string, string][] = [
   ["HOST", "interface to listen on (default 127.0.0.1)"],
-  ["PORT", "HTTP/1.1 port: REST, Connect, gRPC-Web (default 3000)"],
-  ["GRPC_PORT", "HTTP/2 cleartext port for gRPC (default 3001)"],
+  ["PORT", "HTTP/1.1 port: REST, Connect, gRPC-Web; https with TLS_CERT_FILE (default 3000)"],
+  ["GRPC_PORT", "HTTP/2 port for gRPC: cleartext, or TLS with TLS_CERT_FILE (default 3001)"],
+  ...TLS_ENV_DOC,
   ["WORKERS", "server processes sharing PORT and GRPC_PORT, 1-64 (default 1: no cluster; docs/workers.md)"],
   ["DATA_DIR", "where SQLite, the key file and process sandboxes live (default ./data)"],
   ["MONGODB_URI", "use MongoDB at this URI instead of SQLite"],
@@ -293,8 +318,34 @@ export const ENV_DOC: readonly [string, string][] = [
     "largest event batch an agent server may post to its webhook (default 33554432: 32 MiB)",
   ],
   [
+    "AGENT_PROXY",
+    "true (default): conversations name their agent by this service's own origin, which forwards the agent's HTTP routes and events websocket to the sandbox, so browsers on other machines need only this one port; false: the agent's direct loopback URL (docs/agent-proxy.md)",
+  ],
+  [
+    "PUBLIC_URL",
+    "the origin browsers reach this service at (https://agents.example.com); agent URLs are then absolute on it (default: relative, the origin the browser used)",
+  ],
+  ["AGENT_PROXY_MAX_BODY_MB", "largest request body (an upload) forwarded to an agent (default 64)"],
+  ["AGENT_PROXY_TIMEOUT_MS", "time an agent has to answer a forwarded call (default 120000)"],
+  [
+    "AGENT_PROXY_CALLS_PER_SECOND",
+    "forwarded HTTP calls per second per sandbox, burst twice that; beyond, 429 (default 100; 0 disables)",
+  ],
+  [
+    "AGENT_SOCKETS_PER_USER",
+    "open agent websockets per user on one server process; one more is refused with 429 (default 32)",
+  ],
+  [
+    "AGENT_SOCKET_MAX_MESSAGE_BYTES",
+    "largest websocket message a client may send to an agent; beyond, the socket closes with 1009 (default 1048576)",
+  ],
+  [
+    "AGENT_SOCKET_MESSAGES_PER_SECOND",
+    "messages a client may send per second on one agent websocket, burst twice that; beyond, it closes with 1008 (default 20; 0 disables)",
+  ],
+  [
     "WEBHOOK_BASE_URL",
-    "this service's URL as sandboxes reach it, for their event webhooks (default http://<HOST>:<PORT>)",
+    "this service's URL as sandboxes reach it, for their event webhooks (default http://<HOST>:<PORT>; with TLS, http://127.0.0.1:<WEBHOOK_PORT>)",
   ],
 ];
 
@@ -409,9 +460,31 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
   if (webhookBaseUrl !== undefined && !/^https?:\/\/[^/\s]+(\/\S*)?$/.test(webhookBaseUrl))
     fail("WEBHOOK_BASE_URL must be an http(s) URL such as http://127.0.0.1:3000");
   const dockerNetwork = env.DOCKER_NETWORK?.trim() || "bridge";
+  let tls: TlsConfig | undefined;
+  try {
+    tls = loadTlsConfig(env, cwd, (p) => new ConfigError(p));
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    problems.push(...err.problems);
+  }
+  // Set, though perhaps not valid (then its problem is reported): the checks below are about TLS being asked for.
+  const tlsAsked = Boolean(env.TLS_CERT_FILE?.trim() || env.TLS_KEY_FILE?.trim());
+  // With TLS, sandboxes post their webhooks to a plain-HTTP listener on 127.0.0.1 (they would not trust the
+  // certificate), which containers on a network of their own do not reach either (docs/tls.md).
+  if (
+    tlsAsked &&
+    runtimeKind === "docker" &&
+    dockerNetwork !== "host" &&
+    dockerNetwork !== "none" &&
+    webhookBaseUrl === undefined
+  )
+    fail(
+      `DOCKER_NETWORK=${dockerNetwork} with TLS: sandboxes post their webhooks to a plain-HTTP listener on 127.0.0.1, which containers on a network of their own do not reach. Set WEBHOOK_BASE_URL to an address containers reach (an https one with a certificate they trust), or DOCKER_NETWORK=host`,
+    );
   // Containers on a network of their own reach this service through the host gateway (host.docker.internal):
   // a loopback-only listener cannot answer their webhooks, and every conversation start would wait on retries.
   if (
+    !tlsAsked &&
     runtimeKind === "docker" &&
     dockerNetwork !== "host" &&
     dockerNetwork !== "none" &&
@@ -427,6 +500,14 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     fail(
       `PORT and GRPC_PORT must differ (both are ${httpPort}): HTTP and gRPC each need a port of their own`,
     );
+  const webhookListener = tlsAsked && webhookBaseUrl === undefined;
+  const webhookPort = webhookListener ? port("WEBHOOK_PORT", 0) : undefined;
+  if (!webhookListener && (env.WEBHOOK_PORT?.trim() ?? "") !== "")
+    fail(
+      `WEBHOOK_PORT is the port of the plain-HTTP webhook listener, which only a TLS server (TLS_CERT_FILE) without WEBHOOK_BASE_URL starts; unset it${webhookBaseUrl === undefined ? " or set TLS_CERT_FILE and TLS_KEY_FILE" : ""}`,
+    );
+  if (webhookPort !== undefined && webhookPort !== 0 && (webhookPort === httpPort || webhookPort === grpcPort))
+    fail(`WEBHOOK_PORT must differ from PORT and GRPC_PORT (${webhookPort})`);
   const localRoots = localRepositoryRoots(env.LOCAL_REPOSITORY_ROOTS);
   let web: WebConfig;
   try {
@@ -439,6 +520,19 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
   const metricsToken = env.METRICS_TOKEN?.trim() || undefined;
   if (metricsToken !== undefined && (metricsToken.length < 16 || /\s/.test(metricsToken)))
     fail("METRICS_TOKEN must be at least 16 characters without spaces");
+  const publicUrl = env.PUBLIC_URL?.trim().replace(/\/+$/, "") || undefined;
+  if (publicUrl !== undefined) {
+    let origin: string | undefined;
+    try {
+      origin = new URL(publicUrl).origin;
+    } catch {
+      origin = undefined;
+    }
+    if (origin !== publicUrl || !/^https?:/.test(publicUrl))
+      fail(
+        `PUBLIC_URL must be an origin such as https://agents.example.com (scheme, host and port, no path), got ${JSON.stringify(env.PUBLIC_URL)}`,
+      );
+  }
   const adminPort = env.ADMIN_PORT === undefined || env.ADMIN_PORT === "" ? undefined : port("ADMIN_PORT", 0);
   const config: Config = {
     host,
@@ -498,6 +592,8 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
       maxWebhookBytes: int("WEBHOOK_MAX_BODY_BYTES", 32 * 1024 * 1024, 1024 * 1024, 1024 * 1024 * 1024),
     }),
     webhookBaseUrl,
+    tls,
+    webhookPort,
     sandboxIsolation: isolation as Config["sandboxIsolation"],
     localRepositoryRoots: localRoots,
     sandboxUidBase: int("SANDBOX_UID_BASE", 1_000_000_000, 1000, 4_000_000_000),
@@ -526,6 +622,16 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
         perSecond: int("WEBHOOK_EVENTS_PER_SECOND", 200, 0, 10_000_000),
         burst: int("WEBHOOK_EVENTS_BURST", 5_000, 1000, 100_000_000),
       }),
+    }),
+    agentProxy: Object.freeze({
+      enabled: flag("AGENT_PROXY", true),
+      publicUrl,
+      maxBodyBytes: int("AGENT_PROXY_MAX_BODY_MB", 64, 1, 1 << 20) * MB,
+      timeoutMs: int("AGENT_PROXY_TIMEOUT_MS", 120_000, 100, 86_400_000),
+      callsPerSecond: int("AGENT_PROXY_CALLS_PER_SECOND", 100, 0, 1_000_000),
+      socketsPerUser: int("AGENT_SOCKETS_PER_USER", 32, 1, 100_000),
+      socketMessageBytes: int("AGENT_SOCKET_MAX_MESSAGE_BYTES", 1024 * 1024, 1024, 256 * 1024 * 1024),
+      socketMessagesPerSecond: int("AGENT_SOCKET_MESSAGES_PER_SECOND", 20, 0, 1_000_000),
     }),
     admin: Object.freeze({ port: adminPort, host: env.ADMIN_HOST?.trim() || "127.0.0.1", metricsToken }),
   };

@@ -86,13 +86,19 @@ export interface ContainerDeps {
   log: (msg: string, data?: Record<string, unknown>) => void;
   /** What one user may store and what sandboxes may post (default: DEFAULT_QUOTAS; docs/quotas.md). */
   quotas?: Quotas;
-  /** Browser sign-in: allowed origins, proxy trust, session lifetime, single-user mode. */
+  /**
+   * Browser sign-in: allowed origins, proxy trust, session lifetime, single-user mode; `tls`: the server serves
+   * TLS itself (every request is secure: the `__Host-` cookie, an https origin).
+   */
   web: {
     corsOrigins?: readonly string[];
     trustProxy?: boolean;
+    tls?: boolean;
     singleUser?: boolean;
     sessionMaxAgeSeconds?: number;
   };
+  /** How sandbox and conversation JSON name agents (SandboxServiceOptions.agentUrls; default: proxied). */
+  agentUrls?: { proxied: boolean; publicUrl?: string | undefined };
 }
 
 /** The services of one server, wired together, with what every transport needs to serve them. */
@@ -184,6 +190,7 @@ export function createContainer(deps: ContainerDeps): Container {
     log: deps.log,
     // Sandboxes used by unfinished conversation starts (of any server sharing the store) keep their slot.
     inUseByStarts: (userId) => storage.startTasks.sandboxesInUse(userId),
+    ...(deps.agentUrls === undefined ? {} : { agentUrls: deps.agentUrls }),
   });
   const agent = deps.agent ?? new HttpAgentClient();
   const facts = new ConversationFactBus();
@@ -251,6 +258,7 @@ export function createContainer(deps: ContainerDeps): Container {
     box: new SecretBox(box.derive("browser-sessions")),
     allowedOrigins: web.corsOrigins ?? [],
     trustProxy: web.trustProxy ?? false,
+    tls: web.tls ?? false,
     maxAgeSeconds: web.sessionMaxAgeSeconds ?? 24 * 3600,
     singleUser: web.singleUser ?? false,
   });

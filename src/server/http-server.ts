@@ -1,6 +1,7 @@
 import { timingSafeEqual } from "node:crypto";
-import { createServer, type IncomingMessage, type RequestListener, type ServerResponse } from "node:http";
+import type { IncomingMessage, RequestListener, ServerResponse } from "node:http";
 import { createRequire } from "node:module";
+import type { Duplex } from "node:stream";
 import Fastify, {
   type FastifyInstance,
   type FastifyRequest,
@@ -11,6 +12,9 @@ import Fastify, {
 import type { Caller } from "../core/context.ts";
 import { notFound, unauthenticated } from "../core/errors.ts";
 import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
+import { agentCallKey } from "../proxy/agent-calls.ts";
+import { type AgentProxyLimits, createAgentHttpProxy } from "../proxy/agent-http.ts";
+import { type AgentSocketLimits, AgentSockets } from "../proxy/agent-sockets.ts";
 import { eventRoutes } from "../rest/event-routes.ts";
 import { gitRoutes } from "../rest/git-routes.ts";
 import { legacyConversationRoutes } from "../rest/legacy-conversation-routes.ts";
@@ -32,6 +36,7 @@ import { DEFAULT_LIMITS, type TransportLimits } from "../transport/limits.ts";
 import { connectAhead } from "./connect-ahead.ts";
 import type { Container } from "./container.ts";
 import { registerDocs } from "./docs.ts";
+import { createHttpOrHttpsServer } from "./tls-listeners.ts";
 import { registerUi } from "./ui-static.ts";
 
 export const VERSION = "0.1.0";
@@ -50,6 +55,8 @@ export interface HttpServerOptions {
   storageKind: string;
   /** How long Connect streams may run on once the server starts closing. */
   shutdownTimeoutMs: number;
+  /** Serve HTTPS with this certificate chain and key (PEM; TLS_CERT_FILE, TLS_KEY_FILE); undefined: plain HTTP. */
+  tls?: { cert: Buffer; key: Buffer } | undefined;
   /** Browser-facing options: web UI folder, CORS origins, /api/options lists. */
   web: { uiDir?: string | undefined; corsOrigins?: readonly string[]; options?: OptionsLists };
   /** Where /metrics, /docs and /openapi.json are served, and who may read /metrics. */
@@ -59,6 +66,11 @@ export interface HttpServerOptions {
    * every Connect request on connect-node's handler (AppDeps.connectFastPath).
    */
   connectFastPath?: boolean;
+  /**
+   * Agents reached through this listener (docs/agent-proxy.md): calls made with a sandbox's session key to the
+   * agent's routes, and its events websocket, are forwarded to that sandbox's agent. Undefined: off.
+   */
+  agentProxy?: AgentProxyLimits & AgentSocketLimits;
 }
 
 export interface AdminOptions {
@@ -109,27 +121,44 @@ export async function createHttpServer(
     fastPath: options.connectFastPath !== false,
   });
   const requestId = requestIds();
-  // The HTTP/1.1 server Fastify would make (the timeouts below and Fastify's keep-alive), with the Connect
-  // listener in front of Fastify's handler.
+  // Agent calls (a sandbox's session key on one of the agent's routes) go to that sandbox's agent before the
+  // service routes anything (the proxy is built once Fastify's logger exists, before the server listens); the
+  // events websocket is relayed from the server's 'upgrade' event.
+  let agentProxy: Awaited<ReturnType<typeof createAgentHttpProxy>> | undefined;
+  let agentSockets: AgentSockets | undefined;
   const serverFactory: FastifyServerFactory = (fastify) => {
-    const server = createServer(
+    const listener = connectAhead(
+      {
+        handler: connect,
+        requestId,
+        log: () => http.log,
+        observe: (method, route, status, seconds) => metrics.http(method, route, status, seconds),
+        cors: (options.web.corsOrigins ?? []).length > 0,
+        closing: () => closing,
+      },
+      fastify as RequestListener,
+    );
+    const server = createHttpOrHttpsServer(
+      options.tls,
       {
         headersTimeout,
         requestTimeout: limits.requestTimeoutMs,
         connectionsCheckingInterval: TIMEOUT_CHECK_MS,
       },
-      connectAhead(
-        {
-          handler: connect,
-          requestId,
-          log: () => http.log,
-          observe: (method, route, status, seconds) => metrics.http(method, route, status, seconds),
-          cors: (options.web.corsOrigins ?? []).length > 0,
-          closing: () => closing,
-        },
-        fastify as RequestListener,
-      ),
+      options.agentProxy === undefined
+        ? listener
+        : (req, res) => {
+            if (agentProxy !== undefined && agentCallKey(req) !== undefined) agentProxy.routing(req, res);
+            else listener(req, res);
+          },
     );
+    server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+      if (agentSockets?.serves(req) === true) {
+        // An upgraded connection is in use for as long as it stays open.
+        connections.begin(req.socket);
+        agentSockets.upgrade(req, socket, head);
+      } else socket.end(NOT_UPGRADABLE);
+    });
     server.keepAliveTimeout = FASTIFY_KEEP_ALIVE_MS;
     return server;
   };
@@ -146,6 +175,27 @@ export async function createHttpServer(
     requestTimeout: limits.requestTimeoutMs,
     serverFactory,
   });
+  if (options.agentProxy !== undefined) {
+    const agentDeps = {
+      target: (key: string) => container.services.sandboxes.agentTarget(key),
+      userOf: async (req: IncomingMessage) => {
+        const key = container.sessions.cookieKeyOf(nodeHeaders(req.headers));
+        if (key === undefined) return null;
+        const caller = await Promise.resolve(key)
+          .then((k) => container.authenticate(k))
+          .catch(() => null);
+        return caller?.userId ?? null;
+      },
+      logger: http.log,
+    };
+    agentProxy = await createAgentHttpProxy({
+      ...agentDeps,
+      limits: options.agentProxy,
+      observe: (method, route, status, seconds) => metrics.http(method, route, status, seconds),
+      requestId,
+    });
+    agentSockets = new AgentSockets(agentDeps, options.agentProxy);
+  }
   let cutOff: NodeJS.Timeout | undefined;
   http.addHook("preClose", (done) => {
     closing = true;
@@ -154,7 +204,8 @@ export async function createHttpServer(
   });
   http.addHook("onClose", (_instance, done) => {
     clearTimeout(cutOff);
-    done();
+    agentSockets?.close();
+    void (agentProxy?.close() ?? Promise.resolve()).finally(done);
   });
   // Connections without a request head within the header timeout are closed (Node times out only connections
   // that have begun a request), and at MAX_CONNECTIONS the longest idle one makes room for a new client.
@@ -358,6 +409,10 @@ function lazySchemaCompilers() {
     },
   } as never;
 }
+
+/** The answer to an upgrade request this server does not take (only the agent events websocket is one). */
+const NOT_UPGRADABLE =
+  'HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: 22\r\n\r\n{"detail":"Not Found"}';
 
 /** Request ids as Fastify makes them by default (req-1, req-2, … in base 36), for Fastify and the Connect listener. */
 function requestIds(): () => string {

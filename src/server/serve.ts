@@ -73,7 +73,21 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     conversations: { localRepositoryRoots: config.localRepositoryRoots },
     admin: config.admin,
     quotas: config.quotas,
+    agentProxy: {
+      enabled: config.agentProxy.enabled,
+      publicUrl: config.agentProxy.publicUrl,
+      limits: {
+        maxBodyBytes: config.agentProxy.maxBodyBytes,
+        timeoutMs: config.agentProxy.timeoutMs,
+        callsPerSecond: config.agentProxy.callsPerSecond,
+        socketsPerUser: config.agentProxy.socketsPerUser,
+        maxMessageBytes: config.agentProxy.socketMessageBytes,
+        messagesPerSecond: config.agentProxy.socketMessagesPerSecond,
+      },
+    },
     ...(config.webhookBaseUrl === undefined ? {} : { webhookBaseUrl: config.webhookBaseUrl }),
+    tls: config.tls,
+    webhookPort: config.webhookPort,
   });
   const log = app.http.log;
   runtimeLog = (msg, data) => log.info({ runtime: runtime.kind, ...data }, msg);
@@ -104,7 +118,7 @@ export async function serve(config: Readonly<Config>): Promise<void> {
   if (keyCreated) log.info({ file: config.encryptionKeyFile }, "created encryption key file (mode 0600)");
   // SESSION_API_KEY is stored before listening (it works from the first request); a generated key only after.
   if (config.sessionApiKey !== undefined) await app.keys.bootstrap(config.sessionApiKey);
-  let ports: { port: number; grpcPort: number; adminPort?: number };
+  let ports: Awaited<ReturnType<typeof app.listen>>;
   try {
     ports = await app.listen(config.host, config.port, config.grpcPort);
   } catch (err) {
@@ -125,8 +139,11 @@ export async function serve(config: Readonly<Config>): Promise<void> {
   }
   log.info(
     {
-      http: `http://${config.host}:${ports.port}`,
+      http: `${config.tls === undefined ? "http" : "https"}://${config.host}:${ports.port}`,
       grpc: `${config.host}:${ports.grpcPort}`,
+      // HTTPS and gRPC over TLS, with this certificate.
+      ...(config.tls === undefined ? {} : { tls: config.tls.certFile }),
+      ...(ports.webhookPort === undefined ? {} : { webhooks: `http://127.0.0.1:${ports.webhookPort}` }),
       ...(ports.adminPort === undefined ? {} : { admin: `http://${config.admin.host}:${ports.adminPort}` }),
       storage: storage.kind,
     },

@@ -29,6 +29,8 @@ export interface BrowserSessionOptions {
   allowedOrigins: readonly string[];
   /** X-Forwarded-Proto / X-Forwarded-Host describe the browser's view of the server (TRUST_PROXY). */
   trustProxy: boolean;
+  /** The server serves TLS itself (TLS_CERT_FILE): every request came over HTTPS (default false). */
+  tls?: boolean;
   /** Lifetime of a sign-in. */
   maxAgeSeconds: number;
   /** AUTH_MODE=single-user: a request with neither key nor cookie acts as user "default". */
@@ -48,6 +50,7 @@ export class BrowserSessions {
   readonly #box: SecretBox;
   readonly #allowed: ReadonlySet<string>;
   readonly #trustProxy: boolean;
+  readonly #tls: boolean;
   readonly maxAgeSeconds: number;
   readonly singleUser: boolean;
 
@@ -55,6 +58,7 @@ export class BrowserSessions {
     this.#box = options.box;
     this.#allowed = new Set(options.allowedOrigins);
     this.#trustProxy = options.trustProxy;
+    this.#tls = options.tls ?? false;
     this.maxAgeSeconds = options.maxAgeSeconds;
     this.singleUser = options.singleUser;
   }
@@ -107,6 +111,18 @@ export class BrowserSessions {
   }
 
   /**
+   * The key of a valid session cookie alone, whatever else the request carries (the agent proxy asks whose a
+   * request is besides the sandbox key in its header); undefined without one.
+   */
+  cookieKeyOf(header: HeaderLookup): string | undefined {
+    const cookieHeader = header("cookie");
+    if (cookieHeader?.includes(SESSION_COOKIE) !== true) return undefined;
+    const cookies = parseCookie(cookieHeader);
+    const value = cookies[SECURE_SESSION_COOKIE] ?? cookies[SESSION_COOKIE];
+    return value === undefined ? undefined : this.open(value);
+  }
+
+  /**
    * True when the request's Origin (else its Referer's origin) is the server's own or an allowed one. A request
    * with neither passes only when `absentOk` (clients that are not browsers send neither).
    */
@@ -124,15 +140,21 @@ export class BrowserSessions {
     return origin === this.ownOrigin(header) || this.#allowed.has(origin);
   }
 
-  /** The origin the browser sees this server at (scheme from X-Forwarded-Proto when the proxy is trusted). */
+  /**
+   * The origin the browser sees this server at: https when the server serves TLS itself, else the scheme of
+   * X-Forwarded-Proto when the proxy is trusted.
+   */
   ownOrigin(header: HeaderLookup): string {
     const host = this.#forwarded(header, "host") ?? header("host") ?? "";
     return `${this.secure(header) ? "https" : "http"}://${host}`;
   }
 
-  /** The request reached the proxy over TLS (the server itself speaks plain HTTP): the cookie is Secure then. */
+  /**
+   * The request came over TLS: to this server itself when it serves TLS, else to a trusted proxy in front of it
+   * (X-Forwarded-Proto). The cookie is Secure then.
+   */
   secure(header: HeaderLookup): boolean {
-    return this.#forwarded(header, "proto") === "https";
+    return this.#tls || this.#forwarded(header, "proto") === "https";
   }
 
   /** Set-Cookie options of a sign-in (name by secureness: `__Host-` prefix over HTTPS). */

@@ -78,24 +78,28 @@ export class ConnectionGuard {
     return true;
   }
 
-  /** A request or call starts on `socket`; the returned function ends it (idempotent). */
+  /**
+   * A request or call starts on `socket`; the returned function ends it (idempotent). Over TLS the request's socket
+   * is the TLS socket on top of the accepted one: the connection is then found by its peer address.
+   */
   begin(socket: Socket): () => void {
-    const t = this.#tracked.get(socket);
-    if (t === undefined) return () => {};
+    const conn = this.#tracked.has(socket) ? socket : this.#byPeer.get(peerOf(socket) ?? "");
+    const t = conn === undefined ? undefined : this.#tracked.get(conn);
+    if (conn === undefined || t === undefined) return () => {};
     t.busy += 1;
     t.used = true;
     if (t.timer !== undefined) {
       clearTimeout(t.timer);
       t.timer = undefined;
     }
-    this.#idle.delete(socket);
+    this.#idle.delete(conn);
     let ended = false;
     return () => {
       if (ended) return;
       ended = true;
       t.busy -= 1;
       // Still open and now idle: to the end of the idle order (idle the shortest).
-      if (t.busy === 0 && this.#tracked.get(socket) === t) this.#idle.add(socket);
+      if (t.busy === 0 && this.#tracked.get(conn) === t) this.#idle.add(conn);
     };
   }
 

@@ -7,6 +7,7 @@
 import { describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { useBuiltinAgentApp } from "../helpers/builtin-agent-app.ts";
+import { uiAgentBase, uiSocketUrl } from "../helpers/ui-urls.ts";
 import { until } from "../helpers/until.ts";
 
 type Ev = { kind: string; id: string; key?: string; value?: unknown; [k: string]: unknown };
@@ -32,13 +33,13 @@ describe("a conversation with the built-in agent through the service", () => {
       conversation_url: string;
       session_api_key: string;
     }[];
-    expect(app?.conversation_url).toBeTruthy();
-    const agentHost = new URL(app?.conversation_url ?? "").host;
+    // The agent is reached through the service's own origin: the URL is relative, as the UI resolves it.
+    expect(app?.conversation_url).toBe(`/api/conversations/${id}`);
 
     // The UI's websocket (conversation-websocket-context.tsx): resend_all and the key in the query.
     const events: Ev[] = [];
     const ws = new WebSocket(
-      `ws://${agentHost}/sockets/events/${id}?resend_all=true&session_api_key=${app?.session_api_key}`,
+      `${uiSocketUrl(id, app?.conversation_url, fx.t.url)}?resend_all=true&session_api_key=${app?.session_api_key}`,
     );
     ws.on("message", (d) => events.push(JSON.parse(d.toString()) as Ev));
     await new Promise<void>((r, j) => ws.once("open", () => r()).once("error", j));
@@ -87,7 +88,7 @@ describe("a conversation with the built-in agent through the service", () => {
     expect(listed?.execution_status).toBe("finished");
 
     // The file is in the sandbox's workspace.
-    const cat = await fetch(new URL("/api/bash/execute_bash_command", app?.conversation_url), {
+    const cat = await fetch(new URL("/api/bash/execute_bash_command", uiAgentBase(app?.conversation_url, fx.t.url)), {
       method: "POST",
       headers: { "x-session-api-key": app?.session_api_key ?? "" },
       body: JSON.stringify({ command: "cat answer.txt" }),

@@ -15,8 +15,10 @@ import { startFakeLlm } from "./fake-llm.ts";
 
 export interface TestApp {
   app: App;
-  /** http://127.0.0.1:PORT */
+  /** http://127.0.0.1:PORT (https with options.tls) */
   url: string;
+  /** With options.tls and no webhookBaseUrl: the plain-HTTP webhook listener's http://127.0.0.1:PORT. */
+  webhookUrl?: string;
   grpcAddress: string;
   /** The admin listener's http://127.0.0.1:PORT, when the app has one (options.admin.port). */
   adminUrl?: string;
@@ -76,6 +78,10 @@ export interface TestAppOptions {
   quotas?: AppDeps["quotas"];
   /** This service's URL as sandboxes reach it (default: the listener's). */
   webhookBaseUrl?: string;
+  /** Serve HTTPS and gRPC over TLS with this certificate chain and key (then `url` is https). */
+  tls?: AppDeps["tls"];
+  /** The agent proxy's switch, public URL and limits (default: on, DEFAULT_AGENT_PROXY). */
+  agentProxy?: AppDeps["agentProxy"];
 }
 
 /** A real server on free loopback ports over a SQLite file in a temporary folder. */
@@ -103,6 +109,8 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     ...(options.agent ? { agent: options.agent } : {}),
     ...(options.admin ? { admin: options.admin } : {}),
     ...(options.webhookBaseUrl ? { webhookBaseUrl: options.webhookBaseUrl } : {}),
+    ...(options.tls ? { tls: options.tls } : {}),
+    ...(options.agentProxy ? { agentProxy: options.agentProxy } : {}),
     ...(options.connectFastPath === undefined ? {} : { connectFastPath: options.connectFastPath }),
     // As the per-key rate, one user's write rate is off unless a test asks for it.
     quotas: options.quotas ?? {
@@ -117,7 +125,8 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
   const llmBaseUrl = options.llmBaseUrl ?? llm?.url ?? null;
   return {
     app,
-    url: `http://127.0.0.1:${ports.port}`,
+    url: `${options.tls ? "https" : "http"}://127.0.0.1:${ports.port}`,
+    ...(ports.webhookPort === undefined ? {} : { webhookUrl: `http://127.0.0.1:${ports.webhookPort}` }),
     grpcAddress: `127.0.0.1:${ports.grpcPort}`,
     ...(ports.adminPort === undefined ? {} : { adminUrl: `http://127.0.0.1:${ports.adminPort}` }),
     storage,

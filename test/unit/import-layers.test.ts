@@ -16,6 +16,7 @@ const ALLOWED: Record<string, readonly string[]> = {
   transport: ["core", "gen", "ports"],
   rest: ["transport", "services", "core", "gen", "ports"],
   rpc: ["transport", "services", "core", "gen", "ports"],
+  proxy: ["transport", "services", "core", "gen", "ports"],
   storage: ["ports", "core", "gen"],
   sandbox: ["ports", "core", "gen", "sandbox-agent"],
   "sandbox-agent": ["core", "gen"],

@@ -18,7 +18,7 @@
 import { createHash } from "node:crypto";
 import type Docker from "dockerode";
 import type { ContainerInfo, ContainerInspectInfo } from "dockerode";
-import { base62 } from "../../core/ids.ts";
+import { base62, newSessionKey } from "../../core/ids.ts";
 import type { RuntimeHandle, RuntimeSpec, WarmClaim, WarmPlan } from "../../ports/sandbox-runtime.ts";
 
 /** Stands for the sandbox id in the spec a warm container runs, when its configuration is compared. */
@@ -283,7 +283,7 @@ export class WarmContainers {
     if (plan === null) return;
     pool.starting++;
     const sandboxId = base62(22);
-    const sessionApiKey = base62(43);
+    const sessionApiKey = newSessionKey(sandboxId);
     let handle: RuntimeHandle | null = null;
     const done: Promise<void> = (async () => {
       const imageId = await this.#o.imageId(pool.spec.id);

@@ -518,7 +518,7 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
       sandboxStatus: info?.status ?? SandboxStatus.MISSING,
       executionStatus,
       ...(running && agentUrl !== undefined
-        ? { conversationUrl: `${agentUrl}/api/conversations/${r.id}` }
+        ? { conversationUrl: `${agentUrl.replace(/\/$/, "")}/api/conversations/${r.id}` }
         : {}),
       ...(running && info?.sessionApiKey !== undefined ? { sessionApiKey: info.sessionApiKey } : {}),
     };

@@ -1,8 +1,9 @@
+import { timingSafeEqual } from "node:crypto";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { requireCaller } from "../../core/context.ts";
 import { failedPrecondition, invalid, notFound } from "../../core/errors.ts";
-import { base62 } from "../../core/ids.ts";
+import { base62, newSessionKey, sandboxIdOfSessionKey } from "../../core/ids.ts";
 import type { PageTokens } from "../../core/page-token.ts";
 import { RateLimiter } from "../../core/rate-limiter.ts";
 import type { SecretBox } from "../../core/secret-box.ts";
@@ -126,6 +127,21 @@ export interface SandboxServiceOptions {
    * that ended reads ERROR at once whatever this says.
    */
   unansweredGraceMs?: number;
+  /**
+   * How sandbox JSON names the agent (docs/agent-proxy.md). `proxied` (the default): a sandbox whose session key
+   * names it is reached through this service's own origin, so its AGENT_SERVER URL is `publicUrl` (or `/`, the
+   * origin the client used) and its direct loopback URL is AGENT_SERVER_DIRECT; false: the direct URL only.
+   */
+  agentUrls?: { proxied: boolean; publicUrl?: string | undefined };
+}
+
+/** Where the agent proxy sends a call made with a sandbox's session key (see {@link SandboxService.agentTarget}). */
+export interface AgentTarget {
+  sandboxId: string;
+  ownerId: string;
+  status: SandboxStatus;
+  /** The agent's base URL as the runtime recorded it; null when the sandbox has no running handle. */
+  agentUrl: string | null;
 }
 
 /** How a start or resume waits when all of the user's running slots are held by sandboxes that are starting. */
@@ -201,6 +217,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       inUseByStarts: async () => [],
       slotWaitMs: 30_000,
       unansweredGraceMs: 15_000,
+      agentUrls: { proxied: true },
       deleteGraceMs: Math.min(15_000, options.orphanGraceMs ?? startTimeoutMs),
       ...options,
       startTimeoutMs,
@@ -375,7 +392,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     const claimed =
       id === undefined ? await this.#claimWarm(spec, userId) : await this.#claimedWarm(id).catch(() => null);
     const sandboxId = claimed?.sandboxId ?? id ?? newSandboxId();
-    const sessionApiKey = claimed?.sessionApiKey ?? base62(43);
+    const sessionApiKey = claimed?.sessionApiKey ?? newSessionKey(sandboxId);
     // A warm sandbox taken for a start that does not happen goes: it is never given to another user.
     const release = async (): Promise<void> => {
       this.#warmSettled(userId, claimed);
@@ -589,6 +606,34 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     }
   }
 
+  /**
+   * The sandbox a session key opens, for the agent proxy: the key names the sandbox's id and must equal the key
+   * sealed in its record (compared in constant time). Null for any other string, an unknown or deleted sandbox, or
+   * a wrong key; the record's status and runtime handle are returned as stored (no probe of the agent).
+   */
+  async agentTarget(key: string): Promise<AgentTarget | null> {
+    const id = sandboxIdOfSessionKey(key);
+    if (id === null) return null;
+    const record = await this.#o.repo.get(id);
+    if (record === null || record.deleting === true) return null;
+    let stored: string;
+    try {
+      stored = this.sessionKey(record);
+    } catch {
+      return null;
+    }
+    const a = Buffer.from(stored);
+    const b = Buffer.from(key);
+    if (a.length !== b.length || !timingSafeEqual(a, b)) return null;
+    const handle = handleOrNull(record);
+    return {
+      sandboxId: record.id,
+      ownerId: record.ownerId,
+      status: record.status,
+      agentUrl: handle?.agentUrl ?? null,
+    };
+  }
+
   /** The plaintext session key of a sandbox. */
   sessionKey(record: SandboxRecord): string {
     return this.#o.box.open(record.sessionApiKey, `${record.ownerId}:sandbox`);
@@ -631,9 +676,21 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
    */
   #exposedUrls(record: SandboxRecord, handle: RuntimeHandle): ExposedUrl[] {
     const origin = new URL(handle.agentUrl).origin.replace(/:\d+$/, "");
-    const urls: ExposedUrl[] = [
-      { $typeName: "workspace.v1.ExposedUrl", name: "AGENT_SERVER", url: handle.agentUrl, port: handle.port },
-    ];
+    const direct = {
+      $typeName: "workspace.v1.ExposedUrl",
+      name: "AGENT_SERVER",
+      url: handle.agentUrl,
+      port: handle.port,
+    } as const;
+    const urls: ExposedUrl[] = [direct];
+    const proxy = this.#o.agentUrls;
+    if (proxy.proxied && sandboxIdOfSessionKey(this.sessionKey(record)) === record.id)
+      urls.splice(
+        0,
+        1,
+        { ...direct, url: proxy.publicUrl ?? "/" },
+        { ...direct, name: "AGENT_SERVER_DIRECT" },
+      );
     for (const { name, port } of handle.exposedPorts ?? []) {
       let url = `${origin}:${port}`;
       if (name === "VSCODE") url += `/?tkn=${this.sessionKey(record)}&folder=${handle.workingDir ?? ""}`;

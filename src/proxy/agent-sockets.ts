@@ -1,0 +1,275 @@
+/**
+ * The agent proxy's websocket half: `GET /sockets/events/{id}?session_api_key=<sandbox key>&…` upgraded on the
+ * service's own listener is relayed, message by message (ws on both sides), to the same path on the agent the key's
+ * sandbox recorded. The agent's handshake comes first: the client's upgrade is accepted only once the agent
+ * accepted, so a refusal is an HTTP answer with a JSON body, never a socket that opens and hangs.
+ *
+ * Bounds: a message from the client of at most maxMessageBytes (close 1009), messagesPerSecond per socket (close
+ * 1008), socketsPerUser open sockets per sandbox owner on this server process (429), a client that does not read
+ * stops the agent's side (backpressure, never an unbounded queue), and a sandbox that stops running (paused,
+ * deleted, ERROR) has its sockets closed within checkMs (1001 "sandbox is not running").
+ */
+import type { IncomingMessage } from "node:http";
+import type { Duplex } from "node:stream";
+import WebSocket, { WebSocketServer } from "ws";
+import { RateLimiter } from "../core/rate-limiter.ts";
+import type { AgentTarget } from "../services/sandboxes/sandbox-service.ts";
+import { pathOf, SOCKET_PREFIX, socketKey } from "./agent-calls.ts";
+import { AgentCallError, type AgentProxyDeps, resolveAgent } from "./agent-http.ts";
+
+export interface AgentSocketLimits {
+  /** Largest message a client may send (the agent's messages may be up to 64 times that). */
+  maxMessageBytes: number;
+  /** Messages a client may send per second on one socket (burst twice that); 0: no limit. */
+  messagesPerSecond: number;
+  /** Open sockets per sandbox owner on this server process. */
+  socketsPerUser: number;
+  /** How long the agent has to accept the handshake. */
+  handshakeTimeoutMs: number;
+  /** How often open sockets' sandboxes are checked (still running, key still valid). */
+  checkMs: number;
+}
+
+interface Relay {
+  key: string;
+  ownerId: string;
+  sandboxId: string;
+  client: WebSocket;
+  agent: WebSocket;
+  /** Closes both sides (set once the relay runs). */
+  end?: (code: number, reason: string) => void;
+}
+
+/** Sends the agent waits for before it stops reading the agent (the client's socket is not keeping up). */
+const MAX_PENDING_SENDS = 64;
+
+/** Relays the agent events websockets (see the module's comment). */
+export class AgentSockets {
+  readonly #deps: Pick<AgentProxyDeps, "target" | "userOf" | "logger">;
+  readonly #limits: AgentSocketLimits;
+  readonly #server: WebSocketServer;
+  readonly #relays = new Set<Relay>();
+  readonly #perUser = new Map<string, number>();
+  #timer: NodeJS.Timeout | undefined;
+  #checking = false;
+  #closed = false;
+
+  constructor(deps: Pick<AgentProxyDeps, "target" | "userOf" | "logger">, limits: AgentSocketLimits) {
+    this.#deps = deps;
+    this.#limits = limits;
+    this.#server = new WebSocketServer({
+      noServer: true,
+      maxPayload: limits.maxMessageBytes,
+      perMessageDeflate: false,
+      clientTracking: false,
+    });
+  }
+
+  /** Open relays (for tests and metrics). */
+  get size(): number {
+    return this.#relays.size;
+  }
+
+  /** Whether an upgrade request is for the events websocket (else the caller refuses it). */
+  serves(req: IncomingMessage): boolean {
+    return pathOf(req.url ?? "").startsWith(SOCKET_PREFIX);
+  }
+
+  /** Takes over an upgrade request for the events websocket. */
+  upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    socket.on("error", () => socket.destroy());
+    void this.#upgrade(req, socket, head).catch((err: unknown) => {
+      this.#deps.logger.error({ err }, "agent socket failed");
+      refuse(socket, 502, "The sandbox's agent could not be reached");
+    });
+  }
+
+  async #upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    if (this.#closed) return refuse(socket, 503, "The server is shutting down");
+    const url = new URL(req.url ?? "/", "http://agent");
+    const key = socketKey(url, req.headers);
+    if (key === undefined)
+      return refuse(socket, 401, "A sandbox session key is required (the session_api_key query parameter)");
+    let target: AgentTarget & { agentUrl: string };
+    try {
+      target = await resolveAgent(this.#deps, key, req);
+    } catch (err) {
+      if (err instanceof AgentCallError) return refuse(socket, err.status, err.message, err.headers);
+      throw err;
+    }
+    const open = this.#perUser.get(target.ownerId) ?? 0;
+    if (open >= this.#limits.socketsPerUser)
+      return refuse(
+        socket,
+        429,
+        `Too many open agent websockets: a user may have ${this.#limits.socketsPerUser} open; close one first`,
+      );
+    this.#perUser.set(target.ownerId, open + 1);
+    let counted = true;
+    const uncount = () => {
+      if (!counted) return;
+      counted = false;
+      const n = (this.#perUser.get(target.ownerId) ?? 1) - 1;
+      if (n <= 0) this.#perUser.delete(target.ownerId);
+      else this.#perUser.set(target.ownerId, n);
+    };
+    socket.once("close", uncount);
+    // The agent's side first: the same path and query on the recorded agent, no header of the client's.
+    const base = new URL(target.agentUrl);
+    const upstreamUrl = new URL(
+      url.pathname + url.search,
+      `${base.protocol === "https:" ? "wss" : "ws"}://${base.host}`,
+    );
+    const agent = new WebSocket(upstreamUrl, {
+      perMessageDeflate: false,
+      maxPayload: this.#limits.maxMessageBytes * 64,
+      handshakeTimeout: this.#limits.handshakeTimeoutMs,
+    });
+    const opened = await new Promise<{ ok: true } | { ok: false; status: number; detail: string }>(
+      (resolve) => {
+        agent.once("open", () => resolve({ ok: true }));
+        agent.once("unexpected-response", (_r, res) => {
+          res.resume();
+          resolve({
+            ok: false,
+            status: 502,
+            detail: `The sandbox's agent refused the websocket (${res.statusCode})`,
+          });
+        });
+        agent.once("error", () =>
+          resolve({ ok: false, status: 502, detail: "The sandbox's agent could not be reached" }),
+        );
+        socket.once("close", () => resolve({ ok: false, status: 499, detail: "client went away" }));
+      },
+    );
+    if (!opened.ok || socket.destroyed) {
+      uncount();
+      agent.removeAllListeners();
+      agent.on("error", () => {});
+      agent.terminate();
+      if (opened.ok || opened.status === 499) socket.destroy();
+      else refuse(socket, opened.status, opened.detail);
+      return;
+    }
+    this.#server.handleUpgrade(req, socket, head, (client) => {
+      this.#relay({ key, ownerId: target.ownerId, sandboxId: target.sandboxId, client, agent }, uncount);
+    });
+  }
+
+  #relay(r: Relay, uncount: () => void): void {
+    const { client, agent } = r;
+    this.#relays.add(r);
+    this.#watch();
+    const rate = new RateLimiter(
+      this.#limits.messagesPerSecond,
+      Math.max(1, this.#limits.messagesPerSecond * 2),
+    );
+    let pending = 0;
+    const sent = () => {
+      pending--;
+      if (pending < MAX_PENDING_SENDS / 2 && agent.isPaused) agent.resume();
+    };
+    agent.on("message", (data, isBinary) => {
+      if (client.readyState !== WebSocket.OPEN) return;
+      pending++;
+      client.send(data, { binary: isBinary }, sent);
+      if (pending >= MAX_PENDING_SENDS && !agent.isPaused) agent.pause();
+    });
+    client.on("message", (data, isBinary) => {
+      if (!rate.has("socket")) {
+        client.close(1008, "Too many messages: slow down");
+        return;
+      }
+      rate.spend("socket");
+      if (agent.readyState === WebSocket.OPEN) agent.send(data, { binary: isBinary });
+    });
+    let ended = false;
+    const end = (code: number, reason: string) => {
+      if (ended) return;
+      ended = true;
+      this.#relays.delete(r);
+      uncount();
+      for (const ws of [client, agent]) {
+        if (ws.readyState === WebSocket.OPEN) ws.close(code, reason);
+        else if (ws.readyState === WebSocket.CONNECTING) ws.terminate();
+      }
+      // A peer that does not finish the closing handshake is cut off.
+      setTimeout(() => {
+        client.terminate();
+        agent.terminate();
+      }, 5000).unref();
+    };
+    client.on("close", (code, reason) => end(sendable(code), reason.toString()));
+    agent.on("close", (code, reason) => end(sendable(code), reason.toString()));
+    client.on("error", () => end(1011, ""));
+    agent.on("error", () => end(1011, "agent error"));
+    r.end = end;
+  }
+
+  /** Checks open sockets' sandboxes every checkMs while any is open; closes those whose sandbox stopped running. */
+  #watch(): void {
+    if (this.#timer !== undefined) return;
+    this.#timer = setInterval(() => {
+      if (this.#relays.size === 0) {
+        clearInterval(this.#timer);
+        this.#timer = undefined;
+        return;
+      }
+      if (this.#checking) return;
+      this.#checking = true;
+      void this.#check().finally(() => {
+        this.#checking = false;
+      });
+    }, this.#limits.checkMs);
+    this.#timer.unref();
+  }
+
+  async #check(): Promise<void> {
+    const byKey = new Map<string, Relay[]>();
+    for (const r of this.#relays) byKey.set(r.key, [...(byKey.get(r.key) ?? []), r]);
+    for (const [key, relays] of byKey) {
+      const t = await this.#deps.target(key).catch(() => undefined);
+      if (t === undefined) continue; // storage hiccup: check again next time
+      if (t === null || t.status !== "RUNNING")
+        for (const r of relays) r.end?.(1001, "sandbox is not running");
+    }
+  }
+
+  /** Closes every relay (1001) and refuses new ones. */
+  close(): void {
+    this.#closed = true;
+    clearInterval(this.#timer);
+    this.#timer = undefined;
+    for (const r of [...this.#relays]) r.end?.(1001, "server shutting down");
+    this.#server.close();
+  }
+}
+
+/** A close code that may be sent on (1005, 1006 and 1015 are only reported, never sent). */
+function sendable(code: number): number {
+  return code === 1005 || code === 1006 || code === 1015 || code < 1000 || code >= 5000 ? 1000 : code;
+}
+
+/** Answers an upgrade request with an HTTP error and a JSON body, then closes the socket. */
+function refuse(socket: Duplex, status: number, detail: string, headers: Record<string, string> = {}): void {
+  if (socket.destroyed) return;
+  const body = JSON.stringify({ detail });
+  const extra = Object.entries(headers)
+    .map(([k, v]) => `${k}: ${v}\r\n`)
+    .join("");
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? "Error"}\r\n` +
+      "content-type: application/json\r\nx-content-type-options: nosniff\r\nconnection: close\r\n" +
+      `content-length: ${Buffer.byteLength(body)}\r\n${extra}\r\n${body}`,
+  );
+}
+
+const STATUS_TEXT: Record<number, string> = {
+  401: "Unauthorized",
+  403: "Forbidden",
+  404: "Not Found",
+  409: "Conflict",
+  429: "Too Many Requests",
+  502: "Bad Gateway",
+  503: "Service Unavailable",
+};
