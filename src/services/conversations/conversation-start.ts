@@ -358,6 +358,10 @@ class StartFlow {
       url: handle.agentUrl,
       sessionApiKey: this.#d.sandboxes.sessionKey(sandbox.record),
     };
+    // What the start task answers as agent_server_url: the agent as clients reach it (through this service's
+    // origin when proxied), never the loopback address the service itself calls.
+    const publicAgentUrl =
+      this.#d.sandboxes.toInfo(sandbox).exposedUrls.find((u) => u.name === "AGENT_SERVER")?.url ?? agent.url;
 
     // The repository: clone (or reuse a clone already in the workspace) and check out, or git init.
     await this.#save({ status: "PREPARING_REPOSITORY" });
@@ -424,7 +428,7 @@ class StartFlow {
       if (this.#past("SETTING_UP_SKILLS") && existing.sandboxId === sandbox.record.id) {
         if (eff.parent !== null && !eff.parent.subConversationIds.includes(existing.id))
           await this.#d.conversations.addSubConversation(eff.parent.id, existing.id, this.#d.clock.now());
-        await this.#save({ status: "READY", appConversationId: existing.id, agentServerUrl: agent.url });
+        await this.#save({ status: "READY", appConversationId: existing.id, agentServerUrl: publicAgentUrl });
         return;
       }
       throw new StartError(`Conversation ${conversationId} already exists`);
@@ -439,7 +443,7 @@ class StartFlow {
       workingDir: project.projectDir,
       skills,
     });
-    await this.#save({ status: "STARTING_CONVERSATION", agentServerUrl: agent.url });
+    await this.#save({ status: "STARTING_CONVERSATION", agentServerUrl: publicAgentUrl });
     const info = await this.#d.agent.startConversation(agent, body, this.#callSignal);
     const id = parseHexId(info.id) ?? conversationId;
 
