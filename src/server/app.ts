@@ -25,8 +25,8 @@ import {
 } from "./container.ts";
 import { createAdminServer, createHttpServer, REST_ROUTES } from "./http-server.ts";
 import { keepMemoryReducerWorking, releaseMemoryAfterLoad } from "./idle-memory.ts";
-import { createWebhookListener } from "./tls-listeners.ts";
 import type { Metrics } from "./metrics.ts";
+import { createWebhookListener } from "./tls-listeners.ts";
 
 export { VERSION } from "./http-server.ts";
 

@@ -506,7 +506,11 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     fail(
       `WEBHOOK_PORT is the port of the plain-HTTP webhook listener, which only a TLS server (TLS_CERT_FILE) without WEBHOOK_BASE_URL starts; unset it${webhookBaseUrl === undefined ? " or set TLS_CERT_FILE and TLS_KEY_FILE" : ""}`,
     );
-  if (webhookPort !== undefined && webhookPort !== 0 && (webhookPort === httpPort || webhookPort === grpcPort))
+  if (
+    webhookPort !== undefined &&
+    webhookPort !== 0 &&
+    (webhookPort === httpPort || webhookPort === grpcPort)
+  )
     fail(`WEBHOOK_PORT must differ from PORT and GRPC_PORT (${webhookPort})`);
   const localRoots = localRepositoryRoots(env.LOCAL_REPOSITORY_ROOTS);
   let web: WebConfig;

@@ -79,7 +79,9 @@ export function loadTlsConfig(
   try {
     privateKey = createPrivateKey(key as Buffer);
   } catch (err) {
-    const encrypted = /passphrase/i.test((err as Error).message);
+    const encrypted =
+      /BEGIN ENCRYPTED PRIVATE KEY|Proc-Type: 4,ENCRYPTED/.test((key as Buffer).toString("latin1")) ||
+      /passphrase/i.test((err as Error).message);
     problems.push(
       encrypted
         ? `TLS_KEY_FILE ${keyFile} is encrypted; the server takes an unencrypted key (openssl pkey -in ${keyName} -out key.pem)`

@@ -33,6 +33,7 @@ export function createHttpOrHttpsServer(
 /** The paths the webhook listener serves: the agent servers' webhooks (OH_WEBHOOKS_0_BASE_URL). */
 export const WEBHOOK_PATH_PREFIX = "/api/v1/webhooks/";
 const NOT_FOUND_BODY = JSON.stringify({ detail: "Not Found" });
+const DOT_SEGMENT = /\/\.{1,2}(?:[/?#]|$)/;
 
 /**
  * The plain-HTTP webhook listener of a server that serves TLS itself (docs/tls.md): sandboxes would not trust the
@@ -50,7 +51,8 @@ export function createWebhookListener(route: RequestListener, limits: TransportL
     },
     (req: IncomingMessage, res: ServerResponse) => {
       const url = req.url ?? "";
-      if (url.startsWith(WEBHOOK_PATH_PREFIX) && !url.includes("/../") && !url.includes("%")) {
+      // No dot segments or percent escapes (a webhook path has neither): only what Fastify routes as a webhook.
+      if (url.startsWith(WEBHOOK_PATH_PREFIX) && !DOT_SEGMENT.test(url) && !url.includes("%")) {
         route(req, res);
         return;
       }

@@ -5,6 +5,7 @@
  */
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { request as httpRequest } from "node:http";
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -257,7 +258,7 @@ describe.skipIf(opensslMissing)("a server serving TLS itself", () => {
         "/api/v1/webhooks/0123456789abcdef0123456789abcdef/events/0123456789abcdef0123456789abcdef",
         [],
       );
-      // The webhook route's own refusal, not the listener's 404.
+      // The webhook route's own refusal (not this sandbox's key), not the listener's 404.
       expect(r.status).toBe(401);
       expect(r.body).not.toEqual({ detail: "Not Found" });
       expect(r.headers.get("x-request-id")).toMatch(/^req-/);
@@ -275,8 +276,25 @@ describe.skipIf(opensslMissing)("a server serving TLS itself", () => {
         expect(r.status, path).toBe(404);
         expect(r.body, path).toEqual({ detail: "Not Found" });
       }
-      const escaped = await call(t.webhookUrl ?? "", key, "GET", "/api/v1/webhooks/../../api/settings");
-      expect(escaped.status).toBe(404);
+      // Dot segments as sent (fetch and a URL string would resolve them before sending).
+      for (const path of [
+        "/api/v1/webhooks/../../api/settings",
+        "/api/v1/webhooks/%2e%2e/%2e%2e/api/settings",
+      ]) {
+        const status = await new Promise<number>((resolve, reject) => {
+          const { hostname, port } = new URL(t.webhookUrl ?? "");
+          const req = httpRequest(
+            { host: hostname, port, path, headers: { "x-session-api-key": key } },
+            (res) => {
+              res.resume();
+              resolve(res.statusCode ?? 0);
+            },
+          );
+          req.on("error", reject);
+          req.end();
+        });
+        expect(status, path).toBe(404);
+      }
     });
 
     it("receives a sandbox's events: a conversation's agent posts them there", async () => {

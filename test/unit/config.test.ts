@@ -1,8 +1,9 @@
+import { spawnSync } from "node:child_process";
 import { chmodSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { ConfigError, loadConfig } from "../../src/server/config.ts";
+import { ConfigError, ENV_DOC, loadConfig } from "../../src/server/config.ts";
 import { loadOrCreateKeyFile } from "../../src/server/key-file.ts";
 import { defaultSpecs, loadSpecsFile } from "../../src/server/sandbox-specs.ts";
 
@@ -361,5 +362,160 @@ describe("SANDBOX_WARM_CLAIMS_PER_MINUTE", () => {
   it("defaults to 6; 0 turns the limit off", () => {
     expect(loadConfig({}, "/srv").warmClaimsPerMinute).toBe(6);
     expect(loadConfig({ SANDBOX_WARM_CLAIMS_PER_MINUTE: "0" }, "/srv").warmClaimsPerMinute).toBe(0);
+  });
+});
+
+describe("TLS_CERT_FILE, TLS_KEY_FILE and WEBHOOK_PORT", () => {
+  const opensslMissing = spawnSync("openssl", ["version"]).error !== undefined;
+  if (opensslMissing) console.warn("TLS config tests skipped: the openssl command is missing");
+  /** A self-signed certificate and its key, made with openssl under `dir`/`name`-{c,k}.pem. */
+  const selfSigned = (name: string): { cert: string; key: string } => {
+    const cert = join(dir, `${name}-c.pem`);
+    const key = join(dir, `${name}-k.pem`);
+    const r = spawnSync(
+      "openssl",
+      [
+        ...["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "1"],
+        ...["-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+      ],
+      { encoding: "utf8" },
+    );
+    if (r.status !== 0) throw new Error(`openssl failed: ${r.stderr}`);
+    return { cert, key };
+  };
+  /** The ConfigError's problems of loading `env` (fails when it loads). */
+  const problemsOf = (env: Record<string, string>): readonly string[] => {
+    try {
+      loadConfig(env, dir);
+    } catch (err) {
+      expect(err).toBeInstanceOf(ConfigError);
+      return (err as ConfigError).problems;
+    }
+    throw new Error("loaded");
+  };
+
+  it("off by default: no TLS, no webhook listener", () => {
+    const c = loadConfig({}, "/srv");
+    expect(c.tls).toBeUndefined();
+    expect(c.webhookPort).toBeUndefined();
+  });
+
+  it.skipIf(opensslMissing)(
+    "reads both files (relative to the working folder); WEBHOOK_PORT defaults to 0",
+    () => {
+      const { cert, key } = selfSigned("ok");
+      const c = loadConfig({ TLS_CERT_FILE: "ok-c.pem", TLS_KEY_FILE: key }, dir);
+      expect(c.tls?.certFile).toBe(cert);
+      expect(c.tls?.cert.toString()).toContain("-----BEGIN CERTIFICATE-----");
+      expect(c.tls?.key.toString()).toContain("PRIVATE KEY-----");
+      expect(c.webhookPort).toBe(0);
+      expect(
+        loadConfig({ TLS_CERT_FILE: cert, TLS_KEY_FILE: key, WEBHOOK_PORT: "3009" }, dir).webhookPort,
+      ).toBe(3009);
+      // With WEBHOOK_BASE_URL sandboxes post there: no webhook listener.
+      expect(
+        loadConfig(
+          { TLS_CERT_FILE: cert, TLS_KEY_FILE: key, WEBHOOK_BASE_URL: "https://hooks.example.com" },
+          dir,
+        ).webhookPort,
+      ).toBeUndefined();
+    },
+  );
+
+  it("one file alone is refused, naming the other", () => {
+    expect(problemsOf({ TLS_CERT_FILE: "c.pem" })).toEqual([
+      "TLS_CERT_FILE and TLS_KEY_FILE go together: TLS_CERT_FILE is set, TLS_KEY_FILE is not (set both to serve TLS, neither for plain HTTP)",
+    ]);
+    expect(problemsOf({ TLS_KEY_FILE: "k.pem" })[0]).toMatch(
+      /^TLS_CERT_FILE and TLS_KEY_FILE go together: TLS_KEY_FILE is set, TLS_CERT_FILE is not/,
+    );
+  });
+
+  it("unreadable files are a ConfigError naming each file and why", () => {
+    expect(problemsOf({ TLS_CERT_FILE: "missing-c.pem", TLS_KEY_FILE: "/" })).toEqual([
+      `TLS_CERT_FILE ${join(dir, "missing-c.pem")} cannot be read: no such file`,
+      "TLS_KEY_FILE / cannot be read: a folder, not a file",
+    ]);
+  });
+
+  it.skipIf(opensslMissing)(
+    "a key that is not the certificate's, or files that are not PEM, are refused",
+    () => {
+      const a = selfSigned("a");
+      const b = selfSigned("b");
+      const [mismatch, ...rest] = problemsOf({ TLS_CERT_FILE: a.cert, TLS_KEY_FILE: b.key });
+      expect(rest).toEqual([]);
+      expect(mismatch).toBe(
+        `TLS_KEY_FILE ${b.key} is not the private key of TLS_CERT_FILE ${a.cert}'s certificate (CN=localhost)`,
+      );
+      const junk = join(dir, "junk.pem");
+      writeFileSync(junk, "not a certificate\n");
+      expect(problemsOf({ TLS_CERT_FILE: junk, TLS_KEY_FILE: junk })).toEqual([
+        `TLS_CERT_FILE ${junk} holds no PEM certificate (-----BEGIN CERTIFICATE-----)`,
+        `TLS_KEY_FILE ${junk} holds no PEM private key (-----BEGIN PRIVATE KEY-----)`,
+      ]);
+      // The certificate and key swapped.
+      expect(problemsOf({ TLS_CERT_FILE: a.key, TLS_KEY_FILE: a.cert })).toHaveLength(2);
+    },
+  );
+
+  it.skipIf(opensslMissing)("an encrypted key is refused with how to decrypt it", () => {
+    const { cert, key } = selfSigned("enc");
+    const encrypted = join(dir, "enc-k-aes.pem");
+    const r = spawnSync(
+      "openssl",
+      ["pkey", "-in", key, "-out", encrypted, "-aes256", "-passout", "pass:secret-pass"],
+      { encoding: "utf8" },
+    );
+    expect(r.status, r.stderr).toBe(0);
+    expect(problemsOf({ TLS_CERT_FILE: cert, TLS_KEY_FILE: encrypted })[0]).toMatch(
+      /^TLS_KEY_FILE .*enc-k-aes\.pem is encrypted; the server takes an unencrypted key/,
+    );
+  });
+
+  it.skipIf(opensslMissing)(
+    "WEBHOOK_PORT: only with TLS and no WEBHOOK_BASE_URL, a port other than PORT and GRPC_PORT",
+    () => {
+      expect(problemsOf({ WEBHOOK_PORT: "3009" })).toEqual([
+        "WEBHOOK_PORT is the port of the plain-HTTP webhook listener, which only a TLS server (TLS_CERT_FILE) without WEBHOOK_BASE_URL starts; unset it or set TLS_CERT_FILE and TLS_KEY_FILE",
+      ]);
+      const { cert, key } = selfSigned("wp");
+      expect(
+        problemsOf({
+          TLS_CERT_FILE: cert,
+          TLS_KEY_FILE: key,
+          WEBHOOK_PORT: "3009",
+          WEBHOOK_BASE_URL: "http://10.0.0.1:3000",
+        }),
+      ).toEqual([
+        "WEBHOOK_PORT is the port of the plain-HTTP webhook listener, which only a TLS server (TLS_CERT_FILE) without WEBHOOK_BASE_URL starts; unset it",
+      ]);
+      expect(problemsOf({ TLS_CERT_FILE: cert, TLS_KEY_FILE: key, WEBHOOK_PORT: "3000" })).toEqual([
+        "WEBHOOK_PORT must differ from PORT and GRPC_PORT (3000)",
+      ]);
+      expect(problemsOf({ TLS_CERT_FILE: cert, TLS_KEY_FILE: key, WEBHOOK_PORT: "x" })[0]).toMatch(
+        /^WEBHOOK_PORT must be a port number/,
+      );
+    },
+  );
+
+  it.skipIf(opensslMissing)("docker on a bridge with TLS needs WEBHOOK_BASE_URL or the host network", () => {
+    const { cert, key } = selfSigned("dk");
+    const tls = { TLS_CERT_FILE: cert, TLS_KEY_FILE: key, SANDBOX_RUNTIME: "docker" };
+    const [problem, ...rest] = problemsOf({ ...tls, HOST: "0.0.0.0" });
+    expect(rest).toEqual([]);
+    expect(problem).toMatch(
+      /^DOCKER_NETWORK=bridge with TLS: sandboxes post their webhooks to a plain-HTTP listener/,
+    );
+    expect(loadConfig({ ...tls, DOCKER_NETWORK: "host" }, dir).webhookPort).toBe(0);
+    expect(loadConfig({ ...tls, WEBHOOK_BASE_URL: "https://hooks.example.com" }, dir).tls).toBeDefined();
+  });
+
+  it("--help names the TLS variables and says https", () => {
+    const doc = new Map(ENV_DOC);
+    expect(doc.get("TLS_CERT_FILE")).toMatch(/HTTPS/);
+    expect(doc.has("TLS_KEY_FILE")).toBe(true);
+    expect(doc.get("WEBHOOK_PORT")).toMatch(/127\.0\.0\.1/);
+    expect(doc.get("PORT")).toMatch(/https with TLS_CERT_FILE/);
   });
 });
