@@ -34,6 +34,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { startFakeLlm } from "../test/helpers/fake-llm.ts";
+import { makeNetNs } from "../test/helpers/netns.ts";
 
 const root = resolve(import.meta.dirname, "..");
 const uiDir = process.env.UI_DIR;
@@ -122,7 +123,15 @@ llm.script(
 const port = await freePort();
 const grpcPort = await freePort();
 const dataDir = mkdtempSync(join(tmpdir(), "ui-check-data-"));
-const base = `http://127.0.0.1:${port}`;
+// REMOTE=1: the browser runs on a second host (a network namespace joined by a veth pair, test/helpers/netns.ts)
+// that reaches the service only at its address on that link, as a person's own machine reaches a team's server.
+const remote = process.env.REMOTE === "1" ? makeNetNs() : null;
+if (remote !== null && "reason" in remote) {
+  console.error(`REMOTE=1 needs a network namespace: ${remote.reason}`);
+  process.exit(2);
+}
+const serviceHost = remote?.hostAddress ?? "127.0.0.1";
+const base = `http://${serviceHost}:${port}`;
 let serviceOut = "";
 /** Starts the service as `npm start` runs it (the built dist/), on the same port and DATA_DIR each time. */
 function startService(): ChildProcess {
@@ -130,7 +139,7 @@ function startService(): ChildProcess {
     cwd: root,
     env: {
       ...process.env,
-      HOST: "127.0.0.1",
+      HOST: serviceHost,
       PORT: String(port),
       GRPC_PORT: String(grpcPort),
       DATA_DIR: dataDir,
@@ -227,8 +236,15 @@ try {
   });
   step(`service on ${base}, data in ${dataDir}, fake model at ${llm.url}`);
 
+  // On the second host: Chromium started inside the namespace (playwright talks to it over a pipe).
+  const wrapper = join(outDir, "chromium-in-netns.sh");
+  if (remote !== null)
+    writeFileSync(wrapper, `#!/bin/sh\nexec ip netns exec ${remote.name} ${chromiumPath} "$@"\n`, {
+      mode: 0o755,
+    });
+  step(remote === null ? "browser on this machine" : `browser on the second host ${remote.address}`);
   browser = await chromium.launch({
-    executablePath: chromiumPath,
+    executablePath: remote === null ? chromiumPath : wrapper,
     headless: true,
     args: [
       "--no-sandbox",
@@ -621,6 +637,7 @@ try {
   unmountRunDisks();
   rmSync(dataDir, { recursive: true, force: true });
   await llm.close();
+  remote?.remove();
   console.log(`screenshots, requests.json, service.log in ${outDir}`);
 }
 process.exit(failed === null ? 0 : 1);

@@ -127,7 +127,11 @@ export class AgentSockets {
     });
     const opened = await new Promise<{ ok: true } | { ok: false; status: number; detail: string }>(
       (resolve) => {
-        agent.once("open", () => resolve({ ok: true }));
+        agent.once("open", () => {
+          // Nothing the agent sends (its first snapshot comes at once) is read before the relay listens.
+          agent.pause();
+          resolve({ ok: true });
+        });
         agent.once("unexpected-response", (_r, res) => {
           res.resume();
           resolve({
@@ -200,6 +204,7 @@ export class AgentSockets {
       }, 5000).unref();
     };
     client.on("close", (code, reason) => end(sendable(code), reason.toString()));
+    agent.resume();
     agent.on("close", (code, reason) => end(sendable(code), reason.toString()));
     client.on("error", () => end(1011, ""));
     agent.on("error", () => end(1011, "agent error"));

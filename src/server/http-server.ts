@@ -200,11 +200,12 @@ export async function createHttpServer(
   http.addHook("preClose", (done) => {
     closing = true;
     cutOff = setTimeout(() => shutdown.abort(), options.shutdownTimeoutMs).unref();
+    // Relayed agent websockets end now (1001): the server's close waits for every connection it accepted.
+    agentSockets?.close();
     done();
   });
   http.addHook("onClose", (_instance, done) => {
     clearTimeout(cutOff);
-    agentSockets?.close();
     void (agentProxy?.close() ?? Promise.resolve()).finally(done);
   });
   // Connections without a request head within the header timeout are closed (Node times out only connections

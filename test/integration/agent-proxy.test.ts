@@ -6,14 +6,15 @@
  * where it goes, and its bounds.
  */
 import { mkdtempSync, rmSync } from "node:fs";
-import { createRequire } from "node:module";
 import { request as httpRequest } from "node:http";
+import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { createProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
-import { call, startTestApp, type TestApp } from "./../helpers/test-app.ts";
+import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
+import { until } from "../helpers/until.ts";
 
 const HOSTILE_AGENT = [process.execPath, join(import.meta.dirname, "../helpers/hostile-agent.mjs")];
 const WS_MODULE = createRequire(import.meta.url).resolve("ws");
@@ -213,11 +214,29 @@ describe("a user's credentials never reach a sandbox", () => {
       cookie,
       authorization: `Bearer ${alice}`,
     });
+    const received: string[] = [];
+    ws.on("message", (d) => received.push(d.toString()));
     await opened(ws);
     ws.send("hello");
-    const echoed = await new Promise<string>((r) => ws.once("message", (d) => r(d.toString())));
-    expect(echoed).toBe("hello");
+    await until(
+      () => received,
+      (r) => r.length >= 2,
+    );
+    // What the agent sent the moment it accepted (its snapshot) is not lost while the relay is set up.
+    expect(received).toEqual(["first", "hello"]);
     ws.close();
+  });
+});
+
+describe("the relay loses nothing", () => {
+  it("delivers a message the agent sent together with its handshake answer", async () => {
+    const ws = socket(`/sockets/events/eager?session_api_key=${sandbox.session_api_key}`);
+    const first = new Promise<string>((r) => ws.once("message", (d) => r(d.toString())));
+    await opened(ws);
+    expect(await Promise.race([first, new Promise((r) => setTimeout(() => r("nothing"), 2000))])).toBe(
+      "first",
+    );
+    ws.terminate();
   });
 });
 
@@ -342,6 +361,7 @@ describe("bounds", () => {
     let count = 0;
     const done = new Promise<void>((resolve) =>
       ws.on("message", (d: Buffer) => {
+        if (d.toString() === "first") return;
         bytes += d.length;
         count++;
         if (count === 200) resolve();
