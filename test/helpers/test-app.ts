@@ -15,7 +15,7 @@ import { startFakeLlm } from "./fake-llm.ts";
 
 export interface TestApp {
   app: App;
-  /** http://127.0.0.1:PORT (https with options.tls) */
+  /** http://127.0.0.1:PORT (options.host instead of 127.0.0.1 when given; https with options.tls) */
   url: string;
   /** With options.tls and no webhookBaseUrl: the plain-HTTP webhook listener's http://127.0.0.1:PORT. */
   webhookUrl?: string;
@@ -80,6 +80,8 @@ export interface TestAppOptions {
   webhookBaseUrl?: string;
   /** Serve HTTPS and gRPC over TLS with this certificate chain and key (then `url` is https). */
   tls?: AppDeps["tls"];
+  /** The address the HTTP and gRPC listeners bind (default 127.0.0.1); `url` and `grpcAddress` use it. */
+  host?: string;
   /** The agent proxy's switch, public URL and limits (default: on, DEFAULT_AGENT_PROXY). */
   agentProxy?: AppDeps["agentProxy"];
 }
@@ -118,16 +120,17 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
       userData: { ...DEFAULT_QUOTAS.userData, writesPerSecond: 0 },
     },
   });
-  const ports = await app.listen("127.0.0.1", 0, 0);
+  const host = options.host ?? "127.0.0.1";
+  const ports = await app.listen(host, 0, 0);
   const keys = new Map<string, string>();
   const llm =
     options.llmModel !== undefined && options.llmBaseUrl === undefined ? await startFakeLlm() : null;
   const llmBaseUrl = options.llmBaseUrl ?? llm?.url ?? null;
   return {
     app,
-    url: `${options.tls ? "https" : "http"}://127.0.0.1:${ports.port}`,
+    url: `${options.tls ? "https" : "http"}://${host}:${ports.port}`,
     ...(ports.webhookPort === undefined ? {} : { webhookUrl: `http://127.0.0.1:${ports.webhookPort}` }),
-    grpcAddress: `127.0.0.1:${ports.grpcPort}`,
+    grpcAddress: `${host}:${ports.grpcPort}`,
     ...(ports.adminPort === undefined ? {} : { adminUrl: `http://127.0.0.1:${ports.adminPort}` }),
     storage,
     runtime,
@@ -139,7 +142,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
         k = (await app.keys.issue(user)).key;
         keys.set(user, k);
         if (options.llmModel !== undefined) {
-          const r = await fetch(`http://127.0.0.1:${ports.port}/api/settings`, {
+          const r = await fetch(`http://${host}:${ports.port}/api/settings`, {
             method: "POST",
             headers: { "x-session-api-key": k, "content-type": "application/json" },
             body: JSON.stringify({ llm_model: options.llmModel, llm_base_url: llmBaseUrl }),
