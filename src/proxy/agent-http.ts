@@ -139,13 +139,13 @@ export async function createAgentHttpProxy(deps: AgentProxyDeps): Promise<{
     let agent: AgentTarget & { agentUrl: string };
     try {
       agent = await resolveAgent(deps, key, req.raw);
-      rate.take(agent.sandboxId, 1, performance.now(), "Too many calls to this sandbox's agent");
     } catch (err) {
       if (err instanceof AgentCallError) return refuse(reply, err.status, err.message, err.headers);
-      if (err instanceof Error && err.name === "ConnectError")
-        return refuse(reply, 429, "Too many calls to this sandbox's agent", { "retry-after": "1" });
       throw err;
     }
+    if (!rate.has(agent.sandboxId))
+      return refuse(reply, 429, "Too many calls to this sandbox's agent", { "retry-after": "1" });
+    rate.spend(agent.sandboxId);
     // The URL is the recorded agent's origin and the request's own path, resolved as the agent will read it.
     const base = new URL(agent.agentUrl);
     const url = new URL(path, base.origin);
@@ -156,6 +156,9 @@ export async function createAgentHttpProxy(deps: AgentProxyDeps): Promise<{
       rewriteRequestHeaders: (r) => agentRequestHeaders(r.headers, url.host),
       rewriteHeaders: (headers) => clientResponseHeaders(headers, url.pathname),
       onError: (r, { error }) => {
+        // A body that grew past the limit while streaming fails the forwarded request: still the client's 413.
+        if ((error.cause as { statusCode?: number } | undefined)?.statusCode === 413)
+          return refuse(r, 413, `Request body is larger than ${limits.maxBodyBytes} bytes`);
         const timeout = (error as { statusCode?: number }).statusCode === 504;
         deps.logger.warn({ sandboxId: agent.sandboxId, err: error }, "agent call failed");
         return refuse(

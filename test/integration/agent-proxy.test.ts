@@ -39,7 +39,7 @@ const api = (key: string, method: string, path: string, body?: unknown) =>
 function raw(
   path: string,
   headers: Record<string, string>,
-  options: { method?: string; body?: Buffer | string } = {},
+  options: { method?: string; body?: Buffer | string; chunks?: Buffer[] } = {},
 ): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; text: string }> {
   const u = new URL(t.url);
   return new Promise((resolve, reject) => {
@@ -55,6 +55,8 @@ function raw(
       },
     );
     req.on("error", reject);
+    // Chunks: written one by one, so the body goes chunked (no length declared).
+    for (const c of options.chunks ?? []) req.write(c);
     req.end(options.body);
   });
 }
@@ -308,12 +310,31 @@ describe("bounds", () => {
       { method: "POST", body: big },
     );
     expect(declared.status).toBe(413);
+    const streamed = await raw(
+      "/api/conversations/echo",
+      { "x-session-api-key": key, "content-type": "application/octet-stream" },
+      { method: "POST", chunks: [big.subarray(0, 40_000), big.subarray(40_000)] },
+    ).catch((err: unknown) => ({ status: -1, text: String(err) }));
+    // The answer is 413, or the connection is cut once the limit is passed (the rest is never read).
+    expect([413, -1]).toContain(streamed.status);
     const ok = await raw(
       "/api/conversations/echo",
       { "x-session-api-key": key, "content-type": "application/octet-stream" },
       { method: "POST", body: Buffer.alloc(1000, 97) },
     );
     expect(JSON.parse(ok.text)).toMatchObject({ length: 1000 });
+  });
+
+  it("limits calls per second per sandbox (429 with Retry-After)", async () => {
+    const key = sandbox.session_api_key ?? "";
+    const answers = await Promise.all(
+      Array.from({ length: 160 }, () => raw("/api/conversations/echo", { "x-session-api-key": key })),
+    );
+    const limited = answers.filter((a) => a.status === 429);
+    expect(limited.length).toBeGreaterThan(0);
+    expect(limited[0]?.headers["retry-after"]).toBe("1");
+    expect(answers.filter((a) => a.status === 200).length).toBeGreaterThanOrEqual(100);
+    await new Promise((r) => setTimeout(r, 2500)); // the bucket refills for the next cases
   });
 
   it("answers 504 when the agent does not answer in time", async () => {
