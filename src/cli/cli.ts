@@ -30,7 +30,8 @@ Commands (a user's data, through a running server; need --key or WORKSPACE_API_K
 
 Options:
   --json                         machine-readable output
-  --url URL                      server (default WORKSPACE_URL, else http://HOST:PORT from the environment)
+  --url URL                      server (default WORKSPACE_URL, else http://HOST:PORT from the environment;
+                                 https with TLS_CERT_FILE: a self-signed one is trusted with NODE_EXTRA_CA_CERTS)
   --key KEY                      API key (default WORKSPACE_API_KEY)
   --init                         keys commands: create the database when there is none yet
   -h, --help                     this text
@@ -160,11 +161,11 @@ async function main(argv: string[]): Promise<number> {
     const url =
       values.url ??
       process.env.WORKSPACE_URL ??
-      `http://${process.env.HOST || "127.0.0.1"}:${process.env.PORT || "3000"}`;
+      `${process.env.TLS_CERT_FILE ? "https" : "http"}://${process.env.HOST || "127.0.0.1"}:${process.env.PORT || "3000"}`;
     const api = createApiClient(url, key);
     const print = (json: unknown, human: () => string) =>
       process.stdout.write(`${values.json ? JSON.stringify(json, null, 2) : human()}\n`);
-    if (command === "sandboxes") return sandboxesCommand(api, sub, arg, values.spec, print);
+    if (command === "sandboxes") return sandboxesCommand(api, url, sub, arg, values.spec, print);
     return settingsCommand(api, sub, positionals.slice(2), print);
   }
   throw new UsageError(`unknown command ${JSON.stringify(command)}`);
@@ -180,20 +181,32 @@ interface SandboxJson {
   exposed_urls: { name: string; url: string }[] | null;
 }
 
+/**
+ * Where a client reaches a sandbox's agent (with the sandbox's session key): its AGENT_SERVER URL, which is "/"
+ * (the server's own origin, which forwards agent calls) unless the server names another origin (PUBLIC_URL) or
+ * runs without the agent proxy (the agent's own loopback URL); a relative one is resolved against the URL this CLI
+ * called. Empty while the sandbox does not run.
+ */
+function agentUrlOf(s: Pick<SandboxJson, "exposed_urls">, base: string): string {
+  const url = s.exposed_urls?.find((u) => u.name === "AGENT_SERVER")?.url;
+  if (url === undefined || url === "") return "";
+  try {
+    const resolved = new URL(url, base);
+    return resolved.pathname === "/" && resolved.search === "" ? resolved.origin : resolved.href;
+  } catch {
+    return url;
+  }
+}
+
 async function sandboxesCommand(
   api: Api,
+  base: string,
   sub: string | undefined,
   id: string | undefined,
   spec: string | undefined,
   print: Print,
 ): Promise<number> {
-  const row = (s: SandboxJson) => [
-    s.id,
-    s.status,
-    s.sandbox_spec_id,
-    s.created_at,
-    s.exposed_urls?.[0]?.url ?? "",
-  ];
+  const row = (s: SandboxJson) => [s.id, s.status, s.sandbox_spec_id, s.created_at, agentUrlOf(s, base)];
   const head = ["ID", "STATUS", "SPEC", "CREATED", "AGENT URL"];
   if (sub === "list") {
     const items: SandboxJson[] = [];

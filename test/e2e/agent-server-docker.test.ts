@@ -5,6 +5,7 @@ import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
 import { settle } from "../helpers/app-conversations.ts";
 import { dockerFromEnv, findAgentServerImage } from "../helpers/docker-env.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
+import { uiAgentBase } from "../helpers/ui-urls.ts";
 
 // Conversations through the whole service on the Docker runtime, with the default spec (the agent-server image,
 // its command and environment) run against the stand-in of the real agent-server image (test/standin-agent-server,
@@ -74,8 +75,10 @@ describe.skipIf(skipReason !== null)(
       expect(s.status, JSON.stringify(s)).toBe("RUNNING");
       return s;
     };
+    /** What the stand-in recorded (a test-only route the service does not forward): at the agent's own port. */
     const agentRequests = async (s: Sandbox): Promise<Recorded[]> => {
-      const agent = s.exposed_urls?.find((u) => u.name === "AGENT_SERVER")?.url ?? "";
+      const agent = s.exposed_urls?.find((u) => u.name === "AGENT_SERVER_DIRECT")?.url ?? "";
+      expect(agent).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
       const r = await fetch(`${agent}/__standin/requests`, {
         headers: { "x-session-api-key": s.session_api_key ?? "" },
       });
@@ -117,8 +120,21 @@ describe.skipIf(skipReason !== null)(
       first = await startReady({ initial_message: message("Add a health check endpoint") });
       const s = await sandbox(first.sandbox_id);
       expect(s.status).toBe("RUNNING");
-      // Every port the reference publishes, each on its own loopback port; VS Code with its key and folder.
-      expect(s.exposed_urls?.map((u) => u.name)).toEqual(["AGENT_SERVER", "VSCODE", "WORKER_1", "WORKER_2"]);
+      // Every port the reference publishes, each on its own loopback port; VS Code with its key and folder. The
+      // agent is reached through this service's own origin ("/"), its published loopback port beside it.
+      expect(s.exposed_urls?.map((u) => u.name)).toEqual([
+        "AGENT_SERVER",
+        "AGENT_SERVER_DIRECT",
+        "VSCODE",
+        "WORKER_1",
+        "WORKER_2",
+      ]);
+      const agentPort = s.exposed_urls?.[0]?.port;
+      expect(s.exposed_urls?.slice(0, 2)).toEqual([
+        { name: "AGENT_SERVER", url: "/", port: agentPort },
+        { name: "AGENT_SERVER_DIRECT", url: `http://127.0.0.1:${agentPort}`, port: agentPort },
+      ]);
+      expect(s.session_api_key).toMatch(new RegExp(`^sbx_${s.id}_[0-9A-Za-z]{43}$`));
       expect(new Set(s.exposed_urls?.map((u) => u.port)).size).toBe(4);
       expect(s.exposed_urls?.find((u) => u.name === "VSCODE")?.url).toMatch(
         new RegExp(`^http://127\\.0\\.0\\.1:\\d+/\\?tkn=${s.session_api_key}&folder=/workspace/project$`),
@@ -130,7 +146,9 @@ describe.skipIf(skipReason !== null)(
       // The image's own user (F1), the agent on loopback only (F5a), VS Code on its own port.
       expect(info.Config.User).toBe("openhands");
       expect(info.Config.Cmd).toEqual(["--host", "127.0.0.1", "--port", String(s.exposed_urls?.[0]?.port)]);
-      expect(info.Config.Env).toContain(`OH_VSCODE_PORT=${s.exposed_urls?.[1]?.port}`);
+      expect(info.Config.Env).toContain(
+        `OH_VSCODE_PORT=${s.exposed_urls?.find((u) => u.name === "VSCODE")?.port}`,
+      );
 
       const requests = await agentRequests(s);
       const start = requests.find((r) => r.method === "POST" && r.path === "/api/conversations");
@@ -169,7 +187,12 @@ describe.skipIf(skipReason !== null)(
 
     it("loads the repository's skills into a conversation started in the same sandbox", async () => {
       const s = await sandbox(first.sandbox_id);
-      const agent = s.exposed_urls?.[0]?.url ?? "";
+      // The command runs as the UI reaches the agent: at the host of conversation_url (this service's origin).
+      const [conversation] = (await api("GET", `/api/v1/app-conversations?ids=${first.app_conversation_id}`))
+        .body as { conversation_url: string | null; session_api_key: string | null }[];
+      expect(conversation?.conversation_url).toBe(`/api/conversations/${first.app_conversation_id}`);
+      expect(conversation?.session_api_key).toBe(s.session_api_key);
+      const agent = uiAgentBase(conversation?.conversation_url, t.url);
       const write = await fetch(`${agent}/api/bash/execute_bash_command`, {
         method: "POST",
         headers: { "x-session-api-key": s.session_api_key ?? "", "content-type": "application/json" },
@@ -179,6 +202,7 @@ describe.skipIf(skipReason !== null)(
           cwd: "/workspace/project",
         }),
       });
+      expect(write.status).toBe(200);
       expect(((await write.json()) as { exit_code: number }).exit_code).toBe(0);
       const second = await startReady({ sandbox_id: first.sandbox_id, initial_message: message("Ship it") });
       const start = (await agentRequests(s))

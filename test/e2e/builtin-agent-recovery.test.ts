@@ -12,6 +12,7 @@ import WebSocket from "ws";
 import { findSandboxProcesses } from "../../src/sandbox/process/sandbox-processes.ts";
 import { agentProcesses, cmdline, killAgent } from "../helpers/agent-processes.ts";
 import { useBuiltinAgentApp } from "../helpers/builtin-agent-app.ts";
+import { uiAgentBase, uiSocketUrl } from "../helpers/ui-urls.ts";
 import { until } from "../helpers/until.ts";
 
 type Ev = { kind: string; id: string; key?: string; value?: unknown; [k: string]: unknown };
@@ -57,11 +58,12 @@ async function startRunning(text: string): Promise<{ id: string; app: AppConvers
   return { id, app, workspace };
 }
 
+/** The UI's events websocket: at the host of conversation_url (relative: this service's own origin). */
 function socket(app: AppConversation, id: string) {
   const events: Ev[] = [];
-  const host = new URL(app.conversation_url ?? "").host;
+  expect(app.conversation_url).toBe(`/api/conversations/${id}`);
   const ws = new WebSocket(
-    `ws://${host}/sockets/events/${id}?resend_all=true&session_api_key=${app.session_api_key}`,
+    `${uiSocketUrl(id, app.conversation_url, fx.t.url)}?resend_all=true&session_api_key=${app.session_api_key}`,
   );
   ws.on("message", (d) => events.push(JSON.parse(d.toString()) as Ev));
   return { ws, events, opened: new Promise<void>((r, j) => ws.once("open", () => r()).once("error", j)) };
@@ -109,8 +111,9 @@ describe("a conversation whose agent was killed", () => {
       () => conversation(id),
       (c) => c.conversation_url !== null,
     );
-    // One agent on the workspace.
+    // One agent on the workspace; the sandbox keeps its session key.
     expect(agentProcesses(workspace).length).toBe(1);
+    expect(again.session_api_key).toBe(app.session_api_key);
 
     const second = socket(again, id);
     await second.opened;
@@ -131,11 +134,18 @@ describe("a conversation whose agent was killed", () => {
 
     fx.llm.script({ content: "Back again: the answer is 42." });
     const asked = fx.llm.requests.length;
-    const sent = await fetch(new URL(`/api/conversations/${id}/events`, again.conversation_url ?? ""), {
-      method: "POST",
-      headers: { "x-session-api-key": again.session_api_key ?? "", "content-type": "application/json" },
-      body: JSON.stringify({ role: "user", content: [{ type: "text", text: "Are you there?" }], run: true }),
-    });
+    const sent = await fetch(
+      `${uiAgentBase(again.conversation_url, fx.t.url)}/api/conversations/${id}/events`,
+      {
+        method: "POST",
+        headers: { "x-session-api-key": again.session_api_key ?? "", "content-type": "application/json" },
+        body: JSON.stringify({
+          role: "user",
+          content: [{ type: "text", text: "Are you there?" }],
+          run: true,
+        }),
+      },
+    );
     expect(sent.status).toBe(200);
     await until(
       () => second.events,

@@ -94,8 +94,15 @@ describe("CLI against a running server", () => {
     );
     const listed = JSON.parse(
       (await run(["--url", t.url, "--key", key, "sandboxes", "list", "--json"])).stdout,
-    ) as { id: string }[];
+    ) as { id: string; status: string; exposed_urls: { name: string; url: string }[] | null }[];
     expect(listed.map((s) => s.id)).toContain(id);
+    // A running sandbox's AGENT URL: its AGENT_SERVER ("/", the server's own origin) resolved against --url.
+    const mine = listed.find((s) => s.id === id);
+    expect(mine?.status).toBe("RUNNING");
+    expect(mine?.exposed_urls?.[0]).toMatchObject({ name: "AGENT_SERVER", url: "/" });
+    const table = (await run(["--url", t.url, "--key", key, "sandboxes", "list"])).stdout;
+    const row = table.split("\n").find((l) => l.startsWith(id));
+    expect(row?.trimEnd().split(/\s+/).at(-1)).toBe(new URL(t.url).origin);
     expect((await run(["--url", t.url, "--key", key, "sandboxes", "delete", id])).code).toBe(0);
     const missing = await run(["--url", t.url, "--key", key, "sandboxes", "pause", id]);
     expect(missing.code).toBe(1);

@@ -15,6 +15,7 @@ import { findSandboxProcesses } from "../../src/sandbox/process/sandbox-processe
 import { agentProcesses, killAgent } from "../helpers/agent-processes.ts";
 import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
+import { uiAgentBase } from "../helpers/ui-urls.ts";
 import { until } from "../helpers/until.ts";
 
 type AppConversation = {
@@ -29,6 +30,9 @@ interface Party {
   conv: AppConversation;
   /** The conversation id as the agent names its folder (32 hex). */
   hex: string;
+  /** Where the UI reaches the agent: the host of conversation_url (relative: this service's own origin). */
+  via: string;
+  /** The agent's own port (the sandbox's AGENT_SERVER_DIRECT URL), which a browser on this machine could reach. */
   agent: string;
   sandboxKey: string;
   workspace: string;
@@ -48,6 +52,15 @@ const conversation = async (key: string, id: string): Promise<AppConversation> =
 const sandboxStatus = async (key: string, id: string): Promise<string> =>
   ((await call(t.url, key, "GET", `/api/v1/sandboxes?id=${id}`)).body as { status: string }[])[0]?.status ??
   "none";
+/** The sandbox's AGENT_SERVER_DIRECT URL: the agent's own loopback port. */
+async function directUrl(key: string, id: string): Promise<string> {
+  const [s] = (await call(t.url, key, "GET", `/api/v1/sandboxes?id=${id}`)).body as {
+    exposed_urls: { name: string; url: string }[] | null;
+  }[];
+  const url = s?.exposed_urls?.find((u) => u.name === "AGENT_SERVER_DIRECT")?.url;
+  expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+  return url ?? "";
+}
 
 async function party(user: string, secret: string): Promise<Party> {
   const key = await t.keyFor(user);
@@ -76,7 +89,8 @@ async function party(user: string, secret: string): Promise<Party> {
     () => conversation(key, id),
     (c) => c.conversation_url !== null,
   );
-  const agent = new URL(conv.conversation_url ?? "").origin;
+  expect(conv.conversation_url).toBe(`/api/conversations/${id}`);
+  const agent = await directUrl(key, conv.sandbox_id);
   const record = await t.storage.sandboxes.get(conv.sandbox_id);
   const workspace = String(
     (record?.handle as { data?: { workspace?: string } } | undefined)?.data?.workspace ?? "",
@@ -86,20 +100,23 @@ async function party(user: string, secret: string): Promise<Party> {
     key,
     conv,
     hex: id.replaceAll("-", ""),
+    via: uiAgentBase(conv.conversation_url, t.url),
     agent,
     sandboxKey: conv.session_api_key ?? "",
     workspace: workspace || join(root, "sandboxes", conv.sandbox_id),
   };
 }
 
-/** The agent's URL and key as the service gives them now (a restarted agent listens on another port). */
-function refresh(p: Party, c: AppConversation): void {
-  p.agent = new URL(c.conversation_url ?? "").origin;
+/** The agent's URLs and key as the service gives them now (a restarted agent listens on another port). */
+async function refresh(p: Party, c: AppConversation): Promise<void> {
+  p.via = uiAgentBase(c.conversation_url, t.url);
+  p.agent = await directUrl(p.key, c.sandbox_id);
   p.sandboxKey = c.session_api_key ?? p.sandboxKey;
 }
 
+/** Runs a command in the party's sandbox, as the UI reaches its agent (through the service, with the key). */
 async function bash(p: Party, command: string): Promise<{ exit_code: number; stdout: string }> {
-  const res = await fetch(`${p.agent}/api/bash/execute_bash_command`, {
+  const res = await fetch(`${p.via}/api/bash/execute_bash_command`, {
     method: "POST",
     headers: { "x-session-api-key": p.sandboxKey, "content-type": "application/json" },
     body: JSON.stringify({ command, timeout: 30 }),
@@ -186,12 +203,14 @@ describe("saved conversations", () => {
       () => conversation(alice.key, alice.conv.id),
       (c) => c.conversation_url !== null,
     );
-    refresh(alice, again);
-    const got = await fetch(`${alice.agent}/api/conversations/${alice.conv.id}`, {
+    await refresh(alice, again);
+    // The restarted agent keeps the sandbox's key, and is reached through the service as before.
+    expect(again.session_api_key).toBe(alice.conv.session_api_key);
+    const got = await fetch(`${alice.via}/api/conversations/${alice.conv.id}`, {
       headers: { "x-session-api-key": again.session_api_key ?? "" },
     });
     expect(got.status).toBe(200);
-    const events = await fetch(`${alice.agent}/api/conversations/${alice.conv.id}/events/search?limit=100`, {
+    const events = await fetch(`${alice.via}/api/conversations/${alice.conv.id}/events/search?limit=100`, {
       headers: { "x-session-api-key": again.session_api_key ?? "" },
     });
     expect(events.status).toBe(200);
@@ -208,7 +227,7 @@ describe("saved conversations", () => {
     expect(bobs.text).not.toContain("crafted-by-alice");
     expect(bobs.text).not.toContain("AgentRestarted");
     expect(await t.storage.events.count("alice", { conversationIdEq: bob.conv.id })).toBe(0);
-    refresh(alice, again);
+    await refresh(alice, again);
   }, 90_000);
 });
 
@@ -263,7 +282,7 @@ describe("resuming a sandbox whose agent ended", () => {
     );
     await new Promise((r) => setTimeout(r, 500));
     expect(agentProcesses(alice.workspace)).toHaveLength(1);
-    refresh(
+    await refresh(
       alice,
       await until(
         () => conversation(alice.key, alice.conv.id),
@@ -288,7 +307,76 @@ describe("the agent's routes and events websocket from a browser", () => {
       ws.once("error", () => resolve(0));
     });
 
-  it("another sandbox's key, a user's API key or no key reads nothing; a foreign origin gets no CORS grant", async () => {
+  /** The frames a websocket gets within `ms` of opening (null: it did not open). */
+  const framesOf = (url: string, ms = 500) =>
+    new Promise<string[] | null>((resolve) => {
+      const frames: string[] = [];
+      const ws = new WebSocket(url);
+      ws.on("message", (d) => frames.push(d.toString()));
+      ws.once("open", () =>
+        setTimeout(() => {
+          ws.close();
+          resolve(frames);
+        }, ms),
+      );
+      ws.once("unexpected-response", () => {
+        ws.terminate();
+        resolve(null);
+      });
+      ws.once("error", () => resolve(null));
+    });
+
+  it("through the service: another sandbox's key, a user's API key or no key reads nothing of the agent; no CORS grant", async () => {
+    // The UI's way in: the service's own origin, which forwards a call only for the sandbox its key names.
+    expect(alice.via).toBe(new URL(t.url).origin);
+    const ws = `${alice.via.replace(/^http/, "ws")}/sockets/events/${alice.conv.id}`;
+    // Bob's sandbox key opens bob's own agent only, which has nothing of alice's conversation.
+    const bobs = await framesOf(`${ws}?resend_all=true&session_api_key=${bob.sandboxKey}`);
+    expect(JSON.stringify(bobs)).not.toContain("Hello from alice");
+    // A user's API key, or no key, is no agent call: refused at the handshake.
+    expect(await open(`${ws}?session_api_key=${alice.key}`)).toBe(401);
+    expect(await open(ws, { origin: "https://evil.example" })).toBe(401);
+    // Alice's key with bob's browser session: the cookie's user must own the sandbox.
+    const signIn = await fetch(`${t.url}/api/auth/session`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ key: bob.key }),
+    });
+    const bobCookie = signIn.headers.getSetCookie()[0]?.split(";")[0] ?? "";
+    expect(bobCookie).toMatch(/^aws_session=./);
+    expect(await open(`${ws}?session_api_key=${alice.sandboxKey}`, { cookie: bobCookie })).toBe(403);
+    const own = await framesOf(`${ws}?resend_all=true&session_api_key=${alice.sandboxKey}`);
+    expect(JSON.stringify(own)).toContain("Hello from alice");
+    // HTTP: bob's key reaches bob's agent (which has no such conversation), no key reaches no agent.
+    const withBobs = await fetch(`${alice.via}/api/conversations/${alice.conv.id}`, {
+      headers: { "x-session-api-key": bob.sandboxKey },
+    });
+    expect(withBobs.status).toBe(404);
+    expect(await withBobs.text()).not.toContain("Hello from alice");
+    const noKey = await fetch(`${alice.via}/api/conversations/${alice.conv.id}`);
+    expect(noKey.status).toBe(401); // the service's own route, which wants a user's credential
+    const withCookie = await fetch(`${alice.via}/api/conversations/${alice.conv.id}`, {
+      headers: { "x-session-api-key": alice.sandboxKey, cookie: bobCookie },
+    });
+    expect(withCookie.status).toBe(403);
+    // A foreign origin's preflight gets no grant (the service has no CORS for it), nor does an answer with the key.
+    const preflight = await fetch(`${alice.via}/api/conversations/${alice.conv.id}`, {
+      method: "OPTIONS",
+      headers: {
+        origin: "https://evil.example",
+        "access-control-request-method": "GET",
+        "access-control-request-headers": "x-session-api-key",
+      },
+    });
+    expect(preflight.headers.get("access-control-allow-origin")).toBeNull();
+    const foreign = await fetch(`${alice.via}/api/conversations/${alice.conv.id}`, {
+      headers: { origin: "https://evil.example", "x-session-api-key": alice.sandboxKey },
+    });
+    expect(foreign.status).toBe(200);
+    expect(foreign.headers.get("access-control-allow-origin")).toBeNull();
+  });
+
+  it("at the agent's own port: another sandbox's key, a user's API key or no key reads nothing; a foreign origin gets no CORS grant", async () => {
     const ws = `${alice.agent.replace(/^http/, "ws")}/sockets/events/${alice.conv.id}`;
     expect(await open(`${ws}?session_api_key=${bob.sandboxKey}`)).toBe(403);
     expect(await open(`${ws}?session_api_key=${alice.key}`)).toBe(403);
@@ -332,28 +420,31 @@ describe("the agent's routes and events websocket from a browser", () => {
   it("the workspace routes stay inside the workspace: no .. and no symlink out of it", async () => {
     expect((await bash(alice, "ln -sfn / $HOME/escape && echo ok")).stdout).toContain("ok");
     const h = { "x-session-api-key": alice.sandboxKey };
-    for (const path of [
-      "/workspace/../../../etc/hostname",
-      "/workspace/project/../../etc/hostname",
-      `${alice.workspace}/../../etc/hostname`,
-      `${alice.workspace}/escape/etc/hostname`,
-      "/workspace/escape/etc/hostname",
-    ]) {
-      const r = await fetch(`${alice.agent}/api/git/diff/${encodeURIComponent(path)}`, { headers: h });
-      expect(r.status, path).toBe(400);
-      const form = new FormData();
-      form.set("file", new Blob(["x"]), "x");
-      const up = await fetch(`${alice.agent}/api/file/upload/${encodeURIComponent(`${path}-up`)}`, {
-        method: "POST",
+    // Through the service (the UI's way) and at the agent's own port.
+    for (const base of [alice.via, alice.agent]) {
+      for (const path of [
+        "/workspace/../../../etc/hostname",
+        "/workspace/project/../../etc/hostname",
+        `${alice.workspace}/../../etc/hostname`,
+        `${alice.workspace}/escape/etc/hostname`,
+        "/workspace/escape/etc/hostname",
+      ]) {
+        const r = await fetch(`${base}/api/git/diff/${encodeURIComponent(path)}`, { headers: h });
+        expect(r.status, `${base} ${path}`).toBe(400);
+        const form = new FormData();
+        form.set("file", new Blob(["x"]), "x");
+        const up = await fetch(`${base}/api/file/upload/${encodeURIComponent(`${path}-up`)}`, {
+          method: "POST",
+          headers: h,
+          body: form,
+        });
+        expect(up.status, `${base} ${path}`).toBe(400);
+      }
+      const inside = await fetch(`${base}/api/git/diff/${encodeURIComponent("/workspace/inside.txt")}`, {
         headers: h,
-        body: form,
       });
-      expect(up.status, path).toBe(400);
+      expect(inside.status, base).toBe(200);
     }
-    const inside = await fetch(`${alice.agent}/api/git/diff/${encodeURIComponent("/workspace/inside.txt")}`, {
-      headers: h,
-    });
-    expect(inside.status).toBe(200);
   });
 });
 

@@ -93,7 +93,7 @@ interface Sandbox {
   id: string;
   status: string;
   session_api_key: string | null;
-  exposed_urls: { name: string; url: string }[] | null;
+  exposed_urls: { name: string; url: string; port: number }[] | null;
 }
 
 /** Sandboxes outlive the server: every test deletes what it started before stopping its server. */
@@ -107,7 +107,15 @@ async function deleteSandboxes(s: Server): Promise<void> {
   }
 }
 
-async function startSandbox(s: Server, key: string): Promise<{ id: string; url: string; key: string }> {
+/**
+ * Starts a sandbox and waits until it runs. `url` is the agent's own loopback port (AGENT_SERVER_DIRECT): these
+ * tests are about what runs in the sandbox, so they talk to its agent directly; `viaService` is where the UI reaches
+ * it (AGENT_SERVER, "/": the server's own origin, which forwards calls made with the sandbox's key).
+ */
+async function startSandbox(
+  s: Server,
+  key: string,
+): Promise<{ id: string; url: string; viaService: string; key: string }> {
   const headers = { "x-session-api-key": key };
   const created = await fetch(`${s.url}/api/v1/sandboxes`, { method: "POST", headers });
   expect(created.status).toBe(200);
@@ -116,8 +124,22 @@ async function startSandbox(s: Server, key: string): Promise<{ id: string; url: 
   const deadline = Date.now() + 20_000;
   for (;;) {
     const [sb] = (await (await fetch(`${s.url}/api/v1/sandboxes?id=${id}`, { headers })).json()) as Sandbox[];
-    const url = sb?.exposed_urls?.find((u) => u.name === "AGENT_SERVER")?.url;
-    if (sb?.status === "RUNNING" && url && sb.session_api_key) return { id, url, key: sb.session_api_key };
+    if (sb?.status === "RUNNING" && sb.exposed_urls && sb.session_api_key) {
+      const [agentServer, direct] = sb.exposed_urls;
+      expect(agentServer).toEqual({ name: "AGENT_SERVER", url: "/", port: direct?.port });
+      expect(direct).toEqual({
+        name: "AGENT_SERVER_DIRECT",
+        url: `http://127.0.0.1:${direct?.port}`,
+        port: expect.any(Number),
+      });
+      expect(sb.session_api_key).toMatch(new RegExp(`^sbx_${id}_[0-9A-Za-z]{43}$`));
+      return {
+        id,
+        url: direct?.url ?? "",
+        viaService: new URL(agentServer?.url ?? "", s.url).origin,
+        key: sb.session_api_key,
+      };
+    }
     if (sb?.status === "ERROR" || Date.now() > deadline)
       throw new Error(`sandbox ${id}: ${JSON.stringify(sb)}\n${s.output()}`);
     await new Promise((r) => setTimeout(r, 25));
@@ -164,8 +186,8 @@ describe.skipIf(skipReason !== null)(
   () => {
     const serverKey = `server-env-${randomBytes(12).toString("hex")}`;
     let s: Server;
-    let alice: { id: string; url: string; key: string };
-    let bob: { id: string; url: string; key: string };
+    let alice: { id: string; url: string; viaService: string; key: string };
+    let bob: { id: string; url: string; viaService: string; key: string };
     let dir = "";
 
     beforeAll(async () => {
@@ -205,6 +227,15 @@ describe.skipIf(skipReason !== null)(
 
     it("says at start that sandboxes are isolated", () => {
       expect(s.output()).toContain("process sandboxes are isolated with bubblewrap");
+    });
+
+    it("is reached through the server's own origin too (the UI's way), with its key only", async () => {
+      const direct = await run(bob, "pwd");
+      expect(await run({ url: bob.viaService, key: bob.key }, "pwd")).toEqual(direct);
+      // Alice's key through the server runs in alice's sandbox, never in bob's.
+      expect((await run({ url: alice.viaService, key: alice.key }, "pwd")).stdout).toBe(
+        `${workspaceOf(alice.id)}\n`,
+      );
     });
 
     it("its own workspace is writable and is the working directory; /tmp is its own", async () => {

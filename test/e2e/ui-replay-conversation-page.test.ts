@@ -3,10 +3,12 @@
  * default (process runtime, built-in agent), replayed call by call from what scripts/ui-check.ts recorded in
  * headless Chromium (docs/testing.md): a browser signed in through the sign-in endpoint saves its LLM settings (the
  * advanced form's exact body, with a scripted fake model server), starts a conversation from the home page (the
- * legacy POST, the UI's default), opens the page (the service's calls, then the agent's websocket and git changes,
- * straight from the browser with the sandbox's session key and the page's Origin), types two tasks (a terminal
- * command, a file edit), reloads (resend_all, and the event count the page waits for), pauses while the model
- * thinks and plays again. Every frame the page renders and every field it reads is asserted.
+ * legacy POST, the UI's default), opens the page (the service's calls, then the agent's websocket and git changes:
+ * the conversation's `url` is relative, so the page sends them to its own origin (frontend/src/utils/websocket-url.ts)
+ * with the sandbox's session key, and the cookie and Origin a browser adds to a same-origin request; the service
+ * forwards them to the agent), types two tasks (a terminal command, a file edit), reloads (resend_all, and the event
+ * count the page waits for), pauses while the model thinks and plays again. Every frame the page renders and every
+ * field it reads is asserted.
  */
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -15,6 +17,7 @@ import WebSocket from "ws";
 import { Browser } from "../helpers/browser.ts";
 import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
 import { startTestApp, type TestApp } from "../helpers/test-app.ts";
+import { uiAgentBase, uiSocketUrl } from "../helpers/ui-urls.ts";
 import { until } from "../helpers/until.ts";
 
 type Ev = {
@@ -38,13 +41,16 @@ let t: TestApp;
 let llm: FakeLlm;
 let b: Browser;
 
-/** The page's events websocket (conversation-websocket-context.tsx), as Chromium opens it. */
+/**
+ * The page's events websocket (conversation-websocket-context.tsx), as Chromium opens it: the page's Origin, and its
+ * cookies (the socket is on the page's own origin).
+ */
 class PageSocket {
   readonly frames: Ev[] = [];
   readonly ws: WebSocket;
   readonly opened: Promise<void>;
-  constructor(url: string, origin: string) {
-    this.ws = new WebSocket(url, { headers: { origin } });
+  constructor(url: string, origin: string, cookie: string | undefined) {
+    this.ws = new WebSocket(url, { headers: { origin, ...(cookie === undefined ? {} : { cookie }) } });
     this.ws.on("message", (d) => this.frames.push(JSON.parse(d.toString()) as Ev));
     this.opened = new Promise((resolve, reject) => {
       this.ws.once("open", () => resolve());
@@ -151,21 +157,16 @@ describe("UI replay: the conversation page with the built-in agent", () => {
   /** The frames of the first socket, to compare with the reload's. */
   let firstFrames: Ev[] = [];
 
-  /** A call the page makes to the agent straight from the browser (axios, the sandbox's key in the header). */
+  /**
+   * A call the page makes to the agent (axios, the sandbox's key in the header) at the host of the conversation's
+   * `url`: the page's own origin, so the browser sends its cookie (and, but for a GET, its Origin) and needs no
+   * CORS grant to read the answer (the service gives none for an agent's answer).
+   */
   const agent = async (method: string, path: string, body?: unknown) => {
-    const res = await fetch(`${agentBase}${path}`, {
-      method,
-      headers: {
-        accept: "application/json, text/plain, */*",
-        origin: t.url,
-        "x-session-api-key": sessionKey,
-        ...(body === undefined ? {} : { "content-type": "application/json" }),
-      },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    });
-    // Without this header the browser would hide the answer from the page.
-    expect(res.headers.get("access-control-allow-origin")).toBe(t.url);
-    return { status: res.status, body: (await res.json()) as unknown };
+    expect(agentBase).toBe(new URL(t.url).origin);
+    const res = await b.request(method, path, body, { "x-session-api-key": sessionKey });
+    expect(res.headers.get("access-control-allow-origin")).toBeNull();
+    return { status: res.status, body: res.body };
   };
 
   it("starts a conversation from the home page and opens it: the service's calls, then the agent's", async () => {
@@ -182,7 +183,7 @@ describe("UI replay: the conversation page with the built-in agent", () => {
     expect((await b.request("GET", "/api/conversations?limit=10")).status).toBe(200);
 
     // useActiveConversation: every 3 s while STARTING. The page picks the V1 socket from conversation_version
-    // and builds its URL from the host of `url` and `session_api_key`.
+    // and builds its URL from the host of `url` (relative: the page's own) and `session_api_key`.
     const c = await until(
       async () => (await b.request("GET", `/api/conversations/${id}`)).body as Record<string, unknown>,
       (x) => x.status !== "STARTING",
@@ -194,16 +195,16 @@ describe("UI replay: the conversation page with the built-in agent", () => {
       conversation_version: "V1",
       title: `Conversation ${id}`,
     });
-    const url = new URL(c.url as string);
-    expect(url.pathname).toBe(`/api/conversations/${id}`);
-    agentBase = url.origin;
+    expect(c.url).toBe(`/api/conversations/${id}`);
+    agentBase = uiAgentBase(c.url as string, t.url);
     sessionKey = c.session_api_key as string;
-    expect(sessionKey).toMatch(/^[A-Za-z0-9]{20,}$/);
+    expect(sessionKey).toMatch(/^sbx_[0-9A-Za-z]+_[0-9A-Za-z]{43}$/);
 
-    // buildWebSocketUrl: ws://<host of url>/sockets/events/<id>?resend_all=true&session_api_key=<key>.
+    // buildWebSocketUrl: ws://<host of url, else the page's>/sockets/events/<id>?resend_all=true&session_api_key=<key>.
     socket = new PageSocket(
-      `ws://${url.host}/sockets/events/${id}?resend_all=true&session_api_key=${encodeURIComponent(sessionKey)}`,
+      `${uiSocketUrl(id, c.url as string, t.url)}?resend_all=true&session_api_key=${encodeURIComponent(sessionKey)}`,
       t.url,
+      b.cookieHeader(),
     );
     await socket.opened;
     await socket.until((f) => f.length >= 2);
@@ -223,6 +224,7 @@ describe("UI replay: the conversation page with the built-in agent", () => {
     expect(config.status).toBe(200);
     const runtimeId = (config.body as { runtime_id: string; session_id: string }).runtime_id;
     expect(config.body).toEqual({ runtime_id: expect.any(String), session_id: id });
+    expect(sessionKey.startsWith(`sbx_${runtimeId}_`)).toBe(true);
     const batch = await b.request("GET", `/api/v1/app-conversations?ids=${id}`);
     const [app] = batch.body as { sandbox_id: string; conversation_url: string; session_api_key: string }[];
     expect(app).toMatchObject({
@@ -231,11 +233,20 @@ describe("UI replay: the conversation page with the built-in agent", () => {
       session_api_key: sessionKey,
     });
     // useBatchSandboxes: exposed_urls, where the page looks for VSCODE and WORKER_* (none here: no VS Code,
-    // no worker ports; the page says the VS Code URL is not available).
+    // no worker ports; the page says the VS Code URL is not available). The agent is the service's own origin,
+    // its loopback address beside it.
     const sandboxes = await b.request("GET", `/api/v1/sandboxes?id=${runtimeId}`);
-    const [sandbox] = sandboxes.body as { id: string; status: string; exposed_urls: { name: string }[] }[];
+    const [sandbox] = sandboxes.body as {
+      id: string;
+      status: string;
+      exposed_urls: { name: string; url: string; port: number }[];
+    }[];
     expect(sandbox).toMatchObject({ id: runtimeId, status: "RUNNING" });
-    expect(sandbox?.exposed_urls.map((u) => u.name)).toEqual(["AGENT_SERVER"]);
+    const port = sandbox?.exposed_urls[0]?.port;
+    expect(sandbox?.exposed_urls).toEqual([
+      { name: "AGENT_SERVER", url: "/", port },
+      { name: "AGENT_SERVER_DIRECT", url: `http://127.0.0.1:${port}`, port },
+    ]);
 
     // The Changes tab (v1-git-service): /workspace/project, URL-encoded, on the agent. Nothing yet.
     const changes = await agent("GET", "/api/git/changes/%2Fworkspace%2Fproject");
@@ -372,10 +383,14 @@ describe("UI replay: the conversation page with the built-in agent", () => {
       async () => (await b.request("GET", `/api/v1/events/count?conversation_id__eq=${id}`)).body as number,
       (n) => n === events.length,
     );
-    expect((await b.request("GET", `/api/conversations/${id}`)).status).toBe(200);
+    const reloaded = await b.request("GET", `/api/conversations/${id}`);
+    expect(reloaded.status).toBe(200);
+    const { url } = reloaded.body as { url: string };
+    expect(url).toBe(`/api/conversations/${id}`);
     const again = new PageSocket(
-      `ws://${new URL(agentBase).host}/sockets/events/${id}?resend_all=true&session_api_key=${encodeURIComponent(sessionKey)}`,
+      `${uiSocketUrl(id, url, t.url)}?resend_all=true&session_api_key=${encodeURIComponent(sessionKey)}`,
       t.url,
+      b.cookieHeader(),
     );
     await again.opened;
     await again.until((f) => f.length >= events.length + 1);
@@ -403,19 +418,7 @@ describe("UI replay: the conversation page with the built-in agent", () => {
     await socket.untilStatus("running", mark);
     await llm.waitForRequests(asked + 1);
 
-    // The browser's preflight for a POST with the session key header.
-    const preflight = await fetch(`${agentBase}/api/conversations/${id}/pause`, {
-      method: "OPTIONS",
-      headers: {
-        origin: t.url,
-        "access-control-request-method": "POST",
-        "access-control-request-headers": "content-type,x-session-api-key",
-      },
-    });
-    expect(preflight.status).toBe(200);
-    expect(preflight.headers.get("access-control-allow-origin")).toBe(t.url);
-    expect(preflight.headers.get("access-control-allow-headers")).toContain("x-session-api-key");
-
+    // The POST goes to the page's own origin: the browser sends no preflight (agent() checks the origin).
     // useUnifiedPauseConversation (V1): POST <agent>/api/conversations/<id>/pause with {}.
     expect(await agent("POST", `/api/conversations/${id}/pause`, {})).toEqual({
       status: 200,
@@ -487,11 +490,14 @@ describe("UI replay: the conversation page with the built-in agent", () => {
       async () => (await b.request("GET", `/api/conversations/${second}`)).body as Record<string, string>,
       (x) => x.status !== "STARTING",
     );
-    const url = new URL(c.url as string);
+    expect(c.url).toBe(`/api/conversations/${second}`);
+    const base = uiAgentBase(c.url, t.url);
+    expect(base).toBe(new URL(t.url).origin);
     const key = c.session_api_key as string;
     const page = new PageSocket(
-      `ws://${url.host}/sockets/events/${second}?resend_all=true&session_api_key=${encodeURIComponent(key)}`,
+      `${uiSocketUrl(second, c.url, t.url)}?resend_all=true&session_api_key=${encodeURIComponent(key)}`,
       t.url,
+      b.cookieHeader(),
     );
     await page.opened;
     await page.until((f) => f.length >= 2);
@@ -510,18 +516,15 @@ describe("UI replay: the conversation page with the built-in agent", () => {
       "state:waiting_for_confirmation",
     ]);
     // EventService.respondToConfirmation: POST <agent>/api/conversations/<id>/events/respond_to_confirmation.
-    const res = await fetch(`${url.origin}/api/conversations/${second}/events/respond_to_confirmation`, {
-      method: "POST",
-      headers: {
-        origin: t.url,
-        "content-type": "application/json",
-        "x-session-api-key": key,
-      },
-      body: JSON.stringify({ accept: true }),
-    });
+    const res = await b.request(
+      "POST",
+      `/api/conversations/${second}/events/respond_to_confirmation`,
+      { accept: true },
+      { "x-session-api-key": key },
+    );
     expect(res.status).toBe(200);
-    expect(res.headers.get("access-control-allow-origin")).toBe(t.url);
-    expect(await res.json()).toEqual({ success: true });
+    expect(res.headers.get("access-control-allow-origin")).toBeNull();
+    expect(res.body).toEqual({ success: true });
     const confirmed = page.frames.length;
     await page.untilStatus("finished", confirmed);
     const after = page.frames.slice(confirmed);
@@ -532,13 +535,13 @@ describe("UI replay: the conversation page with the built-in agent", () => {
     // message names it ("NEW FILES ADDED: /workspace/notes.txt"); the agent reads it there.
     const form = new FormData();
     form.append("file", new Blob(["uploaded-notes-content\n"], { type: "text/plain" }), "notes.txt");
-    const up = await fetch(`${url.origin}/api/file/upload/${encodeURIComponent("/workspace/notes.txt")}`, {
+    const up = await fetch(`${base}/api/file/upload/${encodeURIComponent("/workspace/notes.txt")}`, {
       method: "POST",
-      headers: { origin: t.url, "x-session-api-key": key },
+      headers: { origin: t.url, cookie: b.cookieHeader() ?? "", "x-session-api-key": key },
       body: form,
     });
     expect(up.status).toBe(200);
-    expect(up.headers.get("access-control-allow-origin")).toBe(t.url);
+    expect(up.headers.get("access-control-allow-origin")).toBeNull();
     expect(await up.json()).toEqual({ success: true });
     llm.script(
       { toolCalls: [{ name: "file_editor", arguments: { command: "view", path: "/workspace/notes.txt" } }] },
@@ -547,11 +550,13 @@ describe("UI replay: the conversation page with the built-in agent", () => {
     const uploadMark = page.frames.length;
     page.send("Read the file I attached\n\nNEW FILES ADDED: /workspace/notes.txt");
     await page.untilStatus("waiting_for_confirmation", uploadMark);
-    await fetch(`${url.origin}/api/conversations/${second}/events/respond_to_confirmation`, {
-      method: "POST",
-      headers: { origin: t.url, "content-type": "application/json", "x-session-api-key": key },
-      body: JSON.stringify({ accept: true }),
-    });
+    const yes = await b.request(
+      "POST",
+      `/api/conversations/${second}/events/respond_to_confirmation`,
+      { accept: true },
+      { "x-session-api-key": key },
+    );
+    expect(yes.status).toBe(200);
     await page.untilStatus("finished", uploadMark + 4);
     const read = page.frames.slice(uploadMark).find((e) => e.kind === "ObservationEvent");
     expect(read?.observation).toMatchObject({ kind: "FileEditorObservation", is_error: false });

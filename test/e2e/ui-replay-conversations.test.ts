@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Browser } from "../helpers/browser.ts";
 import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
+import { uiAgentBase } from "../helpers/ui-urls.ts";
 
 let t: TestApp;
 /** The model server of the users: it answers each call with a final message. */
@@ -138,14 +139,16 @@ describe("UI replay: conversations", () => {
     expect(c.conversation_id).toBe(v1Id);
     expect(c.status).toBe("RUNNING");
     expect(c.runtime_status).toBe("STATUS$READY");
-    expect(c.url).toMatch(new RegExp(`^http://127\\.0\\.0\\.1:\\d+/api/conversations/${v1Id}$`));
-    expect(c.session_api_key).toMatch(/^[A-Za-z0-9]{20,}$/);
+    // Relative: the agent is reached through this service's own origin.
+    expect(c.url).toBe(`/api/conversations/${v1Id}`);
+    expect(c.session_api_key).toMatch(/^sbx_[0-9A-Za-z]+_[0-9A-Za-z]{43}$/);
     expect(c.selected_repository).toBeNull();
     expect(c.git_provider).toBeNull();
     expect(c.sub_conversation_ids).toEqual([]);
 
-    // The UI then talks to the agent server at `url` with `session_api_key` (V1 conversation page).
-    const agent = await fetch(c.url as string, {
+    // The UI then talks to the agent server at the host of `url` (websocket-url.ts: a relative `url` is the page's
+    // own host, this service) with `session_api_key` (V1 conversation page).
+    const agent = await fetch(`${uiAgentBase(c.url, t.url)}/api/conversations/${v1Id}`, {
       headers: { "x-session-api-key": c.session_api_key as string },
     });
     expect(agent.status).toBe(200);
@@ -158,6 +161,8 @@ describe("UI replay: conversations", () => {
     expect(app?.session_api_key).toBe(c.session_api_key);
     v1Sandbox = app?.sandbox_id ?? "";
     expect(v1Sandbox).not.toBe("");
+    // The key names the conversation's sandbox.
+    expect(c.session_api_key?.startsWith(`sbx_${v1Sandbox}_`)).toBe(true);
   }, 60_000);
 
   it("answers the event count the conversation page asks on connect, from the agent's webhooks", async () => {
@@ -251,7 +256,7 @@ describe("UI replay: conversations", () => {
     );
     expect(running.status).toBe("RUNNING");
     expect(running.runtime_status).toBe("STATUS$READY");
-    expect(running.url).toContain(`/api/conversations/${legacyId}`);
+    expect(running.url).toBe(`/api/conversations/${legacyId}`);
     expect(running.trigger).toBe("gui");
   }, 60_000);
 
@@ -522,10 +527,10 @@ describe("UI replay: conversations as a signed-in browser (session cookie only)"
     expectConversationShape(c);
     expect(c.status).toBe("RUNNING");
     expect(c.runtime_status).toBe("STATUS$READY");
-    expect(c.url).toContain(`/api/conversations/${v1Id}`);
-    expect(c.session_api_key).toMatch(/^[A-Za-z0-9]{20,}$/);
+    expect(c.url).toBe(`/api/conversations/${v1Id}`);
     const app = await fetchV1ConversationData(v1Id);
     v1Sandbox = app.sandbox_id;
+    expect(c.session_api_key).toMatch(new RegExp(`^sbx_${v1Sandbox}_[0-9A-Za-z]{43}$`));
     const config = await b.request("GET", `/api/conversations/${v1Id}/config`);
     expect(config.status).toBe(200);
     expect(config.body).toEqual({ runtime_id: v1Sandbox, session_id: v1Id });
@@ -657,17 +662,21 @@ describe("UI replay: conversations as a signed-in browser (session cookie only)"
     expectConversationShape(c);
     expect(c.status).toBe("RUNNING");
     expect(c.runtime_status).toBe("STATUS$READY");
-    expect(c.url).toContain(`/api/conversations/${v1Id}`);
+    expect(c.url).toBe(`/api/conversations/${v1Id}`);
     const app = await fetchV1ConversationData(v1Id);
     expect(app.sandbox_status).toBe("RUNNING");
     expect(app.conversation_url).toBe(c.url);
     expect(app.session_api_key).toBe(c.session_api_key);
     // The agent had answered the first message before the sandbox was stopped.
     expect(app.execution_status).toBe("finished");
-    const agent = await fetch(c.url as string, {
-      headers: { "x-session-api-key": c.session_api_key as string },
+    // The page's call to the agent: same origin as the page (the relative `url`), so the browser sends its session
+    // cookie along with the sandbox's key; the cookie's user owns the sandbox.
+    expect(uiAgentBase(c.url, t.url)).toBe(new URL(t.url).origin);
+    const agent = await b.request("GET", `/api/conversations/${v1Id}`, undefined, {
+      "x-session-api-key": c.session_api_key as string,
     });
     expect(agent.status).toBe(200);
+    expect((agent.body as { id: string }).id).toBe(v1Id);
   }, 30_000);
 
   it("deletes both conversations with the cookie; the list ends empty", async () => {
@@ -682,7 +691,8 @@ describe("UI replay: conversations as a signed-in browser (session cookie only)"
       ((await b.request("GET", "/api/conversations?limit=20")).body as { results: unknown[] }).results,
     ).toEqual([]);
     expect(((await b.request("GET", `/api/v1/sandboxes?id=${v1Sandbox}`)).body as unknown[])[0]).toBeNull();
-    // Not one request of this browser carried the key: each was authenticated by the cookie alone.
+    // Not one request of this browser carried the user's API key: each was authenticated by the cookie alone (the
+    // agent call carried the sandbox's session key, as the page's does).
     expect((await b.request("GET", "/api/auth/session")).body).toEqual({
       user_id: "carol",
       authenticated_by: "cookie",

@@ -12,6 +12,7 @@ import { createProcessRuntime, type ProcessRuntime } from "../../src/sandbox/pro
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
 import { type FakeLlm, startFakeLlm } from "./fake-llm.ts";
 import { call, startTestApp, type TestApp } from "./test-app.ts";
+import { uiAgentBase } from "./ui-urls.ts";
 
 export interface Task {
   id: string;
@@ -168,15 +169,24 @@ export async function getConversation(key: string, id: string): Promise<Conversa
   return (r.body as (Conversation | null)[])[0] ?? null;
 }
 
-/** Runs a command in the conversation's sandbox through its agent (what the UI does with conversation_url). */
-export async function sh(c: Conversation, command: string, cwd?: string) {
-  const base = (c.conversation_url ?? "").replace(/\/api\/conversations\/.*$/, "");
-  const res = await fetch(`${base}/api/bash/execute_bash_command`, {
-    method: "POST",
-    headers: { "x-session-api-key": c.session_api_key ?? "", "content-type": "application/json" },
-    body: JSON.stringify({ command, ...(cwd ? { cwd } : {}) }),
-  });
-  return (await res.json()) as { exit_code: number; stdout: string; stderr: string };
+/**
+ * Runs a command in the conversation's sandbox through its agent, as the UI reaches it: at the host of
+ * conversation_url, which is relative (the service's own origin, whose agent proxy forwards the call), with the
+ * sandbox's session key.
+ */
+export async function sh(c: Conversation, command: string, cwd?: string, app: TestApp = conversationApp().t) {
+  if (c.conversation_url === null) throw new Error(`conversation ${c.id} has no conversation_url`);
+  const res = await fetch(
+    new URL("/api/bash/execute_bash_command", uiAgentBase(c.conversation_url, app.url)),
+    {
+      method: "POST",
+      headers: { "x-session-api-key": c.session_api_key ?? "", "content-type": "application/json" },
+      body: JSON.stringify({ command, ...(cwd ? { cwd } : {}) }),
+    },
+  );
+  const text = await res.text();
+  expect(res.status, text).toBe(200);
+  return JSON.parse(text) as { exit_code: number; stdout: string; stderr: string };
 }
 
 /** A sandbox spec whose "agent" answers /alive but never answers anything else (a hung agent). */

@@ -30,7 +30,8 @@ export interface StartedSandbox {
   id: string;
   status: string;
   session_api_key: string | null;
-  exposed_urls: { url: string }[];
+  /** AGENT_SERVER ("/": this service's own origin), then AGENT_SERVER_DIRECT (the agent's loopback port). */
+  exposed_urls: { name: string; url: string; port: number }[];
 }
 
 export function warmPoolRun(docker: Docker, image: string) {

@@ -21,6 +21,7 @@ import {
 } from "../helpers/app-conversations.ts";
 import { connectClient, grpcClient } from "../helpers/rpc-clients.ts";
 import type { TestApp } from "../helpers/test-app.ts";
+import { uiAgentBase } from "../helpers/ui-urls.ts";
 
 let t: TestApp;
 let bare: string;
@@ -84,7 +85,8 @@ describe("starting a conversation without a repository", () => {
     expect(done.status, done.detail ?? "").toBe("READY");
     expect(done.app_conversation_id).toBe("0f3b6b1e8d3a4c619d4a2b7f3c9e1a55");
     expect(done.sandbox_id).toBeTruthy();
-    expect(done.agent_server_url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    // The agent as clients reach it: this service's own origin (a relative URL the client resolves).
+    expect(done.agent_server_url).toBe("/");
     expect(Date.parse(done.updated_at)).toBeGreaterThanOrEqual(Date.parse(done.created_at));
 
     const c = await getConversation(key, "0F3B6B1E-8D3A-4C61-9D4A-2B7F3C9E1A55");
@@ -102,14 +104,19 @@ describe("starting a conversation without a repository", () => {
       sandbox_status: "RUNNING",
       // The agent runs the first message with the (fake) model at once.
       execution_status: expect.stringMatching(/^(running|finished)$/),
-      conversation_url: `${done.agent_server_url}/api/conversations/0f3b6b1e8d3a4c619d4a2b7f3c9e1a55`,
+      conversation_url: "/api/conversations/0f3b6b1e8d3a4c619d4a2b7f3c9e1a55",
     });
-    expect(c?.session_api_key).toBeTruthy();
+    // The sandbox's session key names its sandbox (the agent proxy routes by it).
+    expect(c?.session_api_key).toMatch(new RegExp(`^sbx_${done.sandbox_id}_[0-9A-Za-z]{43}$`));
 
-    // The agent got the user's LLM settings, confirmation policy, custom secrets and the provider token.
-    const agentView = (await (
-      await fetch(c?.conversation_url ?? "", { headers: { "x-session-api-key": c?.session_api_key ?? "" } })
-    ).json()) as Record<string, unknown>;
+    // The agent got the user's LLM settings, confirmation policy, custom secrets and the provider token: asked
+    // as the UI asks it, at the host of conversation_url (this service's origin) with the sandbox's key.
+    const agentAnswer = await fetch(
+      `${uiAgentBase(c?.conversation_url, t.url)}/api/conversations/0f3b6b1e8d3a4c619d4a2b7f3c9e1a55`,
+      { headers: { "x-session-api-key": c?.session_api_key ?? "" } },
+    );
+    expect(agentAnswer.status).toBe(200);
+    const agentView = (await agentAnswer.json()) as Record<string, unknown>;
     expect(agentView).toMatchObject({
       agent: { llm: { model: "openai/gpt-test", api_key: "**********" } },
       confirmation_policy: { kind: "NeverConfirm" },

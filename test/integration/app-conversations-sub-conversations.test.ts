@@ -91,6 +91,9 @@ describe("reusing sandboxes and sub-conversations", () => {
       llm_model: "parent-model",
       parent_conversation_id: parent.id,
       sandbox_status: "RUNNING",
+      // Its own agent conversation, reached through this service's origin with the shared sandbox's key.
+      conversation_url: `/api/conversations/${child.id}`,
+      session_api_key: parent.session_api_key,
     });
     // The clone already in the sandbox is reused.
     expect((await sh(child, "git branch --show-current", "project")).stdout.trim()).toBe("feature");

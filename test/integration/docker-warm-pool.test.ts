@@ -56,19 +56,35 @@ describe.skipIf(skip !== null)("warm pool of the Docker runtime", () => {
     expect(info.Config.Env.find((e) => e.startsWith("OH_WEBHOOKS_0_BASE_URL="))).toMatch(
       new RegExp(`/api/v1/webhooks/${s.id}$`),
     );
-    const url = s.exposed_urls[0]?.url ?? "";
-    const exec = await fetch(`${url}/api/bash/execute_bash_command`, {
-      method: "POST",
-      headers: { "x-session-api-key": s.session_api_key ?? "", "content-type": "application/json" },
-      body: JSON.stringify({ command: "echo warm" }),
-    });
-    expect(((await exec.json()) as { stdout: string }).stdout).toContain("warm");
-    const wrongKey = await fetch(`${url}/api/bash/execute_bash_command`, {
-      method: "POST",
-      headers: { "x-session-api-key": "not-the-key", "content-type": "application/json" },
-      body: JSON.stringify({ command: "echo no" }),
-    });
-    expect(wrongKey.status).toBe(401);
+    // Its key names it (the warm container was made for this sandbox id), so it is reached through this service.
+    expect(s.session_api_key).toMatch(new RegExp(`^sbx_${s.id}_[0-9A-Za-z]{43}$`));
+    const port = s.exposed_urls[0]?.port ?? 0;
+    expect(s.exposed_urls?.slice(0, 2)).toEqual([
+      { name: "AGENT_SERVER", url: "/", port },
+      { name: "AGENT_SERVER_DIRECT", url: `http://127.0.0.1:${port}`, port },
+    ]);
+    // VS Code and the application ports stay direct (docs/agent-proxy.md).
+    expect(s.exposed_urls?.slice(2).map((u) => [u.name, u.url.replace(/\/\?.*$/, "")])).toEqual([
+      ["VSCODE", `http://127.0.0.1:${s.exposed_urls?.[2]?.port}`],
+      ["WORKER_1", `http://127.0.0.1:${s.exposed_urls?.[3]?.port}`],
+      ["WORKER_2", `http://127.0.0.1:${s.exposed_urls?.[4]?.port}`],
+    ]);
+    const exec = (base: string, key: string) =>
+      fetch(`${base}/api/bash/execute_bash_command`, {
+        method: "POST",
+        headers: { "x-session-api-key": key, "content-type": "application/json" },
+        body: JSON.stringify({ command: "echo warm" }),
+      });
+    const viaService = new URL(s.exposed_urls[0]?.url ?? "", t.url).origin;
+    const direct = s.exposed_urls[1]?.url ?? "";
+    for (const base of [viaService, direct]) {
+      const r = await exec(base, s.session_api_key ?? "");
+      expect(r.status, base).toBe(200);
+      expect(((await r.json()) as { stdout: string }).stdout, base).toContain("warm");
+    }
+    // The agent wants that key; through the service another secret for the sandbox opens nothing.
+    expect((await exec(direct, "not-the-key")).status).toBe(401);
+    expect((await exec(viaService, `sbx_${s.id}_${"x".repeat(43)}`)).status).toBe(404);
 
     await filled(rt, 2);
     const after = await unclaimed();
@@ -306,7 +322,11 @@ describe.skipIf(standinSkip !== null)("warm pool with the agent-server image (st
         exposed_urls: { name: string; url: string }[];
       }[]
     )[0];
-    const agent = s?.exposed_urls.find((u) => u.name === "AGENT_SERVER")?.url ?? "";
+    expect(s?.session_api_key).toMatch(new RegExp(`^sbx_${warmId}_[0-9A-Za-z]{43}$`));
+    // The stand-in's own record of what it was sent (a test-only route, not one the service forwards): asked of
+    // the agent's own port.
+    const agent = s?.exposed_urls.find((u) => u.name === "AGENT_SERVER_DIRECT")?.url ?? "";
+    expect(agent).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
     const recorded = (await (
       await fetch(`${agent}/__standin/requests`, {
         headers: { "x-session-api-key": s?.session_api_key ?? "" },

@@ -51,12 +51,27 @@ describe("server restart", () => {
       await call(second.url, k, "GET", `/api/v1/sandboxes?${ids.map((i) => `id=${i}`).join("&")}`)
     ).body as { status: string }[];
     expect(list.map((s) => s.status)).toEqual(["RUNNING", "ERROR", "PAUSED"]);
-    // the survivor's agent still answers with its (persisted, encrypted) session key
-    const s = list[0] as unknown as { exposed_urls: { url: string }[]; session_api_key: string };
-    const res = await fetch(`${s.exposed_urls[0]?.url}/api/conversations?ids=x`, {
-      headers: { "x-session-api-key": s.session_api_key },
+    // the survivor's agent still answers with its (persisted, encrypted) session key: through the new server's
+    // own origin (AGENT_SERVER is "/", resolved against the service's URL as a client does), and directly
+    const s = list[0] as unknown as {
+      exposed_urls: { name: string; url: string; port: number }[];
+      session_api_key: string;
+    };
+    expect(s.session_api_key).toMatch(new RegExp(`^sbx_${survivor}_[0-9A-Za-z]{43}$`));
+    const [viaService, direct] = s.exposed_urls;
+    expect(viaService).toEqual({ name: "AGENT_SERVER", url: "/", port: direct?.port });
+    expect(direct).toEqual({
+      name: "AGENT_SERVER_DIRECT",
+      url: `http://127.0.0.1:${direct?.port}`,
+      port: expect.any(Number),
     });
-    expect(res.status).toBe(200);
+    for (const base of [new URL(viaService?.url ?? "", second.url).href, `${direct?.url}/`]) {
+      const res = await fetch(`${base}api/conversations?ids=x`, {
+        headers: { "x-session-api-key": s.session_api_key },
+      });
+      expect(res.status, base).toBe(200);
+      expect(await res.json(), base).toEqual([null]);
+    }
     // The dead one, resumed: its agent starts again on the same workspace (the new server is not its parent).
     const resumed = await call(second.url, k, "POST", `/api/v1/sandboxes/${victim}/resume`);
     expect(resumed.status).toBe(200);

@@ -35,9 +35,11 @@ describe.skipIf(skip !== null)("sandboxes on the Docker runtime, end to end", ()
     await t?.close();
   });
 
-  async function status(
-    id: string,
-  ): Promise<{ status: string; exposed_urls: { url: string }[] | null; session_api_key: string | null }> {
+  async function status(id: string): Promise<{
+    status: string;
+    exposed_urls: { name: string; url: string; port: number }[] | null;
+    session_api_key: string | null;
+  }> {
     return ((await call(t.url, key, "GET", `/api/v1/sandboxes?id=${id}`)).body as never[])[0] as never;
   }
   async function waitFor(id: string, want: string) {
@@ -53,14 +55,32 @@ describe.skipIf(skip !== null)("sandboxes on the Docker runtime, end to end", ()
   it("start → RUNNING with a reachable agent, pause → PAUSED (docker pause), resume, delete removes the container", async () => {
     const started = (await call(t.url, key, "POST", "/api/v1/sandboxes")).body as { id: string };
     const running = await waitFor(started.id, "RUNNING");
-    const url = running.exposed_urls?.[0]?.url ?? "";
-    expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
-    const exec = await fetch(`${url}/api/bash/execute_bash_command`, {
-      method: "POST",
-      headers: { "x-session-api-key": running.session_api_key ?? "", "content-type": "application/json" },
-      body: JSON.stringify({ command: "echo in-container" }),
-    });
-    expect(((await exec.json()) as { stdout: string }).stdout).toContain("in-container");
+    // The agent through this service's own origin ("/"), and the container's published loopback port beside it.
+    const port = running.exposed_urls?.[0]?.port ?? 0;
+    expect(running.exposed_urls?.slice(0, 2)).toEqual([
+      { name: "AGENT_SERVER", url: "/", port },
+      { name: "AGENT_SERVER_DIRECT", url: `http://127.0.0.1:${port}`, port },
+    ]);
+    // VS Code and the application ports stay direct (docs/agent-proxy.md).
+    expect(running.exposed_urls?.slice(2).map((u) => [u.name, u.url.replace(/\/\?.*$/, "")])).toEqual([
+      ["VSCODE", `http://127.0.0.1:${running.exposed_urls?.[2]?.port}`],
+      ["WORKER_1", `http://127.0.0.1:${running.exposed_urls?.[3]?.port}`],
+      ["WORKER_2", `http://127.0.0.1:${running.exposed_urls?.[4]?.port}`],
+    ]);
+    expect(running.session_api_key).toMatch(new RegExp(`^sbx_${started.id}_[0-9A-Za-z]{43}$`));
+    const viaService = new URL(running.exposed_urls?.[0]?.url ?? "", t.url).origin;
+    const direct = running.exposed_urls?.[1]?.url ?? "";
+    const exec = (base: string) =>
+      fetch(`${base}/api/bash/execute_bash_command`, {
+        method: "POST",
+        headers: { "x-session-api-key": running.session_api_key ?? "", "content-type": "application/json" },
+        body: JSON.stringify({ command: "echo in-container" }),
+      });
+    for (const base of [viaService, direct]) {
+      const r = await exec(base);
+      expect(r.status, base).toBe(200);
+      expect(((await r.json()) as { stdout: string }).stdout, base).toContain("in-container");
+    }
     const record = await t.storage.sandboxes.get(started.id);
     const containerId =
       (record?.handle as { data?: { containerId?: string } } | undefined)?.data?.containerId ?? "";
@@ -71,10 +91,15 @@ describe.skipIf(skip !== null)("sandboxes on the Docker runtime, end to end", ()
     });
     await waitFor(started.id, "PAUSED");
     expect((await docker.getContainer(containerId).inspect()).State.Paused).toBe(true);
+    // Through the service, a paused sandbox's agent answers at once that it is paused (never a hung call).
+    const paused = await exec(viaService);
+    expect(paused.status).toBe(409);
+    expect(((await paused.json()) as { detail: string }).detail).toContain("is paused");
     expect((await call(t.url, key, "POST", `/api/v1/sandboxes/${started.id}/resume`)).body).toEqual({
       success: true,
     });
     await waitFor(started.id, "RUNNING");
+    expect((await exec(viaService)).status).toBe(200);
 
     expect((await call(t.url, key, "DELETE", `/api/v1/sandboxes/${started.id}`)).body).toEqual({
       success: true,

@@ -77,19 +77,40 @@ describe("sandbox lifecycle over REST (process runtime)", () => {
     expect(sb.sandbox_spec_id).toBe("workspace-agent");
     expect(sb.created_by_user_id).toBe("alice");
     sb = await waitStatus(alice, sb.id, "RUNNING");
-    const url = sb.exposed_urls?.find((u) => u.name === "AGENT_SERVER")?.url;
-    expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
-    expect((await fetch(`${url}/alive`)).status).toBe(200);
-    const unauth = await fetch(`${url}/api/bash/execute_bash_command`, { method: "POST", body: "{}" });
-    expect(unauth.status).toBe(401);
-    const exec = await fetch(`${url}/api/bash/execute_bash_command`, {
-      method: "POST",
-      headers: { "x-session-api-key": sb.session_api_key ?? "", "content-type": "application/json" },
-      body: JSON.stringify({ command: "echo hi && pwd" }),
-    });
-    const out = (await exec.json()) as { exit_code: number; stdout: string };
+    // The key names its sandbox; the agent is this service's own origin ("/"), its loopback address beside it.
+    expect(sb.session_api_key).toMatch(new RegExp(`^sbx_${sb.id}_[0-9A-Za-z]{43}$`));
+    const port = sb.exposed_urls?.[0]?.port ?? 0;
+    expect(sb.exposed_urls).toEqual([
+      { name: "AGENT_SERVER", url: "/", port },
+      { name: "AGENT_SERVER_DIRECT", url: `http://127.0.0.1:${port}`, port },
+    ]);
+    expect(port).toBeGreaterThan(0);
+    const exec = (base: string, key: string | null) =>
+      fetch(new URL("/api/bash/execute_bash_command", base), {
+        method: "POST",
+        headers: {
+          ...(key === null ? {} : { "x-session-api-key": key }),
+          "content-type": "application/json",
+        },
+        body: JSON.stringify({ command: "echo hi && pwd" }),
+      });
+    // Through the service (AGENT_SERVER resolved against the service's URL, as a client does) with the key.
+    const viaService = new URL(sb.exposed_urls?.[0]?.url ?? "", t.url).href;
+    const proxied = await exec(viaService, sb.session_api_key);
+    expect(proxied.status).toBe(200);
+    const out = (await proxied.json()) as { exit_code: number; stdout: string };
     expect(out.exit_code).toBe(0);
     expect(out.stdout).toContain("hi");
+    // Another secret for the same sandbox opens nothing.
+    const forged = `sbx_${sb.id}_${"A".repeat(43)}`;
+    expect((await exec(viaService, forged)).status).toBe(404);
+    // The agent itself, directly: alive, and it checks the key too.
+    const direct = sb.exposed_urls?.[1]?.url ?? "";
+    expect((await fetch(`${direct}/alive`)).status).toBe(200);
+    expect((await exec(direct, null)).status).toBe(401);
+    expect((await exec(direct, forged)).status).toBe(401);
+    const straight = await exec(direct, sb.session_api_key);
+    expect(((await straight.json()) as { stdout: string }).stdout).toContain("hi");
   });
 
   it("pause → PAUSED (key and URLs hidden, agent frozen); resume → RUNNING; both idempotent", async () => {

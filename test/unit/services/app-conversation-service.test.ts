@@ -282,7 +282,8 @@ describe("AppConversationService", () => {
     let c = (await search()).items[0];
     expect(c?.sandboxStatus).toBe(SandboxStatus.RUNNING);
     expect(c?.executionStatus).toBeDefined();
-    expect(c?.conversationUrl).toMatch(new RegExp(`/api/conversations/${id}$`));
+    // Relative: the agent is reached through this service's own origin.
+    expect(c?.conversationUrl).toBe(`/api/conversations/${id}`);
     expect(c?.sessionApiKey).toBeDefined();
 
     w.agent.onGetConversations = () => new Promise(() => {}); // never answers

@@ -131,7 +131,11 @@ describe("a RUNNING sandbox whose health probe fails", () => {
     expect(slow?.status).toBe("RUNNING");
     const info = service.toInfo(slow as NonNullable<typeof slow>);
     expect(info.status).toBe(SandboxStatus.RUNNING);
-    expect(info.exposedUrls[0]?.url).toMatch(/^http:/);
+    // With its URLs: the service's own origin, and the agent's loopback address.
+    expect(info.exposedUrls.map((u) => [u.name, u.url])).toEqual([
+      ["AGENT_SERVER", "/"],
+      ["AGENT_SERVER_DIRECT", expect.stringMatching(/^http:\/\/127\.0\.0\.1:\d+$/)],
+    ]);
     expect(info.sessionApiKey).not.toBe("");
     await new Promise((r) => setTimeout(r, 350));
     expect((await service.get("alice", record.id))?.status).toBe("ERROR"); // hangs: not hidden for long

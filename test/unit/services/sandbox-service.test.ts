@@ -35,6 +35,7 @@ function makeService(
     orphanGraceMs?: number;
     slotWaitMs?: number;
     inUseByStarts?: (userId: string) => Promise<readonly string[]>;
+    agentUrls?: { proxied: boolean; publicUrl?: string };
   } = {},
 ): SandboxService {
   const { box, tokens } = testCrypto();
@@ -65,12 +66,46 @@ describe("SandboxService", () => {
     const { sandbox } = await service.startSandbox(create(StartSandboxRequestSchema), alice);
     expect(sandbox?.status).toBe(SandboxStatus.RUNNING);
     expect(sandbox?.createdByUserId).toBe("alice");
-    expect(sandbox?.exposedUrls.map((u) => u.name)).toEqual(["AGENT_SERVER"]);
+    // Reached through the service's own origin ("/"), with the agent's loopback address beside it.
+    const port = sandbox?.exposedUrls[0]?.port ?? 0;
+    expect(port).toBeGreaterThan(0);
+    expect(sandbox?.exposedUrls.map(({ name, url, port }) => ({ name, url, port }))).toEqual([
+      { name: "AGENT_SERVER", url: "/", port },
+      { name: "AGENT_SERVER_DIRECT", url: `http://127.0.0.1:${port}`, port },
+    ]);
     const key = sandbox?.sessionApiKey ?? "";
     expect(key).toBe(runtime.started[0]?.sessionApiKey);
+    // The key names its sandbox, and opens it (the agent proxy's look-up); another secret does not.
+    expect(key).toMatch(new RegExp(`^sbx_${sandbox?.id}_[0-9A-Za-z]{43}$`));
+    expect(await service.agentTarget(key)).toEqual({
+      sandboxId: sandbox?.id,
+      ownerId: "alice",
+      status: "RUNNING",
+      agentUrl: `http://127.0.0.1:${port}`,
+    });
+    expect(await service.agentTarget(`sbx_${sandbox?.id}_${"A".repeat(43)}`)).toBeNull();
     const stored = repo.peek(sandbox?.id ?? "");
     expect(stored?.status).toBe("RUNNING");
     expect(stored?.sessionApiKey).not.toContain(key);
+  });
+
+  it("names the agent by its direct URL without the proxy, and by PUBLIC_URL when one is set", async () => {
+    const direct = await makeService({ agentUrls: { proxied: false } }).startSandbox(
+      create(StartSandboxRequestSchema),
+      alice,
+    );
+    const port = direct.sandbox?.exposedUrls[0]?.port ?? 0;
+    expect(direct.sandbox?.exposedUrls.map(({ name, url }) => ({ name, url }))).toEqual([
+      { name: "AGENT_SERVER", url: `http://127.0.0.1:${port}` },
+    ]);
+    const pub = await makeService({
+      agentUrls: { proxied: true, publicUrl: "https://agents.example.com" },
+    }).startSandbox(create(StartSandboxRequestSchema), alice);
+    const pubPort = pub.sandbox?.exposedUrls[0]?.port ?? 0;
+    expect(pub.sandbox?.exposedUrls.map(({ name, url }) => ({ name, url }))).toEqual([
+      { name: "AGENT_SERVER", url: "https://agents.example.com" },
+      { name: "AGENT_SERVER_DIRECT", url: `http://127.0.0.1:${pubPort}` },
+    ]);
   });
 
   it("a runtime that cannot start, or an agent that never gets healthy, leaves the sandbox in ERROR", async () => {
