@@ -112,6 +112,21 @@ export const ANSWER_HEADERS: Readonly<Record<string, string>> = {
   "referrer-policy": "no-referrer",
 };
 
+/**
+ * The CORS grant of an agent call from a UI on another allowed origin (CORS_ORIGINS): the same grant the service's
+ * own routes give that origin (its preflight is answered by the service, which cannot tell an agent call from its own
+ * before the key comes); nothing for any other origin.
+ */
+export function corsGrant(origin: string | undefined, allowed: ReadonlySet<string>): Record<string, string> {
+  if (origin === undefined || !allowed.has(origin)) return {};
+  return {
+    "access-control-allow-origin": origin,
+    "access-control-allow-credentials": "true",
+    "access-control-expose-headers": "x-request-id",
+    vary: "Origin",
+  };
+}
+
 const ACTIVE_TYPES = /^\s*(text\/html|application\/xhtml|image\/svg|text\/xml|application\/xml|[^;]*\+xml)/i;
 
 /** The agent's response headers as the client gets them (see RESPONSE_HEADERS and ANSWER_HEADERS). */

@@ -14,6 +14,7 @@ import {
   agentCallKey,
   agentRequestHeaders,
   clientResponseHeaders,
+  corsGrant,
   isAgentPath,
   pathOf,
 } from "./agent-calls.ts";
@@ -34,6 +35,8 @@ export interface AgentProxyDeps {
   /** The user of a request's own credential besides the key (its browser-session cookie); null without one. */
   userOf(req: IncomingMessage): Promise<string | null>;
   limits: AgentProxyLimits;
+  /** Other origins the UI may be served from (CORS_ORIGINS): their agent calls get the service's CORS grant. */
+  corsOrigins: ReadonlySet<string>;
   logger: FastifyBaseLogger;
   /** The HTTP metrics of one call. */
   observe(method: string, route: string, status: number, seconds: number): void;
@@ -132,6 +135,12 @@ export async function createAgentHttpProxy(deps: AgentProxyDeps): Promise<{
     if (status >= 400 && status < 500) return refuse(reply, status, err.message);
     deps.logger.error({ err }, "agent call failed");
     return refuse(reply, 502, "The sandbox's agent could not be reached");
+  });
+  // Set before anything answers, so refusals carry it too (a UI on an allowed origin must read why).
+  app.addHook("onRequest", (req, reply, done) => {
+    const origin = req.headers.origin;
+    reply.headers(corsGrant(typeof origin === "string" ? origin : undefined, deps.corsOrigins));
+    done();
   });
   app.all("/*", async (req, reply) => {
     const key = agentCallKey(req.raw) as string;

@@ -190,6 +190,7 @@ export async function createHttpServer(
     };
     agentProxy = await createAgentHttpProxy({
       ...agentDeps,
+      corsOrigins: new Set(options.web.corsOrigins ?? []),
       limits: options.agentProxy,
       observe: (method, route, status, seconds) => metrics.http(method, route, status, seconds),
       requestId,

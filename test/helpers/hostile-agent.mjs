@@ -7,10 +7,8 @@
 //   /api/file/download/<name>        a file as text/html, with a Set-Cookie
 //   /api/bash/slow                   never answers
 //   /etc/passwd-like paths           "outside" (the proxy must never forward a path outside the agent's routes)
-//   websocket /sockets/events/<id>   sends "first" at once, then echoes each message ("eager": the handshake's
-//                                    answer and "first" in one write, then nothing); a message "burst:<n>:<size>" sends n messages of size bytes
+//   websocket /sockets/events/<id>   sends "first" at once, then echoes each message; a message "burst:<n>:<size>" sends n messages of size bytes
 // WS_MODULE names the ws package's entry to load (the sandbox sees the host's files here: unisolated test runtime).
-import { createHash } from "node:crypto";
 import { createServer } from "node:http";
 import { createRequire } from "node:module";
 
@@ -56,23 +54,6 @@ server.on("upgrade", (req, socket, head) => {
   const url = new URL(req.url ?? "/", "http://agent");
   if (url.searchParams.get("session_api_key") !== key) {
     socket.end("HTTP/1.1 403 Forbidden\r\n\r\n");
-    return;
-  }
-  if (url.pathname === "/sockets/events/eager") {
-    // The handshake's answer and a first message in one write, as a fast agent's may arrive in one read.
-    const accept = createHash("sha1")
-      .update(`${req.headers["sec-websocket-key"]}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`)
-      .digest("base64");
-    socket.write(
-      Buffer.concat([
-        Buffer.from(
-          `HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`,
-        ),
-        Buffer.from([0x81, 5]),
-        Buffer.from("first"),
-      ]),
-    );
-    socket.on("data", () => {});
     return;
   }
   sockets.handleUpgrade(req, socket, head, (ws) => {

@@ -18,6 +18,8 @@ import { until } from "../helpers/until.ts";
 
 const HOSTILE_AGENT = [process.execPath, join(import.meta.dirname, "../helpers/hostile-agent.mjs")];
 const WS_MODULE = createRequire(import.meta.url).resolve("ws");
+/** A UI served from another origin the operator allowed (CORS_ORIGINS). */
+const UI_ORIGIN = "http://ui.example:5173";
 
 interface Sandbox {
   id: string;
@@ -125,6 +127,7 @@ beforeAll(async () => {
         createdAt: new Date(),
       },
     ],
+    web: { corsOrigins: [UI_ORIGIN] },
     agentProxy: {
       limits: {
         maxBodyBytes: 64 * 1024,
@@ -230,18 +233,6 @@ describe("a user's credentials never reach a sandbox", () => {
   });
 });
 
-describe("the relay loses nothing", () => {
-  it("delivers a message the agent sent together with its handshake answer", async () => {
-    const ws = socket(`/sockets/events/eager?session_api_key=${sandbox.session_api_key}`);
-    const first = new Promise<string>((r) => ws.once("message", (d) => r(d.toString())));
-    await opened(ws);
-    expect(await Promise.race([first, new Promise((r) => setTimeout(() => r("nothing"), 2000))])).toBe(
-      "first",
-    );
-    ws.terminate();
-  });
-});
-
 describe("a sandbox's answers cannot act on the service's origin", () => {
   it("drops Set-Cookie and CORS grants, adds nosniff and a sandboxing CSP, and makes HTML an attachment", async () => {
     const r = await raw("/api/conversations/html", { "x-session-api-key": sandbox.session_api_key ?? "" });
@@ -252,6 +243,27 @@ describe("a sandbox's answers cannot act on the service's origin", () => {
     expect(r.headers["x-content-type-options"]).toBe("nosniff");
     expect(r.headers["content-security-policy"]).toMatch(/^sandbox;.*default-src 'none'/);
     expect(r.headers["content-disposition"]).toBe("attachment");
+  });
+
+  it("gives an allowed UI origin the service's CORS grant, refusals included, and no other origin any", async () => {
+    const key = sandbox.session_api_key ?? "";
+    const ok = await raw("/api/conversations/echo", { "x-session-api-key": key, origin: UI_ORIGIN });
+    expect(ok.status).toBe(200);
+    expect(ok.headers["access-control-allow-origin"]).toBe(UI_ORIGIN);
+    expect(ok.headers["access-control-allow-credentials"]).toBe("true");
+    const refused = await raw("/api/conversations/echo", {
+      "x-session-api-key": `${key.slice(0, -1)}X`,
+      origin: UI_ORIGIN,
+    });
+    expect(refused.status).toBe(404);
+    expect(refused.headers["access-control-allow-origin"]).toBe(UI_ORIGIN);
+    // The agent's own grant to any origin never passes, and a foreign origin gets none.
+    const html = await raw("/api/conversations/html", {
+      "x-session-api-key": key,
+      origin: "http://evil.example",
+    });
+    expect(html.headers["access-control-allow-origin"]).toBeUndefined();
+    expect(html.headers["access-control-allow-credentials"]).toBeUndefined();
   });
 
   it("serves file downloads as attachments", async () => {
