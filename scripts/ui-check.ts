@@ -4,8 +4,10 @@
  * `npm start` runs it: process runtime, built-in agent, SQLite in a fresh DATA_DIR) serving the built UI from
  * UI_DIR, and Debian's Chromium driven by playwright-core; then, as a person would: signs in on the sign-in page,
  * sets the model, base URL and key in the LLM settings (advanced), starts a conversation from the home page, types
- * a task, and waits for the agent's reply and the terminal output on the conversation page. It fails when the page
- * shows "Disconnected", the reply or the output does not appear, or the agent's websocket never opens.
+ * a task, and waits for the agent's reply and the terminal output on the conversation page; at the end picks a local
+ * repository (LOCAL_REPOSITORY_ROOTS) and its branch on the home screen, checks its Changes tab, and logs out from
+ * the user menu. It fails when the page shows "Disconnected", the reply or the output does not appear, the agent's
+ * websocket never opens, or the local repository, its change or the sign-in page after Logout is not shown.
  *
  * Writes to OUT_DIR (default a new folder under /tmp): screenshots of each step (`NN-step.png`), `requests.json`
  * (every HTTP call the page made to the service and to the agent, with status and JSON answer, and every websocket
@@ -20,6 +22,7 @@
  */
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import {
+  chmodSync,
   existsSync,
   mkdirSync,
   mkdtempSync,
@@ -123,6 +126,20 @@ llm.script(
 const port = await freePort();
 const grpcPort = await freePort();
 const dataDir = mkdtempSync(join(tmpdir(), "ui-check-data-"));
+// LOCAL_REPOSITORY_ROOTS: one repository with a working tree (main, and a branch feature), readable by the
+// sandboxes' own uids.
+const reposDir = mkdtempSync(join(tmpdir(), "ui-check-repos-"));
+chmodSync(reposDir, 0o755);
+{
+  const demo = join(reposDir, "demo");
+  const git = (...args: string[]) => spawnSync("git", ["-C", demo, ...args], { stdio: "ignore" });
+  mkdirSync(demo, { mode: 0o755 });
+  git("init", "-q", "-b", "main");
+  writeFileSync(join(demo, "README.md"), "# demo\n");
+  git("add", ".");
+  git("-c", "user.name=ui-check", "-c", "user.email=ui-check@example.com", "commit", "-q", "-m", "initial");
+  git("branch", "feature");
+}
 // REMOTE=1: the browser runs on a second host (a network namespace joined by a veth pair, test/helpers/netns.ts)
 // that reaches the service only at its address on that link, as a person's own machine reaches a team's server.
 const remote = process.env.REMOTE === "1" ? makeNetNs() : null;
@@ -144,6 +161,7 @@ function startService(): ChildProcess {
       GRPC_PORT: String(grpcPort),
       DATA_DIR: dataDir,
       UI_DIR: uiDir,
+      LOCAL_REPOSITORY_ROOTS: reposDir,
       LOG_LEVEL: process.env.LOG_LEVEL ?? "info",
     },
     stdio: ["ignore", "pipe", "pipe"],
@@ -618,6 +636,67 @@ try {
   await page.locator('[data-testid="toggle-conversation-panel"]').first().click();
   await page.waitForTimeout(1500);
   await screenshot("conversation-panel");
+
+  // 15. A local repository from the home screen's picker (this user has no git provider token): typed, picked as
+  // @local/demo, its branch feature picked, launched; the chips name it, and an edit in its clone shows up in the
+  // Changes tab.
+  await page.goto(`${base}/`);
+  const repoInput = page.locator('[data-testid="git-repo-dropdown"]');
+  await repoInput.waitFor({ timeout: 30_000 });
+  await repoInput.click();
+  await repoInput.fill("demo");
+  await page
+    .locator('[data-testid="git-repo-dropdown-menu"]')
+    .getByText("@local/demo", { exact: true })
+    .first()
+    .click({ timeout: 30_000 });
+  const branchInput = page.locator('[data-testid="git-branch-dropdown-input"]');
+  // The branch dropdown selects the repository's main branch by itself.
+  for (const deadline = Date.now() + 30_000; (await branchInput.inputValue()) !== "main"; ) {
+    if (Date.now() > deadline) throw new Error("the branch dropdown did not select main");
+    await page.waitForTimeout(200);
+  }
+  await branchInput.click();
+  await branchInput.fill("feat");
+  await page
+    .locator('[data-testid="git-branch-dropdown-menu"]')
+    .getByText("feature", { exact: true })
+    .first()
+    .click({ timeout: 30_000 });
+  await screenshot("local-repository-picked");
+  step("local repository and branch picked");
+  await page.click('[data-testid="repo-launch-button"]');
+  await page.waitForURL(/\/conversations\/[0-9a-f]{32}$/, { timeout: 90_000 });
+  const localId = new URL(page.url()).pathname.split("/").pop() as string;
+  await page.getByText("@local/demo").first().waitFor({ timeout: 60_000 });
+  let localInfo: { status?: string; session_api_key?: string | null } = {};
+  for (const deadline = Date.now() + 60_000; localInfo.status !== "RUNNING" || !localInfo.session_api_key; ) {
+    if (Date.now() > deadline)
+      throw new Error(`the local repository's conversation: ${JSON.stringify(localInfo)}`);
+    await page.waitForTimeout(500);
+    localInfo = await (await page.request.get(`${base}/api/conversations/${localId}`)).json();
+  }
+  // The edit, as the agent's tools make it (its bash, through the service with the sandbox's key).
+  const edited = await page.request.post(`${base}/api/bash/execute_bash_command`, {
+    headers: { "x-session-api-key": localInfo.session_api_key, "content-type": "application/json" },
+    data: { command: "cd demo && git rev-parse --abbrev-ref HEAD && echo from-the-agent >> README.md" },
+  });
+  const editOut = await edited.json();
+  if (editOut.exit_code !== 0 || editOut.stdout !== "feature\n")
+    throw new Error(`the edit in the clone: ${JSON.stringify(editOut)}`);
+  await page.reload();
+  await page.locator('[aria-label^="Changes"]').first().click({ timeout: 30_000 });
+  await page.getByText("README.md").first().waitFor({ timeout: 30_000 });
+  await screenshot("local-repository-changes");
+  step("the local repository's conversation shows its edit in the Changes tab");
+
+  // 16. Logout from the user menu: the session ends and the reloaded page is the sign-in page.
+  await page.locator('[data-testid="user-avatar"]').first().click();
+  await page.locator('[data-testid="account-settings-context-menu"]').getByText("Logout").click();
+  await page.waitForURL((u: URL) => u.pathname === "/sign-in", { timeout: 30_000 });
+  await page.waitForSelector("#key", { timeout: 15_000 });
+  await screenshot("logged-out");
+  step(`Logout: ${page.url()}`);
   step(
     "PASS: the replies and the terminal output are shown, no Disconnected, the history comes back on reload",
   );
@@ -636,6 +715,7 @@ try {
   await new Promise((r) => setTimeout(r, 500));
   unmountRunDisks();
   rmSync(dataDir, { recursive: true, force: true });
+  rmSync(reposDir, { recursive: true, force: true });
   await llm.close();
   remote?.remove();
   console.log(`screenshots, requests.json, service.log in ${outDir}`);

@@ -180,8 +180,11 @@ export const legacyRoutes: RestRoute[] = [
     url: "/api/unset-provider-tokens",
     rpc: SettingsService.method.unsetProviderTokens,
     writesUserData: true,
+    // The UI's Logout (open-source mode) posts this and reloads: a browser session ends with it (docs/ui-web.md).
+    endsBrowserSession: true,
     dialect: "legacy",
-    summary: "Remove every git provider token",
+    summary:
+      "Remove every git provider token (and, called with the browser session cookie, sign that browser out)",
     bind: () => ({}),
     shape: message,
   }),

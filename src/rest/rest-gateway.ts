@@ -6,7 +6,7 @@ import type { FieldViolation } from "../core/errors.ts";
 import { resourceExhausted, unauthenticated, ValidationError } from "../core/errors.ts";
 import { TOO_MANY_WRITES } from "../services/user-data-store.ts";
 import { type Admission, callValues } from "../transport/admission.ts";
-import { headerKeyOf, type KeyOf, nodeHeaders } from "../transport/browser-session.ts";
+import { endSessionCookies, headerKeyOf, type KeyOf, nodeHeaders } from "../transport/browser-session.ts";
 import { isInternal } from "../transport/errors.ts";
 import { abortOnClientGone, lazyHandlerContext } from "../transport/handler-context.ts";
 import type { ServiceBinding } from "../transport/service-binding.ts";
@@ -240,10 +240,16 @@ export function restGateway(options: RestGatewayOptions) {
 
 /** Sends a service's answer as the route's JSON. */
 function sendShaped(reply: FastifyReply, r: RestRoute, out: unknown): FastifyReply {
-  return reply
-    .code(r.successStatus ?? 200)
-    .headers(NO_CACHE)
-    .send(r.shape(out as never));
+  reply.code(r.successStatus ?? 200).headers(NO_CACHE);
+  // Admitted with a key that was not in the header: the session cookie's.
+  const req = reply.request;
+  if (
+    r.endsBrowserSession === true &&
+    req.sessionKey !== undefined &&
+    req.headers["x-session-api-key"] === undefined
+  )
+    reply.header("set-cookie", endSessionCookies());
+  return reply.send(r.shape(out as never));
 }
 
 /** The route a shared url matched, for its error handler (only set when several routes share the url). */

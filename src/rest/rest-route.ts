@@ -53,6 +53,11 @@ export interface RestRoute {
    * nothing to parse.
    */
   writesUserData?: boolean;
+  /**
+   * A browser that made the call with its session cookie (not with a key in X-Session-API-Key) is signed out by
+   * the answer: its session cookie is cleared (the OpenHands UI's Logout, in open-source mode, is this call).
+   */
+  endsBrowserSession?: boolean;
   /** OpenAPI summary. */
   summary: string;
   /** OpenAPI details: body and query models, and the response where the shaper changes the RPC output. */

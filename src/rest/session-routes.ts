@@ -7,10 +7,9 @@ import { object, str, validate } from "../core/model.ts";
 import type { Admit, Authenticate } from "../transport/admission.ts";
 import {
   type BrowserSessions,
+  endSessionCookies,
   forbiddenOrigin,
   nodeHeaders,
-  SECURE_SESSION_COOKIE,
-  SESSION_COOKIE,
 } from "../transport/browser-session.ts";
 import { NO_CACHE, restError, sendRestError, writeRestError } from "./rest-errors.ts";
 
@@ -87,13 +86,7 @@ export function sessionRoutes(options: SessionRoutesOptions) {
       // Only a page of this server (or an allowed origin) signs a browser out: a request must say where it comes
       // from (Origin, else Referer), as every browser's fetch and form POST does.
       if (!sessions.originAllowed(header, false)) throw forbiddenOrigin();
-      const expired = { httpOnly: true, sameSite: "strict", path: "/" } as const;
-      return reply
-        .code(204)
-        .headers(NO_CACHE)
-        .clearCookie(SESSION_COOKIE, expired)
-        .clearCookie(SECURE_SESSION_COOKIE, { ...expired, secure: true })
-        .send();
+      return reply.code(204).headers(NO_CACHE).header("set-cookie", endSessionCookies()).send();
     };
     app.delete("/api/auth/session", signOut);
     app.post("/api/auth/sign-out", signOut);

@@ -16,6 +16,7 @@ import { SecretsService as SecretsServiceDesc } from "../gen/workspace/v1/secret
 import { SettingsService as SettingsServiceDesc } from "../gen/workspace/v1/settings_pb.js";
 import { HttpGitProviderClients } from "../integrations/git/provider-clients.ts";
 import { HttpAgentClient } from "../integrations/http-agent-client.ts";
+import { createLocalRepositoryCatalog } from "../integrations/local-repositories.ts";
 import type { AgentClient } from "../ports/agent-client.ts";
 import type { GitProviderClients } from "../ports/git-provider.ts";
 import type { GitProviderVerifier } from "../ports/git-provider-verifier.ts";
@@ -166,12 +167,23 @@ export function createContainer(deps: ContainerDeps): Container {
   const leaseOwner = `${hostname()}:${process.pid}:${randomBytes(4).toString("hex")}`;
 
   const hosts = deps.git?.hosts ?? new ProviderHostPolicy();
-  const settings = new SettingsService({ store, box, verifier: deps.verifier, hosts });
+  // The repositories of LOCAL_REPOSITORY_ROOTS: listed by the git routes, named by starts.
+  const localRoots = deps.conversations?.localRepositoryRoots ?? [];
+  const localRepositories =
+    localRoots.length === 0 ? undefined : createLocalRepositoryCatalog({ roots: localRoots });
+  const settings = new SettingsService({
+    store,
+    box,
+    verifier: deps.verifier,
+    hosts,
+    localRepositories: localRepositories !== undefined,
+  });
   const git = new GitService({
     tokens: settings,
     clients:
       deps.git?.clients ?? new HttpGitProviderClients({ hosts, timeoutMs: deps.git?.timeoutMs ?? 5_000 }),
     repositoryCacheSeconds: deps.git?.repositoryCacheSeconds ?? 60,
+    ...(localRepositories === undefined ? {} : { local: localRepositories }),
   });
   const secrets = new SecretsService({ store, box });
   const specs = new SandboxSpecService(deps.specs, pageTokens);
@@ -213,6 +225,7 @@ export function createContainer(deps: ContainerDeps): Container {
     log: deps.log,
     pullRequests: { open: (userId, prs) => git.pullRequestsOpen(userId, prs) },
     facts,
+    ...(localRepositories === undefined ? {} : { localRepositories }),
   });
   const records = new ConversationRecords({
     conversations: storage.conversations,

@@ -1,5 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { parseCookie } from "cookie";
+import { parseCookie, stringifySetCookie } from "cookie";
 import type { SecretBox } from "../core/secret-box.ts";
 
 /** Session cookie over plain HTTP, and its name when set over HTTPS (`__Host-`: Secure, Path=/, no Domain). */
@@ -35,6 +35,18 @@ export interface BrowserSessionOptions {
   maxAgeSeconds: number;
   /** AUTH_MODE=single-user: a request with neither key nor cookie acts as user "default". */
   singleUser: boolean;
+}
+
+/**
+ * Set-Cookie values that end a browser session: the session cookie under both its names, empty and expired, with
+ * the attributes it was set with (a browser replaces a cookie only by name, path and, for `__Host-`, Secure).
+ */
+export function endSessionCookies(): string[] {
+  const expired = { value: "", maxAge: 0, httpOnly: true, sameSite: "strict", path: "/" } as const;
+  return [
+    stringifySetCookie({ name: SESSION_COOKIE, ...expired }),
+    stringifySetCookie({ name: SECURE_SESSION_COOKIE, ...expired, secure: true }),
+  ];
 }
 
 /** PERMISSION_DENIED (REST 403) for a browser request that fails the origin checks. */

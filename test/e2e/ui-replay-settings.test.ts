@@ -399,9 +399,13 @@ describe("UI replay: settings flows, in the order a new user meets them", () => 
     // An LLM save in between posts provider_tokens_set back (ignored): the tokens stay.
     await save({ LLM_MODEL: "openai/my-model", llm_api_key: null, SEARCH_API_KEY: "" });
     await expectNoSecretLost();
-    // "Disconnect tokens" (use-logout in OSS mode).
+    // "Disconnect tokens" (use-logout in OSS mode, as the user menu's Logout): the tokens go, and the browser
+    // session ends with them (docs/ui-web.md); the page reloads to the sign-in and the person signs in again.
     const r = await b.request("POST", "/api/unset-provider-tokens");
     expect(r.status).toBe(200);
+    expect(b.cookies.size).toBe(0);
+    expect((await b.request("GET", "/api/settings")).status).toBe(401);
+    await b.signIn(await t.keyFor(USER));
     api = await refetchSettings();
     expected.providerTokens = {};
     expect(api.provider_tokens_set).toEqual({});

@@ -1,4 +1,7 @@
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { request as httpRequest } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcWebTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -374,5 +377,68 @@ describe("AUTH_MODE=single-user", () => {
     expect(
       ((await call(s.url, undefined, "GET", "/api/settings")).body as { language: string }).language,
     ).toBe("it");
+  });
+});
+
+describe("Logout in the UI's user menu (open-source mode: POST /api/unset-provider-tokens, then a reload)", () => {
+  let ui: string;
+  let u: TestApp;
+  let key: string;
+  beforeAll(async () => {
+    ui = mkdtempSync(join(tmpdir(), "aws-logout-ui-"));
+    writeFileSync(join(ui, "index.html"), "<!doctype html><title>OpenHands</title>");
+    u = await startTestApp({ web: { uiDir: ui } });
+    key = await u.keyFor("lou");
+    expect((await call(u.url, key, "POST", "/api/settings", { language: "en" })).status).toBe(200);
+  });
+  afterAll(async () => {
+    await u.close();
+    rmSync(ui, { recursive: true, force: true });
+  });
+
+  it("ends the browser session: the cookie is cleared, the reloaded page is the sign-in; the tokens go as upstream", async () => {
+    const b = new Browser(u.url);
+    await b.signIn(key);
+    const stored = await b.request("POST", "/api/add-git-providers", {
+      provider_tokens: { github: { token: "ghp_lou_0123456789", host: null } },
+    });
+    expect(stored.status, stored.text).toBe(200);
+    expect((await b.request("GET", "/conversations/abc")).status).toBe(200);
+
+    // useLogout: AuthService.logout("oss") posts this from the page (its Origin), then window.location.reload().
+    const out = await b.request("POST", "/api/unset-provider-tokens");
+    expect(out).toMatchObject({ status: 200, body: { message: "Unset Git provider tokens" } });
+    expect(
+      b.setCookies.some((c) => /^aws_session=; Max-Age=0; Path=\/; HttpOnly; SameSite=Strict$/.test(c)),
+    ).toBe(true);
+    expect(b.cookies.size).toBe(0);
+    const reload = await b.request("GET", "/conversations/abc");
+    expect(reload.status).toBe(302);
+    expect(reload.headers.get("location")).toBe(`/sign-in?next=${encodeURIComponent("/conversations/abc")}`);
+    expect((await b.request("GET", "/api/settings")).status).toBe(401);
+
+    // Signed in again: the git provider tokens were removed, as the reference's call does.
+    await b.signIn(key);
+    const settings = await b.request("GET", "/api/settings");
+    expect((settings.body as { provider_tokens_set: unknown }).provider_tokens_set).toEqual({});
+  });
+
+  it("called with a key (X-Session-API-Key) it keeps the reference's meaning: tokens removed, no session touched", async () => {
+    const b = new Browser(u.url);
+    await b.signIn(key);
+    await b.request("POST", "/api/add-git-providers", {
+      provider_tokens: { gitlab: { token: "glpat-lou-0123456789", host: null } },
+    });
+    // Even from the signed-in browser: the header is what authenticates the call.
+    const r = await b.request("POST", "/api/unset-provider-tokens", undefined, { "x-session-api-key": key });
+    expect(r.status).toBe(200);
+    expect(r.headers.getSetCookie()).toEqual([]);
+    expect(b.cookies.size).toBe(1);
+    expect((await b.request("GET", "/conversations/abc")).status).toBe(200);
+    const settings = await b.request("GET", "/api/settings");
+    expect((settings.body as { provider_tokens_set: unknown }).provider_tokens_set).toEqual({});
+    const scripted = await call(u.url, key, "POST", "/api/unset-provider-tokens");
+    expect(scripted.status).toBe(200);
+    expect(scripted.headers.getSetCookie()).toEqual([]);
   });
 });

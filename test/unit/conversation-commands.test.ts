@@ -183,7 +183,8 @@ describe("local repositories (LOCAL_REPOSITORY_ROOTS)", () => {
       gitUserName: null,
       gitUserEmail: null,
     });
-    expect(cmd).toContain(`'"/srv/repos/a b.git"' >"$trust"`);
+    // The path as given (a bare repository) and its .git folder (what git checks in one with a working tree).
+    expect(cmd).toContain(`'"/srv/repos/a b.git"' '"/srv/repos/a b.git/.git"' >"$trust"`);
     expect(cmd).toContain(`GIT_CONFIG_GLOBAL="$trust" git clone -q -- '/srv/repos/a b.git' 'a-b'`);
     const remote = prepareCommand({
       clone: { url: "https://h/x.git", dir: "x" },

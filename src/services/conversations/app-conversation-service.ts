@@ -4,8 +4,10 @@ import { type Clock, systemClock } from "../../core/clock.ts";
 import { requireCaller } from "../../core/context.ts";
 import { type FieldViolation, notFound, ValidationError } from "../../core/errors.ts";
 import { newHexId, parseHexId } from "../../core/ids.ts";
+import { valueError } from "../../core/model.ts";
 import { uuidViolation } from "../../core/model-formats.ts";
 import type { PageTokens } from "../../core/page-token.ts";
+import { localRepositoryFolder } from "../../core/repository-names.ts";
 import {
   type AppConversation,
   type AppConversationService as AppConversationServiceDesc,
@@ -117,6 +119,31 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
     this.#starts = new StartTaskRunner({ ...options, clock: this.#clock, log: this.#log });
   }
 
+  /**
+   * The start request checked (checkStartRequest), and a local repository it names (`@local/<folder>`) listed:
+   * INVALID_ARGUMENT at selected_repository otherwise, before anything is started.
+   */
+  async #checkedRequest(
+    req: StartAppConversationRequest["request"],
+  ): Promise<NonNullable<StartAppConversationRequest["request"]>> {
+    const request = checkStartRequest(req, this.#o.localRepositoryRoots);
+    const repo = request.selectedRepository;
+    if (repo && localRepositoryFolder(repo) !== null) {
+      const listed = (await this.#o.localRepositories?.list()) ?? [];
+      if (!listed.some((r) => r.name === repo))
+        throw new ValidationError([
+          valueError(
+            ["selected_repository"],
+            this.#o.localRepositories === undefined
+              ? "selected_repository names a local repository, but this server offers none (LOCAL_REPOSITORY_ROOTS)"
+              : `selected_repository names no local repository of this server: ${repo} (GET /api/user/repositories lists them)`,
+            repo,
+          ),
+        ]);
+    }
+    return request;
+  }
+
   /** The periodic sweep: saves start ends whose save failed; returns how many it saved. */
   sweepStartTasks(): Promise<number> {
     return this.#starts.sweep();
@@ -147,7 +174,7 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
     ctx: HandlerContext,
   ): Promise<StartAppConversationResponse> {
     const { userId } = requireCaller(ctx);
-    const request = checkStartRequest(req.request, this.#o.localRepositoryRoots);
+    const request = await this.#checkedRequest(req.request);
     const task = await this.#starts.begin(userId, request, newHexId());
     return { $typeName: "workspace.v1.StartAppConversationResponse", task: toTask(task) };
   }
@@ -161,7 +188,7 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
     ctx: HandlerContext,
   ): AsyncGenerator<StreamStartAppConversationResponse> {
     const { userId } = requireCaller(ctx);
-    const request = checkStartRequest(req.request, this.#o.localRepositoryRoots);
+    const request = await this.#checkedRequest(req.request);
     const id = newHexId();
     const wrap = (t: StartTaskRecord): StreamStartAppConversationResponse => ({
       $typeName: "workspace.v1.StreamStartAppConversationResponse",

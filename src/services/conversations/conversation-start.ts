@@ -7,6 +7,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import type { Clock } from "../../core/clock.ts";
 import { StorageUnavailableError } from "../../core/errors.ts";
 import { newHexId, parseHexId } from "../../core/ids.ts";
+import { LOCAL_REPOSITORY_PROVIDER, localRepositoryFolder } from "../../core/repository-names.ts";
 import type { AppConversationStartRequest } from "../../gen/workspace/v1/app_conversation_pb.js";
 import { AgentCallError, type AgentClient, type AgentEndpoint } from "../../ports/agent-client.ts";
 import type {
@@ -18,6 +19,7 @@ import type {
   StartTaskRepository,
   StartTaskStatus,
 } from "../../ports/conversation-repository.ts";
+import type { LocalRepositoryCatalog, LocalRepositoryRecord } from "../../ports/local-repositories.ts";
 import { ACTIVE_STATUSES } from "../../ports/sandbox-repository.ts";
 import type { LiveSandbox, SlotWait } from "../sandboxes/sandbox-service.ts";
 import { PROVIDERS } from "../settings/settings-fields.ts";
@@ -77,6 +79,8 @@ export interface StartFlowDeps {
   log: (msg: string, data?: Record<string, unknown>) => void;
   /** This server's lease owner name: every save is a compare-and-set on it (see StartTaskRepository). */
   leaseOwner: string;
+  /** The repositories of LOCAL_REPOSITORY_ROOTS, which a start names by `@local/<folder>` (none: no such names). */
+  localRepositories?: LocalRepositoryCatalog;
 }
 
 /** Where a start resumes: the ids it had planned and the last state it saved (null: a new start). */
@@ -214,11 +218,18 @@ class StartFlow {
       }
       // An agent's error answer may echo the request, which carries tokens and keys.
       const detail = redact(this.#detailOf(err), this.#secrets);
-      if (!(err instanceof StartError))
-        this.#d.log("conversation start failed", {
-          taskId: this.#task.id,
-          error: redact(String(err), this.#secrets),
-        });
+      // Every failed start, with the ids to look for and its cause (an unexpected error in full: the detail only
+      // points at this log then). The conversation id is null until the start has chosen one.
+      this.#d.log("conversation start failed", {
+        taskId: this.#task.id,
+        userId: this.#task.ownerId,
+        conversationId:
+          this.#task.appConversationId ?? this.#req.conversationId ?? this.#plan.conversationId ?? null,
+        sandboxId: this.#task.sandboxId ?? this.#plan.sandboxId ?? null,
+        status: this.#task.status,
+        detail,
+        ...(err instanceof StartError ? {} : { error: redact(String(err), this.#secrets) }),
+      });
       await this.#pauseCreatedSandbox();
       try {
         await this.#save({ status: "ERROR", detail });
@@ -367,7 +378,14 @@ class StartFlow {
     await this.#save({ status: "PREPARING_REPOSITORY" });
     const provider = eff.provider ?? firstProviderWithToken(config);
     const token = provider === null ? null : (config.providerTokens[provider] ?? null);
-    const source = eff.repository === null ? null : cloneSource(eff.repository, provider, token);
+    // A listed local repository is cloned from its path, whether the request named it or gave its path or URL.
+    const local = await this.#localRepository(eff.repository);
+    const source =
+      eff.repository === null
+        ? null
+        : local !== null
+          ? { url: local.path, secrets: [] }
+          : cloneSource(eff.repository, provider, token);
     this.#secrets.push(...(source?.secrets ?? []));
     const prepared = await this.#exec(
       agent,
@@ -452,9 +470,14 @@ class StartFlow {
       id,
       ownerId: owner,
       sandboxId: sandbox.record.id,
-      selectedRepository: eff.repository,
+      // A local repository by its name and provider, whichever way the request gave it: the UI takes the working
+      // folder from the name's second segment and shows repository and branch only with a provider.
+      selectedRepository: local?.name ?? eff.repository,
       selectedBranch: eff.branch,
-      gitProvider: eff.provider,
+      gitProvider:
+        local !== null || (eff.repository !== null && localRepositoryPath(eff.repository) !== null)
+          ? LOCAL_REPOSITORY_PROVIDER
+          : eff.provider,
       title: `Conversation ${id}`,
       trigger: triggerName(this.#req.trigger),
       prNumber: [...this.#req.prNumber],
@@ -474,6 +497,25 @@ class StartFlow {
     this.#d.conversationCreated?.(record);
     if (eff.parent !== null) await this.#d.conversations.addSubConversation(eff.parent.id, id, now);
     await this.#save({ status: "READY", appConversationId: id });
+  }
+
+  /**
+   * The listed local repository a start is on: named (`@local/<folder>`), or given by a path or file:// URL that
+   * is one; null for any other repository (an unlisted local path is cloned as given). A name that is not listed
+   * (any more) ends the start.
+   */
+  async #localRepository(repository: string | null): Promise<LocalRepositoryRecord | null> {
+    if (repository === null) return null;
+    const named = localRepositoryFolder(repository) !== null;
+    const path = named ? null : localRepositoryPath(repository);
+    if (!named && path === null) return null;
+    const listed = (await this.#d.localRepositories?.list()) ?? [];
+    const found = listed.find((r) => (named ? r.name === repository : r.path === path)) ?? null;
+    if (named && found === null)
+      throw new StartError(
+        `No local repository is named ${repository}: the server offers the repositories in LOCAL_REPOSITORY_ROOTS (see GET /api/user/repositories)`,
+      );
+    return found;
   }
 
   /** The request's values, with a parent conversation's filling the gaps. */
@@ -631,7 +673,7 @@ function firstProviderWithToken(config: ConversationConfig): string | null {
 
 /** What to check when a clone fails: the token only matters for a provider's "owner/repo". */
 function cloneHint(repository: string): string {
-  if (localRepositoryPath(repository) !== null)
+  if (localRepositoryPath(repository) !== null || localRepositoryFolder(repository) !== null)
     return "Check that the path is a git repository inside LOCAL_REPOSITORY_ROOTS, readable by the server's user.";
   if (isDirectRepository(repository))
     return "Check the URL, and that the sandbox can reach it (its credentials, if any, go in the URL).";

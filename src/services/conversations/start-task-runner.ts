@@ -15,6 +15,7 @@ import type {
   StartTaskRecord,
   StartTaskRepository,
 } from "../../ports/conversation-repository.ts";
+import type { LocalRepositoryCatalog } from "../../ports/local-repositories.ts";
 import type { ChangeFeed } from "../change-feed.ts";
 import { startRequestFromJson, startRequestJson } from "./conversation-codecs.ts";
 import {
@@ -57,6 +58,8 @@ export interface StartTaskRunnerOptions {
   leaseMs?: number;
   /** How many servers may take a task over before it ends in ERROR (default 3). */
   maxAttempts?: number;
+  /** The repositories of LOCAL_REPOSITORY_ROOTS, which starts name by `@local/<folder>`. */
+  localRepositories?: LocalRepositoryCatalog;
 }
 
 interface RunningStart {
@@ -105,6 +108,7 @@ export class StartTaskRunner {
       log: options.log ?? (() => {}),
       leaseOwner: options.leaseOwner,
       unsaved: new Map(),
+      ...(options.localRepositories === undefined ? {} : { localRepositories: options.localRepositories }),
       ...(facts === undefined
         ? {}
         : { conversationCreated: (record) => facts.publish({ kind: "created", record }) }),

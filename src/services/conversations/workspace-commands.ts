@@ -4,6 +4,7 @@
  */
 import { posix } from "node:path";
 import { base62 } from "../../core/ids.ts";
+import { LOCAL_REPOSITORY_OWNER, localRepositoryFolder } from "../../core/repository-names.ts";
 
 /** Public hosts of the providers, used when a stored token has no host. */
 const PUBLIC_HOST: Readonly<Record<string, string>> = {
@@ -66,8 +67,9 @@ const PROVIDER_REPO = /^[A-Za-z0-9_.-]+(?:\/[A-Za-z0-9_.-]+)+$/;
 /** Why a selected_repository cannot be used, or null when it can. */
 export function repositoryProblem(repo: string): string | null {
   if (repo.startsWith("-")) return "selected_repository must not start with '-'";
-  if (isDirectRepository(repo) || PROVIDER_REPO.test(repo)) return null;
-  return "selected_repository must be 'owner/repo', an absolute path, or a URL with a scheme";
+  if (isDirectRepository(repo) || PROVIDER_REPO.test(repo) || localRepositoryFolder(repo) !== null)
+    return null;
+  return `selected_repository must be 'owner/repo', '${LOCAL_REPOSITORY_OWNER}/<folder>' (a local repository), an absolute path, or a URL with a scheme`;
 }
 
 /** Why a selected_branch cannot be used, or null when it can (git's own rules are checked by git). */
@@ -79,17 +81,7 @@ export function branchProblem(branch: string): string | null {
   return null;
 }
 
-/** The folder a repository is cloned into: its last path segment without `.git`. */
-export function repositoryDirName(repo: string): string {
-  const last =
-    repo
-      .replace(/[?#].*$/, "")
-      .replace(/\/+$/, "")
-      .split(/[/:]/)
-      .at(-1) ?? "";
-  const name = last.replace(/\.git$/, "").replace(/[^A-Za-z0-9._-]/g, "-");
-  return name === "" || name === "." || name === ".." ? "project" : name;
-}
+export { repositoryDirName } from "../../core/repository-names.ts";
 
 /** A clone URL, and the secrets in it (the token and the URL's userinfo: to redact from any output shown). */
 export interface CloneSource {
@@ -204,17 +196,20 @@ export function prepareCommand(o: PrepareOptions): string {
  * The clone step. A local repository (LOCAL_REPOSITORY_ROOTS) belongs to the server's user, and an isolated
  * sandbox runs as a uid of its own, so git refuses it as of "dubious ownership"; git honours the exception
  * (safe.directory) only from the global or system configuration, so the clone gets a global configuration of its
- * own that includes the user's and trusts that one repository.
+ * own that includes the user's and trusts that one repository: the path as given (a bare repository, or a .git
+ * folder named itself) and its `.git` folder, which is what git checks in a repository with a working tree.
  */
 function cloneLines(url: string, dir: string): string[] {
   const clone = `git clone -q -- ${shellQuote(url)} ${dir} >&2 || exit ${PREPARE_EXIT.clone}`;
   const local = localRepositoryPath(url);
   // biome-ignore lint/suspicious/noControlCharactersInRegex: a line break would end the configuration value.
   if (local === null || /[\u0000-\u001f\u007f]/.test(local)) return [`  ${clone}`];
-  const quoted = `"${local.replaceAll("\\", "\\\\").replaceAll('"', '\\"')}"`;
+  const quoted = (path: string) => shellQuote(`"${path.replaceAll("\\", "\\\\").replaceAll('"', '\\"')}"`);
+  const gitDir = local === "/" ? "/.git" : `${local}/.git`;
   return [
-    `  trust=$(mktemp) || exit ${PREPARE_EXIT.clone}`,
-    `  printf '[include]\\n\\tpath = %s\\n[safe]\\n\\tdirectory = %s\\n' "\${GIT_CONFIG_GLOBAL:-$HOME/.gitconfig}" ${shellQuote(quoted)} >"$trust"`,
+    // mktemp where the image has it (a minimal image may not).
+    `  trust=$(mktemp 2>/dev/null) || trust="\${TMPDIR:-/tmp}/.openhands-git-trust-$$"`,
+    `  printf '[include]\\n\\tpath = %s\\n[safe]\\n\\tdirectory = %s\\n\\tdirectory = %s\\n' "\${GIT_CONFIG_GLOBAL:-$HOME/.gitconfig}" ${quoted(local)} ${quoted(gitDir)} >"$trust" || exit ${PREPARE_EXIT.clone}`,
     `  GIT_CONFIG_GLOBAL="$trust" git clone -q -- ${shellQuote(url)} ${dir} >&2; cloned=$?; rm -f "$trust"`,
     `  [ "$cloned" = 0 ] || exit ${PREPARE_EXIT.clone}`,
   ];

@@ -3,6 +3,7 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { requireCaller } from "../../core/context.ts";
 import { type FieldViolation, ValidationError } from "../../core/errors.ts";
+import { localRepositoryFolder } from "../../core/repository-names.ts";
 import {
   type GetMicroagentContentRequest,
   type GetMicroagentContentResponse,
@@ -46,6 +47,7 @@ import {
   type GitProviderName,
   type RepositoryRecord,
 } from "../../ports/git-provider.ts";
+import type { LocalRepositoryCatalog, LocalRepositoryRecord } from "../../ports/local-repositories.ts";
 import { MicroagentParseError, parseMicroagent } from "./microagent-content.ts";
 
 /** The caller's provider tokens in plaintext, keyed by lower-case provider name (see SettingsService). */
@@ -77,6 +79,11 @@ const TOKEN_REQUIRED = "Git provider token required. (such as GitHub).";
 export interface GitServiceOptions {
   tokens: ProviderTokenSource;
   clients: GitProviderClients;
+  /**
+   * The repositories of LOCAL_REPOSITORY_ROOTS (none: the server offers no local repositories). They are listed,
+   * searched and have branches as provider `enterprise_sso` (core/repository-names), with or without a token.
+   */
+  local?: LocalRepositoryCatalog;
   /** Seconds a user's repository listing is answered from memory (0: never). */
   repositoryCacheSeconds: number;
   /** Cached listings kept at most (oldest dropped first). */
@@ -85,6 +92,8 @@ export interface GitServiceOptions {
 }
 
 type Tokens = [GitProviderName, { token: string; host: string | null }][];
+/** A request's selected provider: a provider served here, the local repositories, or null for every one. */
+type Selected = GitProviderName | "local" | null;
 
 /** A provider failure as the API's one error model. Never carries the token. */
 function toConnectError(err: unknown): ConnectError {
@@ -137,6 +146,25 @@ function repositoryMessage(r: RepositoryRecord) {
   });
 }
 
+/** A local repository as the UI's Repository; `linkHeader` points at the next page of a listing. */
+function localRepositoryMessage(r: LocalRepositoryRecord, linkHeader: string | null = null) {
+  return create(GitRepositorySchema, {
+    id: r.name,
+    fullName: r.name,
+    gitProvider: ProviderType.ENTERPRISE_SSO,
+    isPublic: false,
+    ownerType: OwnerType.USER,
+    ...(linkHeader === null ? {} : { linkHeader }),
+    ...(r.mainBranch === null ? {} : { mainBranch: r.mainBranch }),
+  });
+}
+
+/** Whether a local repository matches a search (its name or its path, ignoring case). */
+function localMatch(r: LocalRepositoryRecord, query: string): boolean {
+  const q = query.toLowerCase();
+  return r.name.toLowerCase().includes(q) || r.path.toLowerCase().includes(q);
+}
+
 function branchMessage(b: BranchRecord) {
   return create(GitBranchSchema, {
     name: b.name,
@@ -179,10 +207,10 @@ function text(value: string, field: string, max: number, issues: FieldViolation[
 }
 
 function repositoryName(value: string, issues: FieldViolation[]): string {
-  if (!REPOSITORY.test(value))
+  if (!REPOSITORY.test(value) && localRepositoryFolder(value) === null)
     issues.push({
       loc: ["repository"],
-      msg: "repository must be 'owner/name'",
+      msg: "repository must be 'owner/name' (or '@local/<folder>', a local repository)",
       type: "value_error",
       input: value,
     });
@@ -221,10 +249,12 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
   readonly #maxEntries: number;
   readonly #now: () => number;
   readonly #cache = new Map<string, { expires: number; value: Promise<RepositoryRecord[]> }>();
+  readonly #local: LocalRepositoryCatalog | undefined;
 
   constructor(options: GitServiceOptions) {
     this.#tokens = options.tokens;
     this.#clients = options.clients;
+    this.#local = options.local;
     this.#ttlMs = options.repositoryCacheSeconds * 1000;
     this.#maxEntries = options.repositoryCacheEntries ?? 5_000;
     this.#now = options.now ?? Date.now;
@@ -268,9 +298,10 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
     value: ProviderType | undefined,
     issues: FieldViolation[],
     field = "selected_provider",
-  ): GitProviderName | null {
+  ): Selected {
     // REST binders leave an absent provider undefined; messages hold UNSPECIFIED.
     if (value === undefined || value === ProviderType.UNSPECIFIED) return null;
+    if (value === ProviderType.ENTERPRISE_SSO && this.#local !== undefined) return "local";
     const name = NAMES[value];
     if (name === undefined || !(PROVIDERS as readonly string[]).includes(name)) {
       issues.push({
@@ -282,6 +313,25 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
       return null;
     }
     return name as GitProviderName;
+  }
+
+  /** The local repositories (none when the server offers none). */
+  async #localRepositories(): Promise<LocalRepositoryRecord[]> {
+    return (await this.#local?.list()) ?? [];
+  }
+
+  /** The listed local repository of a name (`@local/<folder>`), or null. */
+  async #localRepository(name: string): Promise<LocalRepositoryRecord | null> {
+    return (await this.#localRepositories()).find((r) => r.name === name) ?? null;
+  }
+
+  /** A local repository's branches; UNAVAILABLE when git cannot read them. */
+  async #localBranches(repository: LocalRepositoryRecord): Promise<BranchRecord[]> {
+    try {
+      return (await this.#local?.branches(repository)) ?? [];
+    } catch {
+      throw new ConnectError(`The branches of ${repository.name} could not be read`, Code.Unavailable);
+    }
   }
 
   /** Runs fn on every provider; the answers of those that answered, or the aggregate failure if none did. */
@@ -406,7 +456,16 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
         input: installationId,
       });
     if (issues.length > 0) throw new ValidationError(issues);
-    const tokens = await this.#userTokens(ctx);
+    if (selected === "local") return this.#localListing(page, perPage);
+    const tokens = await this.#storedTokens(ctx);
+    // The local repositories come after the provider's first page (the UI reads the next page's link from the
+    // first entry), and alone for a caller without a token or when the provider fails.
+    const withLocal = selected === null || (page <= 1 && installationId === null);
+    const local = withLocal ? (await this.#localRepositories()).map((r) => localRepositoryMessage(r)) : [];
+    if (tokens.length === 0) {
+      if (this.#local === undefined) throw new ConnectError(TOKEN_REQUIRED, Code.Unauthenticated);
+      return create(ListRepositoriesResponseSchema, { repositories: local });
+    }
     const { userId } = requireCaller(ctx);
     const used = selected === null ? tokens : tokens.filter(([p]) => p === selected);
     const fingerprint = createHash("sha256");
@@ -414,23 +473,53 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
     const key = `${userId}\0${fingerprint.digest("base64url")}\0${selected}\0${sort}\0${page}\0${perPage}\0${installationId}`;
     // A cached listing is shared by concurrent callers: one caller going away must not cancel it for the others
     // (the provider timeout still bounds it), so it gets no caller's signal.
-    const repositories = await this.#cached(key, () =>
-      selected === null
-        ? this.#everyProvider(
-            tokens,
-            (c) => c.listAllRepositories(sort, MAX_ALL_REPOSITORIES),
-            TOKEN_REQUIRED,
-          )
-        : this.#call(() =>
-            this.#client(tokens, selected).listRepositories({ sort, page, perPage, installationId }),
-          ),
-    );
-    return create(ListRepositoriesResponseSchema, { repositories: repositories.map(repositoryMessage) });
+    let repositories: RepositoryRecord[];
+    try {
+      repositories = await this.#cached(key, () =>
+        selected === null
+          ? this.#everyProvider(
+              tokens,
+              (c) => c.listAllRepositories(sort, MAX_ALL_REPOSITORIES),
+              TOKEN_REQUIRED,
+            )
+          : this.#call(() =>
+              this.#client(tokens, selected).listRepositories({ sort, page, perPage, installationId }),
+            ),
+      );
+    } catch (err) {
+      // The provider failing: the local repositories still answer.
+      if (local.length > 0) return create(ListRepositoriesResponseSchema, { repositories: local });
+      throw err;
+    }
+    return create(ListRepositoriesResponseSchema, {
+      repositories: [...repositories.map(repositoryMessage), ...local],
+    });
   }
 
-  /** The account behind the first provider token that works; UNAUTHENTICATED when every one is rejected. */
+  /** One page of the local repositories, each entry with the next page's link (as GitHub's listing has it). */
+  async #localListing(page: number, perPage: number): Promise<ListRepositoriesResponse> {
+    const all = await this.#localRepositories();
+    const from = (page - 1) * perPage;
+    const next =
+      from + perPage < all.length
+        ? `</api/user/repositories?selected_provider=enterprise_sso&page=${page + 1}&per_page=${perPage}>; rel="next"`
+        : null;
+    return create(ListRepositoriesResponseSchema, {
+      repositories: all.slice(from, from + perPage).map((r) => localRepositoryMessage(r, next)),
+    });
+  }
+
+  /**
+   * The account behind the first provider token that works; UNAUTHENTICATED when every one is rejected. A caller
+   * without a token on a server offering local repositories is answered as itself (its user id as id and login).
+   */
   async getUserInfo(_req: unknown, ctx: HandlerContext): Promise<GetUserInfoResponse> {
-    const tokens = await this.#userTokens(ctx);
+    const tokens = await this.#storedTokens(ctx);
+    if (tokens.length === 0) {
+      if (this.#local === undefined) throw new ConnectError(TOKEN_REQUIRED, Code.Unauthenticated);
+      const { userId } = requireCaller(ctx);
+      return create(GetUserInfoResponseSchema, { user: { id: userId, login: userId, avatarUrl: "" } });
+    }
     const failures: unknown[] = [];
     for (const [p] of tokens) {
       try {
@@ -472,11 +561,42 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
       issues.push({ loc: ["order"], msg: "order must be asc or desc", type: "value_error", input: order });
     const selected = this.#selected(req.selectedProvider, issues);
     if (issues.length > 0) throw new ValidationError(issues);
-    const tokens = await this.#userTokens(ctx, "Git provider token required.");
+    // Local repositories whose name or path matches, after the provider's (or alone: for the local provider, for a
+    // caller without a token, and when the provider fails).
+    const local = (await this.#localRepositories())
+      .filter((r) => localMatch(r, query))
+      .slice(0, perPage)
+      .map((r) => localRepositoryMessage(r));
+    if (selected === "local") return create(SearchRepositoriesResponseSchema, { repositories: local });
+    const tokens = await this.#storedTokens(ctx);
+    if (tokens.length === 0) {
+      if (this.#local === undefined)
+        throw new ConnectError("Git provider token required.", Code.Unauthenticated);
+      return create(SearchRepositoriesResponseSchema, { repositories: local });
+    }
     const q = { query, perPage, sort, order };
     let found: RepositoryRecord[];
+    try {
+      found = await this.#searchProviders(tokens, selected, q, ctx.signal);
+    } catch (err) {
+      if (local.length > 0) return create(SearchRepositoriesResponseSchema, { repositories: local });
+      throw err;
+    }
+    return create(SearchRepositoriesResponseSchema, {
+      repositories: [...found.map(repositoryMessage), ...local],
+    });
+  }
+
+  /** The providers' search: the selected one (each name once), or every one that answers. */
+  async #searchProviders(
+    tokens: Tokens,
+    selected: GitProviderName | null,
+    q: { query: string; perPage: number; sort: string; order: string },
+    signal: AbortSignal,
+  ): Promise<RepositoryRecord[]> {
+    let found: RepositoryRecord[];
     if (selected !== null) {
-      found = await this.#call(() => this.#client(tokens, selected, ctx.signal).searchRepositories(q));
+      found = await this.#call(() => this.#client(tokens, selected, signal).searchRepositories(q));
       const seen = new Set<string>();
       found = found.filter((r) => !seen.has(r.fullName) && seen.add(r.fullName) !== undefined);
     } else {
@@ -484,10 +604,10 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
         tokens,
         (c) => c.searchRepositories(q),
         "Git provider token required.",
-        ctx.signal,
+        signal,
       );
     }
-    return create(SearchRepositoriesResponseSchema, { repositories: found.map(repositoryMessage) });
+    return found;
   }
 
   async searchBranches(req: SearchBranchesRequest, ctx: HandlerContext): Promise<SearchBranchesResponse> {
@@ -497,6 +617,19 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
     const perPage = intIn(req.perPage, 30, 1, 100, "per_page", issues);
     const selected = this.#selected(req.selectedProvider, issues);
     if (issues.length > 0) throw new ValidationError(issues);
+    if (localRepositoryFolder(repository) !== null) {
+      // A local repository, whichever provider the UI has selected.
+      const local = await this.#localRepository(repository);
+      const q = query.toLowerCase();
+      const branches = local === null ? [] : await this.#localBranches(local);
+      return create(SearchBranchesResponseSchema, {
+        branches: branches
+          .filter((b) => b.name.toLowerCase().includes(q))
+          .slice(0, perPage)
+          .map(branchMessage),
+      });
+    }
+    if (selected === "local") return create(SearchBranchesResponseSchema, {});
     const tokens = await this.#userTokens(ctx, "Git provider token required.");
     // A repository the provider does not have is no branches, with or without a selected provider.
     const branches =
@@ -521,6 +654,18 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
     const page = intIn(req.page, 1, 1, 100_000, "page", issues);
     const perPage = intIn(req.perPage, 30, 1, 100, "per_page", issues);
     if (issues.length > 0) throw new ValidationError(issues);
+    if (localRepositoryFolder(repository) !== null) {
+      const local = await this.#localRepository(repository);
+      const all = local === null ? [] : await this.#localBranches(local);
+      const from = (page - 1) * perPage;
+      return create(ListBranchesResponseSchema, {
+        branches: all.slice(from, from + perPage).map(branchMessage),
+        hasNextPage: from + perPage < all.length,
+        currentPage: page,
+        perPage,
+        totalCount: BigInt(all.length),
+      });
+    }
     const tokens = await this.#userTokens(ctx);
     const found = await this.#firstProvider(
       tokens,
@@ -555,6 +700,8 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
     const issues: FieldViolation[] = [];
     const repository = repositoryName(req.repository, issues);
     if (issues.length > 0) throw new ValidationError(issues);
+    // A local repository's files are not read here: it has none to show.
+    if (localRepositoryFolder(repository) !== null) return create(ListMicroagentsResponseSchema, {});
     const tokens = await this.#storedTokens(ctx);
     const name = repository.split("/").at(-1) ?? "";
     const folder =
@@ -604,7 +751,7 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
     const repository = repositoryName(req.repository, issues);
     const path = filePath(req.filePath, issues);
     if (issues.length > 0) throw new ValidationError(issues);
-    const tokens = await this.#storedTokens(ctx);
+    const tokens = localRepositoryFolder(repository) !== null ? [] : await this.#storedTokens(ctx);
     const failures: unknown[] = [];
     for (const [p] of tokens) {
       try {
@@ -624,8 +771,13 @@ export class GitService implements ServiceImpl<typeof GitServiceDesc> {
     throw new ConnectError(`Microagent file ${path} not found in ${repository}`, Code.Unauthenticated);
   }
 
+  /** Tasks of every provider; none for a caller without a token on a server offering local repositories. */
   async listSuggestedTasks(_req: unknown, ctx: HandlerContext): Promise<ListSuggestedTasksResponse> {
-    const tokens = await this.#userTokens(ctx, "No providers set.");
+    const tokens = await this.#storedTokens(ctx);
+    if (tokens.length === 0) {
+      if (this.#local === undefined) throw new ConnectError("No providers set.", Code.Unauthenticated);
+      return create(ListSuggestedTasksResponseSchema, {});
+    }
     const tasks = await this.#everyProvider(
       tokens,
       (c) => c.listSuggestedTasks(),

@@ -4,6 +4,7 @@ import { callerKey, requireCaller } from "../../core/context.ts";
 import { type FieldViolation, notFound, unauthenticated, ValidationError } from "../../core/errors.ts";
 import { parseModel, setOwn, toWellFormedJson } from "../../core/model.ts";
 import { ProviderHostPolicy } from "../../core/provider-host.ts";
+import { LOCAL_REPOSITORY_PROVIDER } from "../../core/repository-names.ts";
 import type { SecretBox } from "../../core/secret-box.ts";
 import type { McpConfig } from "../../gen/workspace/v1/mcp_pb.js";
 import {
@@ -70,6 +71,7 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
   readonly #views = new Map<string, KeptView>();
 
   readonly #hosts: ProviderHostPolicy;
+  readonly #localRepositories: boolean;
 
   constructor(deps: {
     store: UserDataStore;
@@ -77,8 +79,14 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
     verifier: GitProviderVerifier | null;
     /** Which provider hosts tokens may name (default: public domain names only). */
     hosts?: ProviderHostPolicy;
+    /**
+     * The server offers local repositories (LOCAL_REPOSITORY_ROOTS): a user without any git provider token is
+     * answered `provider_tokens_set` with the local repositories' provider (see settingsView).
+     */
+    localRepositories?: boolean;
   }) {
     this.#hosts = deps.hosts ?? new ProviderHostPolicy();
+    this.#localRepositories = deps.localRepositories ?? false;
     this.#store = deps.store;
     this.#box = deps.box;
     this.#verifier = deps.verifier;
@@ -120,7 +128,7 @@ export class SettingsService implements ServiceImpl<typeof SettingsServiceDesc> 
       cached.token = token;
       return cached.response;
     }
-    const response = settingsView(doc.value, stored);
+    const response = settingsView(doc.value, stored, this.#localRepositories);
     if (cached !== undefined) this.#views.delete(userId);
     else if (this.#views.size >= CACHED_VIEWS) {
       const oldest = this.#views.keys().next();
@@ -575,8 +583,17 @@ function maskMcp(m: StoredMcp): JsonObject {
   };
 }
 
-/** The GetSettings answer for a stored document: secrets never included, MCP secrets masked. */
-function settingsView(data: UserData, stored: Record<string, unknown>): GetSettingsResponse {
+/**
+ * The GetSettings answer for a stored document: secrets never included, MCP secrets masked. Where the server
+ * offers local repositories and the user has no git provider token, `provider_tokens_set` names the local
+ * repositories' provider (LOCAL_REPOSITORY_PROVIDER, no host): the OpenHands UI shows its repository picker only to
+ * a user with a provider, and lists that provider's repositories, which the git routes answer with the local ones.
+ */
+function settingsView(
+  data: UserData,
+  stored: Record<string, unknown>,
+  localRepositories: boolean,
+): GetSettingsResponse {
   const out: JsonObject = {};
   for (const field of SETTINGS_FIELDS) {
     if (isSecretField(field)) continue;
@@ -595,6 +612,7 @@ function settingsView(data: UserData, stored: Record<string, unknown>): GetSetti
     if (t.token !== null || t.userId !== null)
       tokensSet[provider] = t.host === null ? {} : { host: t.host.toWellFormed() };
   }
+  if (localRepositories && Object.keys(tokensSet).length === 0) tokensSet[LOCAL_REPOSITORY_PROVIDER] = {};
   return create(GetSettingsResponseSchema, {
     settings: fromJson(SettingsSchema, toWellFormedJson(out)),
     llmApiKeySet: typeof stored.llm_api_key === "string",

@@ -284,3 +284,90 @@ describe("GitService branches and pull requests", () => {
     ).toEqual([true]);
   });
 });
+
+describe("GitService local repositories (LOCAL_REPOSITORY_ROOTS)", () => {
+  const local = (name: string) => ({
+    name: `@local/${name}`,
+    path: `/srv/repos/${name}`,
+    mainBranch: "main",
+  });
+  const branch = (name: string) => ({ name, commitSha: `${name}-sha`, protected: false, lastPushDate: null });
+  let service: GitService;
+  beforeEach(() => {
+    service = new GitService({
+      tokens: { openProviderTokens: async (userId) => w.tokens.get(userId) ?? {} },
+      clients: w.clients,
+      repositoryCacheSeconds: 60,
+      now: () => w.now,
+      local: {
+        list: async () => [local("alpha"), local("beta"), local("gamma")],
+        branches: async (r) =>
+          r.name === "@local/alpha" ? [branch("dev"), branch("main")] : [branch("main")],
+      },
+    });
+  });
+  const names = (res: { repositories: { fullName: string }[] }) => res.repositories.map((r) => r.fullName);
+
+  it("as provider enterprise_sso: one page at a time, each entry linking the next page as GitHub's listing does", async () => {
+    const page = (n: number) =>
+      service.listRepositories(
+        create(ListRepositoriesRequestSchema, {
+          selectedProvider: ProviderType.ENTERPRISE_SSO,
+          page: n,
+          perPage: 2,
+        }),
+        alice,
+      );
+    const first = await page(1);
+    expect(names(first)).toEqual(["@local/alpha", "@local/beta"]);
+    expect(first.repositories[0]).toMatchObject({
+      id: "@local/alpha",
+      gitProvider: ProviderType.ENTERPRISE_SSO,
+      mainBranch: "main",
+      linkHeader: '</api/user/repositories?selected_provider=enterprise_sso&page=2&per_page=2>; rel="next"',
+    });
+    const second = await page(2);
+    expect(names(second)).toEqual(["@local/gamma"]);
+    expect(second.repositories[0]?.linkHeader).toBeUndefined();
+    expect(w.clients.calls).toEqual([]);
+  });
+
+  it("with a token: after the provider's first page only, and alone when the provider fails", async () => {
+    w.tokens.set("alice", { github: { token: "gh", host: null } });
+    w.clients.provider("github").repositories = ["alice/app"];
+    const page = (n: number) =>
+      service.listRepositories(
+        create(ListRepositoriesRequestSchema, {
+          selectedProvider: ProviderType.GITHUB,
+          page: n,
+          perPage: 30,
+        }),
+        alice,
+      );
+    expect(names(await page(1))).toEqual(["alice/app", "@local/alpha", "@local/beta", "@local/gamma"]);
+    expect(names(await page(2))).toEqual(["alice/app"]);
+    w.clients.provider("github").failure = new GitProviderError("github", "unavailable", "down");
+    w.now += 61_000;
+    expect(names(await page(1))).toEqual(["@local/alpha", "@local/beta", "@local/gamma"]);
+    expect(await codeOf(page(2))).toBe(Code.Unavailable);
+  });
+
+  it("branches of a local repository need no token; an unlisted name has none", async () => {
+    const list = (repository: string, page = 1, perPage = 30) =>
+      service.listBranches(create(ListBranchesRequestSchema, { repository, page, perPage }), alice);
+    const first = await list("@local/alpha", 1, 1);
+    expect(first.branches.map((b) => b.name)).toEqual(["dev"]);
+    expect(first).toMatchObject({ hasNextPage: true, currentPage: 1, perPage: 1, totalCount: 2n });
+    expect((await list("@local/alpha", 2, 1)).branches.map((b) => b.name)).toEqual(["main"]);
+    expect(await list("@local/nothing")).toMatchObject({ branches: [], hasNextPage: false, totalCount: 0n });
+    expect(w.clients.calls).toEqual([]);
+  });
+
+  it("without a token the account routes answer the caller and no suggested tasks, instead of UNAUTHENTICATED", async () => {
+    expect((await service.getUserInfo({}, alice)).user).toMatchObject({ id: "alice", login: "alice" });
+    expect((await service.listSuggestedTasks({}, alice)).tasks).toEqual([]);
+    expect(
+      (await service.listMicroagents({ repository: "@local/alpha" } as never, alice)).microagents,
+    ).toEqual([]);
+  });
+});
