@@ -27,6 +27,12 @@ Commands (a user's data, through a running server; need --key or WORKSPACE_API_K
   sandboxes pause|resume|delete ID
   settings get                   the caller's settings
   settings set KEY=VALUE ...     store some settings (values are JSON when they parse: 10, true, null; else text)
+  chat [ID]                      a conversation in the terminal (docs/chat.md): a new one, or attach to ID (its
+                                 history first; a paused sandbox is resumed). Type a message and Enter; Ctrl-C
+                                 pauses the agent, /exit or Ctrl-D leaves, /help lists the chat's commands
+       [--repo OWNER/NAME|PATH]  a new conversation in a clone of this repository (on --branch B)
+       [-m TEXT]                 send TEXT as the first message
+       [--json]                  every event as one JSON line (the chat's own lines go to stderr)
 
 Options:
   --json                         machine-readable output
@@ -45,6 +51,8 @@ Examples:
   WORKSPACE_API_KEY=ws_... npm run cli -- sandboxes start
   npm run cli -- --key ws_... settings set llm_model=anthropic/claude-sonnet-4-5 max_iterations=50
   npm run cli -- --key ws_... sandboxes list --json
+  WORKSPACE_API_KEY=ws_... npm run cli -- chat --repo octocat/hello-world -m "What does this do?"
+  WORKSPACE_API_KEY=ws_... npm run cli -- chat 577f318cb22e438f99aa15b7309597d0
   curl -H "X-Session-API-Key: $KEY" localhost:3000/api/settings
 
 Environment:
@@ -93,6 +101,9 @@ async function main(argv: string[]): Promise<number> {
       key: { type: "string" },
       spec: { type: "string" },
       init: { type: "boolean", default: false },
+      repo: { type: "string" },
+      branch: { type: "string" },
+      message: { type: "string", short: "m" },
       help: { type: "boolean", short: "h", default: false },
     },
   });
@@ -154,7 +165,7 @@ async function main(argv: string[]): Promise<number> {
     }
     throw new UsageError(`unknown keys command ${JSON.stringify(sub ?? "")}: create, list or revoke`);
   }
-  if (command === "sandboxes" || command === "settings") {
+  if (command === "sandboxes" || command === "settings" || command === "chat") {
     const key = values.key ?? process.env.WORKSPACE_API_KEY;
     if (key === undefined || key === "")
       throw new UsageError(`${command} needs an API key: --key KEY or WORKSPACE_API_KEY`);
@@ -162,6 +173,21 @@ async function main(argv: string[]): Promise<number> {
       values.url ??
       process.env.WORKSPACE_URL ??
       `${process.env.TLS_CERT_FILE ? "https" : "http"}://${process.env.HOST || "127.0.0.1"}:${process.env.PORT || "3000"}`;
+    if (command === "chat") {
+      if (arg !== undefined) throw new UsageError("chat takes one conversation id at most");
+      if (sub !== undefined && (values.repo !== undefined || values.branch !== undefined))
+        throw new UsageError("--repo and --branch start a new conversation: leave out the conversation id");
+      const { runChat } = await import("./chat.ts");
+      return runChat({
+        url,
+        key,
+        conversationId: sub,
+        json: values.json,
+        repo: values.repo,
+        branch: values.branch,
+        message: values.message,
+      });
+    }
     const api = createApiClient(url, key);
     const print = (json: unknown, human: () => string) =>
       process.stdout.write(`${values.json ? JSON.stringify(json, null, 2) : human()}\n`);

@@ -1,0 +1,845 @@
+/**
+ * `npm run cli -- chat [conversation id]`: a conversation in the terminal (docs/chat.md). It needs only the
+ * service's URL and the user's API key: it starts a conversation (or reads one) with the user's key, then talks to
+ * the conversation's agent through the same URL with the conversation's session key, as the OpenHands UI does
+ * (docs/agent-proxy.md): the events websocket with `resend_all` (the history, then each new event), a user message
+ * as a JSON message on it, and the agent's routes `pause`, `run` and `events/respond_to_confirmation`. The same
+ * calls work with the built-in agent and the OpenHands agent-server, on either runtime.
+ *
+ * The events are rendered by chat-render.ts (or printed one JSON line each with --json, the chat's own lines then
+ * going to stderr). Input is read with node:readline: a line is a message; a line ending in `\` goes on to the
+ * next, and lines between two `"""` lines are one message. Ctrl-C pauses a running agent, a second one leaves;
+ * `/exit` and end of input leave (when the input is not a terminal, after the agent's turn ends).
+ */
+import { existsSync } from "node:fs";
+import { resolve as resolvePath } from "node:path";
+import { clearLine, createInterface, cursorTo, type Interface } from "node:readline";
+import WebSocket from "ws";
+import { ApiError, createApiClient, errorMessage } from "./api-client.ts";
+import { ChatRenderer, type Json, paint, type Style } from "./chat-render.ts";
+
+export interface ChatOptions {
+  /** The service's URL. */
+  url: string;
+  /** The user's API key. */
+  key: string;
+  /** Attach to this conversation; without it a new one is started. */
+  conversationId?: string | undefined;
+  /** Every event as one JSON line on stdout; the chat's own lines on stderr. */
+  json?: boolean;
+  /** A new conversation's repository: `owner/name`, a URL, or a local path (absolute, or made absolute). */
+  repo?: string | undefined;
+  branch?: string | undefined;
+  /** A new conversation's first message. */
+  message?: string | undefined;
+  input?: NodeJS.ReadableStream & { isTTY?: boolean };
+  output?: NodeJS.WritableStream & { isTTY?: boolean };
+  errorOutput?: NodeJS.WritableStream;
+  env?: NodeJS.ProcessEnv;
+}
+
+interface AppConversation {
+  id: string;
+  sandbox_id: string;
+  title: string | null;
+  sandbox_status: string;
+  execution_status: string | null;
+  conversation_url: string | null;
+  session_api_key: string | null;
+}
+
+interface StartTask {
+  id: string;
+  status: string;
+  detail: string | null;
+  app_conversation_id: string | null;
+}
+
+/** What a person reads for a start task's status. */
+export const START_STEPS: Record<string, string> = {
+  WORKING: "starting",
+  WAITING_FOR_SANDBOX: "waiting for a sandbox",
+  PREPARING_REPOSITORY: "preparing the repository",
+  RUNNING_SETUP_SCRIPT: "running the repository's setup script",
+  SETTING_UP_GIT_HOOKS: "setting up git hooks",
+  SETTING_UP_SKILLS: "reading the repository's skills",
+  STARTING_CONVERSATION: "starting the agent",
+  READY: "ready",
+};
+
+/** What to do about a start that ended in ERROR, from its detail; null when the detail says it already. */
+export function startHint(detail: string): string | null {
+  if (/llm_model|LLM model/i.test(detail))
+    return "Set a model first: npm run cli -- settings set llm_model=PROVIDER/MODEL llm_api_key=KEY (and llm_base_url=URL for a local or self-hosted model server).";
+  if (/sandbox limit|limit reached/i.test(detail))
+    return "Delete sandboxes you no longer need: npm run cli -- sandboxes list, then sandboxes delete ID.";
+  if (/clone|repositor/i.test(detail))
+    return "Check the repository (--repo): its name, that it exists, and a git provider token for a private one.";
+  return null;
+}
+
+const HELP = `Commands:
+  /exit, /quit     leave (the conversation goes on in its sandbox; attach again with chat ID)
+  /pause           pause the agent (as Ctrl-C while it runs)
+  /resume          let a paused agent go on (a new message does too)
+  /status          the conversation's id and status
+  /help            this text
+A line is sent as a message. End a line with \\ to go on to the next one, or put several lines between
+two lines of """. Ctrl-C pauses the agent while it runs; a second Ctrl-C leaves; so does Ctrl-D.`;
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+export async function runChat(o: ChatOptions): Promise<number> {
+  const input = o.input ?? process.stdin;
+  const output = o.output ?? process.stdout;
+  const errorOutput = o.errorOutput ?? process.stderr;
+  const env = o.env ?? process.env;
+  const json = o.json === true;
+  const tty = output.isTTY === true && !json;
+  const color = tty && (env.NO_COLOR ?? "") === "";
+  const info = (text: string, style?: Style) =>
+    (json ? errorOutput : output).write(`${style ? paint(color, style, text) : text}\n`);
+  const api = createApiClient(o.url, o.key);
+  const read = async (id: string): Promise<AppConversation | null> =>
+    (
+      await api<(AppConversation | null)[]>("GET", `/api/v1/app-conversations?ids=${encodeURIComponent(id)}`)
+    )[0] ?? null;
+
+  let conversation: AppConversation;
+  let started = false;
+  if (o.conversationId !== undefined) {
+    const found = await read(o.conversationId);
+    if (found === null) {
+      info(`error: there is no conversation ${o.conversationId} (of yours) on ${o.url}`, "red");
+      return 1;
+    }
+    conversation = found;
+  } else {
+    const id = await startConversation(o, api, info);
+    if (id === null) return 1;
+    const found = await read(id);
+    if (found === null) throw new Error(`conversation ${id} is not there after its start`);
+    conversation = found;
+    started = true;
+  }
+  const ready = await ensureRunning(conversation, read, api, info);
+  if (ready === null) return 1;
+  const session = new ChatSession({
+    serviceUrl: o.url,
+    conversation: ready,
+    started,
+    firstMessage: o.message ?? null,
+    json,
+    tty,
+    color,
+    input,
+    output,
+    errorOutput,
+    read,
+    resume: (c, say) => ensureRunning(c, read, api, say),
+  });
+  return session.run();
+}
+
+type Api = ReturnType<typeof createApiClient>;
+type Info = (text: string, style?: Style) => void;
+
+/** Starts a conversation and follows its start task: its id when READY, null (said why) on ERROR. */
+async function startConversation(o: ChatOptions, api: Api, info: Info): Promise<string | null> {
+  const body: Json = {};
+  if (o.message !== undefined && o.message !== "")
+    body.initial_message = { role: "user", content: [{ type: "text", text: o.message }] };
+  if (o.repo !== undefined) {
+    // A folder that exists here is named by its absolute path (the server clones local repositories by path).
+    const local =
+      !/^[\w.-]+\/[\w.-]+$/.test(o.repo) && !/^[a-z][a-z0-9+.-]*:/i.test(o.repo) && existsSync(o.repo);
+    body.selected_repository = local ? resolvePath(o.repo) : o.repo;
+  }
+  if (o.branch !== undefined) body.selected_branch = o.branch;
+  info(
+    `Starting a conversation${typeof body.selected_repository === "string" ? ` on ${body.selected_repository}` : ""}…`,
+  );
+  let task = await api<StartTask>("POST", "/api/v1/app-conversations", body);
+  let shown = "";
+  for (;;) {
+    if (task.status !== shown && task.status !== "READY" && task.status !== "ERROR") {
+      shown = task.status;
+      info(`  ${START_STEPS[task.status] ?? task.status.toLowerCase().replaceAll("_", " ")}`, "dim");
+    }
+    if (task.status === "READY" && task.app_conversation_id) return task.app_conversation_id;
+    if (task.status === "ERROR") {
+      info(`The conversation could not start: ${task.detail ?? "no reason given"}`, "red");
+      const hint = startHint(task.detail ?? "");
+      if (hint !== null) info(hint, "yellow");
+      return null;
+    }
+    await sleep(300);
+    const [next] = await api<(StartTask | null)[]>(
+      "GET",
+      `/api/v1/app-conversations/start-tasks?ids=${encodeURIComponent(task.id)}`,
+    );
+    if (next === null || next === undefined) throw new Error(`start task ${task.id} is gone`);
+    task = next;
+  }
+}
+
+/**
+ * The conversation once its sandbox runs: a paused sandbox (or one stopped on an error) is resumed, a starting one
+ * waited for (up to 2 minutes), saying so. Null (said why) when its sandbox is gone or does not come up.
+ */
+async function ensureRunning(
+  start: AppConversation,
+  read: (id: string) => Promise<AppConversation | null>,
+  api: Api,
+  info: Info,
+): Promise<AppConversation | null> {
+  let c: AppConversation | null = start;
+  const deadline = Date.now() + 120_000;
+  const said = new Set<string>();
+  const resumed = new Set<string>();
+  for (;;) {
+    if (c === null) {
+      info(`error: conversation ${start.id} is gone`, "red");
+      return null;
+    }
+    const status = c.sandbox_status;
+    if (status === "RUNNING" && c.session_api_key && c.conversation_url) {
+      if (resumed.size > 0) info("  its sandbox runs again", "dim");
+      return c;
+    }
+    if (status === "MISSING") {
+      info(
+        `error: the sandbox of conversation ${c.id} is gone (deleted or lost); start a new conversation: npm run cli -- chat`,
+        "red",
+      );
+      return null;
+    }
+    if ((status === "PAUSED" || status === "ERROR") && !resumed.has(status)) {
+      resumed.add(status);
+      info(
+        status === "PAUSED"
+          ? "Its sandbox is paused: resuming it…"
+          : "Its sandbox stopped on an error: starting it again…",
+        "yellow",
+      );
+      try {
+        await api("POST", `/api/v1/sandboxes/${encodeURIComponent(c.sandbox_id)}/resume`);
+      } catch (err) {
+        if (!(err instanceof ApiError)) throw err;
+        info(`error: the sandbox could not be resumed: ${err.message}`, "red");
+        return null;
+      }
+    } else if (!said.has(status) && status !== "RUNNING" && !resumed.has(status)) {
+      said.add(status);
+      info(`Waiting for its sandbox (${status.toLowerCase()})…`, "dim");
+    }
+    if (Date.now() > deadline) {
+      info(`error: the sandbox of conversation ${c.id} is still ${status} after 2 minutes`, "red");
+      return null;
+    }
+    await sleep(500);
+    c = await read(c.id);
+  }
+}
+
+interface SessionOptions {
+  serviceUrl: string;
+  conversation: AppConversation;
+  /** The conversation was started by this chat (else attached). */
+  started: boolean;
+  /**
+   * The message given with -m: a new conversation started with it (shown with the history, since it was not typed
+   * here), or sent to the one attached to once its history is shown.
+   */
+  firstMessage: string | null;
+  json: boolean;
+  tty: boolean;
+  color: boolean;
+  input: NodeJS.ReadableStream & { isTTY?: boolean };
+  output: NodeJS.WritableStream;
+  errorOutput: NodeJS.WritableStream;
+  read(id: string): Promise<AppConversation | null>;
+  resume(c: AppConversation, say: Info): Promise<AppConversation | null>;
+}
+
+/** Statuses in which the agent is at work (a pause means something). */
+const WORKING = new Set(["running"]);
+
+/** One attached conversation: its websocket, the person's input, and what is shown. */
+class ChatSession {
+  readonly #o: SessionOptions;
+  readonly #renderer: ChatRenderer;
+  #conversation: AppConversation;
+  #ws: WebSocket | null = null;
+  #rl: Interface | null = null;
+  readonly #seen = new Set<string>();
+  /** Events of the resent history still to come (before them, no confirmation is asked). */
+  #historyLeft = 0;
+  #live = false;
+  #everLive = false;
+  /** Whether a confirmation question is open. */
+  #confirming = false;
+  /** The question was answered; the agent has not left waiting_for_confirmation yet (do not ask again). */
+  #answered = false;
+  /** Lines of a message being written over several lines (`\` or `"""`), or null. */
+  #draft: string[] | null = null;
+  #fenced = false;
+  /** A first Ctrl-C was pressed (the next one leaves), until the next line. */
+  #interrupted = false;
+  /** The input ended: leave once the agent's turn is over. */
+  #inputEnded = false;
+  /** A message was sent and its turn has not ended yet; `#sawRunning`: the agent ran since. */
+  #turnPending = false;
+  #sawRunning = false;
+  /** The websocket is down because the sandbox stopped: the next message resumes it. */
+  #suspended = false;
+  #reconnects = 0;
+  #leaving = false;
+  #fallback: NodeJS.Timeout | null = null;
+  /** stdout was closed (`chat --json | head`): nothing more is written, and the chat leaves. */
+  #outputGone = false;
+  #finish: (code: number) => void = () => {};
+  readonly #onSigint = () => this.#interrupt();
+
+  constructor(options: SessionOptions) {
+    this.#o = options;
+    this.#conversation = options.conversation;
+    this.#renderer = new ChatRenderer({ color: options.color });
+    // A message given with --message was not typed here: its echo is shown with the history, and its turn is
+    // waited for when the input ends at once (`chat -m "…" < /dev/null`).
+    this.#turnPending = options.started && options.firstMessage !== null;
+  }
+
+  get #id(): string {
+    return this.#conversation.id;
+  }
+
+  /** The agent's base URL: the conversation's URL (relative: the service's own origin) without its path. */
+  get #agentBase(): string {
+    const url = new URL(this.#conversation.conversation_url ?? "/", this.#o.serviceUrl);
+    const prefix = url.pathname.replace(/\/api\/conversations\/[^/]*\/?$/, "").replace(/\/+$/, "");
+    return `${url.origin}${prefix}`;
+  }
+
+  async #agent<T>(method: string, path: string, body?: unknown): Promise<T> {
+    const res = await fetch(`${this.#agentBase}${path}`, {
+      method,
+      headers: {
+        "x-session-api-key": this.#conversation.session_api_key ?? "",
+        ...(body === undefined ? {} : { "content-type": "application/json" }),
+      },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      signal: AbortSignal.timeout(30_000),
+    });
+    const text = await res.text();
+    let parsed: unknown = text;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      // not JSON
+    }
+    if (!res.ok) throw new ApiError(res.status, errorMessage(res.status, parsed));
+    return parsed as T;
+  }
+
+  run(): Promise<number> {
+    const done = new Promise<number>((resolve) => {
+      this.#finish = resolve;
+    });
+    const rl = createInterface({
+      input: this.#o.input,
+      ...(this.#o.tty
+        ? { output: this.#o.output as NodeJS.WritableStream, terminal: true }
+        : { terminal: false }),
+      prompt: this.#prompt("> "),
+    });
+    this.#rl = rl;
+    this.#o.output.on("error", (err: NodeJS.ErrnoException) => {
+      if (err.code !== "EPIPE") throw err;
+      this.#outputGone = true;
+      this.#leave(0);
+    });
+    rl.pause();
+    rl.on("line", (line) => this.#onLine(line));
+    rl.on("close", () => this.#onInputEnd());
+    rl.on("SIGINT", this.#onSigint);
+    process.on("SIGINT", this.#onSigint);
+    const status = this.#conversation.execution_status;
+    const title = this.#conversation.title ? ` "${this.#conversation.title}"` : "";
+    this.#say(
+      this.#o.started
+        ? `Conversation ${this.#id} is ready (attach to it again later with: npm run cli -- chat ${this.#id}).`
+        : `Conversation ${this.#id}${title}${status ? ` (${status.replaceAll("_", " ")})` : ""}:`,
+      "bold",
+    );
+    void this.#connect();
+    return done.finally(() => {
+      process.off("SIGINT", this.#onSigint);
+    });
+  }
+
+  #prompt(text: string): string {
+    return paint(this.#o.color, "bold", text);
+  }
+
+  /** A line of the chat's own (status, hints): over the prompt on a terminal, on stderr with --json. */
+  #say(text: string, style?: Style): void {
+    this.#print(style ? paint(this.#o.color, style, text) : text, this.#o.json);
+  }
+
+  #print(text: string, toStderr = false): void {
+    if (this.#outputGone) return;
+    const out = toStderr ? this.#o.errorOutput : this.#o.output;
+    if (this.#o.tty && this.#live && this.#rl !== null && !toStderr) {
+      clearLine(this.#o.output, 0);
+      cursorTo(this.#o.output, 0);
+      out.write(`${text}\n`);
+      this.#rl.prompt(true);
+    } else out.write(`${text}\n`);
+  }
+
+  /** Opens the websocket (after asking the agent how many events it will resend). */
+  async #connect(): Promise<void> {
+    this.#live = false;
+    try {
+      this.#historyLeft = await this.#agent<number>(
+        "GET",
+        `/api/conversations/${encodeURIComponent(this.#id)}/events/count`,
+      );
+      if (typeof this.#historyLeft !== "number") this.#historyLeft = 0;
+    } catch {
+      this.#historyLeft = 0;
+    }
+    if (this.#leaving) return;
+    const base = this.#agentBase.replace(/^http/, "ws");
+    const key = encodeURIComponent(this.#conversation.session_api_key ?? "");
+    const ws = new WebSocket(
+      `${base}/sockets/events/${encodeURIComponent(this.#id)}?resend_all=true&session_api_key=${key}`,
+    );
+    this.#ws = ws;
+    ws.on("open", () => {
+      if (ws !== this.#ws) return;
+      if (this.#historyLeft <= 0) setImmediate(() => this.#goLive());
+      else this.#armFallback();
+    });
+    ws.on("message", (data, isBinary) => {
+      if (ws !== this.#ws || isBinary) return;
+      let event: unknown;
+      try {
+        event = JSON.parse(data.toString());
+      } catch {
+        return;
+      }
+      this.#onEvent(event);
+    });
+    ws.on("unexpected-response", (_req, res) => {
+      let text = "";
+      res.on("data", (d: Buffer) => {
+        text += d.toString();
+      });
+      res.on("end", () => {
+        let parsed: unknown = text;
+        try {
+          parsed = JSON.parse(text);
+        } catch {
+          // not JSON
+        }
+        if (ws !== this.#ws) return;
+        this.#ws = null;
+        ws.terminate();
+        void this.#onDisconnect(
+          `the agent refused the connection: ${errorMessage(res.statusCode ?? 0, parsed)}`,
+          res.statusCode ?? 0,
+        );
+      });
+    });
+    ws.on("error", () => {
+      // 'close' follows with the code
+    });
+    ws.on("close", (code, reason) => {
+      if (ws !== this.#ws) return;
+      this.#ws = null;
+      void this.#onDisconnect(
+        `the connection to the agent closed (${code}${reason.length > 0 ? `: ${reason.toString()}` : ""})`,
+        code,
+      );
+    });
+  }
+
+  /**
+   * Should the agent resend fewer events than it counted, the history is taken as over once no event came for a
+   * moment (the resent events come in one burst).
+   */
+  #armFallback(): void {
+    if (this.#fallback !== null) clearTimeout(this.#fallback);
+    this.#fallback = setTimeout(() => {
+      this.#fallback = null;
+      if (this.#ws !== null) this.#goLive();
+    }, 1500);
+  }
+
+  #goLive(): void {
+    if (this.#fallback !== null) clearTimeout(this.#fallback);
+    this.#fallback = null;
+    if (this.#live || this.#leaving) return;
+    this.#live = true;
+    this.#reconnects = 0;
+    if (!this.#everLive) {
+      this.#everLive = true;
+      this.#say(
+        'Type a message and press Enter (end a line with \\ or use """ for several lines). Ctrl-C pauses the agent, /exit leaves, /help lists the commands.',
+        "dim",
+      );
+      this.#rl?.resume();
+      // chat ID -m TEXT: the message goes to the conversation attached to.
+      if (!this.#o.started && this.#o.firstMessage !== null && this.#o.firstMessage !== "")
+        void this.#send(this.#o.firstMessage);
+    }
+    if (this.#o.tty) this.#rl?.prompt(true);
+    this.#afterEvent();
+  }
+
+  #onEvent(event: unknown): void {
+    const e = (typeof event === "object" && event !== null ? event : {}) as Json;
+    const isState = e.kind === "ConversationStateUpdateEvent" && e.key === "full_state";
+    if (!this.#live && !isState) this.#historyLeft--;
+    if (!this.#live) this.#armFallback();
+    const id = typeof e.id === "string" ? e.id : null;
+    const duplicate = !isState && id !== null && this.#seen.has(id);
+    if (id !== null && !isState) this.#seen.add(id);
+    if (!duplicate) {
+      const before = this.#renderer.status;
+      const shown = this.#renderer.render(event);
+      if (this.#o.json) this.#print(JSON.stringify(event));
+      else if (shown !== null) this.#print(shown);
+      // The snapshot's status is the current one, not a step of the history: it does not end a turn.
+      if (this.#renderer.status !== before && !isState) this.#onStatus(this.#renderer.status);
+    }
+    if (!this.#live && this.#historyLeft <= 0 && !isState) this.#goLive();
+    else this.#afterEvent();
+  }
+
+  #onStatus(status: string | null): void {
+    if (status !== "waiting_for_confirmation") this.#answered = false;
+    if (status === "running") this.#sawRunning = true;
+    else if (this.#sawRunning) {
+      this.#turnPending = false;
+      this.#sawRunning = false;
+    }
+    if (status !== "waiting_for_confirmation" && this.#confirming) {
+      // Answered elsewhere (the web UI, another chat).
+      this.#confirming = false;
+      this.#setPrompt();
+    }
+  }
+
+  #busy(): boolean {
+    return this.#turnPending || WORKING.has(this.#renderer.status ?? "");
+  }
+
+  /** After each event: ask for a confirmation the agent waits for; leave when the input ended and all is done. */
+  #afterEvent(): void {
+    if (!this.#live || this.#leaving) return;
+    const waiting = this.#renderer.status === "waiting_for_confirmation";
+    if (waiting && !this.#confirming && !this.#answered && this.#renderer.pendingActions().length > 0) {
+      if (this.#inputEnded) {
+        this.#say("· the agent waits for a confirmation, but the input ended: leaving", "yellow");
+        this.#leave(0);
+        return;
+      }
+      this.#confirming = true;
+      this.#say("The agent asks to run:", "yellow");
+      this.#print(this.#renderer.describePending(), this.#o.json);
+      this.#say('Allow it? Answer y or n (after n, a reason may follow: "n use a dry run first").', "yellow");
+      this.#setPrompt();
+      return;
+    }
+    if (this.#inputEnded && !this.#busy()) this.#leave(0);
+  }
+
+  #setPrompt(): void {
+    const text = this.#confirming ? "allow? [y/n] " : this.#draft !== null ? "… " : "> ";
+    this.#rl?.setPrompt(this.#prompt(text));
+    if (this.#o.tty && this.#live) this.#rl?.prompt(true);
+  }
+
+  async #onDisconnect(why: string, code: number): Promise<void> {
+    if (this.#leaving) return;
+    this.#live = false;
+    if (code === 4004) {
+      this.#say(`error: the agent has no conversation ${this.#id} (${why})`, "red");
+      this.#leave(1);
+      return;
+    }
+    const c = await this.#o.read(this.#id).catch(() => null);
+    if (this.#leaving) return;
+    if (c === null) {
+      this.#say(`error: ${why}, and the conversation cannot be read`, "red");
+      this.#leave(1);
+      return;
+    }
+    this.#conversation = c;
+    if (c.sandbox_status === "MISSING") {
+      this.#say(`error: ${why}: its sandbox is gone`, "red");
+      this.#leave(1);
+      return;
+    }
+    if (c.sandbox_status === "RUNNING" || c.sandbox_status === "STARTING") {
+      if (++this.#reconnects > 5) {
+        this.#say(`error: ${why}; gave up after 5 tries`, "red");
+        this.#leave(1);
+        return;
+      }
+      this.#say(`· ${why}; connecting again…`, "dim");
+      await sleep(500 * 2 ** (this.#reconnects - 1));
+      if (this.#leaving) return;
+      const again = await this.#o.read(this.#id).catch(() => null);
+      if (again !== null) this.#conversation = again;
+      await this.#connect();
+      return;
+    }
+    this.#suspended = true;
+    this.#live = true;
+    this.#say(
+      `· its sandbox is ${c.sandbox_status.toLowerCase()} (${why}): the next message you send resumes it`,
+      "yellow",
+    );
+    if (this.#inputEnded) this.#leave(0);
+  }
+
+  #onLine(raw: string): void {
+    if (this.#leaving) return;
+    const line = raw.replace(/\r$/, "");
+    this.#interrupted = false;
+    if (this.#confirming) {
+      this.#answer(line);
+      return;
+    }
+    if (this.#draft !== null) {
+      if (this.#fenced) {
+        if (line.trim() === '"""') {
+          this.#submit(this.#draft.join("\n"));
+          return;
+        }
+        this.#draft.push(line);
+        return;
+      }
+      if (line.endsWith("\\")) {
+        this.#draft.push(line.slice(0, -1));
+        return;
+      }
+      this.#draft.push(line);
+      this.#submit(this.#draft.join("\n"));
+      return;
+    }
+    if (line.trim() === '"""') {
+      this.#draft = [];
+      this.#fenced = true;
+      this.#setPrompt();
+      return;
+    }
+    if (line.endsWith("\\")) {
+      this.#draft = [line.slice(0, -1)];
+      this.#fenced = false;
+      this.#setPrompt();
+      return;
+    }
+    const command = line.trim();
+    if (command.startsWith("/") && !command.includes(" ")) {
+      this.#command(command);
+      return;
+    }
+    this.#submit(line);
+  }
+
+  #submit(text: string): void {
+    this.#draft = null;
+    this.#fenced = false;
+    this.#setPrompt();
+    if (text.trim() === "") {
+      if (this.#o.tty) this.#rl?.prompt();
+      return;
+    }
+    void this.#send(text);
+  }
+
+  #command(command: string): void {
+    switch (command) {
+      case "/exit":
+      case "/quit":
+        this.#leave(0);
+        return;
+      case "/help":
+        this.#say(HELP);
+        break;
+      case "/pause":
+        void this.#pause();
+        break;
+      case "/resume":
+      case "/run":
+        void this.#agentAction("run", "· going on");
+        break;
+      case "/status":
+        this.#say(
+          `Conversation ${this.#id}: ${this.#renderer.status?.replaceAll("_", " ") ?? "unknown"}${this.#renderer.confirmationMode ? " (asks for confirmation)" : ""}; sandbox ${this.#conversation.sandbox_id}.`,
+        );
+        break;
+      default:
+        this.#say(
+          `unknown command ${command} (/help lists them; a message cannot start with / alone)`,
+          "yellow",
+        );
+    }
+    if (this.#o.tty) this.#rl?.prompt();
+  }
+
+  async #send(text: string): Promise<void> {
+    if (this.#suspended) {
+      this.#suspended = false;
+      this.#say("· resuming its sandbox…", "dim");
+      const c = await this.#o.resume(this.#conversation, (text, style) => this.#say(text, style));
+      if (c === null) {
+        this.#leave(1);
+        return;
+      }
+      this.#conversation = c;
+      await this.#connect();
+      await this.#until(() => this.#live || this.#leaving);
+    }
+    const ws = this.#ws;
+    if (ws === null || ws.readyState !== WebSocket.OPEN) {
+      this.#say(
+        "· not connected to the agent yet; the message was not sent (try again in a moment)",
+        "yellow",
+      );
+      return;
+    }
+    // On a terminal the typed line stays on the screen: the agent's echo of it is not shown again.
+    if (this.#o.tty) this.#renderer.expectEcho(text);
+    this.#turnPending = true;
+    this.#sawRunning = WORKING.has(this.#renderer.status ?? "");
+    ws.send(JSON.stringify({ role: "user", content: [{ type: "text", text }] }));
+  }
+
+  async #until(done: () => boolean, ms = 30_000): Promise<void> {
+    const deadline = Date.now() + ms;
+    while (!done() && Date.now() < deadline) await sleep(50);
+  }
+
+  #answer(line: string): void {
+    const m = /^\s*(y|yes|n|no)(?:\b[\s,:.-]*(.*))?$/i.exec(line);
+    if (m === null) {
+      if (line.trim() === "/exit" || line.trim() === "/quit") {
+        this.#leave(0);
+        return;
+      }
+      this.#say('Answer y (run it) or n (do not), e.g. "n use a dry run first".', "yellow");
+      if (this.#o.tty) this.#rl?.prompt();
+      return;
+    }
+    const accept = (m[1] ?? "").toLowerCase().startsWith("y");
+    const reason = (m[2] ?? "").trim();
+    this.#confirming = false;
+    this.#answered = true;
+    this.#setPrompt();
+    // A refusal is shown by the agent's rejection event.
+    if (accept) this.#say("· allowed", "dim");
+    if (accept) {
+      this.#turnPending = true;
+      this.#sawRunning = false;
+    }
+    void this.#agent(
+      "POST",
+      `/api/conversations/${encodeURIComponent(this.#id)}/events/respond_to_confirmation`,
+      {
+        accept,
+        reason: reason || "The user rejected the action.",
+      },
+    ).catch((err: unknown) => {
+      this.#turnPending = false;
+      this.#answered = false;
+      this.#say(`error: the answer was not taken: ${(err as Error).message}`, "red");
+      this.#afterEvent(); // asks again
+    });
+  }
+
+  async #pause(): Promise<void> {
+    await this.#agentAction("pause", null);
+  }
+
+  async #agentAction(action: "pause" | "run", done: string | null): Promise<void> {
+    if (this.#suspended) {
+      this.#say("· the sandbox is not running: send a message to resume it", "yellow");
+      return;
+    }
+    try {
+      await this.#agent("POST", `/api/conversations/${encodeURIComponent(this.#id)}/${action}`);
+      if (done !== null) this.#say(done, "dim");
+    } catch (err) {
+      const message = err instanceof ApiError ? err.message : (err as Error).message;
+      this.#say(`error: ${action} failed: ${message}`, "red");
+    }
+  }
+
+  #interrupt(): void {
+    if (this.#leaving) return;
+    if (this.#interrupted) {
+      this.#leave(0);
+      return;
+    }
+    this.#interrupted = true;
+    if (this.#draft !== null) {
+      this.#draft = null;
+      this.#fenced = false;
+      this.#setPrompt();
+    }
+    if (this.#busy()) {
+      this.#say("· pausing the agent… (Ctrl-C again leaves)", "yellow");
+      void this.#pause();
+    } else this.#say("(Ctrl-C again, Ctrl-D or /exit leaves)", "dim");
+  }
+
+  #onInputEnd(): void {
+    if (this.#leaving) return;
+    // On a terminal, Ctrl-D leaves now; piped input leaves once the agent's turn is over.
+    if (this.#o.tty || this.#o.input.isTTY === true) {
+      this.#leave(0);
+      return;
+    }
+    this.#inputEnded = true;
+    if (this.#confirming) {
+      this.#say("· the input ended while a confirmation was asked: leaving", "yellow");
+      this.#leave(0);
+      return;
+    }
+    if (this.#live && !this.#busy()) this.#leave(0);
+    else if (this.#live)
+      this.#say("· the input ended: leaving when the agent's turn is over (Ctrl-C leaves now)", "dim");
+  }
+
+  #leave(code: number): void {
+    if (this.#leaving) return;
+    this.#leaving = true;
+    if (this.#fallback !== null) clearTimeout(this.#fallback);
+    const ws = this.#ws;
+    this.#ws = null;
+    if (ws !== null) {
+      ws.close(1000);
+      // The close handshake should not keep the process: the socket goes after a second at most.
+      setTimeout(() => ws.terminate(), 1000).unref();
+    }
+    if (this.#o.tty && this.#live && !this.#outputGone) {
+      clearLine(this.#o.output, 0);
+      cursorTo(this.#o.output, 0);
+    }
+    this.#live = false; // no prompt after this line
+    this.#say(
+      `Left the conversation; it goes on in its sandbox. Attach again with: npm run cli -- chat ${this.#id}`,
+      "dim",
+    );
+    this.#rl?.close();
+    // A pipe left open by whoever feeds the input must not keep the process.
+    (this.#o.input as Partial<NodeJS.ReadStream>).destroy?.();
+    this.#finish(code);
+  }
+}
