@@ -17,6 +17,7 @@ import { machine, machineLine } from "./lib/bench-util.ts";
 import { Bench, log, type Row } from "./lib/harness.ts";
 import { buildServers, parseRunOptions } from "./lib/options.ts";
 import { writeResults } from "./lib/report.ts";
+import { agentProxyBenchmarks } from "./scenarios/agent-proxy.ts";
 import { agentServerBenchmarks } from "./scenarios/agent-server.ts";
 import { builtinAgentBenchmarks } from "./scenarios/builtin-agent.ts";
 import { conversationBenchmarks } from "./scenarios/conversations.ts";
@@ -39,6 +40,7 @@ const SCENARIOS: { names: string[]; run: (bench: Bench) => Promise<Row[]> }[] = 
   { names: ["replicas"], run: replicaBenchmarks },
   { names: ["workers"], run: workerBenchmarks },
   { names: ["builtin-agent"], run: builtinAgentBenchmarks },
+  { names: ["agent-proxy"], run: agentProxyBenchmarks },
 ];
 
 const names = [...new Set(SCENARIOS.flatMap((s) => s.names))];

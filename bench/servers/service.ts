@@ -15,6 +15,8 @@
 //                       need (default 0: every start is cold)
 //   --connect-fast-path on|off  the everyday Connect unary call on the hand-written path (src/rpc/connect-unary.ts;
 //                       default on, as the server runs) or, off, every Connect call on connect-node's handler
+//   --agent-proxy-limits J  the agent proxy's limits (src/proxy/agent-settings.ts), a JSON object of the fields to
+//                       change from their defaults, e.g. {"socketsPerUser":1000} (the agent-proxy benchmark)
 //   --log-level L       Fastify/pino level as in production (default info), written to a file in the temporary
 //                       folder through the production log destination (src/server/log-destination.ts), as the
 //                       server writes to stdout; "silent" turns it off
@@ -24,6 +26,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import type { EventRecord } from "../../src/ports/event-repository.ts";
+import type { AgentProxySettings } from "../../src/proxy/agent-settings.ts";
 import { createProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { BUILTIN_AGENT_COMMAND } from "../../src/sandbox-agent/builtin-agent.ts";
 import { buildApp } from "../../src/server/app.ts";
@@ -45,6 +48,7 @@ const { values } = parseArgs({
     "warm-containers": { type: "string", default: "0" },
     "docker-builtin": { type: "boolean", default: false },
     "connect-fast-path": { type: "string", default: "on" },
+    "agent-proxy-limits": { type: "string", default: "{}" },
   },
 });
 const USER = "bench-user";
@@ -111,6 +115,7 @@ const app = await buildApp({
   // The sandbox benchmarks keep 50 paused sandboxes of the one bench user.
   maxSandboxesPerUser: 100,
   connectFastPath: values["connect-fast-path"] !== "off",
+  agentProxy: { limits: JSON.parse(values["agent-proxy-limits"] ?? "{}") as Partial<AgentProxySettings> },
   logger:
     level === "silent"
       ? false

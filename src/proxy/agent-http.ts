@@ -100,6 +100,8 @@ export async function createAgentHttpProxy(deps: AgentProxyDeps): Promise<{
   close: () => Promise<void>;
 }> {
   const { limits } = deps;
+  /** The sandbox each call went to, for its access line. */
+  const sandboxOf = new WeakMap<object, string>();
   const rate = new RateLimiter(limits.callsPerSecond, Math.max(1, limits.callsPerSecond * 2));
   const app = Fastify({
     loggerInstance: deps.logger,
@@ -160,7 +162,7 @@ export async function createAgentHttpProxy(deps: AgentProxyDeps): Promise<{
     const url = new URL(path, base.origin);
     // What the agent will read (dot segments resolved) must still be one of its routes.
     if (!isAgentPath(url.pathname)) return refuse(reply, 404, "Not Found");
-    req.log = req.log.child({ sandboxId: agent.sandboxId });
+    sandboxOf.set(req, agent.sandboxId);
     return reply.from(url.href, {
       rewriteRequestHeaders: (r) => agentRequestHeaders(r.headers, url.host),
       rewriteHeaders: (headers) => clientResponseHeaders(headers, url.pathname),
@@ -184,7 +186,14 @@ export async function createAgentHttpProxy(deps: AgentProxyDeps): Promise<{
     const ms = reply.elapsedTime;
     deps.observe(req.method, "agent-proxy", reply.statusCode, ms / 1000);
     req.log.info(
-      { method: req.method, url: req.url, route: "agent-proxy", statusCode: reply.statusCode, ms },
+      {
+        method: req.method,
+        url: req.url,
+        route: "agent-proxy",
+        sandboxId: sandboxOf.get(req),
+        statusCode: reply.statusCode,
+        ms,
+      },
       "request completed",
     );
     done();
@@ -207,8 +216,11 @@ function bounded(
 ): NodeJS.ReadableStream {
   const tooLarge = () =>
     Object.assign(new Error(`Request body is larger than ${max} bytes`), { statusCode: 413 });
-  const declared = Number(headers["content-length"] ?? 0);
+  const length = headers["content-length"];
+  const declared = Number(length ?? 0);
   if (declared > max) throw tooLarge();
+  // A declared length within the limit is what Node's parser reads, no more: the body goes through as it is.
+  if (length !== undefined && headers["transfer-encoding"] === undefined) return payload;
   let seen = 0;
   const counter = new Transform({
     transform(chunk: Buffer, _enc, cb) {

@@ -1,4 +1,4 @@
-import { timingSafeEqual } from "node:crypto";
+import { createHash, timingSafeEqual } from "node:crypto";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { requireCaller } from "../../core/context.ts";
@@ -204,6 +204,8 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
    * and are not yet recorded: when, and the sandbox id taken (null while the claim is in progress).
    */
   readonly #warmTaken = new Map<string, Map<symbol, { at: number; sandboxId: string | null }>>();
+  /** SHA-256 of each sandbox's session key, by its sealed form (see agentTarget). */
+  readonly #keyDigests = new Map<string, Buffer>();
   /** Each user's warm claims (warmClaimsPerMinute). */
   readonly #warmClaims: RateLimiter;
 
@@ -616,15 +618,18 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     if (id === null) return null;
     const record = await this.#o.repo.get(id);
     if (record === null || record.deleting === true) return null;
-    let stored: string;
-    try {
-      stored = this.sessionKey(record);
-    } catch {
-      return null;
+    // The stored key's digest, by its sealed form (which never changes for a sandbox): opened once, not per call.
+    let expected = this.#keyDigests.get(record.sessionApiKey);
+    if (expected === undefined) {
+      try {
+        expected = createHash("sha256").update(this.sessionKey(record)).digest();
+      } catch {
+        return null;
+      }
+      if (this.#keyDigests.size >= 10_000) this.#keyDigests.clear();
+      this.#keyDigests.set(record.sessionApiKey, expected);
     }
-    const a = Buffer.from(stored);
-    const b = Buffer.from(key);
-    if (a.length !== b.length || !timingSafeEqual(a, b)) return null;
+    if (!timingSafeEqual(expected, createHash("sha256").update(key).digest())) return null;
     const handle = handleOrNull(record);
     return {
       sandboxId: record.id,
