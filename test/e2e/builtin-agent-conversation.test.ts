@@ -88,11 +88,14 @@ describe("a conversation with the built-in agent through the service", () => {
     expect(listed?.execution_status).toBe("finished");
 
     // The file is in the sandbox's workspace.
-    const cat = await fetch(new URL("/api/bash/execute_bash_command", uiAgentBase(app?.conversation_url, fx.t.url)), {
-      method: "POST",
-      headers: { "x-session-api-key": app?.session_api_key ?? "" },
-      body: JSON.stringify({ command: "cat answer.txt" }),
-    });
+    const cat = await fetch(
+      new URL("/api/bash/execute_bash_command", uiAgentBase(app?.conversation_url, fx.t.url)),
+      {
+        method: "POST",
+        headers: { "x-session-api-key": app?.session_api_key ?? "" },
+        body: JSON.stringify({ command: "cat answer.txt" }),
+      },
+    );
     expect(await cat.json()).toMatchObject({ exit_code: 0, stdout: "42\n" });
   }, 60_000);
 });

@@ -139,7 +139,10 @@ describe.skipIf(skipReason !== null)(
         "StoreSettings: Settings stored",
         "GetSettings: language=de llm_model=anthropic/claude-sonnet-4-5 llm_api_key_set=True",
         expect.stringMatching(/^StartSandbox: \S+ \(spec workspace-agent, (STARTING|RUNNING)\)$/),
-        expect.stringMatching(/^RUNNING: \S+ \(AGENT_SERVER=http:\/\/127\.0\.0\.1:\d+\)$/),
+        // The agent through this service's origin, then its own loopback URL (docs/agent-proxy.md).
+        expect.stringMatching(
+          /^RUNNING: \S+ \(AGENT_SERVER=\/, AGENT_SERVER_DIRECT=http:\/\/127\.0\.0\.1:\d+\)$/,
+        ),
         expect.stringMatching(/^PauseSandbox: \S+ is PAUSED$/),
         expect.stringMatching(/^ResumeSandbox: \S+$/),
         expect.stringMatching(/^RUNNING: \S+$/),

@@ -474,8 +474,10 @@ class StartFlow {
       // folder from the name's second segment and shows repository and branch only with a provider.
       selectedRepository: local?.name ?? eff.repository,
       selectedBranch: eff.branch,
+      // An unlisted local path keeps the provider the request named, if it named one.
       gitProvider:
-        local !== null || (eff.repository !== null && localRepositoryPath(eff.repository) !== null)
+        local !== null ||
+        (eff.provider === null && eff.repository !== null && localRepositoryPath(eff.repository) !== null)
           ? LOCAL_REPOSITORY_PROVIDER
           : eff.provider,
       title: `Conversation ${id}`,
