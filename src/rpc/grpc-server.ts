@@ -33,6 +33,11 @@ export interface GrpcServerOptions {
    * called when the call ends. The listener's connection guard counts calls in flight per connection with it.
    */
   onCallStart?: (peer: string) => () => void;
+  /**
+   * A connection with no call in flight for this long is closed (a GOAWAY, then the close), also after calls: the
+   * connection guard times only a connection's first call. Default: never.
+   */
+  maxConnectionIdleMs?: number;
 }
 
 /** Accepts a message or its init shape (plain object), as grpc-js clients pass either. */
@@ -54,6 +59,9 @@ export function createGrpcServer(options: GrpcServerOptions): grpc.Server {
   const server = new grpc.Server({
     "grpc.max_receive_message_length": options.maxMessageBytes,
     "grpc.keepalive_permit_without_calls": 1,
+    ...(options.maxConnectionIdleMs === undefined
+      ? {}
+      : { "grpc.max_connection_idle_ms": options.maxConnectionIdleMs }),
   });
   for (const { desc, impl } of options.bindings) {
     const handlers: grpc.UntypedServiceImplementation = {};

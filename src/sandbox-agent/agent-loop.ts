@@ -9,6 +9,7 @@ import { resolve } from "node:path";
 import type { Json } from "./agent-server.ts";
 import { messageEvent, redact, sdkTimestamp } from "./agent-server.ts";
 import { Terminal, TOOL_SPECS, Toolbox, toAction } from "./agent-tools.ts";
+import { maskStrings, secretMasker } from "./secret-mask.ts";
 import { inWorkspace } from "./workspace-routes.ts";
 
 export type ExecutionStatus =
@@ -124,6 +125,8 @@ export class Conversation {
   #abort: AbortController | undefined;
   #closed = false;
   #client: Promise<import("openai").OpenAI> | undefined;
+  /** Masks the secrets and the model key in a text (secret-mask.ts), made on first use. */
+  #masker: ((text: string) => string) | undefined;
 
   constructor(id: string, body: Json, host: ConversationHost) {
     this.id = id;
@@ -234,12 +237,21 @@ export class Conversation {
     }
   }
 
-  /** Appends an event, stamping the record. */
+  /**
+   * Appends an event, stamping the record. Every string of an event the agent's side makes (observations, errors,
+   * its messages) is masked for the secrets first, in their common encodings too, so that what is kept, saved and
+   * sent never holds one; the user's own events and the model's actions (which run as the model wrote them) are
+   * kept as they are.
+   */
   emit(event: Json): void {
     if (this.#closed) return;
-    this.events.push(event);
+    const shown =
+      event.source === "user" || event.kind === "ActionEvent"
+        ? event
+        : maskStrings(event, (s) => this.mask(s));
+    this.events.push(shown);
     this.record.updated_at = new Date().toISOString();
-    this.#host.onEvent(this, event);
+    this.#host.onEvent(this, shown);
   }
 
   #setStatus(status: ExecutionStatus): void {
@@ -297,11 +309,55 @@ export class Conversation {
     else this.#resumeInFlight();
   }
 
-  /** POST /run: false when it is already running (a loop paused with its step still in flight resumes). */
+  /**
+   * POST /run: false when it is already running (a loop paused with its step still in flight resumes). As the
+   * agent-server's run loop, a finished conversation stays as it is; beyond it, the model is asked only when it
+   * has something to answer (actions kept by a pause, or input after its last answer: {@link #hasNewInput}), so
+   * that a run with nothing new never pays for the same answer twice. A paused conversation with nothing to do
+   * goes back to finished (it had answered) or idle.
+   */
   run(): boolean {
+    if (this.#closed || this.status === "finished") return true;
     if (this.#running !== undefined) return this.#resumeInFlight();
+    if (this.#pending.length === 0 && !this.#hasNewInput()) {
+      if (this.status === "paused") this.#setStatus(this.#hasAnswered() ? "finished" : "idle");
+      return true;
+    }
     this.start();
     return true;
+  }
+
+  /**
+   * Whether the events after the model's last answer hold something for it: a user message, or a tool's result,
+   * error or rejection (the model goes on from those). False when its last answer (a message, or the finish tool)
+   * is the latest of them, or when there is nothing at all.
+   */
+  #hasNewInput(): boolean {
+    for (let i = this.events.length - 1; i >= 0; i--) {
+      const e = this.events[i] as Json;
+      switch (e.kind) {
+        case "MessageEvent":
+          return e.source === "user";
+        case "ObservationEvent":
+          return e.tool_name !== "finish";
+        case "AgentErrorEvent":
+        case "UserRejectObservation":
+          return true;
+      }
+    }
+    return false;
+  }
+
+  /** Whether the model's last step was an answer (a message, or the finish tool), not an action under way. */
+  #hasAnswered(): boolean {
+    const last = this.events.findLast(
+      (e) => e.kind === "MessageEvent" || e.kind === "ObservationEvent" || e.kind === "ActionEvent",
+    );
+    return (
+      last !== undefined &&
+      ((last.kind === "MessageEvent" && last.source === "agent") ||
+        (last.kind === "ObservationEvent" && last.tool_name === "finish"))
+    );
   }
 
   /** The user paused while a step was in flight and now runs again before it ended: the loop just goes on. */
@@ -325,17 +381,17 @@ export class Conversation {
   }
 
   /**
-   * POST /pause: the status is `paused` at once. A step in flight is not abandoned: the model's answer is kept
-   * (emitted, its actions left to run on resume) and a running tool finishes; the loop stops there. An idle
-   * conversation is paused at once; a paused one is left as it is.
+   * POST /pause: as the agent-server, only an idle or running conversation is paused (a PauseEvent, and the status
+   * `paused` at once); a finished, failed, paused or waiting one is left as it is, so that a pause arriving just
+   * after the turn ended does not make a finished conversation look stopped. A step in flight is not abandoned:
+   * the model's answer is kept (emitted, its actions left to run on resume) and a running tool finishes; the loop
+   * stops there.
    */
   pause(): void {
-    if (this.status === "paused" || this.#closed) return;
+    if (this.#closed || (this.status !== "idle" && this.status !== "running")) return;
     this.emit({ kind: "PauseEvent", id: randomUUID(), timestamp: sdkTimestamp(), source: "user" });
-    if (this.#running !== undefined) {
-      this.#pauseRequested = true;
-      this.#setStatus("paused");
-    } else if (this.status !== "waiting_for_confirmation") this.#setStatus("paused");
+    if (this.#running !== undefined) this.#pauseRequested = true;
+    this.#setStatus("paused");
   }
 
   /** respond_to_confirmation: accept runs the pending actions and goes on; reject answers each with a rejection. */
@@ -397,14 +453,14 @@ export class Conversation {
     return this.#toolbox;
   }
 
-  /** Replaces every secret value (and the model key) with `<secret-hidden>`. */
+  /** Replaces every secret value (and the model key), as it is and encoded, with `<secret-hidden>` (secret-mask.ts). */
   mask(s: string): string {
-    let out = s;
-    const values = [...this.#secrets.values()];
-    if (this.#llm.apiKey) values.push(this.#llm.apiKey);
-    for (const v of values.sort((a, b) => b.length - a.length))
-      if (v.length >= 3) out = out.split(v).join("<secret-hidden>");
-    return out;
+    if (this.#masker === undefined) {
+      const values = [...this.#secrets.values()];
+      if (this.#llm.apiKey) values.push(this.#llm.apiKey);
+      this.#masker = secretMasker(values);
+    }
+    return this.#masker(s);
   }
 
   async #loop(): Promise<void> {

@@ -13,6 +13,13 @@ export const BUILTIN_AGENT_MAIN = fileURLToPath(
   new URL(import.meta.url.endsWith(".ts") ? "./main.ts" : "./main.js", import.meta.url),
 );
 
+/**
+ * Node options the built-in agent is started with (before its main file): no signal opens the inspector, a
+ * debugger that would listen on the host's loopback, where any sandbox could run code in the agent (its keys,
+ * its secrets). The agent also ignores SIGUSR1 itself once it runs (main.ts), for images that start it otherwise.
+ */
+export const BUILTIN_AGENT_NODE_FLAGS = ["--disable-sigusr1"] as const;
+
 /** The npm packages the built-in agent's conversations load (the events websocket, the model client). */
 export const BUILTIN_AGENT_PACKAGES = ["ws", "openai"] as const;
 

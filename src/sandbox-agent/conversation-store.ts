@@ -10,20 +10,15 @@
  * - `info.json`: the conversation's record (title, execution status, …), rewritten when its info changes;
  * - `events.jsonl`: every event, one JSON line each, appended as it happens (the model's message history is rebuilt
  *   from them).
+ *
+ * The sandbox's own user can replace any of these: each is read and written only as a regular file (no symlink
+ * followed, no FIFO waited on: regular-files.ts), so nothing put there can hold the agent's start.
  */
 import { createCipheriv, createDecipheriv, hkdfSync, randomBytes } from "node:crypto";
-import {
-  appendFileSync,
-  mkdirSync,
-  readdirSync,
-  readFileSync,
-  renameSync,
-  rmSync,
-  statSync,
-  writeFileSync,
-} from "node:fs";
+import { mkdirSync, readdirSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { type Json, REDACTED, redact } from "./agent-server.ts";
+import { readRegularFile, writeRegularFile } from "./regular-files.ts";
 
 /** A conversation read back from disk. */
 export interface StoredConversation {
@@ -65,7 +60,7 @@ export class ConversationStore {
       // The folder may lie inside the workspace's git repository (the process runtime's HOME is the workspace): a
       // .gitignore of "*" keeps it, itself included, out of git's changes (the UI's Changes tab), as pytest's and
       // mypy's caches do.
-      writeFileSync(join(this.#dir, ".gitignore"), "# the built-in agent's saved conversations\n*\n");
+      writeRegularFile(join(this.#dir, ".gitignore"), "# the built-in agent's saved conversations\n*\n");
       mkdirSync(folder, { recursive: true, mode: 0o700 });
       const request: Json = { ...body };
       delete request.initial_message; // an event already, once sent
@@ -78,14 +73,19 @@ export class ConversationStore {
         JSON.stringify({ body: clean, sealed: this.#seal(JSON.stringify(request)) }),
       );
       writeAtomic(join(folder, "info.json"), JSON.stringify(record));
-      writeFileSync(join(folder, "events.jsonl"), "", { mode: 0o600 });
+      writeRegularFile(join(folder, "events.jsonl"), "", { mode: 0o600 });
     });
   }
 
   append(id: string, event: Json): void {
     const folder = this.#folder(id);
     if (folder === null) return;
-    this.#safely(id, () => appendFileSync(join(folder, "events.jsonl"), `${JSON.stringify(event)}\n`));
+    this.#safely(id, () =>
+      writeRegularFile(join(folder, "events.jsonl"), `${JSON.stringify(event)}\n`, {
+        append: true,
+        mode: 0o600,
+      }),
+    );
   }
 
   saveInfo(id: string, record: Json): void {
@@ -114,27 +114,21 @@ export class ConversationStore {
       try {
         // The sandbox's own user can write this folder: anything that is not what this store writes is left out
         // (a start request or record that is no object, an event line that is no object), never a crash.
-        const start = objectOrNull(JSON.parse(readFileSync(join(folder, "start.json"), "utf8")));
+        const start = objectOrNull(JSON.parse(readText(join(folder, "start.json"))));
         if (start === null) throw new Error("start.json holds no start request");
         const opened = typeof start.sealed === "string" ? this.#open(start.sealed) : null;
         const body = opened ?? unmasked(objectOrNull(start.body) ?? {});
         const secrets = opened;
         let record: Json | null = null;
         try {
-          record = objectOrNull(JSON.parse(readFileSync(join(folder, "info.json"), "utf8")));
+          record = objectOrNull(JSON.parse(readText(join(folder, "info.json"))));
         } catch {
           // written after start.json: the record is rebuilt from the start request
         }
         const events: Json[] = [];
         let raw = "";
         try {
-          const file = join(folder, "events.jsonl");
-          const size = statSync(file).size;
-          if (size > MAX_EVENTS_FILE_BYTES)
-            throw new Error(
-              `events.jsonl holds ${size} bytes; at most ${MAX_EVENTS_FILE_BYTES} are read back`,
-            );
-          raw = readFileSync(file, "utf8");
+          raw = readRegularFile(join(folder, "events.jsonl"), MAX_EVENTS_FILE_BYTES).toString("utf8");
         } catch (e: unknown) {
           if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e; // else: no event yet
         }
@@ -206,7 +200,16 @@ function unmasked(value: Json): Json {
   return out;
 }
 
+/** Small files (start request, record) are read whole; anything larger is not this store's. */
+const MAX_JSON_FILE_BYTES = 64 * 1024 * 1024;
+
+function readText(path: string): string {
+  return readRegularFile(path, MAX_JSON_FILE_BYTES).toString("utf8");
+}
+
+/** Writes `path` whole: a new temporary file (whatever was in its place removed, never followed), renamed. */
 function writeAtomic(path: string, text: string): void {
-  writeFileSync(`${path}.tmp`, text, { mode: 0o600 });
+  rmSync(`${path}.tmp`, { force: true, recursive: true });
+  writeRegularFile(`${path}.tmp`, text, { mode: 0o600, exclusive: true });
   renameSync(`${path}.tmp`, path);
 }

@@ -5,12 +5,16 @@
  * network), LISTEN_FD (an inherited listening socket to serve on instead of binding HOST:PORT), SESSION_API_KEY or OH_SESSION_API_KEYS_0 (required), WORKSPACE_DIR (default: the current directory),
  * OH_WEBHOOKS_0_BASE_URL (report conversations and events there) with OH_WEBHOOKS_0_EVENT_BUFFER_SIZE,
  * OH_WEBHOOKS_0_FLUSH_DELAY and OH_WEBHOOKS_0_RETRY_DELAY (seconds) and OH_WEBHOOKS_0_NUM_RETRIES,
- * OH_ALLOW_CORS_ORIGINS_0, _1, … (browser origins allowed to call it; default any localhost/127.0.0.1 origin).
+ * OH_ALLOW_CORS_ORIGINS_0, _1, … (browser origins allowed to call it; default any localhost/127.0.0.1 origin),
+ * SANDBOX_AGENT_MAX_CONNECTIONS (default 256), SANDBOX_AGENT_HEADERS_TIMEOUT_MS (10000) and
+ * SANDBOX_AGENT_IDLE_TIMEOUT_MS (30000): what one client may hold of its server (ConnectionLimits in agent-server.ts).
  * Exits 0 on SIGTERM/SIGINT after closing the listener and killing running commands; 2 on bad configuration.
  *
  * SANDBOX_AGENT_CLAIM=stdin starts a warm agent (see src/sandbox/process/warm-agents.ts): it loads its modules, then
  * waits for one line on stdin, the JSON object `{"env": {...}, "cwd": "..."}`, which becomes its whole environment
  * and working directory before it reads the configuration above and serves. It exits 0 when stdin ends without one.
+ * SANDBOX_AGENT_CLAIM=now reads that line at once (the process runtime's cold start: the session key then never is
+ * in this process's /proc/<pid>/environ, which the commands it runs can read).
  */
 // First: the Node.js version check (an image or a host with an old Node gets one clear line and exit 1). A Node
 // too old for .ts files fails before this module runs: start the agent as `node --import <this folder>/
@@ -18,7 +22,11 @@
 import "./require-node.mjs";
 import { mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { createAgentServer, type WebhookOptions } from "./agent-server.ts";
+import { type ConnectionLimits, createAgentServer, type WebhookOptions } from "./agent-server.ts";
+
+// SIGUSR1 would open Node's inspector on the loopback, where other sandboxes reach it: a listener of its own keeps
+// it closed (the process runtime starts the agent with --disable-sigusr1 too, which also covers Node's start).
+process.on("SIGUSR1", () => {});
 
 // Not a static import: the ESM loader would read every export of node:module, ~50 ms of the agent's start (see
 // agent-server.ts).
@@ -62,6 +70,37 @@ async function applyClaim(): Promise<void> {
     if (text.includes("\n")) break;
   }
   process.stdin.destroy();
+  useClaim(text);
+}
+
+/**
+ * {@link applyClaim} for a cold start, whose claim is written as the process starts: read from the descriptor at
+ * once, without setting up the stdin stream (~10 ms of the start). Falls back to the stream on a non-blocking stdin.
+ */
+async function applyClaimNow(): Promise<void> {
+  const { readSync, closeSync } = process.getBuiltinModule("node:fs");
+  const chunks: Buffer[] = [];
+  const buffer = Buffer.alloc(64 * 1024);
+  for (;;) {
+    let n: number;
+    try {
+      n = readSync(0, buffer, 0, buffer.length, null);
+    } catch (e: unknown) {
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code === "EINTR") continue;
+      if (code === "EAGAIN" && chunks.length === 0) return applyClaim();
+      throw e;
+    }
+    if (n === 0) break;
+    chunks.push(Buffer.from(buffer.subarray(0, n)));
+    if (buffer.subarray(0, n).includes(10)) break;
+  }
+  closeSync(0);
+  useClaim(Buffer.concat(chunks).toString("utf8"));
+}
+
+/** Makes the claim's first line this process's whole environment and working directory (exit 0 when empty). */
+function useClaim(text: string): void {
   if (text.trim() === "") process.exit(0);
   let claim: unknown;
   try {
@@ -101,6 +140,10 @@ async function warmUp(): Promise<void> {
 if (process.env.SANDBOX_AGENT_CLAIM === "stdin") {
   await warmUp();
   await applyClaim();
+} else if (process.env.SANDBOX_AGENT_CLAIM === "now") {
+  // A cold start of the process runtime: the environment with the session key comes on stdin at once, so that
+  // the key is not in this process's /proc/<pid>/environ (readable by the commands it runs, which share its uid).
+  await applyClaimNow();
 }
 
 const rawPort = portArgument(process.argv.slice(2)) ?? process.env.PORT ?? "8000";
@@ -125,6 +168,20 @@ function envNumber(name: string, scale = 1): number | undefined {
   if (!Number.isFinite(n) || n < 0) fail(`${name} must be a non-negative number, got ${JSON.stringify(raw)}`);
   return n * scale;
 }
+/** A whole number in [min, max] from the environment, else undefined; exits 2 when malformed or out of range. */
+function envInt(name: string, min: number, max: number): number | undefined {
+  const n = envNumber(name);
+  if (n !== undefined && !(Number.isInteger(n) && n >= min && n <= max))
+    fail(`${name} must be a whole number from ${min} to ${max}, got ${JSON.stringify(process.env[name])}`);
+  return n;
+}
+// SANDBOX_AGENT_MAX_CONNECTIONS, _HEADERS_TIMEOUT_MS, _IDLE_TIMEOUT_MS: see ConnectionLimits in agent-server.ts.
+const connections: Partial<ConnectionLimits> = {
+  ...defined("maxConnections", envInt("SANDBOX_AGENT_MAX_CONNECTIONS", 1, 1_000_000)),
+  ...defined("headersTimeoutMs", envInt("SANDBOX_AGENT_HEADERS_TIMEOUT_MS", 100, 300_000)),
+  ...defined("idleTimeoutMs", envInt("SANDBOX_AGENT_IDLE_TIMEOUT_MS", 100, 3_600_000)),
+};
+
 const webhookBase = process.env.OH_WEBHOOKS_0_BASE_URL;
 const webhook: WebhookOptions | undefined = webhookBase
   ? {
@@ -154,6 +211,7 @@ const server = createAgentServer({
   stateDir,
   commandEnv,
   corsOrigins,
+  connections,
   ...(webhook ? { webhook } : {}),
 });
 server.on("error", (e: Error) => {

@@ -5,22 +5,16 @@
  *
  * Paths are absolute. The UI assumes the reference image's layout (`/workspace/project`, `/workspace/<file>`): where
  * the workspace is elsewhere (the process runtime), a path under `/workspace` is taken relative to the workspace.
- * Every path must end up inside the workspace.
+ * Every path must end up inside the workspace, and a file route (upload, diff) never goes through a symlink as
+ * the file itself: the routes answer 400 for one, and open the file without following it (O_NOFOLLOW).
  */
 import { execFile } from "node:child_process";
-import {
-  existsSync,
-  mkdirSync,
-  readdirSync,
-  readFileSync,
-  realpathSync,
-  statSync,
-  writeFileSync,
-} from "node:fs";
+import { existsSync, lstatSync, mkdirSync, readdirSync, realpathSync, statSync } from "node:fs";
 import type { IncomingMessage } from "node:http";
 import { dirname, isAbsolute, join, relative, resolve } from "node:path";
 import { detail, type Reply, RequestError, readBody, tooLarge } from "./agent-server.ts";
 import type { RuntimeContext } from "./conversations.ts";
+import { NotRegularFile, readRegularFile, writeRegularFile } from "./regular-files.ts";
 
 const GIT_TIMEOUT_MS = 30_000;
 const MAX_DIFF_FILE_BYTES = 5 * 1024 * 1024;
@@ -50,9 +44,10 @@ export async function workspaceRoute(
   if (!raw.startsWith("/")) raw = `/${raw}`;
   const target = realInWorkspace(raw, ctx.workspaceDir);
   if (target === null) return detail(400, `Path must be inside the workspace (${ctx.workspaceDir})`);
+  if (m[1] !== "git/changes" && isSymlink(target)) return detail(400, "The path is a symlink");
   if (m[1] === "file/upload") {
     if (method !== "POST") return detail(405, "Method Not Allowed");
-    return upload(req, target, ctx.maxUploadBytes);
+    return upload(req, target, ctx.maxUploadBytes, ctx.workspaceDir);
   }
   if (method !== "GET") return detail(405, "Method Not Allowed");
   if (m[1] === "git/changes") return { status: 200, body: await gitChanges(target) };
@@ -77,10 +72,11 @@ export function inWorkspace(raw: string, workspaceDir: string): string | null {
 }
 
 /**
- * {@link inWorkspace}, also once symlinks are followed: the real path of the deepest folder on the way that exists
- * must lie inside the workspace's real path (a link in the workspace to `/` or to another folder names no file
- * here). These routes answer the UI; the agent's own tools (shell, file editor) are bounded by the sandbox, not by
- * this check.
+ * {@link inWorkspace}, also once symlinks are followed: the real path of the deepest entry on the way that exists
+ * (a symlink counts as existing, and one that leads nowhere is refused) must lie inside the workspace's real path
+ * (a link in the workspace to `/` or to another folder names no file here, nor does a dangling one, which a write
+ * would create where it points). These routes answer the UI; the agent's own tools (shell, file editor) are
+ * bounded by the sandbox, not by this check.
  */
 export function realInWorkspace(raw: string, workspaceDir: string): string | null {
   const target = inWorkspace(raw, workspaceDir);
@@ -88,7 +84,8 @@ export function realInWorkspace(raw: string, workspaceDir: string): string | nul
   try {
     const base = realpathSync(workspaceDir);
     let existing = target;
-    while (!existsSync(existing) && existing !== dirname(existing)) existing = dirname(existing);
+    while (!entryExists(existing) && existing !== dirname(existing)) existing = dirname(existing);
+    // Throws for a symlink that leads nowhere (or in a loop): refused.
     const rel = relative(base, realpathSync(existing));
     return rel.startsWith("..") || isAbsolute(rel) ? null : target;
   } catch {
@@ -96,7 +93,12 @@ export function realInWorkspace(raw: string, workspaceDir: string): string | nul
   }
 }
 
-async function upload(req: IncomingMessage, target: string, limit: number): Promise<Reply> {
+async function upload(
+  req: IncomingMessage,
+  target: string,
+  limit: number,
+  workspaceDir: string,
+): Promise<Reply> {
   const type = req.headers["content-type"] ?? "";
   if (!/^multipart\/form-data/i.test(type)) return detail(400, "Expected a multipart/form-data body");
   if (Number(req.headers["content-length"] ?? 0) > limit) throw tooLarge(limit);
@@ -116,10 +118,15 @@ async function upload(req: IncomingMessage, target: string, limit: number): Prom
       body: { detail: [{ type: "missing", loc: ["body", "file"], msg: "Field required", input: null }] },
     });
   if (existsSync(target) && statSync(target).isDirectory()) return detail(400, "The path is a directory");
+  const bytes = new Uint8Array(await file.arrayBuffer());
   try {
     mkdirSync(dirname(target), { recursive: true });
-    writeFileSync(target, new Uint8Array(await file.arrayBuffer()));
+    // Checked again now that the folders exist (one on the way may have been swapped for a link meanwhile).
+    if (realInWorkspace(target, workspaceDir) === null)
+      return detail(400, `Path must be inside the workspace (${workspaceDir})`);
+    writeRegularFile(target, bytes);
   } catch (e: unknown) {
+    if (e instanceof NotRegularFile) return detail(400, "The path is not a regular file");
     return detail(500, `Failed to upload file: ${e instanceof Error ? e.message : String(e)}`);
   }
   return { status: 200, body: { success: true } };
@@ -199,8 +206,11 @@ async function gitChanges(dir: string): Promise<{ status: string; path: string }
  */
 async function gitDiff(file: string): Promise<{ modified: string | null; original: string }> {
   let modified: string | null = null;
-  if (existsSync(file) && statSync(file).isFile() && statSync(file).size <= MAX_DIFF_FILE_BYTES)
-    modified = readFileSync(file, "utf8");
+  try {
+    modified = readRegularFile(file, MAX_DIFF_FILE_BYTES).toString("utf8");
+  } catch {
+    // gone, too large, or not a regular file (a FIFO would block): no content now
+  }
   const root = await repoRoot(existsSync(file) ? dirname(file) : nearestDir(file));
   let original = "";
   if (root !== null) {
@@ -211,6 +221,24 @@ async function gitDiff(file: string): Promise<{ modified: string | null; origina
     }
   }
   return { modified, original };
+}
+
+/** True when `path` names an entry, a symlink included (existsSync follows links, and says no for a dangling one). */
+function entryExists(path: string): boolean {
+  try {
+    lstatSync(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function isSymlink(path: string): boolean {
+  try {
+    return lstatSync(path).isSymbolicLink();
+  } catch {
+    return false;
+  }
 }
 
 function nearestDir(p: string): string {

@@ -196,12 +196,15 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     connectFastPath: deps.connectFastPath !== false,
   });
   const log = http.log;
-  // A gRPC connection with no call within the header timeout is closed, as an HTTP/1.1 one without a request head.
+  // A gRPC connection with no call within the header timeout is closed, as an HTTP/1.1 one without a request head;
+  // one idle that long after its calls is closed by grpc-js (max_connection_idle_ms).
+  const grpcIdleMs = Math.min(limits.headersTimeoutMs, limits.requestTimeoutMs);
   const grpcConnections = new ConnectionGuard({
     maxConnections: limits.maxConnections,
-    firstRequestTimeoutMs: Math.min(limits.headersTimeoutMs, limits.requestTimeoutMs),
+    firstRequestTimeoutMs: grpcIdleMs,
   });
   const grpcServer = createGrpcServer({
+    maxConnectionIdleMs: grpcIdleMs,
     onCallStart: (peer) => grpcConnections.beginPeer(peer),
     bindings: container.bindings,
     admission: container.admission,

@@ -2,6 +2,7 @@
 // per key and per server on every protocol; streams ended when their key is revoked; slow bodies dropped; a 401
 // that does not wait for the body; a connection cap on both listeners.
 
+import { connect as connectHttp2 } from "node:http2";
 import { connect, type Socket } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -255,6 +256,41 @@ describe("slow clients and connections", () => {
       expect(ms).toBeGreaterThanOrEqual(900);
       expect(ms).toBeLessThan(2_500);
     }
+  });
+
+  it("closes a gRPC connection idle past the header timeout after its calls too (an unauthenticated one included)", async () => {
+    const session = connectHttp2(`http://127.0.0.1:${grpcPort}`);
+    session.on("error", () => {});
+    const opened = Date.now();
+    const closed = new Promise<number>((resolve) =>
+      session.once("close", () => resolve(Date.now() - opened)),
+    );
+    const call = session.request({
+      ":method": "POST",
+      ":path": "/workspace.v1.SettingsService/GetSettings",
+      "content-type": "application/grpc",
+      te: "trailers",
+    });
+    call.on("error", () => {});
+    // The status comes in the trailers, or in the headers of a trailers-only answer.
+    let status: unknown;
+    call.on("response", (h) => {
+      status ??= h["grpc-status"];
+    });
+    call.on("trailers", (h) => {
+      status ??= h["grpc-status"];
+    });
+    const ended = new Promise((resolve) => call.once("close", resolve));
+    call.resume();
+    call.end(Buffer.from([0, 0, 0, 0, 0])); // one empty message, no key
+    await ended;
+    expect(status).toBe(String(grpc.status.UNAUTHENTICATED));
+    const calledAt = Date.now() - opened;
+    const ms = await Promise.race([closed, sleep(6_000).then(() => -1)]);
+    session.destroy();
+    expect(ms, "still open 6 s after its call").not.toBe(-1);
+    expect(ms - calledAt).toBeGreaterThanOrEqual(900);
+    expect(ms - calledAt).toBeLessThan(3_000);
   });
 
   it("at MAX_CONNECTIONS a new client takes the place of the longest idle connection", async () => {

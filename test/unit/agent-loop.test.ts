@@ -450,6 +450,74 @@ describe("agent loop: pause and run", () => {
     socket.close();
   });
 
+  it("a pause after the turn ended changes nothing, and run then does not ask the model again", async () => {
+    llm.script({ content: "The answer." });
+    const before = llm.requests.length;
+    const id = await startConversation({}, "answer once");
+    const socket = new Socket(id);
+    await socket.untilStatus("finished");
+    expect(llm.requests.length).toBe(before + 1);
+    const mark = socket.events.length;
+    // The UI's stop button a moment late, then its play button: the agent-server pauses only an idle or running
+    // conversation, and its run loop stops at once on a finished one.
+    expect((await call("POST", `/api/conversations/${id}/pause`)).json).toEqual({ success: true });
+    expect((await call("POST", `/api/conversations/${id}/run`)).json).toEqual({ success: true });
+    await new Promise((r) => setTimeout(r, 300));
+    expect(kinds(socket.events.slice(mark))).toEqual([]);
+    expect(llm.requests.length).toBe(before + 1);
+    const info = await call("GET", `/api/conversations/${id}`);
+    expect((info.json as { execution_status: string }).execution_status).toBe("finished");
+    // A new message is asked as usual.
+    llm.script({ content: "The second answer." });
+    await call("POST", `/api/conversations/${id}/events`, {
+      role: "user",
+      content: [{ type: "text", text: "and again" }],
+      run: true,
+    });
+    await socket.untilStatus("finished", mark);
+    expect(llm.requests.length).toBe(before + 2);
+    expect(socket.events.filter((e) => e.kind === "MessageEvent" && e.source === "agent")).toHaveLength(2);
+    socket.close();
+  });
+
+  it("run asks the model only for a user message it has not answered: an idle conversation paused then run stays quiet", async () => {
+    const before = llm.requests.length;
+    const res = await call("POST", "/api/conversations", {
+      agent: {
+        kind: "Agent",
+        llm: { model: "openai/fake-model", base_url: llm.url, api_key: "sk-fake", num_retries: 0 },
+      },
+      workspace: { kind: "LocalWorkspace", working_dir: workspace },
+    });
+    const id = (res.json as { id: string }).id;
+    const socket = new Socket(id);
+    await socket.opened;
+    // Idle with nothing to answer: paused (as the agent-server does), and run has nothing to ask the model.
+    await call("POST", `/api/conversations/${id}/pause`);
+    await socket.untilStatus("paused");
+    const mark = socket.events.length;
+    expect((await call("POST", `/api/conversations/${id}/run`)).json).toEqual({ success: true });
+    await socket.untilStatus("idle", mark);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(llm.requests.length).toBe(before);
+    // A message queued without running, then a pause and run: that message is asked, once.
+    llm.script({ content: "Queued answer." });
+    await call("POST", `/api/conversations/${id}/events`, {
+      role: "user",
+      content: [{ type: "text", text: "queued" }],
+      run: false,
+    });
+    await call("POST", `/api/conversations/${id}/pause`);
+    await call("POST", `/api/conversations/${id}/run`);
+    await socket.untilStatus("finished", mark);
+    expect(llm.requests.length).toBe(before + 1);
+    // Run again after that answer: nothing new, no model call.
+    await call("POST", `/api/conversations/${id}/run`);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(llm.requests.length).toBe(before + 1);
+    socket.close();
+  });
+
   it("in confirmation mode, actions kept by a pause still wait for the user's answer", async () => {
     llm.script(
       { toolCalls: [{ name: "terminal", arguments: { command: "echo confirmed" } }], delayMs: 300 },

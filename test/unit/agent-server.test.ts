@@ -1,4 +1,12 @@
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { createServer, type Server } from "node:http";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
@@ -377,6 +385,119 @@ describe("agent server: commands", () => {
     await pending;
     await new Promise((r) => setTimeout(r, 50));
     expect(["Z", undefined]).toContain(readProcStat(pid)?.state);
+  });
+});
+
+describe("agent server: connections one client can hold (issue 38, F4)", () => {
+  /** A raw TCP connection to `url`'s port; resolves its close with how long it stayed open. */
+  const raw = (url: string) => {
+    const socket = connect(Number(new URL(url).port), "127.0.0.1");
+    socket.on("error", () => {});
+    socket.resume();
+    const opened = Date.now();
+    const closed = new Promise<number>((resolve) => socket.once("close", () => resolve(Date.now() - opened)));
+    const connected = new Promise<void>((resolve) => socket.once("connect", resolve).once("close", resolve));
+    return { socket, closed, connected };
+  };
+  const open = (s: Server) =>
+    new Promise<number>((resolve, reject) => s.getConnections((e, n) => (e ? reject(e) : resolve(n))));
+
+  it("holds at most maxConnections: 600 idle sockets keep /alive answering, the longest idle making room", async () => {
+    const other = createAgentServer({
+      sessionApiKey: KEY,
+      workspaceDir: workspace,
+      connections: { maxConnections: 50 },
+    });
+    const url = await listen(other);
+    try {
+      const idle = Array.from({ length: 600 }, () => raw(url));
+      await Promise.all(idle.map((c) => c.connected));
+      await new Promise((r) => setTimeout(r, 100));
+      expect(await open(other)).toBeLessThanOrEqual(50);
+      for (let i = 0; i < 5; i++) {
+        const alive = await fetch(`${url}/alive`, { signal: AbortSignal.timeout(2000) });
+        expect(alive.status, `probe ${i}`).toBe(200);
+      }
+      // The oldest ones were closed to make room; the server holds no more than its cap.
+      expect(
+        await Promise.race([idle[0]?.closed, new Promise((r) => setTimeout(() => r(-1), 500))]),
+      ).not.toBe(-1);
+      expect(await open(other)).toBeLessThanOrEqual(50);
+      for (const c of idle) c.socket.destroy();
+    } finally {
+      other.closeAllConnections();
+      other.close();
+    }
+  });
+
+  it("closes a connection that sends no request within the header timeout, and one idle past the idle timeout; never one with a request in flight", async () => {
+    const other = createAgentServer({
+      sessionApiKey: KEY,
+      workspaceDir: workspace,
+      connections: { headersTimeoutMs: 300, idleTimeoutMs: 300 },
+    });
+    const url = await listen(other);
+    try {
+      // Nothing sent, half a request head, and a finished request on a kept-alive connection.
+      const silent = raw(url);
+      const half = raw(url);
+      half.socket.write("GET /alive HTTP/1.1\r\nhost: x\r\n");
+      const used = raw(url);
+      used.socket.write("GET /alive HTTP/1.1\r\nhost: x\r\n\r\n");
+      for (const c of [silent, half, used]) {
+        const ms = await Promise.race([c.closed, new Promise<number>((r) => setTimeout(() => r(-1), 5000))]);
+        expect(ms).toBeGreaterThanOrEqual(250);
+        expect(ms).toBeLessThan(3000);
+      }
+      // A command running longer than both timeouts keeps its connection and is answered.
+      const res = await request("/api/bash/execute_bash_command", {
+        url,
+        body: JSON.stringify({ command: "sleep 1; echo done" }),
+      });
+      expect(res.json).toMatchObject({ exit_code: 0, stdout: "done\n" });
+    } finally {
+      other.closeAllConnections();
+      other.close();
+    }
+  });
+});
+
+describe("agent server: file routes and symlinks (issue 38, F9)", () => {
+  const outside = mkdtempSync(join(tmpdir(), "agent-server-outside-"));
+  afterAll(() => rmSync(outside, { recursive: true, force: true }));
+  const upload = (path: string) => {
+    const form = new FormData();
+    form.set("file", new Blob(["planted"]), "x");
+    return fetch(`${base}/api/file/upload/${encodeURIComponent(path)}`, {
+      method: "POST",
+      headers: { "x-session-api-key": KEY },
+      body: form,
+    });
+  };
+
+  it("refuses an upload to a dangling symlink (final or on the way) and to a symlink to a file inside; writes nothing", async () => {
+    symlinkSync(join(outside, "created-through-link"), join(workspace, "dangling"));
+    symlinkSync(join(outside, "missing-dir"), join(workspace, "dangling-dir"));
+    writeFileSync(join(workspace, "inside.txt"), "kept");
+    symlinkSync(join(workspace, "inside.txt"), join(workspace, "to-inside"));
+    for (const path of [
+      join(workspace, "dangling"),
+      "/workspace/dangling",
+      join(workspace, "dangling-dir", "file"),
+      join(workspace, "to-inside"),
+    ]) {
+      const r = await upload(path);
+      expect(r.status, path).toBe(400);
+    }
+    expect(existsSync(join(outside, "created-through-link"))).toBe(false);
+    expect(existsSync(join(outside, "missing-dir"))).toBe(false);
+    expect(readFileSync(join(workspace, "inside.txt"), "utf8")).toBe("kept");
+    // The diff route does not read through a final symlink either.
+    const diff = await request(`/api/git/diff/${encodeURIComponent(join(workspace, "to-inside"))}`);
+    expect(diff.status).toBe(400);
+    // A plain upload still works.
+    expect((await upload(join(workspace, "plain.txt"))).status).toBe(200);
+    expect(readFileSync(join(workspace, "plain.txt"), "utf8")).toBe("planted");
   });
 });
 

@@ -135,12 +135,21 @@ describe("limitedArgv", () => {
       "/usr/bin/prlimit",
       "--nproc=10",
       "--as=100",
+      "--core=0",
       "--",
       "bwrap",
       "x",
     ]);
+    // No core file either way (the agent's memory holds its keys), with nothing else to limit too.
+    expect(limitedArgv(["bwrap"], [], null, "/usr/bin/prlimit")).toEqual([
+      "/usr/bin/prlimit",
+      "--core=0",
+      "--",
+      "bwrap",
+    ]);
     const argv = limitedArgv(["bwrap"], ["/a/cgroup.procs", "/b/cgroup.procs"], null, null);
     expect(argv.slice(0, 2)).toEqual(["/bin/sh", "-c"]);
+    expect(argv[2]).toMatch(/^ulimit -c 0; /);
     expect(argv.slice(3)).toEqual(["sh", "2", "/a/cgroup.procs", "/b/cgroup.procs", "bwrap"]);
   });
 });

@@ -21,6 +21,7 @@ import type {
 import {
   BUILTIN_AGENT_COMMAND,
   BUILTIN_AGENT_MAIN,
+  BUILTIN_AGENT_NODE_FLAGS,
   BUILTIN_AGENT_PACKAGES,
 } from "../../sandbox-agent/builtin-agent.ts";
 import { descendantsOf, type ProcStat, readProcStat, signal } from "../../sandbox-agent/proc-tree.ts";
@@ -41,10 +42,13 @@ import { usedBytes } from "./workspace-disk.ts";
 export interface ProcessRuntimeOptions {
   /**
    * Each sandbox gets the folder `<workspaceRoot>/<sandboxId>` (one started from a warm agent keeps the agent's
-   * folder, `ws-<random>`); logs go to `<workspaceRoot>/.logs/<folder>.log`.
+   * folder, `ws-<random>`); its output goes to `.openhands/logs/sandbox.log` in that folder (SANDBOX_LOG_DIR).
    */
   workspaceRoot: string;
-  /** Argv of the built-in agent (default: this Node binary running src/sandbox-agent/main.ts). */
+  /**
+   * Argv of the built-in agent (default: this Node binary with {@link BUILTIN_AGENT_NODE_FLAGS}, running
+   * src/sandbox-agent/main.ts).
+   */
   agentCommand?: string[];
   /** Address the agent listens on and the host of its URL (default 127.0.0.1). */
   host?: string;
@@ -167,13 +171,15 @@ const DEFAULT_UID_LOCK_DIR = "/var/lib/agent-workspace/sandbox-uids";
  * - start: spawns the spec's command (empty or {@link BUILTIN_AGENT_COMMAND}: the built-in agent) detached in its own
  *   process group, cwd = the workspace (or a relative `workingDir` inside it), with a minimal environment plus the
  *   spec's `initialEnv`, `SESSION_API_KEY`/`OH_SESSION_API_KEYS_0`, `PORT` (a free loopback port; `{port}` in the
- *   command is replaced by it), `HOST` and `WORKSPACE_DIR`. Output goes to `<workspaceRoot>/.logs/<folder>.log`.
+ *   command is replaced by it), `HOST` and `WORKSPACE_DIR` (the built-in agent takes it on its stdin, so that its
+ *   /proc environ holds no key). Output goes to `.openhands/logs/sandbox.log` in the workspace, bounded by the
+ *   workspace's size.
  *   With `warmAgents`, a start of the built-in agent claims a warm one instead when it can (see warm-agents.ts):
  *   the same environment, given to an agent already booted in a folder of its own.
  * - pause/resume: SIGSTOP/SIGCONT to the group and to every descendant (commands that left the group); idempotent.
  * - remove: SIGTERM (and SIGCONT, so a paused sandbox can act on it), SIGKILL after `stopGraceMs`, then deletes the
- *   workspace and log; idempotent. When the main process of a sandbox started by this instance exits, whatever
- *   is left in its process group is killed at once.
+ *   workspace (its log with it); idempotent. When the main process of a sandbox started by this instance exits,
+ *   whatever is left in its process group is killed at once.
  * - inspect: `missing` when the pid is gone or now belongs to another process (start time differs), or when the
  *   process exited with code 0; `error` when it crashed: a non-zero exit or death by a signal, as seen by this
  *   instance (its parent) or in the wait status of a zombie nobody reaped; `paused` when stopped; `running` when
@@ -185,13 +191,16 @@ const DEFAULT_UID_LOCK_DIR = "/var/lib/agent-workspace/sandbox-uids";
  */
 export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRuntime {
   const workspaceRoot = resolve(options.workspaceRoot);
-  const logDir = join(workspaceRoot, ".logs");
   const host = options.host ?? "127.0.0.1";
   const urlHost = host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host.includes(":") ? `[${host}]` : host;
   const baseEnv = options.env ?? { PATH: DEFAULT_PATH, LANG: "C.UTF-8" };
   const compileCacheDir =
     options.compileCacheDir === undefined ? join(workspaceRoot, ".cache") : options.compileCacheDir;
-  const agentCommand = options.agentCommand ?? [process.execPath, BUILTIN_AGENT_MAIN];
+  const agentCommand = options.agentCommand ?? [
+    process.execPath,
+    ...BUILTIN_AGENT_NODE_FLAGS,
+    BUILTIN_AGENT_MAIN,
+  ];
   const stopGraceMs = options.stopGraceMs ?? 2000;
   const healthPollMs = options.healthPollMs ?? 5;
   const probeTimeoutMs = options.probeTimeoutMs ?? 1000;
@@ -270,17 +279,30 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       );
   };
 
-  /** Deletes the workspace folder `folder`, giving back the uid claimed for it. */
-  const removeWorkspace = (folder: string): void => {
+  /**
+   * Deletes the workspace folder `folder`, giving back the uid claimed for it. What is left in the sandbox's cgroup
+   * (a process that escaped its group) is killed first, so that nothing of the sandbox can swap a folder for a
+   * symlink while root deletes the tree; a loop-mounted workspace is unmounted before, leaving an empty folder.
+   * Settles once its loop disk is detached for good (whoever still held it killed: LoopDisks.remove).
+   */
+  const removeWorkspace = (folder: string): Promise<void> => {
+    for (const pid of cgroups?.pids(folder) ?? []) signal(pid, "SIGKILL");
     uids.release(folder);
-    loopDisks?.remove(join(workspaceRoot, folder), folder);
+    const detached = loopDisks?.remove(join(workspaceRoot, folder), folder).then(({ killed, detached }) => {
+      if (killed.length > 0)
+        log("sandbox disk: processes still holding it were killed before it was detached", {
+          folder,
+          pids: killed,
+        });
+      if (!detached) log("sandbox disk: still attached after its removal", { folder });
+    });
     rmSync(join(workspaceRoot, folder), { recursive: true, force: true });
     diskStops.delete(folder);
     if (cgroups) {
-      // What is left in the cgroup is the sandbox's (a process that escaped its group): killed, then the cgroup goes.
       for (const pid of cgroups.pids(folder)) signal(pid, "SIGKILL");
       if (!cgroups.remove(folder)) setTimeout(() => removeCgroupLater(folder, 10), 50).unref();
     }
+    return detached ?? Promise.resolve();
   };
 
   /** Retries removing a cgroup whose last processes were still exiting. */
@@ -292,20 +314,18 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     else log("sandbox cgroup could not be removed", { folder });
   };
 
-  /** Stops the processes that carry the workspace folder `folder`, removes it and its log; how many it stopped. */
+  /** Stops the processes that carry the workspace folder `folder` and removes it; how many it stopped. */
   const removeFolder = async (folder: string): Promise<number> => {
     const workspace = join(workspaceRoot, folder);
     const stopped = await stopSandboxProcesses(workspace, stopGraceMs);
     for (const [pid, own] of procs.children)
       if (own.handle.data.workspace === workspace) procs.children.delete(pid);
-    removeWorkspace(folder);
-    rmSync(join(logDir, `${folder}.log`), { force: true });
+    await removeWorkspace(folder);
     return stopped;
   };
 
   const launcher = new SandboxLauncher({
     workspaceRoot,
-    logDir,
     host,
     urlHost,
     baseEnv,
@@ -322,7 +342,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     limits: runtimeLimits,
     procs,
     log,
-    removeWorkspace: (folder) => removeWorkspace(folder),
+    removeWorkspace: (folder) => void removeWorkspace(folder),
     onWarmExit: (agent) => warm?.exited(agent),
   });
 
@@ -502,8 +522,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       const workspace = procs.workspaceOf(data);
       if (workspace) {
         const folder = relative(workspaceRoot, workspace);
-        removeWorkspace(folder);
-        rmSync(join(logDir, `${folder}.log`), { force: true });
+        await removeWorkspace(folder);
       }
       if (data.sandboxId) forgetClaim(workspaceRoot, data.sandboxId);
       const own = procs.own(data);

@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { chmodSync, chownSync, closeSync, mkdirSync, openSync } from "node:fs";
+import { chmodSync, closeSync, fchownSync, fstatSync, mkdirSync, writeSync } from "node:fs";
 import type { Server } from "node:net";
-import { dirname, join, resolve } from "node:path";
+import { join, relative, resolve } from "node:path";
 import type { Writable } from "node:stream";
 import { failedPrecondition } from "../../core/errors.ts";
 import type { RuntimeHandle, RuntimeSpec } from "../../ports/sandbox-runtime.ts";
@@ -10,6 +10,7 @@ import { readProcStat, signal } from "../../sandbox-agent/proc-tree.ts";
 import { freePort, listeningSocket, withPort } from "../free-port.ts";
 import { type BwrapTools, bwrapArgs, findExecutable, type SandboxUser } from "./bwrap.ts";
 import type { CompileCache } from "./compile-cache.ts";
+import { LinkRefused, makeDirsAt, openAppendAt } from "./no-follow.ts";
 import type { ProcessIsolation } from "./process-runtime.ts";
 import type { ProcessHandleData, ProcessTable } from "./process-table.ts";
 import type { RuntimeLimits } from "./runtime-limits.ts";
@@ -38,10 +39,41 @@ export interface WarmChild extends WarmAgent {
 
 export const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+/**
+ * Where a sandbox's output goes, relative to its workspace: on the workspace's own disk, so that it is bounded by
+ * the workspace's size (SANDBOX_DISK_MB) like anything else the sandbox writes, and removed with it.
+ */
+export const SANDBOX_LOG_DIR = ".openhands/logs";
+export const SANDBOX_LOG_FILE = "sandbox.log";
+
+/** The variables holding the sandbox's session key, which a built-in agent takes on its stdin instead. */
+const KEY_VARIABLES = ["SESSION_API_KEY", "OH_SESSION_API_KEYS_0"] as const;
+
+/**
+ * Node options that open the inspector (a debugger anyone on the host's loopback could reach): taken out of a
+ * spec's NODE_OPTIONS for the built-in agent, with the value of a separate `--inspect-port N`.
+ */
+const INSPECTOR_OPTION = /^--(inspect|debug)(-[a-z-]+)?(=|$)/;
+
+/** NODE_OPTIONS without the options that open Node's inspector; undefined when nothing else is left. */
+export function withoutInspector(options: string): string | undefined {
+  const kept: string[] = [];
+  const words = options.split(/\s+/).filter((w) => w !== "");
+  for (let i = 0; i < words.length; i++) {
+    const word = words[i] as string;
+    if (!INSPECTOR_OPTION.test(word)) {
+      kept.push(word);
+      continue;
+    }
+    // `--inspect-port 9229`, `--debug-port 9229`: the value is the next word.
+    if (/^--(inspect|debug)-port$/.test(word)) i++;
+  }
+  return kept.length > 0 ? kept.join(" ") : undefined;
+}
+
 /** What the launcher shares with the runtime that made it (createProcessRuntime). */
 export interface LaunchContext {
   workspaceRoot: string;
-  logDir: string;
   /** Address the agent listens on, and the host of its URL. */
   host: string;
   urlHost: string;
@@ -92,7 +124,8 @@ export class SandboxLauncher {
     listening: boolean,
   ): Record<string, string> {
     const { baseEnv, host, compileCacheDir } = this.#o;
-    return {
+    const builtin = isBuiltinAgentCommand(spec.command);
+    const env: Record<string, string> = {
       ...baseEnv,
       HOME: workspace,
       ...spec.initialEnv,
@@ -103,21 +136,70 @@ export class SandboxLauncher {
       HOST: host,
       WORKSPACE_DIR: cwd,
       ...(listening ? { LISTEN_FD: "3" } : {}),
-      ...(compileCacheDir && isBuiltinAgentCommand(spec.command)
-        ? { NODE_COMPILE_CACHE: compileCacheDir }
-        : {}),
+      ...(compileCacheDir && builtin ? { NODE_COMPILE_CACHE: compileCacheDir } : {}),
     };
+    // No debugger for the built-in agent, whatever the spec says: it holds the session key, the model key and the
+    // secrets, and its inspector would listen on the host's loopback, which other sandboxes reach.
+    if (builtin && env.NODE_OPTIONS !== undefined) {
+      const kept = withoutInspector(env.NODE_OPTIONS);
+      if (kept === undefined) delete env.NODE_OPTIONS;
+      else env.NODE_OPTIONS = kept;
+    }
+    return env;
   }
 
-  /** Creates the working directory `rel` inside a workspace (owned by the sandbox's user) and returns its path. */
+  /**
+   * Creates the working directory `rel` inside a workspace (the workspace and each folder on the way owned by the
+   * sandbox's user) and returns its path. The workspace is the sandbox's: a folder on the way that it replaced
+   * with a symlink is refused (FAILED_PRECONDITION), never followed (see no-follow.ts).
+   */
   makeCwd(workspace: string, rel: string, user: SandboxUser, isolated: boolean): string {
     const { asRoot } = this.#o;
     const cwd = resolve(workspace, rel);
-    mkdirSync(cwd, { recursive: true });
-    if (isolated && asRoot) {
-      for (let dir = cwd; dir.startsWith(workspace); dir = dirname(dir)) chownSync(dir, user.uid, user.gid);
+    try {
+      closeSync(makeDirsAt(workspace, relative(workspace, cwd), isolated && asRoot ? user : null));
+    } catch (e: unknown) {
+      if (e instanceof LinkRefused)
+        throw failedPrecondition(`the sandbox's working directory cannot be made: ${e.message}`);
+      throw e;
     }
     return cwd;
+  }
+
+  /**
+   * Opens the sandbox's log for its output, `<workspace>/.openhands/logs/sandbox.log` (see SANDBOX_LOG_DIR): on the
+   * workspace's disk, so the workspace's size bounds it; made without following any link the sandbox planted, and
+   * handed to the sandbox's user. Null (the output is dropped, and the server's log says why) when the sandbox put
+   * something else there.
+   */
+  #openLog(workspace: string, owner: SandboxUser | null, label: string): number | null {
+    let dir: number | null = null;
+    try {
+      dir = makeDirsAt(workspace, SANDBOX_LOG_DIR, owner);
+      const fd = openAppendAt(dir, SANDBOX_LOG_FILE, join(workspace, SANDBOX_LOG_DIR, SANDBOX_LOG_FILE));
+      if (owner) fchownSync(fd, owner.uid, owner.gid);
+      try {
+        // Kept out of git's changes (the UI's Changes tab) should the workspace be a repository.
+        const ignore = openAppendAt(dir, ".gitignore", join(workspace, SANDBOX_LOG_DIR, ".gitignore"), 0o644);
+        try {
+          if (owner) fchownSync(ignore, owner.uid, owner.gid);
+          if (fstatSync(ignore).size === 0) writeSync(ignore, "*\n");
+        } finally {
+          closeSync(ignore);
+        }
+      } catch {
+        // the sandbox's own business: its log is open
+      }
+      return fd;
+    } catch (e: unknown) {
+      this.#o.log("sandbox output not logged: its log cannot be opened", {
+        sandbox: label,
+        error: e instanceof Error ? e.message : String(e),
+      });
+      return null;
+    } finally {
+      if (dir !== null) closeSync(dir);
+    }
   }
 
   /**
@@ -133,7 +215,6 @@ export class SandboxLauncher {
   ): Promise<{ handle: RuntimeHandle; child: ChildProcess; own: OwnChild }> {
     const {
       workspaceRoot,
-      logDir,
       asRoot,
       host,
       urlHost,
@@ -151,7 +232,6 @@ export class SandboxLauncher {
     } = this.#o;
     const { limits, cgroups, prlimit, loopDisks, diskReserveBytes, rlimits } = this.#o.limits;
     const workspace = join(workspaceRoot, folder);
-    mkdirSync(logDir, { recursive: true, mode: 0o700 });
     const builtin = isBuiltinAgentCommand(spec.command);
     // The built-in agent is handed its socket already listening (LISTEN_FD): no port race, and health probes
     // made before it runs wait in the backlog instead of being refused. Other commands bind {port} themselves.
@@ -215,17 +295,26 @@ export class SandboxLauncher {
         removeWorkspace(folder);
         throw Object.assign(new Error(`spawn ${command[0]} ENOENT`), { code: "ENOENT" });
       }
-      const logFd = openSync(join(logDir, `${folder}.log`), "a");
-      const stdin = sessionApiKey === null ? "pipe" : "ignore";
+      const logFd = this.#openLog(workspace, isolated && asRoot ? user : null, label ?? folder);
+      // The built-in agent takes its environment, key included, on its stdin, as a warm agent takes its claim: its
+      // /proc/<pid>/environ, which the commands it runs (its uid) can read, then holds no key.
+      const claim = builtin && sessionApiKey !== null ? `${JSON.stringify({ env, cwd })}\n` : null;
+      const spawnEnv = claim === null ? env : { ...withoutKeys(env), SANDBOX_AGENT_CLAIM: "now" };
+      const stdin = sessionApiKey === null || claim !== null ? "pipe" : "ignore";
+      const out = logFd ?? "ignore";
       try {
         child = spawn(file, args, {
           cwd,
-          env,
+          env: spawnEnv,
           detached: true,
-          stdio: listener ? [stdin, logFd, logFd, listener.fd] : [stdin, logFd, logFd],
+          stdio: listener ? [stdin, out, out, listener.fd] : [stdin, out, out],
         });
       } finally {
-        closeSync(logFd);
+        if (logFd !== null) closeSync(logFd);
+      }
+      if (claim !== null) {
+        child.stdin?.on("error", () => {}); // it died before reading it: its exit is handled
+        child.stdin?.end(claim);
       }
     } finally {
       // The sandbox holds its own copy (or never started); this one is closed before the event loop could accept
@@ -284,6 +373,13 @@ export class SandboxLauncher {
       });
     return { handle, child, own };
   }
+}
+
+/** The environment without the session key's variables. */
+function withoutKeys(env: Record<string, string>): Record<string, string> {
+  const out = { ...env };
+  for (const name of KEY_VARIABLES) delete out[name];
+  return out;
 }
 
 /** A loopback socket already listening, whose descriptor a child can inherit; null where that cannot be done. */

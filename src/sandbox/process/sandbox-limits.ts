@@ -252,7 +252,9 @@ export class SandboxCgroups {
 
 /**
  * The argv that runs `argv` with the sandbox's limits: joins the cgroups (`procs` files) or, without cgroups,
- * applies rlimits through `prlimit`. A plain `sh` step, so the cost is one small exec.
+ * applies rlimits through `prlimit`. A plain `sh` step, so the cost is one small exec. Either way no core file
+ * (soft and hard RLIMIT_CORE 0, which nothing in the sandbox can raise): a command sharing the built-in agent's uid
+ * could otherwise raise the agent's soft limit and crash it, and read its memory (its keys) in the core file.
  */
 export function limitedArgv(
   argv: readonly string[],
@@ -261,16 +263,16 @@ export function limitedArgv(
   prlimit: string | null,
 ): string[] {
   const out = [...argv];
-  if (rlimits && prlimit) {
+  if (prlimit && (rlimits || procs.length === 0)) {
     const flags: string[] = [];
-    if (rlimits.nproc) flags.push(`--nproc=${rlimits.nproc}`);
-    if (rlimits.asBytes) flags.push(`--as=${rlimits.asBytes}`);
-    if (rlimits.fsizeBytes) flags.push(`--fsize=${rlimits.fsizeBytes}`);
-    if (flags.length > 0) out.unshift(prlimit, ...flags, "--");
+    if (rlimits?.nproc) flags.push(`--nproc=${rlimits.nproc}`);
+    if (rlimits?.asBytes) flags.push(`--as=${rlimits.asBytes}`);
+    if (rlimits?.fsizeBytes) flags.push(`--fsize=${rlimits.fsizeBytes}`);
+    out.unshift(prlimit, ...flags, "--core=0", "--");
   }
   if (procs.length === 0) return out;
   // Joins each cgroup (exit 125 when one cannot be joined: the sandbox never runs unlimited), then becomes argv.
   const script =
-    'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"';
+    'ulimit -c 0; n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"';
   return ["/bin/sh", "-c", script, "sh", String(procs.length), ...procs, ...out];
 }

@@ -1,17 +1,8 @@
-import {
-  existsSync,
-  lchownSync,
-  lstatSync,
-  mkdirSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  statSync,
-  writeFileSync,
-} from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { basename, isAbsolute, join, resolve } from "node:path";
 import { failedPrecondition } from "../../core/errors.ts";
 import type { SandboxUser } from "./bwrap.ts";
+import { chownTreeAt } from "./no-follow.ts";
 import { WORKSPACE_FOLDER } from "./warm-agents.ts";
 
 /** A uid claim naming a workspace that does not exist is left over from a crash once this old. */
@@ -86,7 +77,7 @@ export class SandboxUids {
     mkdirSync(this.#o.claimsDir, { recursive: true, mode: 0o700 });
     if (this.#claim(owner.uid, resolve(workspace))) return owner;
     const fresh = this.allocate(basename(workspace));
-    chownTree(workspace, fresh.uid, fresh.gid);
+    chownTreeAt(workspace, fresh.uid, fresh.gid);
     return fresh;
   }
 
@@ -156,11 +147,4 @@ export class SandboxUids {
       }
     }
   }
-}
-
-/** Hands a folder and everything in it (links themselves, not their targets) to uid:gid. */
-function chownTree(path: string, uid: number, gid: number): void {
-  lchownSync(path, uid, gid);
-  if (!lstatSync(path).isDirectory()) return;
-  for (const name of readdirSync(path)) chownTree(join(path, name), uid, gid);
 }

@@ -18,9 +18,12 @@ import {
   readFileSync,
   rmSync,
   statfsSync,
+  statSync,
   truncateSync,
 } from "node:fs";
 import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { signal } from "../../sandbox-agent/proc-tree.ts";
 import { afterTrial, rootTools } from "../host-tools.ts";
 
 export type DiskMode = "loop" | "watch" | "off";
@@ -36,13 +39,20 @@ function run(file: string, args: string[]): void {
 
 /** True when `path` is a mount point (listed in this process's mount table). */
 export function isMountPoint(path: string): boolean {
+  return mountSource(path) !== null;
+}
+
+/** The source (device) of the mount on `path` (the last one mounted there), or null when it is no mount point. */
+function mountSource(path: string): string | null {
   try {
-    // Octal escapes (\040 for a space…) in mountinfo; our paths are plain folder names.
-    return readFileSync("/proc/self/mountinfo", "utf8")
+    // Octal escapes (\040 for a space…) in mountinfo; our paths are plain folder names. After the optional
+    // fields, " - " is followed by the file system type and the source.
+    const line = readFileSync("/proc/self/mountinfo", "utf8")
       .split("\n")
-      .some((line) => line.split(" ")[4] === path);
+      .findLast((l) => l.split(" ")[4] === path);
+    return line === undefined ? null : (line.split(" - ")[1]?.split(" ")[1] ?? "");
   } catch {
-    return false;
+    return null;
   }
 }
 
@@ -79,7 +89,7 @@ export class LoopDisks {
         disks.create(trial, 16 * 1024 * 1024);
       },
       () => {
-        disks.remove(join(root, trial), trial);
+        void disks.remove(join(root, trial), trial);
         rmSync(join(root, trial), { recursive: true, force: true });
       },
       "loop-mounted workspaces do not work here",
@@ -113,10 +123,42 @@ export class LoopDisks {
     rmSync(join(workspace, "lost+found"), { recursive: true, force: true });
   }
 
-  /** Unmounts `workspace` (lazily, should a process still hold it) and deletes its image; idempotent. */
-  remove(workspace: string, folder: string): void {
-    if (isMountPoint(workspace)) spawnSync(this.#tools.umount, ["-l", workspace], { stdio: "ignore" });
+  /**
+   * Unmounts `workspace` (lazily: a mount of it in a sandbox's namespace may outlive this one by a moment) and
+   * deletes its image; idempotent. Its loop device (mounted with autoclear) is freed as soon as nothing holds the
+   * file system. A process that still holds a file of it (a descriptor handed to another sandbox, a working
+   * directory, a mapping) would keep the disk alive and writable past every limit: the promise returned settles
+   * once the device is detached for good, whoever holds the file system killed meanwhile (it gives up after ~5 s:
+   * `detached` false), with the pids killed.
+   */
+  remove(workspace: string, folder: string): Promise<{ killed: number[]; detached: boolean }> {
+    const source = mountSource(workspace);
+    let device: bigint | null = null;
+    if (source !== null) {
+      try {
+        device = statSync(workspace, { bigint: true }).dev;
+      } catch {
+        // gone meanwhile
+      }
+      spawnSync(this.#tools.umount, ["-l", workspace], { stdio: "ignore" });
+    }
     rmSync(join(this.#dir, `${folder}.img`), { force: true });
+    const loop = source === null ? undefined : /^\/dev\/(loop\d+)$/.exec(source)?.[1];
+    const attached = (): boolean => loop !== undefined && existsSync(`/sys/block/${loop}/loop/backing_file`);
+    if (device === null || !attached()) return Promise.resolve({ killed: [], detached: true });
+    const held = device;
+    return (async () => {
+      const killed: number[] = [];
+      // The kernel lets go of a disk nothing holds within a moment; one still attached after that is held, found
+      // by the file system's device whichever mount (another sandbox's bind) its holder reached it through.
+      for (let round = 0; attached() && round < 500; round++) {
+        if (round >= 5 && round % 5 === 0)
+          for (const pid of holdersOf(held))
+            if (signal(pid, "SIGKILL") && !killed.includes(pid)) killed.push(pid);
+        await sleep(10);
+      }
+      return { killed, detached: !attached() };
+    })();
   }
 
   /** Deletes the images whose workspace folder is gone (a server that died between the two). */
@@ -126,6 +168,40 @@ export class LoopDisks {
       if (!existsSync(join(root, folder))) rmSync(join(this.#dir, name), { force: true });
     }
   }
+}
+
+/**
+ * The processes (never this one) with a descriptor, working directory, root or memory mapping on the file system
+ * of `device` (st_dev, as stat gives it).
+ */
+export function holdersOf(device: bigint): number[] {
+  const major = ((device >> 8n) & 0xfffn) | ((device >> 32n) & ~0xfffn);
+  const minor = (device & 0xffn) | ((device >> 12n) & ~0xffn);
+  const mapped = ` ${major.toString(16).padStart(2, "0")}:${minor.toString(16).padStart(2, "0")} `;
+  const on = (path: string): boolean => {
+    try {
+      return statSync(path, { bigint: true }).dev === device;
+    } catch {
+      return false;
+    }
+  };
+  const out: number[] = [];
+  for (const name of listDir("/proc")) {
+    const pid = Number(name);
+    if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid) continue;
+    const base = `/proc/${pid}`;
+    let holds = on(`${base}/cwd`) || on(`${base}/root`);
+    if (!holds) holds = listDir(`${base}/fd`).some((fd) => on(`${base}/fd/${fd}`));
+    if (!holds) {
+      try {
+        holds = readFileSync(`${base}/maps`, "utf8").includes(mapped);
+      } catch {
+        // gone, or no mappings
+      }
+    }
+    if (holds) out.push(pid);
+  }
+  return out;
 }
 
 /** Bytes used by the files under `dir` on its own file system (`du -sxk`); null when it cannot be measured. */

@@ -1,0 +1,142 @@
+/**
+ * Issue 38 through the service, two users each with a process sandbox of their own (bubblewrap as root, the
+ * built-in agent, started cold by the service): the process sandboxes share the host's network, so each reaches
+ * the other's agent port and the host's loopback. What one user's sandbox does there must not reach the other's
+ * agent (F1: its own agent's inspector opened by SIGUSR1; F4: idle connections taking the agent's descriptors, the
+ * service's health probe failing), nor can its own commands read its agent's key from /proc (F7).
+ * Skipped, with the reason, where the sandboxes are not isolated under their own uids.
+ */
+import { mkdtempSync, readdirSync, readlinkSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
+import { agentProcesses } from "../helpers/agent-processes.ts";
+import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
+import { until } from "../helpers/until.ts";
+
+interface Party {
+  key: string;
+  id: string;
+  sandboxKey: string;
+  agent: string;
+  workspace: string;
+}
+interface SandboxJson {
+  id: string;
+  status: string;
+  session_api_key: string | null;
+  exposed_urls: { name: string; url: string }[] | null;
+}
+
+const root = mkdtempSync(join(tmpdir(), "hostile-agent-ports-"));
+let t: TestApp;
+let skip: string | null = null;
+let alice: Party;
+let bob: Party;
+const node = process.execPath;
+
+const sandbox = async (key: string, id: string): Promise<SandboxJson | undefined> =>
+  ((await call(t.url, key, "GET", `/api/v1/sandboxes?id=${id}`)).body as SandboxJson[])[0];
+
+async function party(user: string): Promise<Party> {
+  const key = await t.keyFor(user);
+  const created = await call(t.url, key, "POST", "/api/v1/sandboxes");
+  expect(created.status).toBe(200);
+  const id = (created.body as SandboxJson).id;
+  const running = await until(
+    async () => sandbox(key, id),
+    (s) => s?.status === "RUNNING" || s?.status === "ERROR",
+  );
+  expect(running?.status).toBe("RUNNING");
+  const agent = running?.exposed_urls?.find((u) => u.name === "AGENT_SERVER_DIRECT")?.url ?? "";
+  expect(agent).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+  const record = await t.storage.sandboxes.get(id);
+  const workspace = String(
+    (record?.handle as { data?: { workspace?: string } } | undefined)?.data?.workspace,
+  );
+  return { key, id, sandboxKey: running?.session_api_key ?? "", agent, workspace };
+}
+
+/** Runs a command in the party's sandbox through its agent. */
+async function bash(p: Party, command: string): Promise<{ exit_code: number; stdout: string }> {
+  const res = await fetch(`${p.agent}/api/bash/execute_bash_command`, {
+    method: "POST",
+    headers: { "x-session-api-key": p.sandboxKey, "content-type": "application/json" },
+    body: JSON.stringify({ command, timeout: 60 }),
+  });
+  expect(res.status).toBe(200);
+  return (await res.json()) as { exit_code: number; stdout: string };
+}
+
+const agentPid = (p: Party): number => {
+  const [agent] = agentProcesses(p.workspace);
+  if (agent === undefined) throw new Error(`no agent in ${p.workspace}`);
+  return agent.pid;
+};
+
+beforeAll(async () => {
+  t = await startTestApp({ dir: root, sweepIntervalMs: 0 });
+  const runtime = t.runtime as ProcessRuntime;
+  if (runtime.isolation.mode !== "bwrap")
+    skip = `sandboxes are not isolated here: ${runtime.isolation.reason}`;
+  else if (process.getuid?.() !== 0) skip = "sandboxes share the server's uid when it is not root";
+  if (skip !== null) {
+    console.log(`hostile agent ports: skipped: ${skip}`);
+    return;
+  }
+  alice = await party("alice");
+  bob = await party("bob");
+}, 60_000);
+
+afterAll(async () => {
+  await t?.close();
+  rmSync(root, { recursive: true, force: true });
+});
+
+describe("one user's sandbox against another's agent (issue 38)", () => {
+  it("F1: SIGUSR1 to its own agent opens no inspector that another user's sandbox could use", async (ctx) => {
+    if (skip !== null) return ctx.skip(skip);
+    expect((await bash(alice, "kill -USR1 $PPID && echo sent")).stdout).toBe("sent\n");
+    await new Promise((r) => setTimeout(r, 300));
+    const probe = await bash(
+      bob,
+      `${node} -e 'require("net").connect(9229, "127.0.0.1").on("connect", () => { console.log("inspector open"); process.exit(); }).on("error", (e) => console.log(e.code))'`,
+    );
+    expect(probe.stdout).toBe("ECONNREFUSED\n");
+    await t.app.sweep();
+    expect((await sandbox(alice.key, alice.id))?.status).toBe("RUNNING");
+  });
+
+  it("F4: another user's 1500 idle connections leave the agent under its cap; the service's health probe passes", async (ctx) => {
+    if (skip !== null) return ctx.skip(skip);
+    const port = new URL(alice.agent).port;
+    const flood = `for (let i = 0; i < 1500; i++) require("net").connect(${port}, "127.0.0.1").on("error", () => {}); setTimeout(() => process.exit(), 10000);`;
+    expect((await bash(bob, `${node} -e '${flood}' >/dev/null 2>&1 & echo started`)).stdout).toBe(
+      "started\n",
+    );
+    await new Promise((r) => setTimeout(r, 2000));
+    const pid = agentPid(alice);
+    const sockets = readdirSync(`/proc/${pid}/fd`).filter((fd) => {
+      try {
+        return readlinkSync(`/proc/${pid}/fd/${fd}`).startsWith("socket:");
+      } catch {
+        return false;
+      }
+    }).length;
+    expect(sockets).toBeLessThanOrEqual(256 + 8);
+    await t.app.sweep();
+    expect((await sandbox(alice.key, alice.id))?.status).toBe("RUNNING");
+    // alice's own calls still go through.
+    expect((await bash(alice, "echo still-mine")).stdout).toBe("still-mine\n");
+  }, 60_000);
+
+  it("F7: a sandbox's own commands find no session key in its agent's environment", async (ctx) => {
+    if (skip !== null) return ctx.skip(skip);
+    for (const p of [alice, bob]) {
+      const seen = await bash(p, "tr '\\0' '\\n' < /proc/$PPID/environ");
+      expect(seen.stdout).toContain("HOME=");
+      expect(seen.stdout).not.toContain(p.sandboxKey);
+    }
+  });
+});

@@ -1,0 +1,330 @@
+/**
+ * Issue 38, the built-in agent's own boundaries and root's work in a workspace, against the process runtime as the
+ * server runs it (bubblewrap as root, a loop-mounted workspace of its own size, a warm agent and a cold one): two
+ * sandboxes, alice's (claimed from the warm pool) and bob's (started cold), each under a uid of its own.
+ * - F1: a sandbox signals its agent with SIGUSR1; no inspector opens that another sandbox could connect to.
+ * - F7: the agent's /proc environ, which its commands can read, holds no session key.
+ * - F4: one sandbox's idle connections to the other's agent do not take its descriptors; /alive still answers.
+ * - F2: the agent's output goes to its workspace's disk, whose size bounds it; nothing grows on the host.
+ * - F3: on a restart, a working directory the sandbox replaced with a symlink is refused, never chowned through.
+ * - F10: a FIFO in place of a saved events.jsonl does not hold the restarted agent's start.
+ * - F5: a descriptor of one sandbox's workspace file handed to another sandbox (an abstract unix socket) does not
+ *   keep the deleted sandbox's disk alive: its holder is killed and the loop device detached before the removal ends.
+ * Skipped, with the reason, where bubblewrap cannot isolate sandboxes as root.
+ */
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  statSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { basename, join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { RuntimeHandle, RuntimeSpec } from "../../src/ports/sandbox-runtime.ts";
+import { createProcessRuntime, type ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
+import { BUILTIN_AGENT_COMMAND } from "../../src/sandbox-agent/builtin-agent.ts";
+import { listProcesses, readProcStat } from "../../src/sandbox-agent/proc-tree.ts";
+import { agentProcesses, cmdline } from "../helpers/agent-processes.ts";
+
+const root = mkdtempSync(join(tmpdir(), "hostile-agent-boundaries-"));
+const DISK = 64 * 1024 * 1024;
+let runtime: ProcessRuntime;
+let skip: string | null = null;
+
+interface Sandbox {
+  handle: RuntimeHandle;
+  key: string;
+  workspace: string;
+}
+let alice: Sandbox;
+let bob: Sandbox;
+
+const spec = (workingDir = ""): RuntimeSpec => ({
+  id: "hostile",
+  command: [BUILTIN_AGENT_COMMAND],
+  initialEnv: {},
+  workingDir,
+});
+
+async function start(id: string, workingDir = ""): Promise<Sandbox> {
+  const key = `key-of-${id}-${"k".repeat(24)}`;
+  const handle = await runtime.start({ sandboxId: id, spec: spec(workingDir), sessionApiKey: key });
+  expect(await runtime.waitHealthy(handle, 15_000)).toBe(true);
+  return { handle, key, workspace: (handle.data as { workspace: string }).workspace };
+}
+
+/** Runs a command in the sandbox through its agent. */
+async function bash(
+  s: Sandbox,
+  command: string,
+  timeout = 60,
+): Promise<{ exit_code: number; stdout: string }> {
+  const res = await fetch(new URL("/api/bash/execute_bash_command", s.handle.agentUrl), {
+    method: "POST",
+    headers: { "x-session-api-key": s.key },
+    body: JSON.stringify({ command, timeout }),
+  });
+  expect(res.status).toBe(200);
+  return (await res.json()) as { exit_code: number; stdout: string };
+}
+
+/** The pid of the sandbox's agent (the Node process running main.ts). */
+function agentPid(s: Sandbox): number {
+  const [agent] = agentProcesses(s.workspace);
+  if (agent === undefined) throw new Error(`no agent in ${s.workspace}`);
+  return agent.pid;
+}
+
+/** The runtime's restart (the process runtime has one). */
+const restart = (handle: RuntimeHandle, request: Parameters<NonNullable<ProcessRuntime["restart"]>>[1]) => {
+  if (!runtime.restart) throw new Error("no restart");
+  return runtime.restart(handle, request);
+};
+
+/** Node, by the absolute path every sandbox sees read-only. */
+const node = process.execPath;
+
+beforeAll(async () => {
+  if (process.getuid?.() !== 0) {
+    skip = "needs root (sandboxes under their own uids)";
+    return;
+  }
+  runtime = createProcessRuntime({
+    workspaceRoot: join(root, "sandboxes"),
+    warmAgents: 1,
+    diskBytes: DISK,
+    cgroups: "off",
+    stopGraceMs: 500,
+  });
+  if (runtime.isolation.mode !== "bwrap") skip = `no bubblewrap here: ${runtime.isolation.reason}`;
+  else if (!runtime.limits.disk.startsWith("loop"))
+    skip = `no loop-mounted workspaces here: ${runtime.limits.disk}`;
+  if (skip !== null) return;
+  for (let i = 0; i < 400 && runtime.warmReady() < 1; i++) await new Promise((r) => setTimeout(r, 25));
+  expect(runtime.warmReady()).toBe(1);
+  alice = await start("alice-sbx");
+  bob = await start("bob-sbx");
+  // alice's agent was the warm one (its folder is the pool's), bob's started cold.
+  expect(alice.workspace).toMatch(/\/ws-[A-Za-z0-9]{20}$/);
+  expect(bob.workspace).toBe(join(root, "sandboxes", "bob-sbx"));
+}, 60_000);
+
+afterAll(async () => {
+  await runtime?.killAll();
+  rmSync(root, { recursive: true, force: true });
+});
+
+describe.skipIf(process.getuid?.() !== 0)("the built-in agent's boundaries (issue 38)", () => {
+  it("F1: SIGUSR1 from inside a sandbox opens no inspector another sandbox reaches; the agent lives on", async (ctx) => {
+    if (skip !== null) return ctx.skip(skip);
+    for (const [self, other] of [
+      [alice, bob],
+      [bob, alice],
+    ] as const) {
+      expect((await bash(self, "kill -USR1 $PPID && echo sent")).stdout).toBe("sent\n");
+      await new Promise((r) => setTimeout(r, 300));
+      const probe = await bash(
+        other,
+        `${node} -e 'require("net").connect(9229, "127.0.0.1").on("connect", () => { console.log("inspector open"); process.exit(); }).on("error", (e) => console.log(e.code))'`,
+      );
+      expect(probe.stdout).toBe("ECONNREFUSED\n");
+      expect((await fetch(new URL("/alive", self.handle.agentUrl))).status).toBe(200);
+      // Started so that no signal opens it, from Node's first instruction on.
+      expect(cmdline(agentPid(self))).toContain("--disable-sigusr1");
+    }
+  });
+
+  it("F7: the agent's environ, readable by its commands, holds no session key (warm and cold)", async (ctx) => {
+    if (skip !== null) return ctx.skip(skip);
+    for (const s of [alice, bob]) {
+      const environ = await bash(s, "tr '\\0' '\\n' < /proc/$PPID/environ");
+      expect(environ.stdout).toContain(`HOME=${s.workspace}`);
+      expect(environ.stdout).not.toContain(s.key);
+      expect(environ.stdout).not.toMatch(/SESSION_API_KEY|OH_SESSION_API_KEYS/);
+      // No core file of the agent (its memory holds the keys) that the sandbox could provoke and read: its core
+      // limit is 0, hard too, and the sandbox cannot raise it.
+      const core = await bash(
+        s,
+        "grep 'core file' /proc/$PPID/limits; prlimit --pid $PPID --core=unlimited; echo rc=$?",
+      );
+      expect(core.stdout).toMatch(/^Max core file size\s+0\s+0\s+bytes\s*\nrc=[1-9]/);
+      // Nor any process of the sandbox (the key is in this command's own argv, not in an environment).
+      const found = await bash(s, `grep -l -a -F '${s.key}' /proc/[0-9]*/environ 2>/dev/null; echo end`);
+      expect(found.stdout).toBe("end\n");
+      // The agent still has it: its routes need it.
+      const refused = await fetch(new URL("/api/bash/execute_bash_command", s.handle.agentUrl), {
+        method: "POST",
+        headers: { "x-session-api-key": "wrong" },
+        body: JSON.stringify({ command: "true" }),
+      });
+      expect(refused.status).toBe(401);
+    }
+  });
+
+  it("F4: 1500 idle connections from bob's sandbox take no more than the cap of alice's agent; /alive answers", async (ctx) => {
+    if (skip !== null) return ctx.skip(skip);
+    const port = alice.handle.port as number;
+    // Opens the connections as fast as it can and holds them 20 s (in the background of bob's sandbox).
+    const flood = `for (let i = 0; i < 1500; i++) require("net").connect(${port}, "127.0.0.1").on("error", () => {}); setTimeout(() => process.exit(), 10000);`;
+    expect((await bash(bob, `${node} -e '${flood}' >/dev/null 2>&1 & echo started`)).stdout).toBe(
+      "started\n",
+    );
+    await new Promise((r) => setTimeout(r, 2000));
+    const sockets = (pid: number) =>
+      readdirSync(`/proc/${pid}/fd`).filter((fd) => {
+        try {
+          return readlinkSync(`/proc/${pid}/fd/${fd}`).startsWith("socket:");
+        } catch {
+          return false;
+        }
+      }).length;
+    const pid = agentPid(alice);
+    for (let i = 0; i < 5; i++) {
+      const alive = await fetch(new URL("/alive", alice.handle.agentUrl), {
+        signal: AbortSignal.timeout(3000),
+      });
+      expect(alive.status, `probe ${i}`).toBe(200);
+    }
+    expect(sockets(pid)).toBeLessThanOrEqual(256 + 8);
+    expect(await runtime.inspect(alice.handle)).toBe("running");
+  }, 60_000);
+
+  it("F2: the agent's output goes to its own workspace's disk: writing past its size fails there; the host keeps nothing", async (ctx) => {
+    if (skip !== null) return ctx.skip(skip);
+    for (const s of [alice, bob]) {
+      const pid = agentPid(s);
+      const log = join(s.workspace, ".openhands", "logs", "sandbox.log");
+      expect(readlinkSync(`/proc/${pid}/fd/1`)).toBe(log);
+      expect(readlinkSync(`/proc/${pid}/fd/2`)).toBe(log);
+      expect(statSync(log).uid).toBe(statSync(s.workspace).uid);
+    }
+    // The sandbox's own file: it may write to it, as far as its disk goes.
+    const wrote = await bash(alice, "head -c 100M /dev/zero > /proc/$PPID/fd/1; echo $?");
+    expect(wrote.stdout).not.toBe("0\n");
+    expect(statSync(join(alice.workspace, ".openhands", "logs", "sandbox.log")).size).toBeLessThanOrEqual(
+      DISK,
+    );
+    expect(readdirSync(join(root, "sandboxes"))).not.toContain(".logs");
+    await bash(alice, "rm -f $HOME/.openhands/logs/sandbox.log");
+    expect((await fetch(new URL("/alive", alice.handle.agentUrl))).status).toBe(200);
+  }, 60_000);
+
+  it("F10: a FIFO in place of a saved events.jsonl does not hold the restarted agent", async (ctx) => {
+    if (skip !== null) return ctx.skip(skip);
+    const id = "c".repeat(32);
+    const created = await fetch(new URL("/api/conversations", bob.handle.agentUrl), {
+      method: "POST",
+      headers: { "x-session-api-key": bob.key, "content-type": "application/json" },
+      body: JSON.stringify({ conversation_id: id, agent: { kind: "Agent", llm: { model: "openai/x" } } }),
+    });
+    expect(created.status).toBe(200);
+    const dir = "$HOME/.openhands/conversations";
+    const planted = await bash(
+      bob,
+      `rm ${dir}/${id}/events.jsonl && mkfifo ${dir}/${id}/events.jsonl && echo ok`,
+    );
+    expect(planted.stdout).toBe("ok\n");
+    process.kill(agentPid(bob), "SIGKILL");
+    for (let i = 0; i < 200 && (await runtime.inspect(bob.handle)) !== "error"; i++)
+      await new Promise((r) => setTimeout(r, 25));
+    const handle = await restart(bob.handle, {
+      sandboxId: "bob-sbx",
+      spec: spec(),
+      sessionApiKey: bob.key,
+    });
+    bob = { ...bob, handle };
+    expect(await runtime.waitHealthy(handle, 10_000)).toBe(true);
+    const listed = await fetch(new URL("/api/conversations?ids=x", handle.agentUrl), {
+      headers: { "x-session-api-key": bob.key },
+      signal: AbortSignal.timeout(5000),
+    });
+    expect(listed.status).toBe(200);
+  }, 60_000);
+
+  it("F3: a restart refuses a working directory the sandbox replaced with a symlink; the host folder keeps its owner", async (ctx) => {
+    if (skip !== null) return ctx.skip(skip);
+    const victim = join(root, "host-folder");
+    mkdirSync(join(victim, "inside"), { recursive: true });
+    const carol = await start("carol-sbx", "project");
+    const planted = await bash(carol, `cd $HOME && rm -rf project && ln -s ${victim} project && echo ok`);
+    expect(planted.stdout).toBe("ok\n");
+    process.kill(agentPid(carol), "SIGKILL");
+    for (let i = 0; i < 200 && (await runtime.inspect(carol.handle)) !== "error"; i++)
+      await new Promise((r) => setTimeout(r, 25));
+    const outcome = await restart(carol.handle, {
+      sandboxId: "carol-sbx",
+      spec: spec("project"),
+      sessionApiKey: carol.key,
+    }).then(
+      () => "started",
+      (e: unknown) => String(e),
+    );
+    for (const p of [victim, join(victim, "inside")]) expect(statSync(p).uid, p).toBe(0);
+    expect(outcome).toMatch(/symlink/);
+    expect(readProcStat(agentPid(alice))).not.toBeNull();
+    await runtime.remove(carol.handle);
+    expect(statSync(victim).uid).toBe(0);
+    expect(readdirSync(victim)).toEqual(["inside"]);
+  }, 60_000);
+
+  it("F5: a deleted sandbox's disk is detached for good, whoever holds a file of it (another sandbox) killed", async (ctx) => {
+    if (skip !== null) return ctx.skip(skip);
+    const dave = await start("dave-sbx");
+    const name = `f5-${process.pid}-${Date.now()}`;
+    // bob receives a descriptor over an abstract unix socket (the host's network namespace) and writes through it.
+    const holder = [
+      "cat > $HOME/holder.py <<'PY'",
+      "import os, socket, sys, time",
+      "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)",
+      's.bind("\\0" + sys.argv[1]); s.listen(1)',
+      "c, _ = s.accept()",
+      "_, fds, _, _ = socket.recv_fds(c, 16, 1)",
+      "end = time.time() + 30",
+      "while time.time() < end:",
+      "    try: os.write(fds[0], b'x' * 65536)",
+      "    except OSError: pass",
+      "    time.sleep(0.05)",
+      "PY",
+      `/usr/bin/python3 $HOME/holder.py ${name} >/dev/null 2>&1 & echo started`,
+    ].join("\n");
+    expect((await bash(bob, holder)).stdout).toBe("started\n");
+    await new Promise((r) => setTimeout(r, 300));
+    // dave opens a file of its workspace and hands it over.
+    const sender = [
+      "/usr/bin/python3 - <<'PY'",
+      "import os, socket",
+      'fd = os.open(os.path.expanduser("~/held.bin"), os.O_WRONLY | os.O_CREAT, 0o600)',
+      "c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)",
+      `c.connect("\\0${name}")`,
+      'socket.send_fds(c, [b"x"], [fd])',
+      'print("sent")',
+      "PY",
+    ].join("\n");
+    expect((await bash(dave, sender)).stdout).toBe("sent\n");
+    const held = join(dave.workspace, "held.bin");
+    for (let i = 0; i < 100 && (statSync(held, { throwIfNoEntry: false })?.size ?? 0) === 0; i++)
+      await new Promise((r) => setTimeout(r, 50));
+    expect(statSync(held).size).toBeGreaterThan(0);
+    const holders = () => listProcesses().filter((p) => cmdline(p.pid).includes(name));
+    expect(holders()).toHaveLength(1);
+    // The loop device under dave's workspace.
+    const mount = readFileSync("/proc/self/mountinfo", "utf8")
+      .split("\n")
+      .find((line) => line.split(" ")[4] === dave.workspace);
+    const device = /\s(\/dev\/loop\d+)\s/.exec(mount ?? "")?.[1];
+    expect(device, mount).toBeDefined();
+    const backing = `/sys/block/${basename(device ?? "")}/loop/backing_file`;
+    expect(existsSync(backing)).toBe(true);
+    await runtime.remove(dave.handle);
+    // Before the removal answered: the holder is gone, the device detached, nothing of the disk left.
+    expect(holders()).toEqual([]);
+    expect(existsSync(backing), `${device} still attached`).toBe(false);
+    expect(existsSync(dave.workspace)).toBe(false);
+    expect((await fetch(new URL("/alive", bob.handle.agentUrl))).status).toBe(200);
+  }, 60_000);
+});
