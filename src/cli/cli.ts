@@ -20,6 +20,9 @@ Commands (server administration: run on the server's machine, same environment a
   keys revoke ID                 revoke a key by its id
                                  (keys commands say which database they use, and refuse to create one:
                                  set DATA_DIR or MONGODB_URI as the server has them, or pass --init)
+  sandboxes purge [--user NAME]  delete every sandbox of the store (or of NAME) with its processes or container
+                                 and workspace: those a stopped server left running too (same environment as
+                                 the server: DATA_DIR or MONGODB_URI, SANDBOX_RUNTIME; needs no key)
 
 Commands (a user's data, through a running server; need --key or WORKSPACE_API_KEY):
   sandboxes list                 the caller's sandboxes, newest first
@@ -165,6 +168,11 @@ async function main(argv: string[]): Promise<number> {
     }
     throw new UsageError(`unknown keys command ${JSON.stringify(sub ?? "")}: create, list or revoke`);
   }
+  if (command === "sandboxes" && sub === "purge") {
+    if (arg !== undefined)
+      throw new UsageError("sandboxes purge takes no id: --user NAME limits it to a user");
+    return purgeCommand(values.user);
+  }
   if (command === "sandboxes" || command === "settings" || command === "chat") {
     const key = values.key ?? process.env.WORKSPACE_API_KEY;
     if (key === undefined || key === "")
@@ -195,6 +203,40 @@ async function main(argv: string[]): Promise<number> {
     return settingsCommand(api, sub, positionals.slice(2), print);
   }
   throw new UsageError(`unknown command ${JSON.stringify(command)}`);
+}
+
+/**
+ * `sandboxes purge`: every sandbox of the store (or of one user) deleted, through the store and the runtime
+ * directly (serve.ts), as the keys commands open the store: the cleanup after a server that left them running.
+ */
+async function purgeCommand(userId: string | undefined): Promise<number> {
+  const config = loadConfig();
+  const where = describeStorage(config.storage, config.dataDir);
+  process.stderr.write(`using ${where}, ${config.runtime.kind} sandboxes\n`);
+  const { purgeSandboxes } = await import("../server/serve.ts");
+  let purged: Awaited<ReturnType<typeof purgeSandboxes>>;
+  try {
+    purged = await purgeSandboxes(config, {
+      userId,
+      onDeleted: (s) =>
+        s.error === undefined
+          ? process.stdout.write(`deleted ${s.id} (user ${s.userId}, was ${s.status})\n`)
+          : process.stderr.write(`could not delete ${s.id} (user ${s.userId}): ${s.error}\n`),
+    });
+  } catch (err) {
+    if (err instanceof MissingDatabaseError)
+      throw new CliFailure(`no database yet: ${where}. Set DATA_DIR or MONGODB_URI as the server has it`);
+    throw err;
+  }
+  const failed = purged.filter((s) => s.error !== undefined).length;
+  const deleted = purged.length - failed;
+  if (purged.length === 0)
+    process.stdout.write(`(no sandboxes${userId === undefined ? "" : ` of user ${userId}`})\n`);
+  else
+    process.stdout.write(
+      `deleted ${deleted} sandbox${deleted === 1 ? "" : "es"}${failed > 0 ? `; ${failed} could not be deleted` : ""}\n`,
+    );
+  return failed > 0 ? 1 : 0;
 }
 
 type Api = ReturnType<typeof createApiClient>;

@@ -37,7 +37,7 @@ import { connectAhead } from "./connect-ahead.ts";
 import type { Container } from "./container.ts";
 import { registerDocs } from "./docs.ts";
 import { createHttpOrHttpsServer } from "./tls-listeners.ts";
-import { registerUi } from "./ui-static.ts";
+import { registerNoUiPage, registerUi } from "./ui-static.ts";
 
 export const VERSION = "0.1.0";
 /** Probe and scrape paths: counted in metrics, not logged on every call. */
@@ -338,6 +338,9 @@ export async function createHttpServer(
         }
       },
     });
+  } else {
+    // No UI: "/" says where to sign in, where the API's documents are and how to add the UI (not a JSON 404).
+    registerNoUiPage(http, { signInPath: SIGN_IN_PATH, docsHere: options.admin?.onPublicPort ?? true });
   }
   await http.register(connectRoutes(connect));
   return http;

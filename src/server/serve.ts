@@ -1,7 +1,10 @@
 import { chmodSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
+import { createHandlerContext, type HandlerContext } from "@connectrpc/connect";
 import type { FastifyBaseLogger, FastifyServerOptions } from "fastify";
+import { callerValues } from "../core/context.ts";
 import { ProviderHostPolicy } from "../core/provider-host.ts";
+import { SandboxService as SandboxServiceDesc } from "../gen/workspace/v1/sandbox_pb.js";
 import { HttpGitProviderVerifier } from "../integrations/http-git-provider-verifier.ts";
 import type { DockerRuntime } from "../sandbox/docker/docker-runtime.ts";
 import type { ProcessIsolation, ProcessRuntime } from "../sandbox/process/process-runtime.ts";
@@ -23,75 +26,9 @@ export async function serve(config: Readonly<Config>): Promise<void> {
       censor: "[redacted]",
     },
   };
-  const now = new Date();
-  const specs = config.sandboxSpecsFile
-    ? loadSpecsFile(config.sandboxSpecsFile, now)
-    : defaultSpecs(config.runtime, now);
-  // DATA_DIR holds the database, the key file and the workspaces: the server's user only (also an older, wider one).
-  mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
-  chmodSync(config.dataDir, 0o700);
-  const storage = await openStorage(config.storage);
-  let runtimeLog: (msg: string, data?: object) => void = () => {};
-  const runtime = await openRuntime(config, (msg, data) => runtimeLog(msg, data));
-  let key = config.encryptionKey;
-  let keyCreated = false;
-  if (key === undefined) {
-    const k = loadOrCreateKeyFile(config.encryptionKeyFile);
-    key = k.key;
-    keyCreated = k.created;
-  }
-  const hosts = new ProviderHostPolicy(config.gitProviderAllowedHosts);
-  let verifierLog: (msg: string, data: Record<string, unknown>) => void = () => {};
-  const app = await buildApp({
-    storage,
-    encryptionKey: key,
-    verifier: config.gitProviderVerify
-      ? new HttpGitProviderVerifier({
-          timeoutMs: config.gitProviderTimeoutMs,
-          hosts,
-          log: (msg, data) => verifierLog(msg, data),
-        })
-      : null,
-    git: {
-      hosts,
-      timeoutMs: config.gitProviderTimeoutMs,
-      repositoryCacheSeconds: config.gitRepositoryCacheSeconds,
-    },
-    rateLimit: { perSecond: config.rateLimitPerSecond, burst: config.rateLimitBurst },
-    logger,
-    runtime,
-    specs,
-    maxRunningSandboxes: config.maxRunningSandboxes,
-    web: config.web,
-    limits: config.limits,
-    maxSandboxesPerUser: config.maxSandboxesPerUser,
-    warmClaimsPerMinute: config.warmClaimsPerMinute,
-    sweepIntervalMs: config.sweepIntervalMs,
-    retention: config.retention,
-    leaseMs: config.leaseMs,
-    sandboxStartTimeoutMs: config.sandboxStartTimeoutMs,
-    conversations: { localRepositoryRoots: config.localRepositoryRoots },
-    admin: config.admin,
-    quotas: config.quotas,
-    agentProxy: {
-      enabled: config.agentProxy.enabled,
-      publicUrl: config.agentProxy.publicUrl,
-      limits: {
-        maxBodyBytes: config.agentProxy.maxBodyBytes,
-        timeoutMs: config.agentProxy.timeoutMs,
-        callsPerSecond: config.agentProxy.callsPerSecond,
-        socketsPerUser: config.agentProxy.socketsPerUser,
-        maxMessageBytes: config.agentProxy.socketMessageBytes,
-        messagesPerSecond: config.agentProxy.socketMessagesPerSecond,
-      },
-    },
-    ...(config.webhookBaseUrl === undefined ? {} : { webhookBaseUrl: config.webhookBaseUrl }),
-    tls: config.tls,
-    webhookPort: config.webhookPort,
-  });
+  const { app, storage, runtime, keyCreated, logTo } = await openApp(config, logger);
   const log = app.http.log;
-  runtimeLog = (msg, data) => log.info({ runtime: runtime.kind, ...data }, msg);
-  verifierLog = (msg, data) => log.warn(data, msg);
+  logTo(log);
   if (runtime.kind === "process") {
     warnIsolation(runtime.isolation, log);
     log.info({ limits: runtime.limits, root: config.sandboxRoot }, "process sandbox limits enforced");
@@ -167,19 +104,201 @@ export async function serve(config: Readonly<Config>): Promise<void> {
     process.once("SIGTERM", stop);
     process.once("SIGINT", stop);
   });
-  // Counted before closing (the store closes with the app). Sandboxes outlive the server: say so, with what to do.
-  const running = await storage.sandboxes
+  // Read before closing (the store closes with the app). Sandboxes outlive the server: name them, and the command
+  // that removes them.
+  const left = await storage.sandboxes
     .listAll()
-    .then((all) => all.filter((r) => r.status === "RUNNING" || r.status === "STARTING").length)
+    .then((all) => all.filter((r) => r.status === "RUNNING" || r.status === "STARTING"))
     .catch(() => null);
   await app.close();
-  if (running !== null && running > 0)
+  if (left !== null && left.length > 0) {
+    const n = left.length;
+    const command = purgeCommand();
     log.info(
-      { runningSandboxes: running },
-      `stopped; ${running} sandbox${running === 1 ? "" : "es"} left running (they outlive the server, and a server started on the same store takes them over; pause or delete them to stop them)`,
+      {
+        runningSandboxes: n,
+        sandboxes: left.map((r) => ({ id: r.id, user: r.ownerId })),
+        removeWith: command,
+      },
+      `stopped; ${n} sandbox${n === 1 ? "" : "es"} left running: ${leftRunning(left)}. They outlive the server (a server started on the same store takes them over). Remove ${n === 1 ? "it" : "them"}, workspace${n === 1 ? "" : "s"} included, with: ${command}`,
     );
-  else log.info("stopped");
+  } else log.info("stopped");
   destination.flush();
+}
+
+/**
+ * The store, the sandbox runtime and the app on them, as the configuration says (not listening yet). The sandbox
+ * purge (`sandboxes purge`) opens them too, with no warm agents or containers and an existing store only.
+ */
+async function openApp(
+  config: Readonly<Config>,
+  logger: FastifyServerOptions["logger"],
+  purge = false,
+): Promise<{
+  app: Awaited<ReturnType<typeof buildApp>>;
+  storage: Awaited<ReturnType<typeof openStorage>>;
+  runtime: DockerRuntime | ProcessRuntime;
+  keyCreated: boolean;
+  logTo: (log: FastifyBaseLogger) => void;
+}> {
+  const now = new Date();
+  const specs = config.sandboxSpecsFile
+    ? loadSpecsFile(config.sandboxSpecsFile, now)
+    : defaultSpecs(config.runtime, now);
+  if (!purge) {
+    // DATA_DIR holds the database, the key file and the workspaces: the server's user only (also an older one).
+    mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
+    chmodSync(config.dataDir, 0o700);
+  }
+  // The purge removes sandboxes from a store that exists (MissingDatabaseError otherwise), and starts none.
+  const storage = await openStorage(config.storage, { mustExist: purge });
+  let runtimeLog: (msg: string, data?: object) => void = () => {};
+  const runtimeConfig: Readonly<Config> = purge
+    ? {
+        ...config,
+        sandboxWarmAgents: 0,
+        runtime: config.runtime.kind === "docker" ? { ...config.runtime, warmContainers: 0 } : config.runtime,
+      }
+    : config;
+  const runtime = await openRuntime(runtimeConfig, (msg, data) => runtimeLog(msg, data)).catch(
+    async (err: unknown) => {
+      await storage.close();
+      throw err;
+    },
+  );
+  let key = config.encryptionKey;
+  let keyCreated = false;
+  if (key === undefined) {
+    const k = loadOrCreateKeyFile(config.encryptionKeyFile);
+    key = k.key;
+    keyCreated = k.created;
+  }
+  const hosts = new ProviderHostPolicy(config.gitProviderAllowedHosts);
+  let verifierLog: (msg: string, data: Record<string, unknown>) => void = () => {};
+  const app = await buildApp({
+    storage,
+    encryptionKey: key,
+    verifier: config.gitProviderVerify
+      ? new HttpGitProviderVerifier({
+          timeoutMs: config.gitProviderTimeoutMs,
+          hosts,
+          log: (msg, data) => verifierLog(msg, data),
+        })
+      : null,
+    git: {
+      hosts,
+      timeoutMs: config.gitProviderTimeoutMs,
+      repositoryCacheSeconds: config.gitRepositoryCacheSeconds,
+    },
+    rateLimit: { perSecond: config.rateLimitPerSecond, burst: config.rateLimitBurst },
+    logger,
+    runtime,
+    specs,
+    maxRunningSandboxes: config.maxRunningSandboxes,
+    web: config.web,
+    limits: config.limits,
+    maxSandboxesPerUser: config.maxSandboxesPerUser,
+    warmClaimsPerMinute: config.warmClaimsPerMinute,
+    sweepIntervalMs: config.sweepIntervalMs,
+    retention: config.retention,
+    leaseMs: config.leaseMs,
+    sandboxStartTimeoutMs: config.sandboxStartTimeoutMs,
+    conversations: { localRepositoryRoots: config.localRepositoryRoots },
+    admin: config.admin,
+    quotas: config.quotas,
+    agentProxy: {
+      enabled: config.agentProxy.enabled,
+      publicUrl: config.agentProxy.publicUrl,
+      limits: {
+        maxBodyBytes: config.agentProxy.maxBodyBytes,
+        timeoutMs: config.agentProxy.timeoutMs,
+        callsPerSecond: config.agentProxy.callsPerSecond,
+        socketsPerUser: config.agentProxy.socketsPerUser,
+        maxMessageBytes: config.agentProxy.socketMessageBytes,
+        messagesPerSecond: config.agentProxy.socketMessagesPerSecond,
+      },
+    },
+    ...(config.webhookBaseUrl === undefined ? {} : { webhookBaseUrl: config.webhookBaseUrl }),
+    tls: config.tls,
+    webhookPort: config.webhookPort,
+  });
+  const logTo = (log: FastifyBaseLogger) => {
+    runtimeLog = (msg, data) => log.info({ runtime: runtime.kind, ...data }, msg);
+    verifierLog = (msg, data) => log.warn(data, msg);
+  };
+  return { app, storage, runtime, keyCreated, logTo };
+}
+
+/** A sandbox a purge removed, or failed to remove (`error`). */
+export interface PurgedSandbox {
+  id: string;
+  userId: string;
+  status: string;
+  error?: string;
+}
+
+/**
+ * `sandboxes purge`: deletes every sandbox of the configured store (or of one user) as a user's DELETE does, with
+ * its processes or container, its workspace and its record, without a running server (or beside one: the delete
+ * marks the record first, as a server's does). Throws MissingDatabaseError when the store does not exist.
+ */
+export async function purgeSandboxes(
+  config: Readonly<Config>,
+  options: { userId?: string | undefined; onDeleted?: (s: PurgedSandbox) => void } = {},
+): Promise<PurgedSandbox[]> {
+  const { app, storage } = await openApp(config, false, true);
+  const done: PurgedSandbox[] = [];
+  try {
+    for (const r of await storage.sandboxes.listAll(options.userId)) {
+      const entry: PurgedSandbox = { id: r.id, userId: r.ownerId, status: r.status };
+      try {
+        await app.services.sandboxes.deleteSandbox(
+          { $typeName: "workspace.v1.DeleteSandboxRequest", sandboxId: r.id },
+          adminContext(r.ownerId),
+        );
+      } catch (err) {
+        entry.error = err instanceof Error ? err.message : String(err);
+      }
+      done.push(entry);
+      options.onDeleted?.(entry);
+    }
+  } finally {
+    await app.close();
+  }
+  return done;
+}
+
+/** The handler context of a call made for `userId` by the server's own administration (the purge). */
+function adminContext(userId: string): HandlerContext {
+  return createHandlerContext({
+    service: SandboxServiceDesc,
+    method: SandboxServiceDesc.method.deleteSandbox,
+    protocolName: "admin",
+    requestMethod: "POST",
+    url: "http://localhost/admin/purge",
+    contextValues: callerValues({ userId, keyId: "admin-purge" }),
+  });
+}
+
+/**
+ * The command that removes sandboxes left running, with the variables of this server's environment that say which
+ * store and runtime it uses (a MongoDB URI is named, never shown: it may hold a password).
+ */
+export function purgeCommand(env: NodeJS.ProcessEnv = process.env): string {
+  const names = ["DATA_DIR", "MONGODB_URI", "MONGODB_DB", "SANDBOX_RUNTIME", "SANDBOX_ROOT", "DOCKER_SOCKET"];
+  const shell = (v: string) => (/^[\w@%+=:,./-]+$/.test(v) ? v : `'${v.replace(/'/g, "'\\''")}'`);
+  const vars = names
+    .filter((n) => env[n] !== undefined && env[n] !== "")
+    .map((n) => `${n}=${n === "MONGODB_URI" ? "…" : shell(env[n] as string)}`);
+  return [...vars, "npm run cli -- sandboxes purge"].join(" ");
+}
+
+/** The stop line's list: ids by user, at most `max` of them. */
+function leftRunning(left: readonly { id: string; ownerId: string }[], max = 10): string {
+  const byUser = new Map<string, string[]>();
+  for (const r of left.slice(0, max)) byUser.set(r.ownerId, [...(byUser.get(r.ownerId) ?? []), r.id]);
+  const parts = [...byUser].map(([user, ids]) => `${ids.join(", ")} (user ${user})`);
+  return parts.join("; ") + (left.length > max ? `; and ${left.length - max} more` : "");
 }
 
 /** The configured sandbox runtime; imported on demand, so a process-runtime server never loads dockerode. */

@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { realpathSync } from "node:fs";
 import { join, sep } from "node:path";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
@@ -93,4 +94,61 @@ export async function registerUi(
     const path = q === -1 ? req.url : req.url.slice(0, q);
     return isSpaRoute(path) ? app(req, reply) : undefined;
   };
+}
+
+/** The command that builds the OpenHands web UI (scripts/build-ui.ts), as the page without a UI names it. */
+export const UI_BUILD_COMMAND = "npm run ui -- <OpenHands checkout or git URL>";
+
+const NO_UI_STYLE =
+  "body{font:16px/1.5 system-ui,sans-serif;max-width:44rem;margin:3rem auto;padding:0 1rem;color:#222}" +
+  "code{background:#f2f2f2;padding:.1rem .3rem;border-radius:3px}li{margin:.5rem 0}";
+
+const escapeHtml = (s: string): string =>
+  s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
+
+/**
+ * The page `/` shows when the server serves no web UI (UI_DIR unset): where to sign in, where the API's documents
+ * are, and how to add the UI. No script; its one inline style is allowed by its hash.
+ */
+export function noUiPage(options: { signInPath: string; docsHere: boolean }): { html: string; csp: string } {
+  const docs = options.docsHere
+    ? '<a href="/docs">/docs</a> (Swagger UI) and <a href="/openapi.json">/openapi.json</a>'
+    : "<code>/docs</code> and <code>/openapi.json</code> on the admin listener (<code>ADMIN_PORT</code>)";
+  const html = `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Agent Workspace Service</title><style>${NO_UI_STYLE}</style></head>
+<body><main>
+<h1>Agent Workspace Service</h1>
+<p>This server answers the OpenHands app server API. It serves no web UI (<code>UI_DIR</code> is not set).</p>
+<ul>
+<li><a href="${options.signInPath}">Sign in</a> with an API key (the server printed one at its first start).</li>
+<li>The API's documents: ${docs}.</li>
+<li>A conversation in the terminal: <code>npm run cli -- chat</code>.</li>
+<li>The OpenHands web UI: build it once with <code>${escapeHtml(UI_BUILD_COMMAND)}</code> in the service's checkout,
+then start the server with the <code>UI_DIR=&hellip; npm start</code> line it prints.</li>
+</ul>
+</main></body></html>
+`;
+  const hash = createHash("sha256").update(NO_UI_STYLE).digest("base64");
+  return { html, csp: `default-src 'none'; style-src 'sha256-${hash}'; base-uri 'none'; form-action 'none'` };
+}
+
+/** Serves {@link noUiPage} at `/` and `/index.html` (GET and HEAD); every other path keeps the JSON 404. */
+export function registerNoUiPage(
+  http: FastifyInstance,
+  options: { signInPath: string; docsHere: boolean },
+): void {
+  const page = noUiPage(options);
+  const show = async (_req: FastifyRequest, reply: FastifyReply) =>
+    reply
+      .headers({
+        ...NO_CACHE,
+        "content-type": "text/html; charset=utf-8",
+        "content-security-policy": page.csp,
+        "x-frame-options": "DENY",
+        "referrer-policy": "same-origin",
+      })
+      .send(page.html);
+  http.get("/", show);
+  http.get("/index.html", show);
 }

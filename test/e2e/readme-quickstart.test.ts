@@ -1,11 +1,12 @@
 // The README's quick start, run as written: the `sh` blocks between <!-- quickstart:begin --> and
-// <!-- quickstart:end --> are run in order by one bash process against a server this test starts (from source, on
-// free ports, a fresh DATA_DIR, the default process runtime). Only three lines of the first block are replaced: the
-// BASE and GRPC URLs and the KEY, with this server's ports and the key it printed at its first start. The server
-// runs with GIT_PROVIDER_VERIFY=false (the README says a made-up token is refused otherwise; no provider is reachable
-// here). The settings' model gets a base URL: a fake model server on loopback (no test reaches outside this
-// machine), which the built-in agent asks when it runs the conversation's first message. Every `# → ...` comment of a block is an expected answer: its parts between `...` must appear, in order,
-// in what that block printed.
+// <!-- quickstart:end --> are run in order by one bash process against a server this test starts on its defaults
+// (from source, on free ports, a fresh DATA_DIR, nothing else set). Only four things are replaced: the BASE and GRPC
+// URLs and the KEY of the first block, with this server's ports and the key it printed at its first start, and the
+// local model's address (Ollama's http://127.0.0.1:11434/v1) with a scripted fake model server on loopback (no test
+// reaches outside this machine), which the built-in agent asks when it runs the conversation's first message. The
+// git token check is on, as on every default server: the made-up token is refused (401 from GitHub, or 503 where
+// GitHub cannot be reached, as here), which the README's `# →` line covers. Every `# → ...` comment of a block is an
+// expected answer: its parts between `...` must appear, in order, in what that block printed.
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
@@ -82,6 +83,8 @@ function runBash(script: string, env: NodeJS.ProcessEnv, timeoutMs: number) {
 }
 
 const readme = readFileSync(join(root, "README.md"), "utf8");
+/** The local model's address in the README (Ollama's), which the test points at its fake model server. */
+const OLLAMA_URL = "http://127.0.0.1:11434/v1";
 const blocks = quickstartBlocks(readme);
 
 describe("the README's configuration", () => {
@@ -100,6 +103,7 @@ describe("the README's quick start", () => {
   let grpc = "";
   let key = "";
   let llm: FakeLlm;
+  let llmUrl = "";
 
   beforeAll(async () => {
     llm = await startFakeLlm();
@@ -114,7 +118,6 @@ describe("the README's quick start", () => {
         DATA_DIR: dir,
         PORT: String(port),
         GRPC_PORT: String(grpcPort),
-        GIT_PROVIDER_VERIFY: "false",
       },
       stdio: ["ignore", "pipe", "pipe"],
     });
@@ -158,8 +161,9 @@ describe("the README's quick start", () => {
     await llm?.close();
   }, 60_000);
 
-  it("has a marked section whose first block defines BASE, GRPC and KEY", () => {
+  it("has a marked section whose first block defines BASE, GRPC and KEY; its model is a local one", () => {
     expect(blocks.length).toBeGreaterThanOrEqual(6);
+    expect(blocks.join("\n"), "a model a newcomer runs without a paid key").toContain(OLLAMA_URL);
     for (const name of ["BASE", "GRPC", "KEY"])
       expect(blocks[0], `${name}= line in the first block`).toMatch(new RegExp(`^${name}=`, "m"));
   });
@@ -176,11 +180,14 @@ describe("the README's quick start", () => {
       .replace(/^BASE=\S*/m, `BASE=${base}`)
       .replace(/^GRPC=\S*/m, `GRPC=${grpc}`)
       .replace(/^KEY=\S*/m, `KEY=${key}`);
-    // The model's server: the fake one (its `llm_base_url` beside the README's key).
-    const all = [first, ...blocks.slice(1)].map((b) =>
-      b.replace('"llm_api_key":"sk-ant-..."', `"llm_api_key":"sk-ant-...","llm_base_url":"${llm.url}"`),
-    );
+    // The model's server: the fake one instead of Ollama's address. It answers the first message as a model would:
+    // a command, then a message.
+    const all = [first, ...blocks.slice(1)].map((b) => b.replaceAll(OLLAMA_URL, llm.url));
     expect(all.join("\n")).toContain(llm.url);
+    llm.script(
+      { toolCalls: [{ name: "terminal", arguments: { command: "ls -A" } }] },
+      { content: "Only .git and .openhands so far: no project files yet." },
+    );
     const script = [
       "set -e -o pipefail",
       ...all.flatMap((b, i) => [`echo "@@begin ${i}@@"`, b, `echo "@@end ${i}@@"`]),
@@ -206,10 +213,75 @@ describe("the README's quick start", () => {
           `block ${i}: expected ${JSON.stringify(parts)} in order in:\n${printed}`,
         ).toBe(true);
     });
-    // What the quick start promises, checked beyond the README's own comments.
+    // What the quick start promises, checked beyond the README's own comments: the answer as the chat shows it.
     expect(out).toMatch(/^RUNNING$/m);
     expect(out).toMatch(/^READY$/m);
     expect(out).toContain('"exit_code":0');
-    expect(out).not.toMatch(/\{"detail":|"error":/);
+    expect(out).toContain("$ ls -A");
+    expect(out).toContain("agent: Only .git and .openhands so far: no project files yet.");
+    expect(out).toMatch(/^finished$/m);
+    // The one refusal is the made-up git token's; nothing else answers an error.
+    const gitBlock = all.findIndex((b) => b.includes("/api/add-git-providers"));
+    expect(gitBlock).toBeGreaterThan(0);
+    all.forEach((_, i) => {
+      const printed = out.slice(out.indexOf(`@@begin ${i}@@`), out.indexOf(`@@end ${i}@@`));
+      if (i !== gitBlock) expect(printed, `block ${i}`).not.toMatch(/\{"detail":|"error":/);
+      else
+        expect(printed).toMatch(
+          /^\{"error":"(Invalid token\. Please make sure it is a valid github token\.|Could not reach github to verify the token\. Please try again later\.)"\}$/m,
+        );
+    });
+    llmUrl = llm.url;
   }, 300_000);
+
+  it("a conversation whose model cannot be reached says so in its status and in the chat", async () => {
+    expect(llmUrl, "the quick start ran").not.toBe("");
+    const headers = { "x-session-api-key": key, "content-type": "application/json" };
+    const closed = await freePort();
+    const set = await fetch(`${base}/api/settings`, {
+      method: "POST",
+      headers,
+      body: JSON.stringify({ llm_base_url: `http://127.0.0.1:${closed}/v1` }),
+    });
+    expect(set.status).toBe(200);
+    const task = (await (
+      await fetch(`${base}/api/v1/app-conversations`, {
+        method: "POST",
+        headers,
+        body: JSON.stringify({ initial_message: { content: [{ type: "text", text: "Hello?" }] } }),
+      })
+    ).json()) as { id: string };
+    let id = "";
+    let execution = "";
+    // The model client retries a refused connection a few times (about 8 s) before the agent gives up.
+    for (let i = 0; i < 240 && execution !== "error"; i++) {
+      const [t] = (await (
+        await fetch(`${base}/api/v1/app-conversations/start-tasks?ids=${task.id}`, { headers })
+      ).json()) as { status: string; app_conversation_id: string | null }[];
+      expect(t?.status).not.toBe("ERROR");
+      id = t?.app_conversation_id ?? "";
+      if (id !== "") {
+        const [c] = (await (
+          await fetch(`${base}/api/v1/app-conversations?ids=${id}`, { headers })
+        ).json()) as { execution_status: string | null }[];
+        execution = c?.execution_status ?? "";
+      }
+      if (execution !== "error") await new Promise((r) => setTimeout(r, 250));
+    }
+    expect(execution, "the conversation's listing").toBe("error");
+    const chat = await runBash(
+      `npm run --silent cli -- chat ${id} </dev/null`,
+      {
+        PATH: `${dirname(process.execPath)}:${process.env.PATH ?? ""}`,
+        HOME: process.env.HOME ?? "/tmp",
+        WORKSPACE_URL: base,
+        WORKSPACE_API_KEY: key,
+        npm_config_update_notifier: "false",
+      },
+      60_000,
+    );
+    expect(chat.code, chat.out).toBe(0);
+    expect(chat.out).toContain("✗ The model could not be reached.");
+    expect(chat.out).toMatch(/Check llm_base_url .* and llm_api_key in your settings/);
+  }, 120_000);
 });

@@ -1,5 +1,16 @@
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
-import { mkdtempSync, rmSync, statSync } from "node:fs";
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -136,24 +147,61 @@ describe("the server as users run it", () => {
     expect((await s.stop()).code).toBe(0);
   });
 
-  it("stopping says how many sandboxes stay running; the next server deletes one of them", async () => {
+  it("stopping names the sandboxes left running and the command that removes them; the next server takes them over", async () => {
     const headers = { "x-session-api-key": firstKey };
+    const startSandbox = async (url: string) =>
+      (await (await fetch(`${url}/api/v1/sandboxes`, { method: "POST", headers })).json()) as { id: string };
     const s = await startServer();
-    const started = (await (
-      await fetch(`${s.url}/api/v1/sandboxes`, { method: "POST", headers })
-    ).json()) as { id: string };
+    const started = await startSandbox(s.url);
     const stopped = await s.stop();
     expect(stopped.code).toBe(0);
     const line = stopped.out.split("\n").find((l) => l.includes('"runningSandboxes"'));
     expect(line, stopped.out).toBeDefined();
-    expect(JSON.parse(line ?? "{}")).toMatchObject({ runningSandboxes: 1 });
-    expect(line).toContain("1 sandbox left running");
+    const purge = `DATA_DIR=${dir} npm run cli -- sandboxes purge`;
+    expect(JSON.parse(line ?? "{}")).toMatchObject({
+      runningSandboxes: 1,
+      sandboxes: [{ id: started.id, user: "default" }],
+      removeWith: purge,
+    });
+    expect(line).toContain(`stopped; 1 sandbox left running: ${started.id} (user default).`);
+    expect(line).toContain(`Remove it, workspace included, with: ${purge}`);
+
+    // The next server on the store takes it over (and deletes it here); a second one is left by its stop.
     const next = await startServer();
     const del = await fetch(`${next.url}/api/v1/sandboxes/${started.id}`, { method: "DELETE", headers });
     expect(del.status).toBe(200);
+    const [a, b] = [await startSandbox(next.url), await startSandbox(next.url)];
     const out = (await next.stop()).out;
-    expect(out).not.toContain('"runningSandboxes"');
-  });
+    const left = JSON.parse(out.split("\n").find((l) => l.includes('"runningSandboxes"')) ?? "{}") as {
+      runningSandboxes: number;
+      sandboxes: { id: string }[];
+    };
+    expect(left.runningSandboxes).toBe(2);
+    expect(left.sandboxes.map((x) => x.id).sort()).toEqual([a.id, b.id].sort());
+    const workspaces = readdirSync(join(dir, "sandboxes")).filter((f) => f.startsWith("ws-"));
+    expect(workspaces.length).toBeGreaterThanOrEqual(2);
+
+    // The command it named, run as written (the server's DATA_DIR): both go, processes and workspaces with them.
+    const r = runCli(["sandboxes", "purge"]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toContain(`using SQLite database ${join(dir, "workspace.sqlite")}`);
+    expect(r.stdout).toContain(`deleted ${a.id} (user default, was RUNNING)`);
+    expect(r.stdout).toContain(`deleted ${b.id} (user default, was RUNNING)`);
+    expect(r.stdout).toContain("deleted 2 sandboxes");
+    expect(readdirSync(join(dir, "sandboxes")).filter((f) => f.startsWith("ws-"))).toEqual([]);
+    expect(runCli(["sandboxes", "purge"]).stdout).toContain("(no sandboxes)");
+    const last = await startServer();
+    const none = (await (await fetch(`${last.url}/api/v1/sandboxes/search`, { headers })).json()) as {
+      items: unknown[];
+    };
+    expect(none.items).toEqual([]);
+    expect((await last.stop()).out).not.toContain('"runningSandboxes"');
+    // Without a store it creates none.
+    const empty = runCli(["sandboxes", "purge"], { DATA_DIR: join(dir, "nothing-here") });
+    expect(empty.code).toBe(1);
+    expect(empty.stderr).toContain("error: no database yet");
+    expect(existsSync(join(dir, "nothing-here", "workspace.sqlite"))).toBe(false);
+  }, 60_000);
 
   it("CLI: keys create prints the key alone on the last line; list never shows keys; revoke locks it out", async () => {
     const created = runCli(["keys", "create", "--user", "alice", "--label", "laptop"]);
@@ -276,4 +324,101 @@ describe("the server as users run it", () => {
     expect(bad.code).toBe(1);
     expect(bad.stderr).toContain("PORT must be a port number");
   });
+});
+
+describe("npm start's build step (prestart: scripts/prestart.mjs)", () => {
+  it("builds dist/ the first time, skips tsc when nothing changed, rebuilds after a change", () => {
+    // A small project laid out as this one, so that the shared dist/ is left alone: the script, the version check,
+    // a tsconfig pair, sources, and this checkout's node_modules (tsc).
+    const project = mkdtempSync(join(tmpdir(), "aws-prestart-"));
+    try {
+      mkdirSync(join(project, "scripts"));
+      copyFileSync(join(root, "scripts", "prestart.mjs"), join(project, "scripts", "prestart.mjs"));
+      mkdirSync(join(project, "src", "sandbox-agent"), { recursive: true });
+      copyFileSync(
+        join(root, "src", "sandbox-agent", "require-node.mjs"),
+        join(project, "src", "sandbox-agent", "require-node.mjs"),
+      );
+      mkdirSync(join(project, "src", "cli"));
+      writeFileSync(
+        join(project, "src", "cli", "main.ts"),
+        'const n: number = 1;\nconsole.log("main", n);\n',
+      );
+      writeFileSync(
+        join(project, "tsconfig.json"),
+        JSON.stringify({
+          compilerOptions: {
+            target: "es2024",
+            lib: ["es2024"],
+            module: "nodenext",
+            moduleResolution: "nodenext",
+            types: ["node"],
+            strict: true,
+            skipLibCheck: true,
+            noEmit: true,
+          },
+          include: ["src"],
+        }),
+      );
+      writeFileSync(
+        join(project, "tsconfig.build.json"),
+        JSON.stringify({
+          extends: "./tsconfig.json",
+          compilerOptions: { noEmit: false, outDir: "dist", rootDir: ".", allowJs: true },
+          include: ["src"],
+        }),
+      );
+      symlinkSync(join(root, "node_modules"), join(project, "node_modules"));
+      const prestart = () => {
+        const t0 = performance.now();
+        const r = spawnSync(process.execPath, [join(project, "scripts", "prestart.mjs")], {
+          cwd: project,
+          encoding: "utf8",
+        });
+        return { code: r.status, stderr: r.stderr, ms: performance.now() - t0 };
+      };
+      const main = join(project, "dist", "src", "cli", "main.js");
+
+      const first = prestart();
+      expect(first.code, first.stderr).toBe(0);
+      expect(first.stderr).toContain("prestart: building dist/ (tsc)");
+      expect(readFileSync(main, "utf8")).toContain('console.log("main", n)');
+
+      // Nothing changed: no tsc at all (it alone takes over a second here), nothing printed.
+      const again = prestart();
+      expect(again.code).toBe(0);
+      expect(again.stderr).toBe("");
+      expect(again.ms).toBeLessThan(Math.max(1000, first.ms / 2));
+
+      writeFileSync(
+        join(project, "src", "cli", "main.ts"),
+        'const n: number = 2;\nconsole.log("changed", n);\n',
+      );
+      const changed = prestart();
+      expect(changed.code, changed.stderr).toBe(0);
+      expect(changed.stderr).toContain(
+        "prestart: rebuilding dist/, changed since the last build: src/cli/main.ts",
+      );
+      expect(readFileSync(main, "utf8")).toContain('console.log("changed", n)');
+      expect(prestart().stderr).toBe("");
+
+      // A new file counts (its folder changed), and a build that fails stops the start and is tried again.
+      writeFileSync(join(project, "src", "broken.ts"), 'export const s: number = "text";\n');
+      const broken = prestart();
+      expect(broken.code).not.toBe(0);
+      expect(broken.stderr).toContain("prestart: rebuilding dist/, changed since the last build: src");
+      expect(prestart().code).not.toBe(0);
+      rmSync(join(project, "src", "broken.ts"));
+      expect(prestart().code).toBe(0);
+      expect(prestart().stderr).toBe("");
+
+      // dist/ gone: built again from nothing (tsc's incremental state would otherwise emit nothing).
+      rmSync(join(project, "dist", "src"), { recursive: true });
+      const rebuilt = prestart();
+      expect(rebuilt.code, rebuilt.stderr).toBe(0);
+      expect(existsSync(main)).toBe(true);
+    } finally {
+      rmSync(project, { recursive: true, force: true });
+    }
+  }, 120_000);
 });
