@@ -96,6 +96,15 @@ export function resolveModel(model: string, baseUrl: string | null): { baseURL: 
 
 const MAX_ITERATIONS_DEFAULT = 500;
 
+/**
+ * The model's view of a long conversation is bounded (the built-in agent has no condenser): each step sends the
+ * events of the last MODEL_VIEW_TURNS user messages, at most MODEL_VIEW_EVENTS of them, after a note holding the
+ * conversation's first user message and how many events are left out. Finding and building that tail looks only at
+ * the tail, so a step's work and garbage are the same in turn 500 as in turn 5 (docs/builtin-agent.md).
+ */
+export const MODEL_VIEW_TURNS = 20;
+export const MODEL_VIEW_EVENTS = 400;
+
 /** A conversation and its agent loop. */
 export class Conversation {
   readonly id: string;
@@ -730,7 +739,27 @@ export class Conversation {
     return lines.join("\n");
   }
 
-  /** The chat history for the model, rebuilt from the events. */
+  /**
+   * Where the model's view starts among the events: the last MODEL_VIEW_TURNS user messages' events, at most
+   * MODEL_VIEW_EVENTS; 0 when the whole conversation fits. Scans only the tail.
+   */
+  #viewStart(): number {
+    const events = this.events;
+    const floor = Math.max(0, events.length - MODEL_VIEW_EVENTS);
+    let turns = 0;
+    for (let i = events.length - 1; i >= floor; i--) {
+      const e = events[i] as Json;
+      if (e.kind === "MessageEvent" && e.source === "user" && ++turns >= MODEL_VIEW_TURNS) return i;
+    }
+    return floor;
+  }
+
+  /**
+   * The chat history for the model, rebuilt from the events of its bounded view ({@link #viewStart}). When the
+   * start of the conversation is left out, a first user message says so and repeats the user's first message (the
+   * task), and a tool result whose call was left out is dropped, so that every tool message answers a call the
+   * model sees (as the chat-completions API requires).
+   */
   #messages(): Json[] {
     const out: Json[] = [{ role: "system", content: this.#systemPrompt() }];
     let assistant: Json | null = null;
@@ -742,8 +771,30 @@ export class Conversation {
             .map((c: Json) => c.text as string)
             .join("\n")
         : "";
-    for (const e of this.events) {
+    const start = this.#viewStart();
+    const calls = start > 0 ? new Set<unknown>() : null;
+    if (start > 0) {
+      const index = this.events.findIndex((e) => e.kind === "MessageEvent" && e.source === "user");
+      const first = index >= 0 && index < start ? (this.events[index] as Json) : null;
+      const text = first !== null ? textOf((first.llm_message as Json | undefined)?.content) : "";
+      out.push({
+        role: "user",
+        content:
+          `(The first ${start} events of this conversation are left out of your view to keep it bounded.` +
+          (text !== "" ? ` It began with this message from the user:)\n\n${text}` : ")"),
+      });
+    }
+    for (let i = start; i < this.events.length; i++) {
+      const e = this.events[i] as Json;
       if (e.kind !== "ActionEvent") assistant = null;
+      // A result (or error, or rejection) of a call before the view's start: its call is not in the view.
+      if (
+        calls !== null &&
+        e.kind !== "ActionEvent" &&
+        e.tool_call_id !== undefined &&
+        !calls.has(e.tool_call_id)
+      )
+        continue;
       switch (e.kind) {
         case "MessageEvent": {
           const m = e.llm_message as Json;
@@ -764,6 +815,7 @@ export class Conversation {
         }
         case "ActionEvent": {
           const call = e.tool_call as Json;
+          calls?.add(e.tool_call_id);
           const toolCall = {
             id: e.tool_call_id,
             type: "function",

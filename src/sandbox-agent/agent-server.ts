@@ -44,6 +44,11 @@ export interface AgentServerOptions {
   stateDir?: string;
   /** Connection limits (see {@link ConnectionLimits}); each defaults as documented there. */
   connections?: Partial<ConnectionLimits>;
+  /**
+   * A full garbage collection, run once every conversation has been idle for a second after a turn (main.ts passes
+   * V8's); absent: V8 alone decides when to collect.
+   */
+  collectGarbage?: () => void;
 }
 
 /**
@@ -178,6 +183,7 @@ export function createAgentServer(options: AgentServerOptions): Server {
         maxUploadBytes: options.maxUploadBytes ?? 100 * MIB,
         stateDir: options.stateDir ?? null,
         sessionApiKey: options.sessionApiKey,
+        collectGarbage: options.collectGarbage ?? null,
       }),
     ));
   let loaded: ConversationRuntime | undefined;

@@ -34,6 +34,8 @@ export interface RuntimeContext {
   /** Where conversations are saved and, at creation, restored from (see conversation-store.ts); null: nowhere. */
   stateDir: string | null;
   sessionApiKey: string;
+  /** A full garbage collection, run once every conversation has been idle for IDLE_COLLECT_MS after a turn. */
+  collectGarbage: (() => void) | null;
 }
 
 export interface ConversationRuntime {
@@ -46,6 +48,12 @@ export interface ConversationRuntime {
 }
 
 const MAX_PAGE = 100;
+/**
+ * V8 keeps the garbage of a conversation's turns in its old space until that reaches its limit (several times what
+ * is live), and its memory reducer does not run for a heap this small: once every conversation has been idle this
+ * long after a turn, one full collection (ctx.collectGarbage, ~45 ms here) gives it back (docs/builtin-agent.md).
+ */
+const IDLE_COLLECT_MS = 1000;
 const TRUE = new Set(["true", "1", "yes", "on"]);
 
 export function createConversationRuntime(ctx: RuntimeContext): ConversationRuntime {
@@ -62,6 +70,17 @@ export function createConversationRuntime(ctx: RuntimeContext): ConversationRunt
     ctx.stateDir === null
       ? null
       : new ConversationStore(ctx.stateDir, ctx.sessionApiKey, (msg) => process.emitWarning(msg));
+  let idleTimer: NodeJS.Timeout | undefined;
+  const collectWhenIdle = (): void => {
+    if (ctx.collectGarbage === null) return;
+    clearTimeout(idleTimer);
+    idleTimer = setTimeout(() => {
+      idleTimer = undefined;
+      for (const c of conversations.values()) if (c.status === "running") return; // its turn's end collects
+      ctx.collectGarbage?.();
+    }, IDLE_COLLECT_MS);
+    idleTimer.unref();
+  };
   const host = {
     workspaceDir: ctx.workspaceDir,
     shell: ctx.shell,
@@ -77,6 +96,7 @@ export function createConversationRuntime(ctx: RuntimeContext): ConversationRunt
     onInfo(conversation: Conversation): void {
       store?.saveInfo(conversation.id, conversation.record);
       ctx.hook?.conversation(conversation.record);
+      if (conversation.status !== "running") collectWhenIdle();
     },
   };
   // The conversations an earlier process of this agent saved (it crashed, or the sandbox was started again).
@@ -362,6 +382,7 @@ export function createConversationRuntime(ctx: RuntimeContext): ConversationRunt
     route,
     upgrade,
     close(): void {
+      clearTimeout(idleTimer);
       for (const c of conversations.values()) c.close();
       for (const set of sockets.values()) for (const ws of set) ws.terminate();
       void wss?.then((server) => server.close()).catch(() => {});
