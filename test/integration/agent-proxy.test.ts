@@ -181,7 +181,7 @@ describe("routing: the sandbox key on an agent route, nothing else", () => {
 
   it("answers a wrong or made-up key with a JSON error and never reaches an agent", async () => {
     const key = sandbox.session_api_key ?? "";
-    const wrong = `${key.slice(0, -4)}AAAA`;
+    const wrong = `${key.slice(0, -4)}${key.endsWith("AAAA") ? "BBBB" : "AAAA"}`;
     const r = await raw("/api/conversations/echo", { "x-session-api-key": wrong });
     expect(r.status).toBe(404);
     expect(JSON.parse(r.text)).toHaveProperty("detail");
@@ -252,7 +252,7 @@ describe("a sandbox's answers cannot act on the service's origin", () => {
     expect(ok.headers["access-control-allow-origin"]).toBe(UI_ORIGIN);
     expect(ok.headers["access-control-allow-credentials"]).toBe("true");
     const refused = await raw("/api/conversations/echo", {
-      "x-session-api-key": `${key.slice(0, -1)}X`,
+      "x-session-api-key": `${key.slice(0, -1)}${key.endsWith("X") ? "Y" : "X"}`,
       origin: UI_ORIGIN,
     });
     expect(refused.status).toBe(404);
