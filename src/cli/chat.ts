@@ -321,25 +321,9 @@ class ChatSession {
     return `${url.origin}${prefix}`;
   }
 
-  async #agent<T>(method: string, path: string, body?: unknown): Promise<T> {
-    const res = await fetch(`${this.#agentBase}${path}`, {
-      method,
-      headers: {
-        "x-session-api-key": this.#conversation.session_api_key ?? "",
-        ...(body === undefined ? {} : { "content-type": "application/json" }),
-      },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-      signal: AbortSignal.timeout(30_000),
-    });
-    const text = await res.text();
-    let parsed: unknown = text;
-    try {
-      parsed = JSON.parse(text);
-    } catch {
-      // not JSON
-    }
-    if (!res.ok) throw new ApiError(res.status, errorMessage(res.status, parsed));
-    return parsed as T;
+  /** A call to the conversation's agent with its session key (through the service when the URL is relative). */
+  #agent<T>(method: string, path: string, body?: unknown): Promise<T> {
+    return createApiClient(this.#agentBase, this.#conversation.session_api_key ?? "")<T>(method, path, body);
   }
 
   run(): Promise<number> {
