@@ -74,6 +74,11 @@ export interface SandboxRuntime {
    * without isolation serve one user only. The service asks before recording a new sandbox; start checks again.
    */
   admit?(ownerId: string): void;
+  /**
+   * Sandboxes may reach the host endpoint of `url` (the service's webhook URL, a loopback one included): for a
+   * runtime whose sandboxes have networks of their own, where the host's loopback is otherwise closed to them.
+   */
+  reachHost?(url: string): void;
   /** Starts the sandbox and resolves once it is created (not necessarily healthy). */
   start(request: RuntimeStartRequest): Promise<RuntimeHandle>;
   /** Resolves true once the agent server answers its health check, false after timeoutMs. */

@@ -74,7 +74,35 @@ const GENERIC_PREFIXES = new Set([
  * `anthropic/…`, `gemini/…`, … → that provider's OpenAI-compatible endpoint; with a base URL, any name (its
  * provider prefix dropped) goes to that server. Throws a readable error for a provider it cannot reach.
  */
-export function resolveModel(model: string, baseUrl: string | null): { baseURL: string; model: string } {
+export function resolveModel(
+  model: string,
+  baseUrl: string | null,
+  gateway: string | null = process.env.SANDBOX_HOST_GATEWAY || null,
+): { baseURL: string; model: string } {
+  const target = resolveEndpoint(model, baseUrl);
+  return gateway === null ? target : { ...target, baseURL: onHostGateway(target.baseURL, gateway) };
+}
+
+/**
+ * `url` with a loopback host replaced by `gateway`: in a network of its own (SANDBOX_HOST_GATEWAY, set by the
+ * process runtime) the sandbox's loopback is its own, and the host's (a model at http://localhost:11434) is at its
+ * gateway, so the user's settings work unchanged.
+ */
+export function onHostGateway(url: string, gateway: string): string {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return url;
+  }
+  const host = parsed.hostname.toLowerCase();
+  if (!(host === "localhost" || host.endsWith(".localhost") || /^127\./.test(host) || host === "[::1]"))
+    return url;
+  parsed.hostname = gateway;
+  return parsed.toString().replace(/\/$/, url.endsWith("/") ? "/" : "");
+}
+
+function resolveEndpoint(model: string, baseUrl: string | null): { baseURL: string; model: string } {
   const slash = model.indexOf("/");
   const prefix = slash > 0 ? model.slice(0, slash) : null;
   const known = prefix !== null && (prefix in PROVIDER_URLS || GENERIC_PREFIXES.has(prefix));

@@ -297,6 +297,9 @@ export async function buildApp(deps: AppDeps): Promise<App> {
         );
         listenerUrl = `http://127.0.0.1:${webhookPort}`;
       }
+      // Sandboxes in networks of their own reach the host only where allowed: the webhook URL is.
+      const hooksAt = deps.webhookBaseUrl ?? listenerUrl;
+      if (hooksAt !== undefined) deps.runtime.reachHost?.(hooksAt);
       let adminPort: number | undefined;
       if (deps.admin?.port !== undefined) {
         admin = await createAdminServer(container, {

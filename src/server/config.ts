@@ -88,6 +88,15 @@ export interface Config {
   readonly webhookPort: number | undefined;
   /** Process sandboxes: bwrap (required), none, or auto (bwrap when it works, else one user only). */
   readonly sandboxIsolation: "auto" | "bwrap" | "none";
+  /**
+   * Process sandboxes' networks (SANDBOX_NETWORK): isolated (each its own, required), host (the host's), or auto
+   * (their own when the host allows it: root, bubblewrap, ip, iptables).
+   */
+  readonly sandboxNetwork: "auto" | "isolated" | "host";
+  /** Host loopback ports isolated process sandboxes reach at their gateway besides the webhook's (SANDBOX_HOST_PORTS). */
+  readonly sandboxHostPorts: readonly number[];
+  /** The /16 sandbox networks are cut from (SANDBOX_SUBNET). */
+  readonly sandboxSubnet: string;
   /** As root, isolated process sandbox n runs as uid/gid sandboxUidBase + n. */
   readonly sandboxUidBase: number;
   /**
@@ -442,6 +451,25 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
   const isolation = (env.SANDBOX_ISOLATION || "auto").trim();
   if (isolation !== "auto" && isolation !== "bwrap" && isolation !== "none")
     fail(`SANDBOX_ISOLATION must be auto, bwrap or none, got ${JSON.stringify(isolation)}`);
+  const sandboxNetwork = (env.SANDBOX_NETWORK || "auto").trim();
+  if (sandboxNetwork !== "auto" && sandboxNetwork !== "isolated" && sandboxNetwork !== "host")
+    fail(`SANDBOX_NETWORK must be auto, isolated or host, got ${JSON.stringify(sandboxNetwork)}`);
+  const hostPortsRaw = (env.SANDBOX_HOST_PORTS ?? "11434").trim();
+  const sandboxHostPorts: number[] = [];
+  for (const word of hostPortsRaw === "" ? [] : hostPortsRaw.split(/[\s,]+/)) {
+    const n = Number(word);
+    if (!/^\d+$/.test(word) || n < 1 || n > 65535)
+      fail(
+        `SANDBOX_HOST_PORTS must list ports (1-65535) separated by commas, got ${JSON.stringify(hostPortsRaw)}`,
+      );
+    else sandboxHostPorts.push(n);
+  }
+  const sandboxSubnet = (env.SANDBOX_SUBNET || "10.213.0.0/16").trim();
+  const subnetMatch = /^(\d{1,3})\.(\d{1,3})\.0\.0\/16$/.exec(sandboxSubnet);
+  if (!subnetMatch || Number(subnetMatch[1]) > 255 || Number(subnetMatch[2]) > 255)
+    fail(
+      `SANDBOX_SUBNET must be a /16 of private addresses such as 10.213.0.0/16, got ${JSON.stringify(sandboxSubnet)}`,
+    );
   const dockerUser = env.SANDBOX_DOCKER_USER?.trim() || undefined;
   if (dockerUser !== undefined && !/^[1-9][0-9]{0,9}(:[1-9][0-9]{0,9})?$/.test(dockerUser))
     fail(
@@ -599,6 +627,9 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     tls,
     webhookPort,
     sandboxIsolation: isolation as Config["sandboxIsolation"],
+    sandboxNetwork: sandboxNetwork as Config["sandboxNetwork"],
+    sandboxHostPorts: Object.freeze(sandboxHostPorts),
+    sandboxSubnet,
     localRepositoryRoots: localRoots,
     sandboxUidBase: int("SANDBOX_UID_BASE", 1_000_000_000, 1000, 4_000_000_000),
     sandboxWarmAgents: int("SANDBOX_WARM_AGENTS", DEFAULT_WARM_AGENTS, 0, 64),

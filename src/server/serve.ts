@@ -31,6 +31,13 @@ export async function serve(config: Readonly<Config>): Promise<void> {
   logTo(log);
   if (runtime.kind === "process") {
     warnIsolation(runtime.isolation, log);
+    if (runtime.network.mode === "isolated")
+      log.info({ network: runtime.network }, "process sandboxes have networks of their own");
+    else if (runtime.isolation.mode === "bwrap")
+      log.warn(
+        { network: "host", reason: runtime.network.reason },
+        "WARNING: process sandboxes share the host's network: a sandbox reaches other sandboxes' agents and the host's loopback services (set SANDBOX_NETWORK=host to say this is meant)",
+      );
     log.info({ limits: runtime.limits, root: config.sandboxRoot }, "process sandbox limits enforced");
   } else {
     log.info(
@@ -332,6 +339,9 @@ async function openRuntime(
   return createProcessRuntime({
     workspaceRoot: config.sandboxRoot,
     isolation: config.sandboxIsolation,
+    network: config.sandboxNetwork,
+    hostPorts: config.sandboxHostPorts,
+    subnet: config.sandboxSubnet,
     ...(process.env.PATH ? { searchPath: process.env.PATH } : {}),
     uidBase: config.sandboxUidBase,
     uidLockDir: config.sandboxUidLockDir,

@@ -39,6 +39,10 @@ beforeAll(async () => {
   const address = hook.address();
   if (typeof address !== "object" || address === null) throw new Error("no address");
   hookBase = `http://127.0.0.1:${address.port}`;
+  // Isolated process sandboxes reach the host's loopback only where allowed, as a server allows its webhook URL
+  // (and SANDBOX_HOST_PORTS a model's): the model and the webhook receiver here are both on loopback.
+  processRuntime.reachHost(hookBase);
+  processRuntime.reachHost(llm.url);
 });
 
 afterAll(async () => {

@@ -3,8 +3,9 @@
  *
  * A sandbox sees: the system folders read-only (/usr and the /bin, /lib… links or folders, /etc), the files the
  * runtime lists read-only (the Node binary, the built-in agent's folder), its own workspace read-write, a fresh
- * /proc of its own PID namespace, a minimal /dev, and private /tmp and /dev/shm. It shares the host network, so the
- * agent's loopback port stays reachable, and nothing else: no DATA_DIR, no other workspace, no other process.
+ * /proc of its own PID namespace, a minimal /dev, and private /tmp and /dev/shm, and nothing else: no DATA_DIR, no
+ * other workspace, no other process. Its network is not bwrap's business: the launcher starts bwrap inside the
+ * sandbox's own network namespace (sandbox-network.ts), or in the host's where that cannot be made.
  *
  * Users: run as root, bwrap sets the sandbox up with root's rights (no user namespace, so bind sources behind
  * 0700 folders such as DATA_DIR are reachable), then `setpriv` (util-linux) switches the command to the sandbox's
@@ -39,6 +40,8 @@ export interface BwrapLayout {
   /** Sizes of the private /tmp and /dev/shm in bytes (absent: the tmpfs default, half the RAM). */
   tmpBytes?: number;
   shmBytes?: number;
+  /** A file bound read-only over /etc/resolv.conf (a sandbox network's DNS forwarder). */
+  resolvConf?: string;
 }
 
 /** Top-level system folders bound read-only (or recreated as the same symlink, for merged-/usr systems). */
@@ -107,6 +110,7 @@ export function bwrapArgs(tools: BwrapTools, layout: BwrapLayout): string[] {
     else if (stat?.isDirectory()) args.push("--ro-bind", path, path);
   }
   for (const path of OPTIONAL_PATHS) if (existsSync(path)) args.push("--ro-bind", path, path);
+  if (layout.resolvConf) args.push("--ro-bind", layout.resolvConf, "/etc/resolv.conf");
   const size = (bytes: number | undefined): string[] => (bytes ? ["--size", String(bytes)] : []);
   args.push(
     "--proc",

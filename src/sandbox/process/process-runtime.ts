@@ -4,6 +4,7 @@ import {
   constants,
   existsSync,
   mkdirSync,
+  readdirSync,
   readFileSync,
   rmSync,
   writeFileSync,
@@ -32,6 +33,7 @@ import { ProcessTable, parseHandleData } from "./process-table.ts";
 import { setUpLimits } from "./runtime-limits.ts";
 import { DEFAULT_PATH, type OwnChild, SandboxLauncher, type WarmChild } from "./sandbox-launch.ts";
 import type { SandboxLimits } from "./sandbox-limits.ts";
+import { isLoopbackHost, type NetworkSetting, SandboxNetwork } from "./sandbox-network.ts";
 import { stopSandboxProcesses } from "./sandbox-processes.ts";
 import { SandboxUids } from "./sandbox-uids.ts";
 import { claimedFolder, forgetClaim, sweepWarmAgents, WarmPool, WORKSPACE_FOLDER } from "./warm-agents.ts";
@@ -108,11 +110,26 @@ export interface ProcessRuntimeOptions {
    */
   diskBytes?: number;
   disk?: "auto" | "watch";
+  /**
+   * `auto` (default): every sandbox under bubblewrap gets a network of its own when the host allows it (root, ip,
+   * iptables, nsenter), else shares the host's, which the start log says; `isolated`: required (creating the
+   * runtime throws when it cannot be); `host`: the host's network (see sandbox-network.ts).
+   */
+  network?: NetworkSetting;
+  /** Host loopback ports isolated sandboxes reach through their gateway besides the webhook port (model servers). */
+  hostPorts?: readonly number[];
+  /** The /16 the sandbox networks are cut from (default 10.213.0.0/16). */
+  subnet?: string;
   /** How often watched workspaces are measured (default 5000 ms). */
   diskWatchMs?: number;
   /** New workspaces are refused while the file system holding them has less free (default 1 GiB). */
   diskReserveBytes?: number;
 }
+
+/** How a runtime's sandboxes are networked, for the server's start log. */
+export type ProcessNetworkReport =
+  | { mode: "isolated"; subnet: string; hostPorts: number[]; dns: string | null }
+  | { mode: "host"; reason: string };
 
 /** How a runtime enforces {@link ProcessRuntimeOptions.limits}, for the server's start log. */
 export interface ProcessLimitsReport {
@@ -144,6 +161,9 @@ export interface ProcessRuntime extends SandboxRuntime {
   warmReady(): number;
   /** Which limits hold and how (cgroup v1/v2, rlimit, tmpfs size, none). */
   readonly limits: ProcessLimitsReport;
+  /** Whether sandboxes have networks of their own, and why not when they do not. */
+  readonly network: ProcessNetworkReport;
+  reachHost(url: string): void;
   /** Why the sandbox ended in error when the runtime knows (its memory limit), else null. */
   failureReason(handle: RuntimeHandle): string | null;
 }
@@ -225,6 +245,37 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       : probeBwrap(tools, workspaceRoot, asRoot ? { uid: uidBase, gid: uidBase } : ownUser, asRoot),
   );
   const runtimeLimits = setUpLimits(options, { workspaceRoot, asRoot, isolation, log });
+  const networkSetting = options.network ?? "auto";
+  let network: SandboxNetwork | null = null;
+  let networkReport: ProcessNetworkReport;
+  if (networkSetting === "host") networkReport = { mode: "host", reason: "SANDBOX_NETWORK=host" };
+  else if (isolation.mode !== "bwrap")
+    networkReport = { mode: "host", reason: "sandboxes are not isolated (no bubblewrap)" };
+  else {
+    const made = SandboxNetwork.create(
+      {
+        root: workspaceRoot,
+        ...(options.subnet ? { subnet: options.subnet } : {}),
+        hostPorts: options.hostPorts ?? [],
+        searchPath: options.searchPath ?? DEFAULT_PATH,
+        log,
+      },
+      asRoot,
+    );
+    if (typeof made === "string") {
+      if (networkSetting === "isolated")
+        throw new Error(`SANDBOX_NETWORK=isolated, but sandboxes cannot have networks of their own: ${made}`);
+      networkReport = { mode: "host", reason: made };
+    } else {
+      network = made;
+      networkReport = {
+        mode: "isolated",
+        subnet: made.subnet,
+        hostPorts: made.allowedPorts,
+        dns: made.resolvConf === null ? null : made.dnsAddress,
+      };
+    }
+  }
   const { cgroups, diskBytes, loopDisks, watchDisks, diskWatchMs, report: limitsReport } = runtimeLimits;
   /** Workspaces stopped for passing their size, with the reason (see failureReason). */
   const diskStops = new Map<string, string>();
@@ -298,11 +349,14 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     });
     rmSync(join(workspaceRoot, folder), { recursive: true, force: true });
     diskStops.delete(folder);
+    const released = network
+      ?.release(folder)
+      .catch((e: unknown) => log("sandbox network could not be removed", { folder, error: String(e) }));
     if (cgroups) {
       for (const pid of cgroups.pids(folder)) signal(pid, "SIGKILL");
       if (!cgroups.remove(folder)) setTimeout(() => removeCgroupLater(folder, 10), 50).unref();
     }
-    return detached ?? Promise.resolve();
+    return Promise.all([detached, released]).then(() => {});
   };
 
   /** Retries removing a cgroup whose last processes were still exiting. */
@@ -342,12 +396,18 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     limits: runtimeLimits,
     procs,
     log,
+    network,
     removeWorkspace: (folder) => void removeWorkspace(folder),
     onWarmExit: (agent) => warm?.exited(agent),
   });
 
-  // uid claims whose workspace is gone (a server died between claiming and removing) are given back.
+  // uid claims whose workspace is gone (a server died between claiming and removing) are given back, and so are
+  // networks.
   uids.sweepStale();
+  void network
+    ?.sweep(new Set(existsSync(workspaceRoot) ? readdirSync(workspaceRoot) : []))
+    .then((n) => n > 0 && log("sandbox networks of removed workspaces deleted", { count: n }))
+    .catch((e: unknown) => log("sandbox networks: sweep failed", { error: String(e) }));
 
   // What servers that died left of their warm agents is removed by whichever server starts next on this root, and
   // then periodically by every server on it (an agent normally exits with its server, when its stdin closes; one
@@ -389,9 +449,23 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
   const runtime: ProcessRuntime = {
     kind: "process",
     isolation,
+    network: networkReport,
 
     admit(ownerId: string): void {
       checkSingleUser(ownerId);
+    },
+
+    reachHost(url: string): void {
+      if (network === null) return;
+      let parsed: URL;
+      try {
+        parsed = new URL(url);
+      } catch {
+        return;
+      }
+      if (!isLoopbackHost(parsed.hostname)) return;
+      network.allowPort(Number(parsed.port || (parsed.protocol === "https:" ? 443 : 80)));
+      if (networkReport.mode === "isolated") networkReport.hostPorts = network.allowedPorts;
     },
 
     async start(request: RuntimeStartRequest): Promise<RuntimeHandle> {
@@ -549,6 +623,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       if (leftoverTimer !== null) clearInterval(leftoverTimer);
       await Promise.all([warm?.close(), sweeping]);
       cgroups?.release();
+      network?.close();
     },
 
     warmReady(): number {

@@ -4,6 +4,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { failedPrecondition } from "../../core/errors.ts";
 import type { RuntimeHandle } from "../../ports/sandbox-runtime.ts";
 import { descendantsOf, type ProcStat, readProcStat, signal } from "../../sandbox-agent/proc-tree.ts";
+import type { NetLease } from "./sandbox-network.ts";
 import { WORKSPACE_FOLDER } from "./warm-agents.ts";
 
 /** How long pause/resume wait for the kernel to report the new state of the group leader. */
@@ -23,6 +24,8 @@ export interface ProcessHandleData {
   uid?: number;
   /** The sandbox id, when the workspace folder has another name (a sandbox started from a warm agent). */
   sandboxId?: string;
+  /** Its network, when it has one of its own (see sandbox-network.ts). */
+  net?: NetLease;
 }
 
 /** A warm agent as this runtime keeps it: its process and the stdin its claim is written to. */
@@ -138,7 +141,7 @@ export class ProcessTable<C extends ChildProcessEntry> {
 
 /** The handle's data, checked (it comes from storage), or null when it is not a process sandbox's. */
 export function parseHandleData(data: Record<string, unknown>): ProcessHandleData | null {
-  const { pid, pgid, port, workspace, startTimeTicks, isolation, uid, sandboxId } = data;
+  const { pid, pgid, port, workspace, startTimeTicks, isolation, uid, sandboxId, net } = data;
   const isInt = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v) && v > 0;
   if (
     !isInt(pid) ||
@@ -157,7 +160,21 @@ export function parseHandleData(data: Record<string, unknown>): ProcessHandleDat
     startTimeTicks,
     ...(isolation === "bwrap" && isInt(uid) ? { isolation: "bwrap" as const, uid } : {}),
     ...(typeof sandboxId === "string" && WORKSPACE_FOLDER.test(sandboxId) ? { sandboxId } : {}),
+    ...(isNetLease(net) ? { net } : {}),
   };
+}
+
+function isNetLease(v: unknown): v is NetLease {
+  if (typeof v !== "object" || v === null) return false;
+  const { index, name, hostIf, address, gateway } = v as Record<string, unknown>;
+  const addr = (a: unknown): boolean => typeof a === "string" && /^\d{1,3}(\.\d{1,3}){3}$/.test(a);
+  return (
+    typeof index === "number" &&
+    typeof name === "string" &&
+    typeof hostIf === "string" &&
+    addr(address) &&
+    addr(gateway)
+  );
 }
 
 /**

@@ -15,6 +15,7 @@ import type { ProcessIsolation } from "./process-runtime.ts";
 import type { ProcessHandleData, ProcessTable } from "./process-table.ts";
 import type { RuntimeLimits } from "./runtime-limits.ts";
 import { limitedArgv } from "./sandbox-limits.ts";
+import { type NetLease, SANDBOX_AGENT_PORT, type SandboxNetwork, viaGateway } from "./sandbox-network.ts";
 import type { SandboxUids } from "./sandbox-uids.ts";
 import type { WarmAgent } from "./warm-agents.ts";
 import { freeBytes } from "./workspace-disk.ts";
@@ -95,6 +96,8 @@ export interface LaunchContext {
   limits: RuntimeLimits;
   procs: ProcessTable<OwnChild>;
   log: (msg: string, data?: object) => void;
+  /** Networks of their own for isolated sandboxes (null: they share the host's). */
+  network: SandboxNetwork | null;
   /** Deletes a workspace folder, giving back its uid, loop disk and cgroup. */
   removeWorkspace: (folder: string) => void;
   /** A warm agent not claimed yet exited. */
@@ -122,8 +125,10 @@ export class SandboxLauncher {
     sessionApiKey: string | null,
     port: number,
     listening: boolean,
+    net: NetLease | null = null,
   ): Record<string, string> {
-    const { baseEnv, host, compileCacheDir } = this.#o;
+    const { baseEnv, compileCacheDir } = this.#o;
+    const host = net === null ? this.#o.host : "0.0.0.0";
     const builtin = isBuiltinAgentCommand(spec.command);
     const env: Record<string, string> = {
       ...baseEnv,
@@ -137,7 +142,12 @@ export class SandboxLauncher {
       WORKSPACE_DIR: cwd,
       ...(listening ? { LISTEN_FD: "3" } : {}),
       ...(compileCacheDir && builtin ? { NODE_COMPILE_CACHE: compileCacheDir } : {}),
+      ...(net === null ? {} : { SANDBOX_HOST_GATEWAY: net.gateway }),
     };
+    // In a network of its own the sandbox reaches the host at its gateway: a loopback webhook URL is rewritten
+    // there (its port is let through by reachHost, from the service's own configuration).
+    if (net !== null && env.OH_WEBHOOKS_0_BASE_URL !== undefined)
+      env.OH_WEBHOOKS_0_BASE_URL = viaGateway(env.OH_WEBHOOKS_0_BASE_URL, net.gateway);
     // No debugger for the built-in agent, whatever the spec says: it holds the session key, the model key and the
     // secrets, and its inspector would listen on the host's loopback, which other sandboxes reach.
     if (builtin && env.NODE_OPTIONS !== undefined) {
@@ -233,10 +243,12 @@ export class SandboxLauncher {
     const { limits, cgroups, prlimit, loopDisks, diskReserveBytes, rlimits } = this.#o.limits;
     const workspace = join(workspaceRoot, folder);
     const builtin = isBuiltinAgentCommand(spec.command);
-    // The built-in agent is handed its socket already listening (LISTEN_FD): no port race, and health probes
+    // In a network of its own (see sandbox-network.ts) the agent listens inside it, on the agent-server's port.
+    const net = isolation.mode === "bwrap" && this.#o.network ? await this.#o.network.lease(folder) : null;
+    // Else the built-in agent is handed its socket already listening (LISTEN_FD): no port race, and health probes
     // made before it runs wait in the backlog instead of being refused. Other commands bind {port} themselves.
-    const listener = builtin ? await inheritableListener(host) : null;
-    const port = listener?.port ?? (await freePort(host));
+    const listener = builtin && net === null ? await inheritableListener(host) : null;
+    const port = net !== null ? SANDBOX_AGENT_PORT : (listener?.port ?? (await freePort(host)));
     let child: ChildProcess;
     let isolated: boolean;
     let user: SandboxUser;
@@ -258,8 +270,12 @@ export class SandboxLauncher {
       }
       chmodSync(workspace, 0o700);
       const cwd = this.makeCwd(workspace, rel, user, isolated);
-      const command = withPort(builtin ? [...agentCommand, ...spec.command.slice(1)] : spec.command, port);
-      const env = this.env(workspace, cwd, spec, sessionApiKey, port, listener !== null);
+      const command = withPort(
+        builtin ? [...agentCommand, ...spec.command.slice(1)] : spec.command,
+        port,
+        net === null ? undefined : "0.0.0.0",
+      );
+      const env = this.env(workspace, cwd, spec, sessionApiKey, port, listener !== null, net);
       const readOnly = [...readOnlyPaths];
       if (builtin) {
         readOnly.push(...agentFiles);
@@ -283,11 +299,16 @@ export class SandboxLauncher {
               asRoot,
               ...(limits.tmpBytes ? { tmpBytes: limits.tmpBytes } : {}),
               ...(limits.shmBytes ? { shmBytes: limits.shmBytes } : {}),
+              ...(net !== null && this.#o.network?.resolvConf
+                ? { resolvConf: this.#o.network.resolvConf }
+                : {}),
             }),
             ...command,
           ]
         : command;
-      const argv = limitedArgv(sandboxed, cgroups ? cgroups.create(folder) : [], rlimits, prlimit);
+      const networked =
+        net !== null && this.#o.network ? [...this.#o.network.enter(net), ...sandboxed] : sandboxed;
+      const argv = limitedArgv(networked, cgroups ? cgroups.create(folder) : [], rlimits, prlimit);
       const [file, ...args] = argv;
       if (file === undefined || command[0] === undefined) throw new Error("empty sandbox command");
       // bwrap starts whatever it is given and fails later: check the command is there first, as spawn does.
@@ -343,8 +364,13 @@ export class SandboxLauncher {
       workspace,
       startTimeTicks: stat.startTime,
       ...(isolated ? { isolation: "bwrap" as const, uid: user.uid } : {}),
+      ...(net === null ? {} : { net }),
     };
-    const handle: RuntimeHandle = { data: { ...data }, agentUrl: `http://${urlHost}:${port}`, port };
+    const handle: RuntimeHandle = {
+      data: { ...data },
+      agentUrl: `http://${net === null ? urlHost : net.address}:${port}`,
+      port,
+    };
     const exited = Promise.withResolvers<void>();
     const own: OwnChild = {
       handle,
@@ -370,6 +396,7 @@ export class SandboxLauncher {
         port,
         command: builtin ? "built-in agent" : spec.command[0],
         isolation: isolated ? { bwrap: true, uid: user.uid } : "none",
+        ...(net === null ? {} : { network: { address: net.address, namespace: net.name } }),
       });
     return { handle, child, own };
   }

@@ -49,7 +49,15 @@ export function claimWarmAgent(
   const data = parseHandleData(agent.own.handle.data) as ProcessHandleData;
   const user = data.uid === undefined ? ownUser : { uid: data.uid, gid: data.uid };
   const cwd = launcher.makeCwd(data.workspace, rel, user, data.isolation === "bwrap");
-  const env = launcher.env(data.workspace, cwd, spec, sessionApiKey, data.port, true);
+  const env = launcher.env(
+    data.workspace,
+    cwd,
+    spec,
+    sessionApiKey,
+    data.port,
+    data.net === undefined,
+    data.net ?? null,
+  );
   agent.own.label = sandboxId;
   agent.stdin.end(`${JSON.stringify({ env, cwd })}\n`);
   const handle: RuntimeHandle = { ...agent.own.handle, data: { ...data, sandboxId } };
