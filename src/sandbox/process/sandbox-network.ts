@@ -22,10 +22,13 @@
  * Everything is done by iproute2's `ip` (two batches per sandbox: host side, then namespace side) and iptables;
  * both run as root only, so the network is used when the server runs as root with bubblewrap (see probe).
  */
-import { execFileSync, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { HOST_CHAINS, LoopbackPorts, setRouteLocalnet } from "../host-loopback.ts";
 import { findExecutable } from "./bwrap.ts";
+
+export { isLoopbackHost, viaGateway } from "../host-loopback.ts";
 
 /** `SANDBOX_NETWORK`: isolated (required), host (shared with the host, explicitly), auto (isolated when possible). */
 export type NetworkSetting = "auto" | "isolated" | "host";
@@ -69,7 +72,7 @@ const HOST_IF = "awsh";
 /** How many /30 pairs a /16 holds, less the last block (the DNS address). */
 const MAX_INDEX = 16382;
 /** Names of host chains, and the interfaces they match. */
-const CHAIN = { in: "AWS-SBX-IN", fwd: "AWS-SBX-FWD", pre: "AWS-SBX-PRE", post: "AWS-SBX-POST" } as const;
+const CHAIN = { ...HOST_CHAINS, fwd: "AWS-SBX-FWD", post: "AWS-SBX-POST" } as const;
 
 /** Why the network cannot be isolated here (null: it can), and the tools when it can. */
 export function networkTools(searchPath: string, asRoot: boolean): Tools | string {
@@ -118,30 +121,6 @@ function parseSubnet(subnet: string): number {
   return ((a << 24) | (b << 16)) >>> 0;
 }
 
-/** True for a loopback host name or address as it appears in a URL. */
-export function isLoopbackHost(host: string): boolean {
-  const h = host.toLowerCase();
-  return h === "localhost" || h.endsWith(".localhost") || /^127\./.test(h) || h === "[::1]" || h === "::1";
-}
-
-/**
- * `url` with a loopback host replaced by `gateway` (the host as seen from a sandbox); other URLs, and what is not a
- * URL, unchanged.
- */
-export function viaGateway(url: string, gateway: string): string {
-  let parsed: URL;
-  try {
-    parsed = new URL(url);
-  } catch {
-    return url;
-  }
-  if (!isLoopbackHost(parsed.hostname)) return url;
-  parsed.hostname = gateway;
-  const out = parsed.toString();
-  // URL adds a "/" to a bare origin: keep the caller's form.
-  return !url.endsWith("/") && out.endsWith("/") && parsed.pathname === "/" ? out.slice(0, -1) : out;
-}
-
 /** The loopback nameserver of the host's resolv.conf, if its first one is on loopback. */
 function loopbackResolver(): string | null {
   try {
@@ -158,13 +137,10 @@ export class SandboxNetwork {
   readonly #tools: Tools;
   readonly #base: number;
   readonly #dir: string;
-  readonly #allowed = new Set<number>();
+  readonly #ports: LoopbackPorts;
   /** The host's loopback resolver and the file sandboxes get as /etc/resolv.conf (null: the host's own works). */
   readonly resolvConf: string | null;
   readonly #resolver: string | null;
-  /** Marks the port rules of this runtime: `aws:<pid>:<start time>:<instance>`. */
-  readonly #tag =
-    `aws:${process.pid}:${readProcStartTime(process.pid)}:${Math.random().toString(36).slice(2, 10)}`;
 
   private constructor(options: SandboxNetworkOptions, tools: Tools) {
     this.#o = options;
@@ -173,6 +149,7 @@ export class SandboxNetwork {
     this.#dir = join(options.root, ".net");
     this.#resolver = loopbackResolver();
     this.resolvConf = this.#resolver === null ? null : join(this.#dir, "resolv.conf");
+    this.#ports = new LoopbackPorts(tools.iptables);
   }
 
   /**
@@ -202,17 +179,11 @@ export class SandboxNetwork {
   }
 
   #iptables(args: readonly string[]): void {
-    execFileSync(this.#tools.iptables, ["-w", "5", ...args], { stdio: ["ignore", "ignore", "pipe"] });
+    this.#ports.iptables(args);
   }
 
-  /** True when `chain` of `table` holds `rule`. */
   #has(table: string, chain: string, rule: readonly string[]): boolean {
-    try {
-      this.#iptables(["-t", table, "-C", chain, ...rule]);
-      return true;
-    } catch {
-      return false;
-    }
+    return this.#ports.has(table, chain, rule);
   }
 
   /** The host's side: forwarding on, the chains and their jumps (kept when another server made them). */
@@ -222,14 +193,8 @@ export class SandboxNetwork {
       this.#o.log("sandbox network: IPv4 forwarding turned on (net.ipv4.ip_forward=1)");
     }
     const iface = `${HOST_IF}+`;
-    const chain = (table: string, name: string, rules: string[][]): void => {
-      try {
-        this.#iptables(["-t", table, "-N", name]);
-      } catch {
-        return; // made by this or another server on the host: its rules are in place
-      }
-      for (const rule of rules) this.#iptables(["-t", table, "-A", name, ...rule]);
-    };
+    const chain = (table: string, name: string, rules: string[][]): void =>
+      this.#ports.chain(table, name, rules);
     chain("filter", CHAIN.in, [
       ["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"],
       ["-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"],
@@ -243,14 +208,13 @@ export class SandboxNetwork {
       ["-i", iface, "-o", "br-+", "-j", "REJECT"],
       ["-i", iface, "-j", "ACCEPT"],
     ]);
-    chain("nat", CHAIN.pre, []);
     chain("nat", CHAIN.post, [["-s", this.subnet, "!", "-o", iface, "-j", "MASQUERADE"]]);
-    const jump = (table: string, parent: string, rule: string[]): void => {
-      if (!this.#has(table, parent, rule)) this.#iptables(["-t", table, "-I", parent, "1", ...rule]);
-    };
+    const jump = (table: string, parent: string, rule: string[]): void =>
+      this.#ports.jump(table, parent, rule);
     jump("filter", "INPUT", ["-i", iface, "-j", CHAIN.in]);
     jump("filter", "FORWARD", ["-j", CHAIN.fwd]);
-    jump("nat", "PREROUTING", ["-i", iface, "-j", CHAIN.pre]);
+    this.#ports.forwardFrom(iface);
+    this.#ports.guardInput();
     jump("nat", "POSTROUTING", ["-j", CHAIN.post]);
     mkdirSync(this.#dir, { recursive: true, mode: 0o700 });
     if (this.#resolver !== null && this.resolvConf !== null) {
@@ -265,66 +229,22 @@ export class SandboxNetwork {
           this.#iptables(["-t", "filter", "-I", CHAIN.in, "2", ...accept]);
       }
     }
-    this.#dropTagged(false);
     for (const port of this.#o.hostPorts ?? []) this.allowPort(port);
   }
 
-  /**
-   * Lets sandboxes reach the host's loopback port `port` at their gateway (idempotent; cheap once done). The rules
-   * carry this server's tag, so that close() takes them back and a later server removes those of one that died.
-   */
+  /** Lets sandboxes reach the host's loopback port `port` at their gateway (see host-loopback.ts). */
   allowPort(port: number): void {
-    if (this.#allowed.has(port) || !Number.isInteger(port) || port < 1 || port > 65535) return;
-    const tag = ["-m", "comment", "--comment", this.#tag];
-    const dnat = ["-d", this.subnet, "-p", "tcp", "--dport", String(port), ...tag, "-j", "DNAT"];
-    const to = ["--to-destination", `127.0.0.1:${port}`];
-    if (!this.#has("nat", CHAIN.pre, [...dnat, ...to]))
-      this.#iptables(["-t", "nat", "-A", CHAIN.pre, ...dnat, ...to]);
-    const accept = ["-d", "127.0.0.1", "-p", "tcp", "--dport", String(port), ...tag, "-j", "ACCEPT"];
-    if (!this.#has("filter", CHAIN.in, accept))
-      this.#iptables(["-t", "filter", "-I", CHAIN.in, "2", ...accept]);
-    this.#allowed.add(port);
+    this.#ports.allowPort(port);
   }
 
-  /** Removes the port rules of servers whose tag names a process that is gone (or this one, with `own`). */
-  #dropTagged(own: boolean): void {
-    for (const [table, chain] of [
-      ["nat", CHAIN.pre],
-      ["filter", CHAIN.in],
-    ] as const) {
-      let listing = "";
-      try {
-        listing = execFileSync(this.#tools.iptables, ["-w", "5", "-t", table, "-S", chain], {
-          encoding: "utf8",
-        });
-      } catch {
-        continue;
-      }
-      for (const line of listing.split("\n")) {
-        const m = /--comment "?(aws:(\d+):(\d+):\w+)"?/.exec(line);
-        if (!m || !line.startsWith(`-A ${chain} `)) continue;
-        const [, tag, pid, ticks] = m;
-        const dead = readProcStartTime(Number(pid)) !== Number(ticks);
-        if (own ? tag !== this.#tag : !dead) continue;
-        const rule = line.slice(`-A ${chain} `.length).replace(/"/g, "").split(" ");
-        try {
-          this.#iptables(["-t", table, "-D", chain, ...rule]);
-        } catch {
-          // removed meanwhile by another server
-        }
-      }
-    }
-  }
-
-  /** Takes back the host ports this server let sandboxes reach. */
+  /** Takes back the host ports this runtime let sandboxes reach. */
   close(): void {
-    this.#dropTagged(true);
-    this.#allowed.clear();
+    this.#ports.close();
   }
 
   /** The ports sandboxes reach on the host (for the start log). */
   get allowedPorts(): number[] {
-    return [...this.#allowed].sort((a, b) => a - b);
+    return this.#ports.ports;
   }
 
   #lease(index: number): NetLease {
@@ -379,7 +299,7 @@ export class SandboxNetwork {
         continue;
       }
       try {
-        writeFileSync(`/proc/sys/net/ipv4/conf/${lease.hostIf}/route_localnet`, "1");
+        setRouteLocalnet(lease.hostIf);
         await run(
           this.#tools.ip,
           ["-n", lease.name, "-batch", "-"],
@@ -427,16 +347,6 @@ export class SandboxNetwork {
   /** The argv prefix that runs a command in the namespace of `lease`. */
   enter(lease: NetLease): string[] {
     return [this.#tools.nsenter, `--net=/run/netns/${lease.name}`, "--"];
-  }
-}
-
-/** A process's start time in clock ticks (field 22 of /proc/<pid>/stat), or -1 when it is gone. */
-function readProcStartTime(pid: number): number {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19]);
-  } catch {
-    return -1;
   }
 }
 
