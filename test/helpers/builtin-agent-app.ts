@@ -40,6 +40,9 @@ export function useBuiltinAgentApp(folderPrefix: string, modelKey: string): Buil
     // The default runtime of the app, with its workspaces in this suite's folder (the process runtime hands the
     // agent the packages its conversations load, ws and openai).
     fx.t = await startTestApp({ dir: fx.root });
+    // Isolated sandboxes reach the host's loopback only where allowed (SANDBOX_HOST_PORTS for a server): the
+    // scripted model is on it.
+    fx.t.runtime.reachHost?.(fx.llm.url);
     fx.key = await fx.t.keyFor("alice");
     const saved = await fx.api("POST", "/api/settings", {
       llm_model: "openai/fake-model",

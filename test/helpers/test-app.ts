@@ -126,6 +126,9 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
   const llm =
     options.llmModel !== undefined && options.llmBaseUrl === undefined ? await startFakeLlm() : null;
   const llmBaseUrl = options.llmBaseUrl ?? llm?.url ?? null;
+  // Sandboxes with networks of their own reach the host's loopback only at allowed ports, as a server's
+  // SANDBOX_HOST_PORTS allows a model's: the users' model server here is one.
+  if (llmBaseUrl !== null) runtime.reachHost?.(llmBaseUrl);
   return {
     app,
     url: `${options.tls ? "https" : "http"}://${host}:${ports.port}`,

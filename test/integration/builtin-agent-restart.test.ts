@@ -23,6 +23,10 @@ type Ev = { kind: string; id: string; key?: string; value?: unknown; [k: string]
 let llm: FakeLlm;
 beforeAll(async () => {
   llm = await startFakeLlm();
+  // Isolated process sandboxes reach the host's loopback only at allowed ports (a server's SANDBOX_HOST_PORTS):
+  // the scripted model is on it.
+  processRuntime.reachHost(llm.url);
+  warmRuntime.reachHost(llm.url);
 });
 afterAll(async () => {
   await llm?.close();
