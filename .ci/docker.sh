@@ -18,6 +18,8 @@
 
 DOCKER_TEST_IMAGE_NAME="${DOCKER_TEST_IMAGE_NAME:-workspace-test/sandbox-agent:local}"
 DOCKER_STANDIN_IMAGE_NAME="${DOCKER_STANDIN_IMAGE_NAME:-workspace-test/agent-server-standin:local}"
+DOCKER_TEST_BRIDGE="${DOCKER_TEST_BRIDGE:-awsdock0}"
+DOCKER_TEST_BRIDGE_CIDR="${DOCKER_TEST_BRIDGE_CIDR:-172.31.250.1/24}"
 _docker_dir=""
 _docker_pid=""
 
@@ -142,8 +144,18 @@ docker_up() {
   _docker_dir=$(mktemp -d /tmp/ohd.XXXXXX) || return 1
   mkdir -p "$_docker_dir/data" "$_docker_dir/exec" || return 1
   local sock="$_docker_dir/docker.sock"
+  # A bridge of its own (the engine makes only docker0 by itself), so that the bridge network's tests run (a
+  # container reaching the host's loopback model at host.docker.internal); without it, --bridge=none.
+  local bridge="none" iptables="false"
+  ip link del "$DOCKER_TEST_BRIDGE" 2>/dev/null || true
+  if ip link add "$DOCKER_TEST_BRIDGE" type bridge 2>/dev/null &&
+    ip addr add "$DOCKER_TEST_BRIDGE_CIDR" dev "$DOCKER_TEST_BRIDGE" && ip link set "$DOCKER_TEST_BRIDGE" up; then
+    bridge="$DOCKER_TEST_BRIDGE" iptables="true"
+  else
+    _docker_log "no bridge device could be made: containers on the bridge network are not tested"
+  fi
   dockerd --data-root "$_docker_dir/data" --exec-root "$_docker_dir/exec" -H "unix://$sock" \
-    --pidfile "$_docker_dir/docker.pid" --bridge=none --iptables=false --ip6tables=false \
+    --pidfile "$_docker_dir/docker.pid" --bridge="$bridge" --iptables="$iptables" --ip6tables=false \
     >"$_docker_dir/dockerd.log" 2>&1 </dev/null &
   _docker_pid=$!
   for i in $(seq 1 150); do
@@ -202,6 +214,7 @@ docker_down() {
     rm -rf "$_docker_dir" 2>/dev/null || true
   fi
   _docker_dir=""
+  ip link del "$DOCKER_TEST_BRIDGE" 2>/dev/null || true
   unset WORKSPACE_TEST_DOCKER_IMAGE WORKSPACE_TEST_AGENT_SERVER_IMAGE
   return 0
 }

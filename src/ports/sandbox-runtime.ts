@@ -48,6 +48,11 @@ export interface RuntimeHandle {
   exposedPorts?: ExposedPort[];
   /** The folder VS Code opens (the spec's working folder), when the sandbox publishes VS Code. */
   workingDir?: string;
+  /**
+   * The host as the sandbox reaches it, where its loopback is its own (a process sandbox's gateway address, a
+   * container's host.docker.internal): a loopback URL the service hands the agent (the model's) is rewritten there.
+   */
+  hostGateway?: string;
 }
 
 /** What a runtime with a warm pool needs to start sandboxes ahead of need (see {@link SandboxRuntime.warm}). */

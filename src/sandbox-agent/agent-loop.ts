@@ -80,26 +80,26 @@ export function resolveModel(
   gateway: string | null = process.env.SANDBOX_HOST_GATEWAY || null,
 ): { baseURL: string; model: string } {
   const target = resolveEndpoint(model, baseUrl);
-  return gateway === null ? target : { ...target, baseURL: onHostGateway(target.baseURL, gateway) };
+  // In a network of its own (SANDBOX_HOST_GATEWAY, set by the runtimes) the host's loopback model is at the gateway.
+  return gateway === null ? target : { ...target, baseURL: viaGateway(target.baseURL, gateway) };
 }
 
 /**
- * `url` with a loopback host replaced by `gateway`: in a network of its own (SANDBOX_HOST_GATEWAY, set by the
- * process runtime) the sandbox's loopback is its own, and the host's (a model at http://localhost:11434) is at its
- * gateway, so the user's settings work unchanged.
+ * `url` with a loopback host replaced by `gateway`. The service's src/core/loopback-url.ts does the same; the agent
+ * keeps its own copy because a sandbox sees only the agent's folder.
  */
-export function onHostGateway(url: string, gateway: string): string {
+function viaGateway(url: string, gateway: string): string {
   let parsed: URL;
   try {
     parsed = new URL(url);
   } catch {
     return url;
   }
-  const host = parsed.hostname.toLowerCase();
-  if (!(host === "localhost" || host.endsWith(".localhost") || /^127\./.test(host) || host === "[::1]"))
-    return url;
+  const h = parsed.hostname.toLowerCase();
+  if (!(h === "localhost" || h.endsWith(".localhost") || /^127\./.test(h) || h === "[::1]")) return url;
   parsed.hostname = gateway;
-  return parsed.toString().replace(/\/$/, url.endsWith("/") ? "/" : "");
+  const out = parsed.toString();
+  return !url.endsWith("/") && out.endsWith("/") && parsed.pathname === "/" ? out.slice(0, -1) : out;
 }
 
 function resolveEndpoint(model: string, baseUrl: string | null): { baseURL: string; model: string } {

@@ -14,6 +14,8 @@
 import { execFileSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 
+export { isLoopbackHost, viaGateway } from "../core/loopback-url.ts";
+
 /** The chains shared by both runtimes' rules. */
 export const HOST_CHAINS = { in: "AWS-SBX-IN", pre: "AWS-SBX-PRE" } as const;
 
@@ -25,30 +27,6 @@ export function readProcStartTime(pid: number): number {
   } catch {
     return -1;
   }
-}
-
-/** True for a loopback host name or address as it appears in a URL. */
-export function isLoopbackHost(host: string): boolean {
-  const h = host.toLowerCase();
-  return h === "localhost" || h.endsWith(".localhost") || /^127\./.test(h) || h === "[::1]" || h === "::1";
-}
-
-/**
- * `url` with a loopback host replaced by `gateway` (the host as seen from a sandbox); other URLs, and what is not a
- * URL, unchanged.
- */
-export function viaGateway(url: string, gateway: string): string {
-  let parsed: URL;
-  try {
-    parsed = new URL(url);
-  } catch {
-    return url;
-  }
-  if (!isLoopbackHost(parsed.hostname)) return url;
-  parsed.hostname = gateway;
-  const out = parsed.toString();
-  // URL adds a "/" to a bare origin: keep the caller's form.
-  return !url.endsWith("/") && out.endsWith("/") && parsed.pathname === "/" ? out.slice(0, -1) : out;
 }
 
 /** One runtime's host loopback ports opened to its sandboxes. */

@@ -321,6 +321,7 @@ async function openRuntime(
     return createDockerRuntime({
       docker: new Docker(config.runtime.socketPath ? { socketPath: config.runtime.socketPath } : undefined),
       network: config.runtime.network,
+      hostPorts: config.sandboxHostPorts,
       ...(config.runtime.memoryBytes ? { memoryBytes: config.runtime.memoryBytes } : {}),
       ...(config.runtime.user === undefined ? {} : { user: config.runtime.user }),
       pidsLimit: config.runtime.pidsLimit,

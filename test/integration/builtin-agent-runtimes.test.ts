@@ -267,6 +267,16 @@ const dockerRuntime = createDockerRuntime({
   labels: { "workspace.test-run": randomBytes(4).toString("hex") },
   stopTimeoutSeconds: 2,
 });
+// On Docker's bridge the container's loopback is its own: the model and the webhook receiver on this machine's
+// loopback are reached at host.docker.internal, where the runtime forwards the ports it was told to (as root).
+const bridgeRuntime = createDockerRuntime({
+  docker,
+  network: "bridge",
+  labels: { "workspace.test-run": randomBytes(4).toString("hex") },
+  stopTimeoutSeconds: 2,
+});
+const bridgeSkip =
+  process.getuid?.() !== 0 ? "not root: host loopback ports cannot be forwarded to containers" : null;
 
 describe.skipIf(dockerSkip !== null)(`docker${dockerSkip ? ` (skipped: ${dockerSkip})` : ""}`, () => {
   conversationScenario("built-in agent on the Docker runtime (network host)", () =>
@@ -277,11 +287,26 @@ describe.skipIf(dockerSkip !== null)(`docker${dockerSkip ? ` (skipped: ${dockerS
       workingDir: "/workspace/project",
     }),
   );
+  describe.skipIf(bridgeSkip !== null)(`bridge${bridgeSkip ? ` (skipped: ${bridgeSkip})` : ""}`, () => {
+    conversationScenario(
+      "built-in agent on the Docker runtime (bridge), model and webhooks on the host's loopback",
+      () => {
+        bridgeRuntime.reachHost?.(hookBase);
+        bridgeRuntime.reachHost?.(llm.url);
+        return startIn(bridgeRuntime, {
+          id: typeof found === "string" ? "unused" : found.image,
+          command: [],
+          initialEnv: webhookEnv(),
+          workingDir: "/workspace/project",
+        });
+      },
+    );
+  });
 });
 
 afterAll(async () => {
   for (const { runtime, handle } of started) await runtime.remove(handle).catch(() => {});
   await processRuntime.close();
-  if (!dockerSkip) await dockerRuntime.close();
+  if (!dockerSkip) await Promise.all([dockerRuntime.close(), bridgeRuntime.close()]);
   rmSync(processRoot, { recursive: true, force: true });
 }, 60_000);

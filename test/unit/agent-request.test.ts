@@ -49,6 +49,29 @@ const build = (over: Partial<Parameters<typeof agentStartRequest>[0]> = {}) =>
   };
 
 describe("the agent-server start request", () => {
+  it("points a model on the server's loopback at the sandbox's host gateway; other URLs and sandboxes unchanged", () => {
+    const llmOf = (base: string | null, hostGateway?: string) =>
+      build({ config: config({ llmBaseUrl: base }), ...(hostGateway ? { hostGateway } : {}) }).agent.llm as {
+        base_url: string | null;
+      };
+    expect(llmOf("http://localhost:11434", "host.docker.internal").base_url).toBe(
+      "http://host.docker.internal:11434",
+    );
+    expect(llmOf("http://127.0.0.1:4000/v1", "10.213.0.1").base_url).toBe("http://10.213.0.1:4000/v1");
+    expect(llmOf("http://[::1]:8080/v1/", "10.213.0.1").base_url).toBe("http://10.213.0.1:8080/v1/");
+    expect(llmOf("https://models.example.com/v1", "10.213.0.1").base_url).toBe(
+      "https://models.example.com/v1",
+    );
+    expect(llmOf("http://localhost:11434").base_url).toBe("http://localhost:11434");
+    expect(llmOf(null, "10.213.0.1").base_url).toBeNull();
+    // The condenser's model too.
+    const { agent } = build({
+      config: config({ llmBaseUrl: "http://localhost:11434" }),
+      hostGateway: "10.213.0.1",
+    });
+    expect((agent.condenser.llm as { base_url: string }).base_url).toBe("http://10.213.0.1:11434");
+  });
+
   it("gives the default agent the SDK's default tools, prompt arguments and summarising condenser", () => {
     const { agent } = build();
     expect(agent.tools.map((t) => t.name)).toEqual([

@@ -15,6 +15,8 @@ import type {
 import { isBuiltinAgentCommand } from "../../sandbox-agent/builtin-agent.ts";
 import { pollAlive, probeAlive } from "../agent-health.ts";
 import { freePort, withPort } from "../free-port.ts";
+import { isLoopbackHost, LoopbackPorts } from "../host-loopback.ts";
+import { rootTools } from "../host-tools.ts";
 import { DockerDisks } from "./docker-disks.ts";
 import { WarmContainers } from "./warm-containers.ts";
 
@@ -42,6 +44,11 @@ function nonRootUser(user: string | undefined): string | null {
   const u = (user ?? "").trim();
   return u === "" || /^(root|0)(:.*)?$/.test(u) ? null : u;
 }
+
+const DEFAULT_SEARCH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/** The host as a container on a network of its own reaches it (mapped with ExtraHosts host-gateway). */
+const HOST_GATEWAY = "host.docker.internal";
 
 /** A URL on this machine's loopback rewritten to the host gateway, as a container on its own network reaches it. */
 export function viaHostGateway(url: string): string {
@@ -102,6 +109,14 @@ export interface DockerRuntimeOptions {
   volumePrefix?: string;
   /** Agent port inside the container on networks other than host (default 8000). */
   agentPort?: number;
+  /**
+   * Host loopback ports containers on a bridge network reach at the host gateway (host.docker.internal): a model
+   * at `localhost:<port>` in a user's settings (SANDBOX_HOST_PORTS). Needs root, `iptables` and a local engine
+   * (see host-loopback.ts); elsewhere only services listening beyond loopback are reached there.
+   */
+  hostPorts?: readonly number[];
+  /** Where iptables is looked up for hostPorts (default: the standard system folders). */
+  searchPath?: string;
   /**
    * `uid[:gid]` the container's processes run as, given the working folder and the agent-server's state folders
    * (default: the image's own user; 1000:1000 for an image that would run as root).
@@ -383,6 +398,51 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
     if (volume) await removeVolume(volume);
   };
 
+  // Containers on a bridge reach the host at host.docker.internal, where the host's loopback services are not:
+  // the allowed ports are forwarded there (host-loopback.ts), made once, at the first start that needs them.
+  const bridged = network !== "host" && network !== "none";
+  const hostPortsWanted = new Set(options.hostPorts ?? []);
+  let forwarding: Promise<LoopbackPorts | null> | null = null;
+  const gatewayPorts = (): Promise<LoopbackPorts | null> => {
+    forwarding ??= (async () => {
+      const tools = rootTools(["iptables"], options.searchPath ?? DEFAULT_SEARCH_PATH, "not root");
+      const local = typeof (docker.modem as { socketPath?: unknown }).socketPath === "string";
+      if (!bridged || typeof tools === "string" || !local) {
+        if (hostPortsWanted.size > 0)
+          log(
+            "host loopback ports not forwarded to containers: that needs root, iptables and a local engine",
+            {
+              ports: [...hostPortsWanted],
+            },
+          );
+        return null;
+      }
+      try {
+        const info = (await docker.getNetwork(network).inspect()) as {
+          Id: string;
+          Driver?: string;
+          Options?: Record<string, string>;
+        };
+        const iface =
+          info.Options?.["com.docker.network.bridge.name"] ??
+          (info.Driver === "bridge" ? `br-${info.Id.slice(0, 12)}` : null);
+        if (iface === null) return null;
+        const ports = new LoopbackPorts(tools.iptables);
+        ports.forwardFrom(iface);
+        for (const port of hostPortsWanted) ports.allowPort(port);
+        log("host loopback ports forwarded to containers at the host gateway", {
+          bridge: iface,
+          ports: ports.ports,
+        });
+        return ports;
+      } catch (e: unknown) {
+        log("host loopback ports not forwarded to containers", { error: String(e) });
+        return null;
+      }
+    })();
+    return forwarding;
+  };
+
   /**
    * Creates and starts the container of a sandbox (the start of one not taken from the warm pool, and the warm
    * containers themselves): named `containerName`, with `labels` beside the runtime's own.
@@ -416,10 +476,12 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
     };
     const containerPort = hostNetwork ? hostPort : agentPort;
     const listenHost = hostNetwork || !reachable ? "127.0.0.1" : "0.0.0.0";
+    if (bridged && hostPortsWanted.size > 0) await gatewayPorts();
     const handle: RuntimeHandle = {
       data: { containerId: "", containerName, volume, network, reachable },
       agentUrl: `http://127.0.0.1:${hostPort}`,
       port: hostPort,
+      ...(reachable && !hostNetwork ? { hostGateway: HOST_GATEWAY } : {}),
       ...(ports.length > 1 ? { exposedPorts: ports.slice(1), workingDir } : {}),
     };
     const labels: Record<string, string> = {
@@ -447,6 +509,9 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
     // its own (host.docker.internal, mapped below), where loopback would be the container itself.
     const hook = env.OH_WEBHOOKS_0_BASE_URL;
     if (hook !== undefined && !hostNetwork) env.OH_WEBHOOKS_0_BASE_URL = viaHostGateway(hook);
+    // The built-in agent rewrites a loopback model URL there too (the agent-server gets it rewritten in its start
+    // request: RuntimeHandle.hostGateway).
+    if (reachable && !hostNetwork) env.SANDBOX_HOST_GATEWAY = HOST_GATEWAY;
     // The image's own user (as the reference, which passes none), unless `options.user` says otherwise; never
     // root: an image without a user runs as FALLBACK_USER. A user other than the image's gets the workspace and
     // the agent-server's state folders, which the image made for its own user.
@@ -609,6 +674,19 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
     kind: "docker",
     workspaceLimit,
 
+    reachHost(url: string): void {
+      let parsed: URL;
+      try {
+        parsed = new URL(url);
+      } catch {
+        return;
+      }
+      if (!isLoopbackHost(parsed.hostname) || !bridged) return;
+      const port = Number(parsed.port || (parsed.protocol === "https:" ? 443 : 80));
+      hostPortsWanted.add(port);
+      void gatewayPorts().then((ports) => ports?.allowPort(port));
+    },
+
     async start(request: RuntimeStartRequest): Promise<RuntimeHandle> {
       const { sandboxId, sessionApiKey } = request;
       // A warm container claimed under this id (by this server or another sharing the engine) is the sandbox.
@@ -751,6 +829,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
     async close(): Promise<void> {
       // Containers keep running, warm ones too (the next server adopts them); no more are warmed.
       await warm.close();
+      (await forwarding)?.close();
     },
 
     async removeAll(): Promise<void> {

@@ -370,6 +370,7 @@ export class SandboxLauncher {
       data: { ...data },
       agentUrl: `http://${net === null ? urlHost : net.address}:${port}`,
       port,
+      ...(net === null ? {} : { hostGateway: net.gateway }),
     };
     const exited = Promise.withResolvers<void>();
     const own: OwnChild = {

@@ -5,6 +5,7 @@
  * policy, the workspace, the initial message and the secrets.
  */
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
+import { viaGateway } from "../../core/loopback-url.ts";
 import type { AppConversationStartRequest } from "../../gen/workspace/v1/app_conversation_pb.js";
 import { AgentType } from "../../gen/workspace/v1/app_conversation_pb.js";
 import { parseMicroagent } from "../git/microagent-content.ts";
@@ -182,6 +183,8 @@ export interface AgentStartInput {
   provider: string | null;
   workingDir: string;
   skills: SkillJson[];
+  /** The host as the sandbox reaches it (RuntimeHandle.hostGateway), where its loopback is its own. */
+  hostGateway?: string | undefined;
 }
 
 /**
@@ -191,9 +194,14 @@ export interface AgentStartInput {
  */
 export function agentStartRequest(input: AgentStartInput): Record<string, unknown> {
   const { request: r, config } = input;
+  // A model on the server's loopback (an Ollama at localhost:11434) is on the sandbox's host gateway.
+  const baseUrl =
+    config.llmBaseUrl !== null && input.hostGateway
+      ? viaGateway(config.llmBaseUrl, input.hostGateway)
+      : config.llmBaseUrl;
   const llm = (usageId: string): JsonObject => ({
     model: input.model,
-    base_url: config.llmBaseUrl,
+    base_url: baseUrl,
     api_key: config.llmApiKey,
     usage_id: usageId,
   });

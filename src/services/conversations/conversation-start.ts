@@ -460,6 +460,7 @@ class StartFlow {
       provider,
       workingDir: project.projectDir,
       skills,
+      hostGateway: handle.hostGateway,
     });
     await this.#save({ status: "STARTING_CONVERSATION", agentServerUrl: publicAgentUrl });
     const info = await this.#d.agent.startConversation(agent, body, this.#callSignal);
