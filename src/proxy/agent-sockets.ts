@@ -1,21 +1,24 @@
 /**
  * The agent proxy's websocket half: `GET /sockets/events/{id}?session_api_key=<sandbox key>&…` upgraded on the
- * service's own listener is relayed, message by message (ws on both sides), to the same path on the agent the key's
- * sandbox recorded. The agent's handshake comes first: the client's upgrade is accepted only once the agent
- * accepted, so a refusal is an HTTP answer with a JSON body, never a socket that opens and hangs.
+ * service's own listener is relayed to the same path on the agent the key's sandbox recorded, on the wire of
+ * src/proxy/frame-relay.ts (the agent's frames passed through as read, the client's parsed and checked). The
+ * agent's handshake comes first: the client's upgrade is accepted only once the agent accepted, so a refusal is an
+ * HTTP answer with a JSON body, never a socket that opens and hangs; what the agent sends at once waits unread
+ * until the relay listens.
  *
  * Bounds: a message from the client of at most maxMessageBytes (close 1009), messagesPerSecond per socket (close
- * 1008), socketsPerUser open sockets per sandbox owner on this server process (429), a client that does not read
- * stops the agent's side (backpressure, never an unbounded queue), and a sandbox that stops running (paused,
- * deleted, ERROR) has its sockets closed within checkMs (1001 "sandbox is not running").
+ * 1008), socketsPerUser open sockets per sandbox owner on this server process (429), the agent's messages at most
+ * 64 times maxMessageBytes, a client that does not read stops the agent's side (backpressure, never an unbounded
+ * queue), and a sandbox that stops running (paused, deleted, ERROR) has its sockets closed within checkMs (1001
+ * "sandbox is not running").
  */
 import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
-import WebSocket, { WebSocketServer } from "ws";
 import { RateLimiter } from "../core/rate-limiter.ts";
 import type { AgentTarget } from "../services/sandboxes/sandbox-service.ts";
 import { pathOf, SOCKET_PREFIX, socketKey } from "./agent-calls.ts";
 import { AgentCallError, type AgentProxyDeps, resolveAgent } from "./agent-http.ts";
+import { acceptClient, clientHandshakeProblem, connectAgent, FrameRelay } from "./frame-relay.ts";
 
 export interface AgentSocketLimits {
   /** Largest message a client may send (the agent's messages may be up to 64 times that). */
@@ -34,20 +37,17 @@ interface Relay {
   key: string;
   ownerId: string;
   sandboxId: string;
-  client: WebSocket;
-  agent: WebSocket;
   /** Closes both sides (set once the relay runs). */
   end?: (code: number, reason: string) => void;
 }
 
-/** Sends the agent waits for before it stops reading the agent (the client's socket is not keeping up). */
-const MAX_PENDING_SENDS = 64;
+/** How many times a client message's limit an agent message may be. */
+const AGENT_MESSAGE_FACTOR = 64;
 
 /** Relays the agent events websockets (see the module's comment). */
 export class AgentSockets {
   readonly #deps: Pick<AgentProxyDeps, "target" | "userOf" | "logger">;
   readonly #limits: AgentSocketLimits;
-  readonly #server: WebSocketServer;
   readonly #relays = new Set<Relay>();
   readonly #perUser = new Map<string, number>();
   #timer: NodeJS.Timeout | undefined;
@@ -57,12 +57,6 @@ export class AgentSockets {
   constructor(deps: Pick<AgentProxyDeps, "target" | "userOf" | "logger">, limits: AgentSocketLimits) {
     this.#deps = deps;
     this.#limits = limits;
-    this.#server = new WebSocketServer({
-      noServer: true,
-      maxPayload: limits.maxMessageBytes,
-      perMessageDeflate: false,
-      clientTracking: false,
-    });
   }
 
   /** Open relays (for tests and metrics). */
@@ -86,6 +80,8 @@ export class AgentSockets {
 
   async #upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
     if (this.#closed) return refuse(socket, 503, "The server is shutting down");
+    const problem = clientHandshakeProblem(req);
+    if (problem !== undefined) return refuse(socket, problem.status, problem.detail, problem.headers);
     const url = new URL(req.url ?? "/", "http://agent");
     const key = socketKey(url, req.headers);
     if (key === undefined)
@@ -115,100 +111,44 @@ export class AgentSockets {
     };
     socket.once("close", uncount);
     // The agent's side first: the same path and query on the recorded agent, no header of the client's.
-    const base = new URL(target.agentUrl);
-    const upstreamUrl = new URL(
-      url.pathname + url.search,
-      `${base.protocol === "https:" ? "wss" : "ws"}://${base.host}`,
+    const gone = new AbortController();
+    const onGone = () => gone.abort();
+    socket.once("close", onGone);
+    const agent = await connectAgent(
+      new URL(url.pathname + url.search, new URL(target.agentUrl).origin),
+      this.#limits.handshakeTimeoutMs,
+      gone.signal,
     );
-    const agent = new WebSocket(upstreamUrl, {
-      perMessageDeflate: false,
-      maxPayload: this.#limits.maxMessageBytes * 64,
-      handshakeTimeout: this.#limits.handshakeTimeoutMs,
-    });
-    const opened = await new Promise<{ ok: true } | { ok: false; status: number; detail: string }>(
-      (resolve) => {
-        agent.once("open", () => {
-          // Nothing the agent sends (its first snapshot comes at once) is read before the relay listens.
-          agent.pause();
-          resolve({ ok: true });
-        });
-        agent.once("unexpected-response", (_r, res) => {
-          res.resume();
-          resolve({
-            ok: false,
-            status: 502,
-            detail: `The sandbox's agent refused the websocket (${res.statusCode})`,
-          });
-        });
-        agent.once("error", () =>
-          resolve({ ok: false, status: 502, detail: "The sandbox's agent could not be reached" }),
-        );
-        socket.once("close", () => resolve({ ok: false, status: 499, detail: "client went away" }));
-      },
-    );
-    if (!opened.ok || socket.destroyed) {
+    socket.off("close", onGone);
+    if (!("socket" in agent) || socket.destroyed || !socket.writable) {
       uncount();
-      agent.removeAllListeners();
-      agent.on("error", () => {});
-      agent.terminate();
-      if (opened.ok || opened.status === 499) socket.destroy();
-      else refuse(socket, opened.status, opened.detail);
+      if ("socket" in agent) agent.socket.destroy();
+      if ("socket" in agent || agent.status === 499) socket.destroy();
+      else refuse(socket, agent.status, agent.detail);
       return;
     }
-    this.#server.handleUpgrade(req, socket, head, (client) => {
-      this.#relay({ key, ownerId: target.ownerId, sandboxId: target.sandboxId, client, agent }, uncount);
-    });
-  }
-
-  #relay(r: Relay, uncount: () => void): void {
-    const { client, agent } = r;
-    this.#relays.add(r);
-    this.#watch();
+    acceptClient(req, socket);
+    const r: Relay = { key, ownerId: target.ownerId, sandboxId: target.sandboxId };
     const rate = new RateLimiter(
       this.#limits.messagesPerSecond,
       Math.max(1, this.#limits.messagesPerSecond * 2),
     );
-    let pending = 0;
-    const sent = () => {
-      pending--;
-      if (pending < MAX_PENDING_SENDS / 2 && agent.isPaused) agent.resume();
-    };
-    agent.on("message", (data, isBinary) => {
-      if (client.readyState !== WebSocket.OPEN) return;
-      pending++;
-      client.send(data, { binary: isBinary }, sent);
-      if (pending >= MAX_PENDING_SENDS && !agent.isPaused) agent.pause();
+    this.#relays.add(r);
+    this.#watch();
+    const relay = new FrameRelay(socket, head, agent, {
+      maxClientMessageBytes: this.#limits.maxMessageBytes,
+      maxAgentMessageBytes: this.#limits.maxMessageBytes * AGENT_MESSAGE_FACTOR,
+      admit: () => {
+        if (!rate.has("socket")) return false;
+        rate.spend("socket");
+        return true;
+      },
+      onEnd: () => {
+        this.#relays.delete(r);
+        uncount();
+      },
     });
-    client.on("message", (data, isBinary) => {
-      if (!rate.has("socket")) {
-        client.close(1008, "Too many messages: slow down");
-        return;
-      }
-      rate.spend("socket");
-      if (agent.readyState === WebSocket.OPEN) agent.send(data, { binary: isBinary });
-    });
-    let ended = false;
-    const end = (code: number, reason: string) => {
-      if (ended) return;
-      ended = true;
-      this.#relays.delete(r);
-      uncount();
-      for (const ws of [client, agent]) {
-        if (ws.readyState === WebSocket.OPEN) ws.close(code, reason);
-        else if (ws.readyState === WebSocket.CONNECTING) ws.terminate();
-      }
-      // A peer that does not finish the closing handshake is cut off.
-      setTimeout(() => {
-        client.terminate();
-        agent.terminate();
-      }, 5000).unref();
-    };
-    client.on("close", (code, reason) => end(sendable(code), reason.toString()));
-    agent.resume();
-    agent.on("close", (code, reason) => end(sendable(code), reason.toString()));
-    client.on("error", () => end(1011, ""));
-    agent.on("error", () => end(1011, "agent error"));
-    r.end = end;
+    r.end = (code, reason) => relay.end(code, reason);
   }
 
   /** Checks open sockets' sandboxes every checkMs while any is open; closes those whose sandbox stopped running. */
@@ -246,13 +186,7 @@ export class AgentSockets {
     clearInterval(this.#timer);
     this.#timer = undefined;
     for (const r of [...this.#relays]) r.end?.(1001, "server shutting down");
-    this.#server.close();
   }
-}
-
-/** A close code that may be sent on (1005, 1006 and 1015 are only reported, never sent). */
-function sendable(code: number): number {
-  return code === 1005 || code === 1006 || code === 1015 || code < 1000 || code >= 5000 ? 1000 : code;
 }
 
 /** Answers an upgrade request with an HTTP error and a JSON body, then closes the socket. */
@@ -270,9 +204,11 @@ function refuse(socket: Duplex, status: number, detail: string, headers: Record<
 }
 
 const STATUS_TEXT: Record<number, string> = {
+  400: "Bad Request",
   401: "Unauthorized",
   403: "Forbidden",
   404: "Not Found",
+  405: "Method Not Allowed",
   409: "Conflict",
   429: "Too Many Requests",
   502: "Bad Gateway",
