@@ -8,6 +8,7 @@ import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { directAgentUrl, networkFromServerLog } from "../helpers/agent-address.ts";
 
 const root = join(import.meta.dirname, "..", "..");
 const cli = join(root, "src", "cli", "main.ts");
@@ -139,16 +140,17 @@ describe.skipIf(skipReason !== null)(
         "StoreSettings: Settings stored",
         "GetSettings: language=de llm_model=anthropic/claude-sonnet-4-5 llm_api_key_set=True",
         expect.stringMatching(/^StartSandbox: \S+ \(spec workspace-agent, (STARTING|RUNNING)\)$/),
-        // The agent through this service's origin, then its own loopback URL (docs/agent-proxy.md).
-        expect.stringMatching(
-          /^RUNNING: \S+ \(AGENT_SERVER=\/, AGENT_SERVER_DIRECT=http:\/\/127\.0\.0\.1:\d+\)$/,
-        ),
+        // The agent through this service's origin, then its own URL (docs/agent-proxy.md): its loopback port, or
+        // its address on port 8000 when sandboxes have networks of their own.
+        expect.stringMatching(/^RUNNING: \S+ \(AGENT_SERVER=\/, AGENT_SERVER_DIRECT=\S+\)$/),
         expect.stringMatching(/^PauseSandbox: \S+ is PAUSED$/),
         expect.stringMatching(/^ResumeSandbox: \S+$/),
         expect.stringMatching(/^RUNNING: \S+$/),
         expect.stringMatching(/^DeleteSandbox: \S+$/),
         "done",
       ]);
+      const direct = /AGENT_SERVER_DIRECT=(\S+)\)$/.exec(lines[3] ?? "")?.[1] ?? "";
+      expect(direct).toMatch(directAgentUrl(networkFromServerLog(serverOut)));
       const sandboxId = /^StartSandbox: (\S+)/.exec(lines[2] ?? "")?.[1] ?? "";
       expect(sandboxId).not.toBe("");
 

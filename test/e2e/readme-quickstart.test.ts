@@ -3,7 +3,9 @@
 // (from source, on free ports, a fresh DATA_DIR, nothing else set). Only four things are replaced: the BASE and GRPC
 // URLs and the KEY of the first block, with this server's ports and the key it printed at its first start, and the
 // local model's address (Ollama's http://127.0.0.1:11434/v1) with a scripted fake model server on loopback (no test
-// reaches outside this machine), which the built-in agent asks when it runs the conversation's first message. The
+// reaches outside this machine), which the built-in agent asks when it runs the conversation's first message. As
+// sandboxes with networks of their own reach Ollama's port on the host's loopback by default (SANDBOX_HOST_PORTS),
+// the server is told the fake model's port beside it. The
 // git token check is on, as on every default server: the made-up token is refused (401 from GitHub, or 503 where
 // GitHub cannot be reached, as here), which the README's `# →` line covers. Every `# → ...` comment of a block is an
 // expected answer: its parts between `...` must appear, in order, in what that block printed.
@@ -118,6 +120,8 @@ describe("the README's quick start", () => {
         DATA_DIR: dir,
         PORT: String(port),
         GRPC_PORT: String(grpcPort),
+        // The default (Ollama's 11434) and the fake model's port, which stands in for it.
+        SANDBOX_HOST_PORTS: `11434,${new URL(llm.url).port}`,
       },
       stdio: ["ignore", "pipe", "pipe"],
     });
