@@ -287,7 +287,7 @@ export class FrameRelay {
       this.#clientCloseReceived = true;
       const c = sendable(code);
       this.#end(c, reason, c, reason);
-      if (this.#clientCloseSent) client.end();
+      if (this.#clientCloseSent) finish(client);
     });
     r.on("error", (err) => {
       this.#clientCloseReceived = true; // nothing more is read from it
@@ -298,7 +298,7 @@ export class FrameRelay {
     client.on("data", (chunk: Buffer) => this.#fromClient(chunk));
     client.on("end", () => {
       this.#end(1000, "", 1000, "");
-      client.end();
+      finish(client);
     });
     client.on("error", () => {
       this.#end(1011, "", 1011, "");
@@ -314,7 +314,7 @@ export class FrameRelay {
     this.#agent.on("data", (chunk: Buffer) => this.#fromAgent(chunk));
     this.#agent.on("end", () => {
       this.#end(1000, "", 1000, "");
-      this.#agent.end();
+      finish(this.#agent);
     });
     this.#agent.on("error", () => {
       this.#end(1011, "agent error", 1011, "");
@@ -509,7 +509,7 @@ export class FrameRelay {
     if (payload.length === 1 || (payload.length >= 2 && !validCloseCode(code)) || !validUtf8(reason)) {
       this.#end(1011, "The sandbox's agent broke the websocket protocol", 1002, "Invalid close frame");
     } else this.#end(sendable(code), reason, sendable(code), reason);
-    if (this.#agentCloseSent) this.#agent.end();
+    if (this.#agentCloseSent) finish(this.#agent);
   }
 
   /**
@@ -528,7 +528,7 @@ export class FrameRelay {
     if (!this.#agentGone && !this.#agentCloseSent && this.#agent.writable) {
       this.#agentCloseSent = true;
       this.#toAgent.close(agentCode, agentReason, true);
-      if (this.#agentCloseReceived) this.#agent.end();
+      if (this.#agentCloseReceived) finish(this.#agent);
     }
     if (!this.#clientGone && !this.#clientCloseSent && this.#client.writable) {
       this.#clientClose = { code: clientCode, reason: clientReason };
@@ -551,13 +551,18 @@ export class FrameRelay {
     this.#clientCloseSent = true;
     if (this.#clientGone || !this.#client.writable) return;
     this.#toClient.close(close.code, close.reason, false);
-    if (this.#clientCloseReceived) this.#client.end();
+    if (this.#clientCloseReceived) finish(this.#client);
   }
 
   /** Once both sockets are closed, nothing is left to cut off. */
   #settled(): void {
     if (this.#clientGone && this.#agentGone) clearTimeout(this.#cutOff);
   }
+}
+
+/** Ends a socket's writing side unless it is ended already (ending it twice makes an error). */
+function finish(socket: Duplex): void {
+  if (!socket.writableEnded && !socket.destroyed) socket.end();
 }
 
 /** A close code that may be sent on (1005, 1006 and 1015 are only reported, never sent). */
