@@ -162,6 +162,9 @@ function startService(): ChildProcess {
       DATA_DIR: dataDir,
       UI_DIR: uiDir,
       LOCAL_REPOSITORY_ROOTS: reposDir,
+      // The fake model on this machine's loopback, as a person's Ollama: sandboxes in networks of their own reach
+      // it at their gateway.
+      SANDBOX_HOST_PORTS: new URL(llm.url).port,
       LOG_LEVEL: process.env.LOG_LEVEL ?? "info",
     },
     stdio: ["ignore", "pipe", "pipe"],

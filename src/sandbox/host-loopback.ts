@@ -99,6 +99,31 @@ export class LoopbackPorts {
     this.#allowed.add(port);
   }
 
+  /**
+   * Lets sandboxes whose input the host guards (AWS-SBX-IN) reach `address:port` of the host itself (a service
+   * listening on an address other than loopback, such as the webhook URL of a server on its link address).
+   */
+  allowAddress(address: string, port: number): void {
+    const key = `${address}:${port}`;
+    if (this.#addresses.has(key) || !this.#guarded) return;
+    const rule = [
+      "-d",
+      address,
+      "-p",
+      "tcp",
+      "--dport",
+      String(port),
+      "-m",
+      "comment",
+      "--comment",
+      this.#tag,
+    ];
+    if (!this.has("filter", HOST_CHAINS.in, [...rule, "-j", "ACCEPT"]))
+      this.iptables(["-t", "filter", "-I", HOST_CHAINS.in, "2", ...rule, "-j", "ACCEPT"]);
+    this.#addresses.add(key);
+  }
+
+  readonly #addresses = new Set<string>();
   #guarded = false;
   /** The filter chain AWS-SBX-IN guards some interfaces (it exists): allowed ports are accepted there too. */
   guardInput(): void {
@@ -149,6 +174,7 @@ export class LoopbackPorts {
   close(): void {
     this.#dropTagged(true);
     this.#allowed.clear();
+    this.#addresses.clear();
   }
 }
 

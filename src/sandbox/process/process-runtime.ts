@@ -1,3 +1,4 @@
+import { lookup } from "node:dns/promises";
 import {
   accessSync,
   chmodSync,
@@ -9,6 +10,7 @@ import {
   rmSync,
   writeFileSync,
 } from "node:fs";
+import { isIPv4 } from "node:net";
 import { basename, dirname, isAbsolute, join, relative, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { failedPrecondition } from "../../core/errors.ts";
@@ -463,8 +465,19 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
       } catch {
         return;
       }
-      if (!isLoopbackHost(parsed.hostname)) return;
-      network.allowPort(Number(parsed.port || (parsed.protocol === "https:" ? 443 : 80)));
+      const port = Number(parsed.port || (parsed.protocol === "https:" ? 443 : 80));
+      const host = parsed.hostname.replace(/^\[|\]$/g, "");
+      // On loopback: through the gateway. Elsewhere: that address of the host (a name: the addresses it has now).
+      if (isLoopbackHost(host)) network.allowPort(port);
+      else if (isIPv4(host)) network.allowAddress(host, port);
+      else
+        void lookup(host, { all: true, family: 4 }).then(
+          (found) => {
+            for (const { address } of found) network.allowAddress(address, port);
+          },
+          (e: unknown) =>
+            log("sandboxes cannot be let reach a host name that does not resolve", { url, error: String(e) }),
+        );
       if (networkReport.mode === "isolated") networkReport.hostPorts = network.allowedPorts;
     },
 

@@ -237,6 +237,11 @@ export class SandboxNetwork {
     this.#ports.allowPort(port);
   }
 
+  /** Lets sandboxes reach the host's own `address:port` (a service listening beyond loopback). */
+  allowAddress(address: string, port: number): void {
+    this.#ports.allowAddress(address, port);
+  }
+
   /** Takes back the host ports this runtime let sandboxes reach. */
   close(): void {
     this.#ports.close();
