@@ -1,9 +1,11 @@
 /**
  * Issue 38 through the service, two users each with a process sandbox of their own (bubblewrap as root, the
- * built-in agent, started cold by the service): the process sandboxes share the host's network, so each reaches
- * the other's agent port and the host's loopback. What one user's sandbox does there must not reach the other's
- * agent (F1: its own agent's inspector opened by SIGUSR1; F4: idle connections taking the agent's descriptors, the
- * service's health probe failing), nor can its own commands read its agent's key from /proc (F7).
+ * built-in agent, started cold by the service). Where the sandboxes share the host's network (SANDBOX_NETWORK=host,
+ * or no network of their own here), each reaches the other's agent port and the host's loopback; in networks of
+ * their own (the default as root), it tries the other's agent at its address and the host at its gateway and on
+ * 127.0.0.1. Either way, what one user's sandbox does there must not reach the other's agent (F1: its own agent's
+ * inspector opened by SIGUSR1; F4: idle connections taking the agent's descriptors, the service's health probe
+ * failing), nor can its own commands read its agent's key from /proc (F7).
  * Skipped, with the reason, where the sandboxes are not isolated under their own uids.
  */
 import { mkdtempSync, readdirSync, readlinkSync, rmSync } from "node:fs";
@@ -11,6 +13,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
+import { connectProbe, directAgentUrl, gatewayOf, UNREACHABLE } from "../helpers/agent-address.ts";
 import { agentProcesses } from "../helpers/agent-processes.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
 import { until } from "../helpers/until.ts";
@@ -50,7 +53,7 @@ async function party(user: string): Promise<Party> {
   );
   expect(running?.status).toBe("RUNNING");
   const agent = running?.exposed_urls?.find((u) => u.name === "AGENT_SERVER_DIRECT")?.url ?? "";
-  expect(agent).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+  expect(agent).toMatch(directAgentUrl((t.runtime as ProcessRuntime).network));
   const record = await t.storage.sandboxes.get(id);
   const workspace = String(
     (record?.handle as { data?: { workspace?: string } } | undefined)?.data?.workspace,
@@ -68,6 +71,12 @@ async function bash(p: Party, command: string): Promise<{ exit_code: number; std
   expect(res.status).toBe(200);
   return (await res.json()) as { exit_code: number; stdout: string };
 }
+
+/** What a TCP connect from inside the party's sandbox to host:port gives ("connected", an error code, "timeout"). */
+const probe = async (p: Party, host: string, port: number | string): Promise<string> =>
+  (await bash(p, `${node} -e '${connectProbe(host, port)}'`)).stdout.trim();
+
+const isolated = (): boolean => (t.runtime as ProcessRuntime).network.mode === "isolated";
 
 const agentPid = (p: Party): number => {
   const [agent] = agentProcesses(p.workspace);
@@ -99,19 +108,38 @@ describe("one user's sandbox against another's agent (issue 38)", () => {
     if (skip !== null) return ctx.skip(skip);
     expect((await bash(alice, "kill -USR1 $PPID && echo sent")).stdout).toBe("sent\n");
     await new Promise((r) => setTimeout(r, 300));
-    const probe = await bash(
-      bob,
-      `${node} -e 'require("net").connect(9229, "127.0.0.1").on("connect", () => { console.log("inspector open"); process.exit(); }).on("error", (e) => console.log(e.code))'`,
-    );
-    expect(probe.stdout).toBe("ECONNREFUSED\n");
+    if (!isolated()) {
+      // One network: alice's inspector would be on the loopback bob shares.
+      const probe = await bash(
+        bob,
+        `${node} -e 'require("net").connect(9229, "127.0.0.1").on("connect", () => { console.log("inspector open"); process.exit(); }).on("error", (e) => console.log(e.code))'`,
+      );
+      expect(probe.stdout).toBe("ECONNREFUSED\n");
+    } else {
+      // Networks of their own: no inspector opened even on alice's own loopback, and bob reaches none of alice's
+      // ports (her agent's included) at her address, nor the host's inspector port at his gateway or loopback.
+      expect(await probe(alice, "127.0.0.1", 9229)).toBe("ECONNREFUSED");
+      const aliceAddress = new URL(alice.agent).hostname;
+      for (const [host, port] of [
+        [aliceAddress, 9229],
+        [aliceAddress, new URL(alice.agent).port],
+        [gatewayOf(bob.agent), 9229],
+        ["127.0.0.1", 9229],
+      ] as const)
+        expect(await probe(bob, host, port), `${host}:${port} from bob's sandbox`).toMatch(UNREACHABLE);
+    }
     await t.app.sweep();
     expect((await sandbox(alice.key, alice.id))?.status).toBe("RUNNING");
   });
 
   it("F4: another user's 1500 idle connections leave the agent under its cap; the service's health probe passes", async (ctx) => {
     if (skip !== null) return ctx.skip(skip);
-    const port = new URL(alice.agent).port;
-    const flood = `for (let i = 0; i < 1500; i++) require("net").connect(${port}, "127.0.0.1").on("error", () => {}); setTimeout(() => process.exit(), 10000);`;
+    // Alice's agent where bob's sandbox would reach it: her port on the shared loopback, else her address.
+    const { hostname, port } = new URL(alice.agent);
+    const host = isolated() ? hostname : "127.0.0.1";
+    if (isolated())
+      expect(await probe(bob, host, port), "alice's agent from bob's sandbox").toMatch(UNREACHABLE);
+    const flood = `for (let i = 0; i < 1500; i++) require("net").connect(${port}, "${host}").on("error", () => {}); setTimeout(() => process.exit(), 10000);`;
     expect((await bash(bob, `${node} -e '${flood}' >/dev/null 2>&1 & echo started`)).stdout).toBe(
       "started\n",
     );

@@ -10,8 +10,6 @@ export type SandboxNetworkMode = { mode: "isolated"; subnet: string } | { mode: 
 /** The port an agent listens on inside its own network. */
 export const ISOLATED_AGENT_PORT = 8000;
 
-const escape = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
-
 /** The first two octets of a /16 such as 10.213.0.0/16. */
 function prefixOf(subnet: string): string {
   const m = /^(\d{1,3})\.(\d{1,3})\.0\.0\/16$/.exec(subnet);
@@ -22,7 +20,9 @@ function prefixOf(subnet: string): string {
 /** The exact form of an agent's direct URL under `network`. */
 export function directAgentUrl(network: SandboxNetworkMode): RegExp {
   return network.mode === "isolated"
-    ? new RegExp(`^http://${escape(prefixOf(network.subnet))}\\d{1,3}\\.\\d{1,3}:${ISOLATED_AGENT_PORT}$`)
+    ? new RegExp(
+        `^http://${prefixOf(network.subnet).replaceAll(".", "\\.")}\\d{1,3}\\.\\d{1,3}:${ISOLATED_AGENT_PORT}$`,
+      )
     : /^http:\/\/127\.0\.0\.1:\d+$/;
 }
 
@@ -44,4 +44,15 @@ export function networkFromServerLog(output: string): SandboxNetworkMode {
   const { network } = JSON.parse(line) as { network: { mode: string; subnet: string } };
   if (network.mode !== "isolated") throw new Error(`unexpected network in the start log: ${line}`);
   return { mode: "isolated", subnet: network.subnet };
+}
+
+/** What a connection refused or dropped by the sandboxes' network rules gives a client (never "connected"). */
+export const UNREACHABLE = /^(ECONNREFUSED|EHOSTUNREACH|ENETUNREACH|timeout)$/;
+
+/**
+ * A Node program (for `node -e '…'`, no single quotes in it) that connects to `host`:`port` and prints
+ * "connected", the error's code, or "timeout" after `timeoutMs`.
+ */
+export function connectProbe(host: string, port: number | string, timeoutMs = 2000): string {
+  return `const s = require("net").connect(${JSON.stringify(Number(port))}, ${JSON.stringify(host)}); s.setTimeout(${timeoutMs}, () => { console.log("timeout"); process.exit(); }); s.on("connect", () => { console.log("connected"); process.exit(); }).on("error", (e) => { console.log(e.code); process.exit(); });`;
 }

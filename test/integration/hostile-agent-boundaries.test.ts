@@ -3,15 +3,21 @@
  * server runs it (bubblewrap as root, a loop-mounted workspace of its own size, a warm agent and a cold one): two
  * sandboxes, alice's (claimed from the warm pool) and bob's (started cold), each under a uid of its own.
  * - F1: a sandbox signals its agent with SIGUSR1; no inspector opens that another sandbox could connect to.
+ *   Where sandboxes have networks of their own (the default as root), the other one also tries the first's address
+ *   and its own gateway (the host); with the host's network shared, the loopback they share.
  * - F7: the agent's /proc environ, which its commands can read, holds no session key.
- * - F4: one sandbox's idle connections to the other's agent do not take its descriptors; /alive still answers.
+ * - F4: one sandbox's idle connections to the other's agent do not take its descriptors; /alive still answers
+ *   (in networks of their own, the connections are refused: the other's agent is out of reach).
  * - F2: the agent's output goes to its workspace's disk, whose size bounds it; nothing grows on the host.
  * - F3: on a restart, a working directory the sandbox replaced with a symlink is refused, never chowned through.
  * - F10: a FIFO in place of a saved events.jsonl does not hold the restarted agent's start.
  * - F5: a descriptor of one sandbox's workspace file handed to another sandbox (an abstract unix socket) does not
  *   keep the deleted sandbox's disk alive: its holder is killed and the loop device detached before the removal ends.
+ *   In networks of their own, abstract sockets are per namespace and the hand-over is refused; the descriptor is
+ *   then relayed by a host process (root), so that another sandbox holds it all the same.
  * Skipped, with the reason, where bubblewrap cannot isolate sandboxes as root.
  */
+import { spawnSync } from "node:child_process";
 import {
   existsSync,
   mkdirSync,
@@ -29,6 +35,7 @@ import type { RuntimeHandle, RuntimeSpec } from "../../src/ports/sandbox-runtime
 import { createProcessRuntime, type ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { BUILTIN_AGENT_COMMAND } from "../../src/sandbox-agent/builtin-agent.ts";
 import { listProcesses, readProcStat } from "../../src/sandbox-agent/proc-tree.ts";
+import { connectProbe, directAgentUrl, gatewayOf, UNREACHABLE } from "../helpers/agent-address.ts";
 import { agentProcesses, cmdline } from "../helpers/agent-processes.ts";
 
 const root = mkdtempSync(join(tmpdir(), "hostile-agent-boundaries-"));
@@ -54,6 +61,7 @@ const spec = (workingDir = ""): RuntimeSpec => ({
 async function start(id: string, workingDir = ""): Promise<Sandbox> {
   const key = `key-of-${id}-${"k".repeat(24)}`;
   const handle = await runtime.start({ sandboxId: id, spec: spec(workingDir), sessionApiKey: key });
+  expect(handle.agentUrl).toMatch(directAgentUrl(runtime.network));
   expect(await runtime.waitHealthy(handle, 15_000)).toBe(true);
   return { handle, key, workspace: (handle.data as { workspace: string }).workspace };
 }
@@ -72,6 +80,12 @@ async function bash(
   expect(res.status).toBe(200);
   return (await res.json()) as { exit_code: number; stdout: string };
 }
+
+/** What a TCP connect from inside the sandbox to host:port gives ("connected", an error code, "timeout"). */
+const probe = async (s: Sandbox, host: string, port: number | string): Promise<string> =>
+  (await bash(s, `${node} -e '${connectProbe(host, port)}'`)).stdout.trim();
+
+const isolated = (): boolean => runtime.network.mode === "isolated";
 
 /** The pid of the sandbox's agent (the Node process running main.ts). */
 function agentPid(s: Sandbox): number {
@@ -107,8 +121,9 @@ beforeAll(async () => {
   if (skip !== null) return;
   for (let i = 0; i < 400 && runtime.warmReady() < 1; i++) await new Promise((r) => setTimeout(r, 25));
   expect(runtime.warmReady()).toBe(1);
-  alice = await start("alice-sbx");
-  bob = await start("bob-sbx");
+  // Both started in the same moment: alice's start takes the warm agent, bob's finds the pool empty (its next agent
+  // still starting; one started after alice's was healthy could find it ready).
+  [alice, bob] = await Promise.all([start("alice-sbx"), start("bob-sbx")]);
   // alice's agent was the warm one (its folder is the pool's), bob's started cold.
   expect(alice.workspace).toMatch(/\/ws-[A-Za-z0-9]{20}$/);
   expect(bob.workspace).toBe(join(root, "sandboxes", "bob-sbx"));
@@ -128,11 +143,28 @@ describe.skipIf(process.getuid?.() !== 0)("the built-in agent's boundaries (issu
     ] as const) {
       expect((await bash(self, "kill -USR1 $PPID && echo sent")).stdout).toBe("sent\n");
       await new Promise((r) => setTimeout(r, 300));
-      const probe = await bash(
-        other,
-        `${node} -e 'require("net").connect(9229, "127.0.0.1").on("connect", () => { console.log("inspector open"); process.exit(); }).on("error", (e) => console.log(e.code))'`,
-      );
-      expect(probe.stdout).toBe("ECONNREFUSED\n");
+      if (!isolated()) {
+        // One network: an inspector of self's agent would be on the loopback the other shares.
+        const probed = await bash(
+          other,
+          `${node} -e 'require("net").connect(9229, "127.0.0.1").on("connect", () => { console.log("inspector open"); process.exit(); }).on("error", (e) => console.log(e.code))'`,
+        );
+        expect(probed.stdout).toBe("ECONNREFUSED\n");
+      } else {
+        // Networks of their own: no inspector even on self's own loopback, and the other reaches none of self's
+        // ports (its agent's included) at its address, nor the host's inspector port at its gateway or loopback.
+        expect(await probe(self, "127.0.0.1", 9229)).toBe("ECONNREFUSED");
+        const address = new URL(self.handle.agentUrl).hostname;
+        for (const [host, port] of [
+          [address, 9229],
+          [address, self.handle.port as number],
+          [gatewayOf(other.handle.agentUrl), 9229],
+          ["127.0.0.1", 9229],
+        ] as const)
+          expect(await probe(other, host, port), `${host}:${port} from the other sandbox`).toMatch(
+            UNREACHABLE,
+          );
+      }
       expect((await fetch(new URL("/alive", self.handle.agentUrl))).status).toBe(200);
       // Started so that no signal opens it, from Node's first instruction on.
       expect(cmdline(agentPid(self))).toContain("--disable-sigusr1");
@@ -169,8 +201,12 @@ describe.skipIf(process.getuid?.() !== 0)("the built-in agent's boundaries (issu
   it("F4: 1500 idle connections from bob's sandbox take no more than the cap of alice's agent; /alive answers", async (ctx) => {
     if (skip !== null) return ctx.skip(skip);
     const port = alice.handle.port as number;
+    // Alice's agent where bob's sandbox would reach it: her port on the shared loopback, else her address.
+    const host = isolated() ? new URL(alice.handle.agentUrl).hostname : "127.0.0.1";
+    if (isolated())
+      expect(await probe(bob, host, port), "alice's agent from bob's sandbox").toMatch(UNREACHABLE);
     // Opens the connections as fast as it can and holds them 20 s (in the background of bob's sandbox).
-    const flood = `for (let i = 0; i < 1500; i++) require("net").connect(${port}, "127.0.0.1").on("error", () => {}); setTimeout(() => process.exit(), 10000);`;
+    const flood = `for (let i = 0; i < 1500; i++) require("net").connect(${port}, "${host}").on("error", () => {}); setTimeout(() => process.exit(), 10000);`;
     expect((await bash(bob, `${node} -e '${flood}' >/dev/null 2>&1 & echo started`)).stdout).toBe(
       "started\n",
     );
@@ -276,13 +312,17 @@ describe.skipIf(process.getuid?.() !== 0)("the built-in agent's boundaries (issu
     if (skip !== null) return ctx.skip(skip);
     const dave = await start("dave-sbx");
     const name = `f5-${process.pid}-${Date.now()}`;
-    // bob receives a descriptor over an abstract unix socket (the host's network namespace) and writes through it.
+    // bob receives a descriptor over an abstract unix socket (its network namespace's: the host's, where sandboxes
+    // share it) and writes through it; or over a socket file in its workspace (where the host's relay hands it).
     const holder = [
       "cat > $HOME/holder.py <<'PY'",
-      "import os, socket, sys, time",
-      "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)",
-      's.bind("\\0" + sys.argv[1]); s.listen(1)',
-      "c, _ = s.accept()",
+      "import os, select, socket, sys, time",
+      "os.chdir(os.path.expanduser('~'))",
+      "socks = []",
+      'for addr in ["\\0" + sys.argv[1], "f5-in.sock"]:',
+      "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.bind(addr); s.listen(1); socks.append(s)",
+      "ready, _, _ = select.select(socks, [], [])",
+      "c, _ = ready[0].accept()",
       "_, fds, _, _ = socket.recv_fds(c, 16, 1)",
       "end = time.time() + 30",
       "while time.time() < end:",
@@ -295,17 +335,68 @@ describe.skipIf(process.getuid?.() !== 0)("the built-in agent's boundaries (issu
     expect((await bash(bob, holder)).stdout).toBe("started\n");
     await new Promise((r) => setTimeout(r, 300));
     // dave opens a file of its workspace and hands it over.
-    const sender = [
-      "/usr/bin/python3 - <<'PY'",
-      "import os, socket",
-      'fd = os.open(os.path.expanduser("~/held.bin"), os.O_WRONLY | os.O_CREAT, 0o600)',
-      "c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)",
-      `c.connect("\\0${name}")`,
-      'socket.send_fds(c, [b"x"], [fd])',
-      'print("sent")',
-      "PY",
-    ].join("\n");
-    expect((await bash(dave, sender)).stdout).toBe("sent\n");
+    if (isolated()) {
+      // Its own namespace's abstract sockets only: bob's is out of reach.
+      const tried = [
+        "/usr/bin/python3 - <<'PY'",
+        "import socket",
+        "c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)",
+        "try:",
+        `    c.connect("\\0${name}"); print("connected")`,
+        "except OSError as e:",
+        "    print(type(e).__name__)",
+        "PY",
+      ].join("\n");
+      expect((await bash(dave, tried)).stdout).toBe("ConnectionRefusedError\n");
+      // So a host process relays it: dave offers it on a socket file of its workspace, the relay takes it there
+      // and hands it to bob's socket file.
+      const offer = [
+        "cd $HOME && /usr/bin/python3 - >/dev/null 2>&1 <<'PY' &",
+        "import os, socket",
+        'fd = os.open(os.path.expanduser("~/held.bin"), os.O_WRONLY | os.O_CREAT, 0o600)',
+        "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)",
+        's.bind("f5-out.sock"); s.listen(1)',
+        "c, _ = s.accept()",
+        'socket.send_fds(c, [b"x"], [fd])',
+        "c.recv(1)",
+        "PY",
+        "echo offered",
+      ].join("\n");
+      expect((await bash(dave, offer)).stdout).toBe("offered\n");
+      const relay = [
+        "import os, socket, sys, time",
+        "def connect(path):",
+        "    for _ in range(100):",
+        "        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)",
+        "        try:",
+        "            c.connect(path); return c",
+        "        except OSError:",
+        "            c.close(); time.sleep(0.05)",
+        "    raise SystemExit('no socket at ' + path)",
+        "os.chdir(sys.argv[1])",
+        "_, fds, _, _ = socket.recv_fds(connect('f5-out.sock'), 16, 1)",
+        "os.chdir(sys.argv[2])",
+        'socket.send_fds(connect("f5-in.sock"), [b"x"], fds)',
+        'print("sent")',
+      ].join("\n");
+      const relayed = spawnSync("/usr/bin/python3", ["-c", relay, dave.workspace, bob.workspace], {
+        encoding: "utf8",
+        timeout: 20_000,
+      });
+      expect(relayed.stdout, relayed.stderr).toBe("sent\n");
+    } else {
+      const sender = [
+        "/usr/bin/python3 - <<'PY'",
+        "import os, socket",
+        'fd = os.open(os.path.expanduser("~/held.bin"), os.O_WRONLY | os.O_CREAT, 0o600)',
+        "c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)",
+        `c.connect("\\0${name}")`,
+        'socket.send_fds(c, [b"x"], [fd])',
+        'print("sent")',
+        "PY",
+      ].join("\n");
+      expect((await bash(dave, sender)).stdout).toBe("sent\n");
+    }
     const held = join(dave.workspace, "held.bin");
     for (let i = 0; i < 100 && (statSync(held, { throwIfNoEntry: false })?.size ?? 0) === 0; i++)
       await new Promise((r) => setTimeout(r, 50));
