@@ -188,6 +188,8 @@ export async function agentProxyBenchmarks(bench: Bench): Promise<Row[]> {
     .startService("service-agent-proxy", [
       "--warm-agents",
       "0",
+      "--sandbox-host-ports",
+      new URL(llm.url).port,
       "--agent-proxy-limits",
       JSON.stringify({
         socketsPerUser: 4 * idleSockets,

@@ -15,6 +15,8 @@
 //                       need (default 0: every start is cold)
 //   --connect-fast-path on|off  the everyday Connect unary call on the hand-written path (src/rpc/connect-unary.ts;
 //                       default on, as the server runs) or, off, every Connect call on connect-node's handler
+//   --sandbox-host-ports P,Q  host loopback ports the process runtime's sandboxes reach when they have networks of
+//                       their own (SANDBOX_HOST_PORTS: a benchmark's fake model)
 //   --agent-proxy-limits J  the agent proxy's limits (src/proxy/agent-settings.ts), a JSON object of the fields to
 //                       change from their defaults, e.g. {"socketsPerUser":1000} (the agent-proxy benchmark)
 //   --log-level L       Fastify/pino level as in production (default info), written to a file in the temporary
@@ -49,6 +51,7 @@ const { values } = parseArgs({
     "docker-builtin": { type: "boolean", default: false },
     "connect-fast-path": { type: "string", default: "on" },
     "agent-proxy-limits": { type: "string", default: "{}" },
+    "sandbox-host-ports": { type: "string", default: "" },
   },
 });
 const USER = "bench-user";
@@ -63,6 +66,10 @@ const runtime =
     ? createProcessRuntime({
         workspaceRoot: join(dir, "sandboxes"),
         warmAgents: Number(values["warm-agents"]),
+        hostPorts: (values["sandbox-host-ports"] ?? "")
+          .split(",")
+          .filter((p) => p !== "")
+          .map(Number),
       })
     : await (async () => {
         const [{ default: Docker }, { createDockerRuntime }] = await Promise.all([
