@@ -16,7 +16,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createDockerRuntime, type DockerRuntime } from "../../src/sandbox/docker/docker-runtime.ts";
+import type { ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
+import { directAgentUrl } from "../helpers/agent-address.ts";
 import { dockerFromEnv, findAgentServerImage } from "../helpers/docker-env.ts";
 import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
 import { makeNetNs, type NetNs, probeTcp } from "../helpers/netns.ts";
@@ -78,7 +80,8 @@ async function runClient(
 /**
  * What every case proves about addresses: the conversation URL is relative (the page's origin), every URL the
  * client used is the service's (the scheme `http`/`ws` or `https`/`wss` as the page's), and from the namespace only
- * the service's port answers on this machine's link address; the agent's own port does not, nor its direct URL.
+ * the service's port answers on this machine's link address; the agent's own port does not, nor its direct URL (on
+ * this machine's loopback, or the sandbox's own address where process sandboxes have networks of their own).
  */
 async function expectOnlyTheService(t: TestApp, out: ClientOutput): Promise<void> {
   const service = new URL(t.url);
@@ -95,16 +98,24 @@ async function expectOnlyTheService(t: TestApp, out: ClientOutput): Promise<void
   expect(out.urls.some((u) => u.startsWith(`${schemes[1]}//${service.host}/sockets/events/`))).toBe(true);
   expect(out.urls.some((u) => u.endsWith("/api/bash/execute_bash_command"))).toBe(true);
 
-  // The sandbox JSON names the agent through the service ("/") and its direct loopback URL apart.
+  // The sandbox JSON names the agent through the service ("/") and its direct URL apart.
   expect(out.exposedUrls?.find((u) => u.name === "AGENT_SERVER")?.url).toBe("/");
   const direct = out.exposedUrls?.find((u) => u.name === "AGENT_SERVER_DIRECT");
-  expect(direct?.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+/);
-  const agentPort = Number(new URL(direct?.url ?? "http://x").port);
+  const network =
+    t.runtime.kind === "process" ? (t.runtime as ProcessRuntime).network : { mode: "host" as const };
+  expect(direct?.url).toMatch(directAgentUrl(network));
+  const directUrl = new URL(direct?.url ?? "http://x");
+  const agentPort = Number(directUrl.port);
   expect(agentPort).toBeGreaterThan(0);
   expect(agentPort).not.toBe(Number(service.port));
+  // A host that routes the sandboxes' subnet through this machine, the worst case: still no way in.
+  if (network.mode === "isolated") {
+    const routed = await ns.run(["ip", "route", "replace", network.subnet, "via", ns.hostAddress]);
+    expect(routed.code, routed.stderr).toBe(0);
+  }
   const [viaLink, viaDirect, serviceViaLink] = await Promise.all([
     probeTcp(ns, ns.hostAddress, agentPort),
-    probeTcp(ns, "127.0.0.1", agentPort),
+    probeTcp(ns, directUrl.hostname, agentPort),
     probeTcp(ns, ns.hostAddress, Number(service.port)),
   ]);
   expect(["refused", "timeout"], `agent port ${agentPort} at ${ns.hostAddress}`).toContain(viaLink);
@@ -171,6 +182,8 @@ describe.skipIf(nsSkip !== null)(
 
     it("over plain HTTP: the UI's flow needs only the service's address", async () => {
       const t = await startTestApp({ host: ns.hostAddress });
+      // The scripted model is on this machine's loopback: allowed to sandboxes (a server's SANDBOX_HOST_PORTS).
+      t.runtime.reachHost?.(llm.url);
       try {
         script("http");
         const out = await runClient(t, {
@@ -220,6 +233,7 @@ describe.skipIf(nsSkip !== null)(
         host: ns.hostAddress,
         tls: { cert: readFileSync(cert), key: readFileSync(key) },
       });
+      t.runtime.reachHost?.(llm.url);
       try {
         expect(t.url).toMatch(/^https:/);
         // The client verifies the certificate: without it as a CA, the service's address is refused.
