@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import type { ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { findSandboxProcesses } from "../../src/sandbox/process/sandbox-processes.ts";
+import { directAgentUrl } from "../helpers/agent-address.ts";
 import { agentProcesses, killAgent } from "../helpers/agent-processes.ts";
 import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
@@ -32,7 +33,10 @@ interface Party {
   hex: string;
   /** Where the UI reaches the agent: the host of conversation_url (relative: this service's own origin). */
   via: string;
-  /** The agent's own port (the sandbox's AGENT_SERVER_DIRECT URL), which a browser on this machine could reach. */
+  /**
+   * The agent's own URL (the sandbox's AGENT_SERVER_DIRECT: its loopback port, or its address in a network of its
+   * own), which a browser on this machine could reach.
+   */
   agent: string;
   sandboxKey: string;
   workspace: string;
@@ -52,13 +56,13 @@ const conversation = async (key: string, id: string): Promise<AppConversation> =
 const sandboxStatus = async (key: string, id: string): Promise<string> =>
   ((await call(t.url, key, "GET", `/api/v1/sandboxes?id=${id}`)).body as { status: string }[])[0]?.status ??
   "none";
-/** The sandbox's AGENT_SERVER_DIRECT URL: the agent's own loopback port. */
+/** The sandbox's AGENT_SERVER_DIRECT URL: the agent's own loopback port, or its address in a network of its own. */
 async function directUrl(key: string, id: string): Promise<string> {
   const [s] = (await call(t.url, key, "GET", `/api/v1/sandboxes?id=${id}`)).body as {
     exposed_urls: { name: string; url: string }[] | null;
   }[];
   const url = s?.exposed_urls?.find((u) => u.name === "AGENT_SERVER_DIRECT")?.url;
-  expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+  expect(url).toMatch(directAgentUrl((t.runtime as ProcessRuntime).network));
   return url ?? "";
 }
 
@@ -107,7 +111,10 @@ async function party(user: string, secret: string): Promise<Party> {
   };
 }
 
-/** The agent's URLs and key as the service gives them now (a restarted agent listens on another port). */
+/**
+ * The agent's URLs and key as the service gives them now (a restarted agent listens on another port, or at its
+ * sandbox's address again).
+ */
 async function refresh(p: Party, c: AppConversation): Promise<void> {
   p.via = uiAgentBase(c.conversation_url, t.url);
   p.agent = await directUrl(p.key, c.sandbox_id);
@@ -144,6 +151,8 @@ async function restart(p: Party): Promise<void> {
 beforeAll(async () => {
   llm = await startFakeLlm();
   t = await startTestApp({ dir: root, sweepIntervalMs: 0 });
+  // The model stand-in is on the host's loopback: allowed to sandboxes with networks of their own.
+  t.runtime.reachHost?.(llm.url);
   isolated = (t.runtime as ProcessRuntime).isolation.mode === "bwrap";
   if (!isolated)
     console.log("hostile new surfaces: sandboxes run without bubblewrap here; cross-sandbox checks skipped");
