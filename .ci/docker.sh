@@ -46,10 +46,15 @@ _docker_build_image() {
   _docker_copy_with_libs "$rootfs" "$node" /usr/local/bin/node || return 1
   if command -v bash >/dev/null; then _docker_copy_with_libs "$rootfs" "$(command -v bash)" /bin/bash || return 1; fi
   _docker_copy_with_libs "$rootfs" "$(readlink -f /bin/sh)" /bin/sh || return 1
-  for bin in sleep cat ls head tail echo env pwd mkdir rm touch true false yes wc id sort seq; do
+  for bin in sleep cat ls head tail echo env pwd mkdir rm touch true false yes wc id sort seq printf find grep chmod tr; do
     f=$(command -v "$bin" 2>/dev/null) || continue
     case $f in /*) _docker_copy_with_libs "$rootfs" "$f" "/usr/bin/$bin" || return 1 ;; esac
   done
+  # git: a conversation start clones or initialises its repository through the agent's bash API.
+  if command -v git >/dev/null && [ -d /usr/lib/git-core ]; then
+    _docker_copy_with_libs "$rootfs" "$(command -v git)" /usr/bin/git || return 1
+    mkdir -p "$rootfs/usr/lib" && cp -a /usr/lib/git-core "$rootfs/usr/lib/" || return 1
+  fi
   printf 'root:x:0:0:root:/root:/bin/sh\nsandbox:x:1000:1000:sandbox:/workspace:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n' >"$rootfs/etc/passwd"
   printf 'root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n' >"$rootfs/etc/group"
   # Sandbox containers run as 1000:1000 (SANDBOX_DOCKER_USER's default): a new workspace volume takes the owner

@@ -18,7 +18,9 @@
  *
  * Environment: UI_DIR (required), PLAYWRIGHT_CORE (the playwright-core package folder; default
  * /tmp/ohui/pw/node_modules/playwright-core), CHROMIUM (default /usr/bin/chromium), OUT_DIR, V1=1 (turn on the
- * UI's USE_V1_CONVERSATION_API flag in localStorage: the start-task path instead of the legacy POST).
+ * UI's USE_V1_CONVERSATION_API flag in localStorage: the start-task path instead of the legacy POST), REMOTE=1 (the
+ * browser on a second host), RUNTIME=docker (sandboxes as containers of DOCKER_IMAGE on Docker's bridge; start the
+ * engine with `source .ci/docker.sh && docker_up`).
  */
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import {
@@ -36,6 +38,7 @@ import { createRequire } from "node:module";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { BUILTIN_AGENT_COMMAND } from "../src/sandbox-agent/builtin-agent.ts";
 import { startFakeLlm } from "../test/helpers/fake-llm.ts";
 import { makeNetNs } from "../test/helpers/netns.ts";
 
@@ -148,6 +151,15 @@ if (remote !== null && "reason" in remote) {
   process.exit(2);
 }
 const serviceHost = remote?.hostAddress ?? "127.0.0.1";
+// RUNTIME=docker: sandboxes are containers of DOCKER_IMAGE (default the CI's built-in agent image,
+// WORKSPACE_TEST_DOCKER_IMAGE from .ci/docker.sh) on Docker's bridge network.
+const docker = process.env.RUNTIME === "docker";
+const dockerImage = process.env.DOCKER_IMAGE ?? process.env.WORKSPACE_TEST_DOCKER_IMAGE ?? "";
+const specsFile = join(mkdtempSync(join(tmpdir(), "ui-check-specs-")), "specs.json");
+writeFileSync(
+  specsFile,
+  JSON.stringify([{ id: dockerImage, command: [BUILTIN_AGENT_COMMAND], working_dir: "/workspace/project" }]),
+);
 const base = `http://${serviceHost}:${port}`;
 let serviceOut = "";
 /** Starts the service as `npm start` runs it (the built dist/), on the same port and DATA_DIR each time. */
@@ -156,7 +168,16 @@ function startService(): ChildProcess {
     cwd: root,
     env: {
       ...process.env,
-      HOST: serviceHost,
+      // On Docker's bridge, containers post their webhooks to the host gateway: the service listens there too.
+      HOST: docker ? "0.0.0.0" : serviceHost,
+      ...(docker
+        ? {
+            SANDBOX_RUNTIME: "docker",
+            DOCKER_IMAGE: dockerImage,
+            // The built-in agent's image runs its own command (the agent-server's flags are for its image).
+            SANDBOX_SPECS_FILE: specsFile,
+          }
+        : {}),
       PORT: String(port),
       GRPC_PORT: String(grpcPort),
       DATA_DIR: dataDir,
@@ -713,6 +734,13 @@ try {
   writeFileSync(join(outDir, "llm-requests.json"), JSON.stringify(llm.requests, null, 1));
   await browser?.close().catch(() => {});
   await stopService(service);
+  if (docker && process.env.KEEP !== "1")
+    spawnSync(process.execPath, [join(root, "dist/src/cli/main.js"), "sandboxes", "purge"], {
+      cwd: root,
+      env: { ...process.env, DATA_DIR: dataDir, SANDBOX_RUNTIME: "docker" },
+      stdio: "ignore",
+      timeout: 60_000,
+    });
   const killed = removeRunProcesses();
   if (killed > 0) console.log(`stopped ${killed} sandbox processes of this run`);
   await new Promise((r) => setTimeout(r, 500));
