@@ -4,6 +4,7 @@ import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, 
 import { tmpdir } from "node:os";
 import { basename, dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { directAgentUrl, networkFromServerLog } from "../helpers/agent-address.ts";
 
 // A hostile user's view of the process runtime: the real server (CLI `serve`) with two users, each with a sandbox
 // whose agent runs the commands below. Whatever bob's sandbox tries against the server, its data and alice's
@@ -108,9 +109,10 @@ async function deleteSandboxes(s: Server): Promise<void> {
 }
 
 /**
- * Starts a sandbox and waits until it runs. `url` is the agent's own loopback port (AGENT_SERVER_DIRECT): these
- * tests are about what runs in the sandbox, so they talk to its agent directly; `viaService` is where the UI reaches
- * it (AGENT_SERVER, "/": the server's own origin, which forwards calls made with the sandbox's key).
+ * Starts a sandbox and waits until it runs. `url` is the agent's own URL (AGENT_SERVER_DIRECT: its loopback port, or
+ * its address in a network of its own, as the server's start log says): these tests are about what runs in the
+ * sandbox, so they talk to its agent directly; `viaService` is where the UI reaches it (AGENT_SERVER, "/": the
+ * server's own origin, which forwards calls made with the sandbox's key).
  */
 async function startSandbox(
   s: Server,
@@ -129,9 +131,10 @@ async function startSandbox(
       expect(agentServer).toEqual({ name: "AGENT_SERVER", url: "/", port: direct?.port });
       expect(direct).toEqual({
         name: "AGENT_SERVER_DIRECT",
-        url: `http://127.0.0.1:${direct?.port}`,
+        url: expect.stringMatching(directAgentUrl(networkFromServerLog(s.output()))),
         port: expect.any(Number),
       });
+      expect(new URL(direct?.url ?? "http://x").port).toBe(String(direct?.port));
       expect(sb.session_api_key).toMatch(new RegExp(`^sbx_${id}_[0-9A-Za-z]{43}$`));
       return {
         id,
