@@ -3,7 +3,9 @@
 // gRPC; secrets created, listed, deleted; sandboxes started, paused, resumed, deleted; conversations started to
 // READY and deleted; events posted through the agent webhook, searched and counted; two WatchSandboxes streams
 // reopened periodically. Part-way through, the server is killed with SIGKILL and started again on the same data.
-// After the load, everything is deleted. Prints one table per phase and the verdicts; exits 1 when one fails.
+// After the load, everything is deleted. Prints one table per phase and the verdicts; exits 1 when one fails. The
+// settings read is reported per protocol as the users, a probe in its own process and the server itself (its call
+// metrics) timed it, and one verdict compares the server's own p50 across REST, Connect and gRPC.
 //
 // Options: USAGE below (`npm run soak -- --help`).
 import { type ChildProcess, spawn } from "node:child_process";
@@ -272,37 +274,37 @@ async function memory(): Promise<Memory> {
   };
 }
 
+/** The protocols the users and the probe read settings over, as the server's call metrics label them. */
+const READ_PROTOCOLS = { REST: "rest", Connect: "connect", gRPC: "grpc" } as const;
+type ReadProtocol = keyof typeof READ_PROTOCOLS;
+interface ServerReads {
+  /** GetSettings calls answered OK since the server's last start, by protocol; p50 and p99 in ms. */
+  reads: Record<string, { count: number; p50: number; p99: number }>;
+  /** The server's event-loop delay since the last scrape of /metrics (prom-client's monitor), p50 and p99 in ms. */
+  loopDelay: { p50: number; p99: number };
+}
+
 /**
- * The server's own time for each settings read (from its /metrics histograms, since its last start): p50 by linear
- * interpolation within the histogram's buckets (0.5, 1, 2.5, 5, 10 ms ...), and the count. REST and Connect are
- * timed from the request's headers to the end of the answer, so they include the wait for a body the client writes
- * after its headers; gRPC from the decoded message to the answer.
+ * The server's own time for the settings reads, per protocol, from its call metrics (rpc_duration_seconds, labelled
+ * by protocol, method and code; src/server/metrics.ts): each call from its request head to the end of its answer
+ * (REST and Connect: the response written; gRPC: the status sent in the trailers). Quantiles are interpolated
+ * linearly within the histogram's buckets (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250 ms ...).
  */
-async function serverSideSettingsReads(): Promise<Record<string, { count: number; p50: number }>> {
+async function serverReads(): Promise<ServerReads> {
   const text = await (
     await fetch(`${base}/metrics`, { headers: { authorization: `Bearer ${metricsToken}` } })
   ).text();
-  const series = {
-    REST: (l: string) =>
-      l.startsWith("http_request_duration_seconds_bucket{") &&
-      l.includes('method="GET"') &&
-      l.includes('route="/api/settings"') &&
-      l.includes('status="200"'),
-    Connect: (l: string) =>
-      l.startsWith("http_request_duration_seconds_bucket{") &&
-      l.includes('route="/workspace.v1.SettingsService/GetSettings"') &&
-      l.includes('status="200"'),
-    gRPC: (l: string) =>
-      l.startsWith("rpc_duration_seconds_bucket{") &&
-      l.includes('protocol="grpc"') &&
-      l.includes('method="workspace.v1.SettingsService/GetSettings"') &&
-      l.includes('code="OK"'),
-  };
-  const out: Record<string, { count: number; p50: number }> = {};
-  for (const [name, match] of Object.entries(series)) {
+  const reads: ServerReads["reads"] = {};
+  for (const [name, protocol] of Object.entries(READ_PROTOCOLS)) {
     const buckets = text
       .split("\n")
-      .filter(match)
+      .filter(
+        (l) =>
+          l.startsWith("rpc_duration_seconds_bucket{") &&
+          l.includes(`protocol="${protocol}"`) &&
+          l.includes('method="workspace.v1.SettingsService/GetSettings"') &&
+          l.includes('code="OK"'),
+      )
       .map((l) => {
         const le = /le="([^"]+)"/.exec(l)?.[1] ?? "+Inf";
         return {
@@ -312,20 +314,41 @@ async function serverSideSettingsReads(): Promise<Record<string, { count: number
       })
       .sort((a, b) => a.le - b.le);
     const count = buckets.at(-1)?.n ?? 0;
-    let p50 = Number.NaN;
-    let prev = { le: 0, n: 0 };
-    for (const b of buckets) {
-      if (b.n >= count / 2 && count > 0) {
-        p50 = Number.isFinite(b.le)
-          ? prev.le + ((count / 2 - prev.n) / Math.max(1, b.n - prev.n)) * (b.le - prev.le)
-          : prev.le;
-        break;
+    const quantile = (q: number): number => {
+      let prev = { le: 0, n: 0 };
+      for (const b of buckets) {
+        if (count > 0 && b.n >= count * q)
+          return Number.isFinite(b.le)
+            ? prev.le + ((count * q - prev.n) / Math.max(1, b.n - prev.n)) * (b.le - prev.le)
+            : prev.le;
+        prev = b;
       }
-      prev = b;
-    }
-    out[name] = { count, p50 };
+      return Number.NaN;
+    };
+    reads[name] = { count, p50: quantile(0.5), p99: quantile(0.99) };
   }
-  return out;
+  const gauge = (name: string): number =>
+    Number(new RegExp(`^${name} ([0-9.e+-]+)$`, "m").exec(text)?.[1] ?? Number.NaN) * 1000;
+  return {
+    reads,
+    loopDelay: {
+      p50: gauge("nodejs_eventloop_lag_p50_seconds"),
+      p99: gauge("nodejs_eventloop_lag_p99_seconds"),
+    },
+  };
+}
+
+/**
+ * The server's main thread as the kernel scheduled it (/proc/<pid>/task/<pid>/schedstat): seconds on a CPU and
+ * seconds runnable but waiting for one, since the process started.
+ */
+function mainThreadSchedule(pid: number): { run: number; wait: number } {
+  try {
+    const [run, wait] = readFileSync(`/proc/${pid}/task/${pid}/schedstat`, "utf8").split(" ").map(Number);
+    return { run: (run ?? Number.NaN) / 1e9, wait: (wait ?? Number.NaN) / 1e9 };
+  } catch {
+    return { run: Number.NaN, wait: Number.NaN };
+  }
 }
 
 interface Sample {
@@ -597,8 +620,13 @@ function startProbe(u: User): { stop(): Promise<Record<string, number[]>> } {
   };
 }
 const probeMs: Record<string, number[]> = {};
-/** The server's own p50 per protocol of settings reads, read at the end of the last load. */
-let serverSide: Record<string, { count: number; p50: number }> = {};
+/** The server's own time per protocol of settings reads and its loop delay, read at the end of the last load. */
+let serverSide: ServerReads = { reads: {}, loopDelay: { p50: Number.NaN, p99: Number.NaN } };
+/**
+ * The server's main thread over the last load (since the restart when it was killed during it): its share of the
+ * time on a CPU and runnable but waiting for one.
+ */
+let schedule = { run: Number.NaN, wait: Number.NaN };
 
 // ---- the run ----------------------------------------------------------------------------------------------------
 
@@ -646,6 +674,8 @@ const sampler = setInterval(() => {
   if (!serverDown) sample();
 }, 5_000);
 let lastLoadEnd = 0;
+/** When the server killed during the load was started again, and its main thread's schedule then. */
+let restarted: { at: number; pid: number; run: number; wait: number } | null = null;
 const w = { opened: 0, received: 0 };
 for (let round = 1; round <= opts.rounds; round++) {
   const tag = opts.rounds > 1 ? `round ${round}: ` : "";
@@ -653,6 +683,9 @@ for (let round = 1; round <= opts.rounds; round++) {
   const loadOver = () => Date.now() >= endAt;
   if (opts.rounds > 1) log(`round ${round}`);
   const watch = watches(users, Math.max(5_000, Math.min(60_000, opts.durationMs / 5)), loadOver);
+  // The loop-delay monitor starts afresh at each scrape: this one makes the end-of-load reading cover the load.
+  await serverReads();
+  const loadStart = { at: performance.now(), pid: serverPid, ...mainThreadSchedule(serverPid) };
   const probe = startProbe(users[0] as User);
   const killer =
     opts.killAtMs > 0 && round === 1
@@ -662,6 +695,7 @@ for (let round = 1; round <= opts.rounds; round++) {
           serverDown = true;
           await stopServer("SIGKILL");
           await startServer();
+          restarted = { at: performance.now(), pid: serverPid, ...mainThreadSchedule(serverPid) };
           serverDown = false;
           log(`server started again (pid ${serverPid})`);
         })()
@@ -677,7 +711,15 @@ for (let round = 1; round <= opts.rounds; round++) {
   lastLoadEnd = Date.now() - t0;
   await killer;
   const probed = await probe.stop();
-  serverSide = await serverSideSettingsReads();
+  serverSide = await serverReads();
+  {
+    const now = mainThreadSchedule(serverPid);
+    // Set by the killer meanwhile (TypeScript cannot see that).
+    const again = restarted as typeof loadStart | null;
+    const since = again !== null && again.pid === serverPid ? again : loadStart;
+    const seconds = (performance.now() - since.at) / 1000;
+    schedule = { run: (now.run - since.run) / seconds, wait: (now.wait - since.wait) / seconds };
+  }
   for (const [name, list] of Object.entries(probed)) probeMs[name] = [...(probeMs[name] ?? []), ...list];
   await watch.done;
   w.opened += watch.stats().opened;
@@ -840,16 +882,32 @@ for (const [op, list] of [...byOp].sort()) {
   );
 }
 console.log(`\nwatches: ${w.opened} streams opened, ${w.received} updates received`);
+/** The users' successful settings reads of one protocol, in ms (the whole load, both servers). */
+const usersReads = (name: ReadProtocol): number[] =>
+  ops
+    .filter(
+      (o) =>
+        o.op === (name === "REST" ? "settings GET (REST)" : `settings GetSettings (${name})`) &&
+        (o.status === "200" || o.status === "ok"),
+    )
+    .map((o) => o.ms);
+const cell = (list: number[]) =>
+  list.length === 0
+    ? "-"
+    : `${list.length}, ${percentile(list, 50).toFixed(1)} / ${percentile(list, 99).toFixed(1)}`;
 console.log(
-  "\n| settings reads by protocol | probe in its own process: calls, p50 / p99 ms | the server's own time: calls since its start, p50 ms |",
+  "\n| settings reads by protocol (answered) | users (the soak's process): calls, p50 / p99 ms | probe (a process of its own): calls, p50 / p99 ms | the server's own time: calls, p50 / p99 ms |",
 );
-console.log("|---|---|---|");
-for (const [name, list] of Object.entries(probeMs)) {
-  const server = serverSide[name];
+console.log("|---|---|---|---|");
+for (const name of Object.keys(READ_PROTOCOLS) as ReadProtocol[]) {
+  const server = serverSide.reads[name];
   console.log(
-    `| ${name} | ${list.length}, ${list.length === 0 ? "-" : `${percentile(list, 50).toFixed(2)} / ${percentile(list, 99).toFixed(2)}`} | ${server === undefined ? "-" : `${server.count}, ${server.p50.toFixed(2)}`} |`,
+    `| ${name} | ${cell(usersReads(name))} | ${cell(probeMs[name] ?? [])} | ${server === undefined || server.count === 0 ? "-" : `${server.count}, ${server.p50.toFixed(2)} / ${server.p99.toFixed(2)}`} |`,
   );
 }
+console.log(
+  `\nThe server's own time runs from a call's request head to the end of its answer (gRPC: its status, sent in the trailers); it counts the calls since the server's last start${opts.killAtMs > 0 ? " (the restart after the kill)" : ""}. Over the same time, the server's event-loop delay p50 / p99: ${serverSide.loopDelay.p50.toFixed(1)} / ${serverSide.loopDelay.p99.toFixed(1)} ms; its main thread ran ${(schedule.run * 100).toFixed(0)}% of the time and waited for a CPU ${(schedule.wait * 100).toFixed(0)}% (/proc schedstat).`,
+);
 console.log("\n| server memory, MiB | RSS | V8 heap used / total | external (buffers, native objects) |");
 console.log("|---|---|---|---|");
 const memRow = (label: string, rss: number, m: Memory) =>
@@ -866,6 +924,15 @@ rounds.forEach((r, i) => {
 });
 
 const storeOther = without(cleanedTables, "changes") - without(baselineTables, "changes");
+/** The server's own p50 of a settings read per protocol, and the largest ratio between two of them. */
+const readP50s = Object.entries(serverSide.reads)
+  .filter(([, r]) => r.count > 0 && Number.isFinite(r.p50))
+  .map(([name, r]) => ({ name, p50: r.p50 }))
+  .sort((a, b) => a.p50 - b.p50);
+const fastest = readP50s[0];
+const slowest = readP50s.at(-1);
+const readRatio =
+  fastest === undefined || slowest === undefined ? Number.NaN : slowest.p50 / Math.max(fastest.p50, 1e-3);
 const fileGrowth = cleaned.store - baseline.store;
 const verdicts = [
   { name: "no acknowledged write lost", ok: lost.length === 0, detail: lost.slice(0, 10).join("; ") },
@@ -888,6 +955,11 @@ const verdicts = [
     name: "store back near its baseline (besides the change log, bounded by its retention)",
     ok: storeOther < 256 * 1024 && fileGrowth <= (cleanedTables.changes ?? 0) + 1024 * 1024,
     detail: `data ${(storeOther / 1024).toFixed(0)} KiB above the start besides the change log (${((cleanedTables.changes ?? 0) / 1024).toFixed(0)} KiB); file ${mib(baseline.store)} -> ${mib(cleaned.store)} MiB`,
+  },
+  {
+    name: "a settings read costs the same on every protocol (the server's own p50 per protocol within 1.5x of each other)",
+    ok: readP50s.length === Object.keys(READ_PROTOCOLS).length && readRatio <= 1.5,
+    detail: `${readP50s.map((r) => `${r.name} ${r.p50.toFixed(2)} ms`).join(", ")}${readP50s.length < 2 ? "" : `: ${slowest?.name} ${readRatio.toFixed(2)}x ${fastest?.name}`}`,
   },
   {
     name: "fds back near their baseline",
@@ -917,6 +989,7 @@ if (opts.json)
       },
       memory: { start: baselineMemory, rounds: rounds.map((r) => r.memory) },
       serverSide,
+      schedule,
       probe: Object.fromEntries(
         Object.entries(probeMs).map(([name, list]) => [
           name,

@@ -143,19 +143,21 @@ async function serve(
     const result = m.fn(input, ctx);
     const output = result instanceof Promise ? await result : result;
     const bytes = encode(m.method, binary, output);
-    options.onCall(m.name, "OK", seconds());
     const header = new Headers(ctx.usedResponseHeader);
     header.set("content-type", binary ? "application/proto" : "application/json");
     await send(req, res, 200, trailerMux(header, ctx.usedResponseTrailer ?? new Headers()), bytes);
+    // Timed to the answer handed to the socket, as REST calls are (to the response's end) and gRPC calls (to the
+    // status sent).
+    options.onCall(m.name, "OK", seconds());
   } catch (err) {
     if (isInternal(err)) options.onError(err, m.name);
     const answer = connectErrorAnswer(err, {
       ...(ctx?.usedResponseHeader === undefined ? {} : { header: ctx.usedResponseHeader }),
       trailer: ctx?.usedResponseTrailer ?? new Headers(),
     });
-    options.onCall(m.name, codeName(answer.error.code), seconds());
     if (answer.error.code === Code.Unauthenticated) res.shouldKeepAlive = false;
     await send(req, res, answer.status, answer.header, answer.body);
+    options.onCall(m.name, codeName(answer.error.code), seconds());
   }
 }
 

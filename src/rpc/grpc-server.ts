@@ -18,13 +18,17 @@ import { grpcStatusOf, isInternal, publicError } from "../transport/errors.ts";
 import { lazyHandlerContext } from "../transport/handler-context.ts";
 import type { ServiceBinding } from "../transport/service-binding.ts";
 import { encodeErrorDetails } from "./error-details.ts";
+import { GrpcCallTiming } from "./grpc-call-timing.ts";
 
 export interface GrpcServerOptions {
   bindings: readonly ServiceBinding[];
   admission: Admission;
   /** Largest request message accepted (RESOURCE_EXHAUSTED beyond). */
   maxMessageBytes: number;
-  /** Called for every finished call (metrics). */
+  /**
+   * Called for every finished call (metrics), with its time from the request headers to the status sent (see
+   * GrpcCallTiming; from the handler to its answer where Node does not publish its http2 stream channels).
+   */
   onCall?: CallObserver;
   /** Called with the cause of every internal error (clients get a generic message). */
   onError?: (err: unknown, method: string) => void;
@@ -56,6 +60,17 @@ const deserializer =
  * so the proto stays the only source of truth; auth and errors follow the same rules as the other transports.
  */
 export function createGrpcServer(options: GrpcServerOptions): grpc.Server {
+  const timing = new GrpcCallTiming(
+    options.bindings.flatMap(({ desc }) => desc.methods.map((m) => `${desc.typeName}/${m.name}`)),
+    (method, code, seconds) => options.onCall?.(method, code, seconds),
+  );
+  // The handlers time a call only when the listener's stream timing does not.
+  const handlerOptions: GrpcServerOptions = {
+    ...options,
+    onCall: (method, code, seconds) => {
+      if (!timing.active) options.onCall?.(method, code, seconds);
+    },
+  };
   const server = new grpc.Server({
     "grpc.max_receive_message_length": options.maxMessageBytes,
     "grpc.keepalive_permit_without_calls": 1,
@@ -70,15 +85,19 @@ export function createGrpcServer(options: GrpcServerOptions): grpc.Server {
       const fn = (impl[method.localName] as (req: unknown, ctx: unknown) => unknown).bind(impl);
       handlers[method.name] =
         method.methodKind === "unary"
-          ? unaryHandler(method, fn, options)
-          : streamHandler(method, fn, options);
+          ? unaryHandler(method, fn, handlerOptions)
+          : streamHandler(method, fn, handlerOptions);
     }
     // Request messages reach the handlers undecoded: they are decoded once the call is admitted (key, rate limit,
     // the method's gate such as the user's write rate), so that a refused call costs no decode.
     server.addService(grpcServiceDefinition(desc, { decodeRequests: false }), handlers);
   }
+  callTimings.set(server, timing);
   return server;
 }
+
+/** The call timing of each server made by createGrpcServer, attached by listenGrpc to the port it listens on. */
+const callTimings = new WeakMap<grpc.Server, GrpcCallTiming>();
 
 /** grpc-js service definition (paths, (de)serializers) built from a protobuf-es descriptor. */
 export function grpcServiceDefinition(
@@ -289,8 +308,10 @@ export async function listenGrpc(
     });
   });
   const address = tcp.address();
+  const listening = typeof address === "object" && address !== null ? address.port : port;
+  const detach = callTimings.get(server)?.attach(listening);
   return {
-    port: typeof address === "object" && address !== null ? address.port : port,
+    port: listening,
     async close(graceMs) {
       const closed = new Promise<void>((resolve) => tcp.close(() => resolve()));
       await new Promise<void>((resolve) => {
@@ -305,6 +326,7 @@ export async function listenGrpc(
         });
       });
       injector.destroy();
+      detach?.();
       await closed;
     },
   };
