@@ -176,6 +176,8 @@ function startService(): ChildProcess {
             DOCKER_IMAGE: dockerImage,
             // The built-in agent's image runs its own command (the agent-server's flags are for its image).
             SANDBOX_SPECS_FILE: specsFile,
+            // No container left warm for a next server when the check ends.
+            SANDBOX_WARM_CONTAINERS: "0",
           }
         : {}),
       PORT: String(port),
@@ -737,8 +739,15 @@ try {
   if (docker && process.env.KEEP !== "1")
     spawnSync(process.execPath, [join(root, "dist/src/cli/main.js"), "sandboxes", "purge"], {
       cwd: root,
-      env: { ...process.env, DATA_DIR: dataDir, SANDBOX_RUNTIME: "docker" },
-      stdio: "ignore",
+      env: {
+        ...process.env,
+        DATA_DIR: dataDir,
+        HOST: "0.0.0.0",
+        SANDBOX_RUNTIME: "docker",
+        DOCKER_IMAGE: dockerImage,
+        SANDBOX_SPECS_FILE: specsFile,
+      },
+      stdio: "inherit",
       timeout: 60_000,
     });
   const killed = removeRunProcesses();
