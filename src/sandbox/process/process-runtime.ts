@@ -29,6 +29,7 @@ import {
 } from "../../sandbox-agent/builtin-agent.ts";
 import { descendantsOf, type ProcStat, readProcStat, signal } from "../../sandbox-agent/proc-tree.ts";
 import { pollAlive, probeAlive } from "../agent-health.ts";
+import { executeOnlyCopy } from "./agent-binary.ts";
 import { findTools, type IsolationSetting, probeBwrap, runningAsRoot, type SandboxUser } from "./bwrap.ts";
 import { CompileCache } from "./compile-cache.ts";
 import { ProcessTable, parseHandleData } from "./process-table.ts";
@@ -293,6 +294,13 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     ownUser,
   });
   const compileCache = new CompileCache({ agentCommand, ownUid: ownUser.uid, log });
+  // As root under bubblewrap: the built-in agent from an execute-only copy of Node (agent-binary.ts).
+  const agentBinary =
+    asRoot && isolation.mode === "bwrap" && agentCommand[0] === process.execPath
+      ? executeOnlyCopy(process.execPath, join(workspaceRoot, ".node"))
+      : null;
+  if (asRoot && isolation.mode === "bwrap" && agentBinary === null && agentCommand[0] === process.execPath)
+    log("the built-in agent runs from the readable Node binary: the commands it runs may read its memory");
   /**
    * What the built-in agent reads: its folder, the package.json that makes its modules ES modules, and the two
    * packages its conversations load (the events websocket and the model client), wherever Node resolves them.
@@ -388,6 +396,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): ProcessRun
     compileCacheDir,
     compileCache,
     agentCommand,
+    agentBinary,
     agentFiles,
     readOnlyPaths,
     isolation,

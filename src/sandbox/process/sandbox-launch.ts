@@ -84,6 +84,8 @@ export interface LaunchContext {
   compileCache: CompileCache;
   /** What runs the built-in agent (node and its main file). */
   agentCommand: readonly string[];
+  /** As root: the execute-only Node binary isolated built-in agents run from (agent-binary.ts); null: none. */
+  agentBinary: string | null;
   /** What the built-in agent reads (given read-only to isolated sandboxes). */
   agentFiles: readonly string[];
   readOnlyPaths: readonly string[];
@@ -270,8 +272,14 @@ export class SandboxLauncher {
       }
       chmodSync(workspace, 0o700);
       const cwd = this.makeCwd(workspace, rel, user, isolated);
+      // As root, an isolated built-in agent runs from the execute-only copy of Node: non-dumpable, so that the
+      // commands it runs (its uid) cannot read its memory.
+      const agentArgv =
+        isolated && asRoot && this.#o.agentBinary !== null && agentCommand[0] === process.execPath
+          ? [this.#o.agentBinary, ...agentCommand.slice(1)]
+          : agentCommand;
       const command = withPort(
-        builtin ? [...agentCommand, ...spec.command.slice(1)] : spec.command,
+        builtin ? [...agentArgv, ...spec.command.slice(1)] : spec.command,
         port,
         net === null ? undefined : "0.0.0.0",
       );
@@ -279,6 +287,7 @@ export class SandboxLauncher {
       const readOnly = [...readOnlyPaths];
       if (builtin) {
         readOnly.push(...agentFiles);
+        if (agentArgv !== agentCommand) readOnly.push(agentArgv[0] as string);
         if (compileCacheDir) {
           mkdirSync(compileCacheDir, { recursive: true });
           // Shared by every sandbox, so isolated ones only read it; the server fills it (see CompileCache.warm).
