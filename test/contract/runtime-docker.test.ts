@@ -160,6 +160,11 @@ describe.skipIf(skipReason !== null)(`docker runtime${skipReason ? ` (skipped: $
         expect(info.HostConfig.PidsLimit).toBe(2048);
         expect(info.HostConfig.Memory).toBe(4096 * 1024 * 1024);
         expect(info.HostConfig.ShmSize).toBe(512 * 1024 * 1024);
+        // Its output as the engine keeps it is bounded.
+        expect(info.HostConfig.LogConfig).toEqual({
+          Type: "json-file",
+          Config: { "max-size": "10m", "max-file": "2" },
+        });
         expect(info.HostConfig.Binds ?? []).toEqual([]);
         // The only mount is the workspace volume: no host folder.
         expect(info.Mounts.map((m) => [m.Type, m.Destination])).toEqual([["volume", "/workspace/project"]]);

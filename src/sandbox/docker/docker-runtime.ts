@@ -539,6 +539,9 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
       Memory: options.memoryBytes ?? DEFAULT_MEMORY_BYTES,
       PidsLimit: options.pidsLimit ?? DEFAULT_PIDS_LIMIT,
       ShmSize: options.shmBytes ?? DEFAULT_SHM_BYTES,
+      // The container's output kept by the engine is bounded (2 files of 10 MB), whatever the engine's default
+      // driver: a sandbox printing without end fills no disk.
+      LogConfig: { Type: "json-file", Config: { "max-size": "10m", "max-file": "2" } },
     };
     if (!hostNetwork && reachable) hostConfig.ExtraHosts = ["host.docker.internal:host-gateway"];
     if (options.nanoCpus !== undefined) hostConfig.NanoCpus = options.nanoCpus;
