@@ -4,7 +4,8 @@
  * and in the encodings a command or a file shows it in: JSON-escaped, URL-encoded (percent and form encoding),
  * base64 (standard and URL-safe, at any byte offset in a longer encoded text, as `printf %s "$S" | base64` or a
  * `.netrc`-style file gives it) and hex. Values shorter than {@link MIN_SECRET_LENGTH} are not masked (they would
- * mask ordinary text), nor are encoded forms shorter than {@link MIN_ENCODED_LENGTH}.
+ * mask ordinary text), nor are encoded forms shorter than {@link MIN_ENCODED_LENGTH}. Base64 wrapped over lines is
+ * searched with its line breaks taken out.
  */
 
 export const SECRET_MASK = "<secret-hidden>";
@@ -56,12 +57,26 @@ function base64Cores(bytes: Buffer): string[] {
 export function secretMasker(values: Iterable<string>): (text: string) => string {
   const forms = [...new Set([...values].flatMap(secretForms))].sort((a, b) => b.length - a.length);
   if (forms.length === 0) return (text) => text;
-  return (text) => {
+  const maskFlat = (text: string): string => {
     let out = text;
     for (const form of forms) if (out.includes(form)) out = out.replaceAll(form, SECRET_MASK);
     return out;
   };
+  return (text) => {
+    const out = maskFlat(text);
+    // Base64 wrapped over lines (`base64` breaks at 76 characters, PEM at 64): a block of such lines is searched
+    // as one text, and shown joined, masked, when a secret was in it.
+    if (!out.includes("\n")) return out;
+    return out.replace(WRAPPED_BASE64, (block) => {
+      const joined = block.replace(/\r?\n/g, "");
+      const masked = maskFlat(joined);
+      return masked === joined ? block : masked;
+    });
+  };
 }
+
+/** Two or more lines of base64 (standard or URL-safe), the last one possibly shorter and padded. */
+const WRAPPED_BASE64 = /(?:[A-Za-z0-9+/_-]{16,}\r?\n)+[A-Za-z0-9+/_-]*={0,2}(?=\r?\n|$)/g;
 
 /**
  * `value` with `mask` applied to every string in it (object keys kept); the same object when nothing changed,

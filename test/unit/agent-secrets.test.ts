@@ -91,6 +91,30 @@ describe("secret masking (issue 38, F8)", () => {
     expect(mask("ab cd, nothing else")).toBe("ab cd, nothing else");
   });
 
+  it("masks a secret in base64 wrapped over lines (as `base64` prints more than 57 bytes), at every offset", () => {
+    const long = `${SECRET}-${"k".repeat(70)}`;
+    const mask = secretMasker([long]);
+    for (let pre = 0; pre < 80; pre += 7) {
+      const encoded = Buffer.from(`${"p".repeat(pre)}${long}\n`).toString("base64");
+      for (const width of [76, 64]) {
+        const wrapped = `before\n${encoded.replace(new RegExp(`(.{${width}})`, "g"), "$1\n")}\n[exit 0]`;
+        expect(wrapped.split("\n").length).toBeGreaterThan(3);
+        const shown = mask(wrapped);
+        expect(shown, wrapped).toContain(SECRET_MASK);
+        // Nothing of the value's encoding is left on any line: decoded, the shown block holds no part of it.
+        expect(Buffer.from(shown.replace(/[^A-Za-z0-9+/]/g, ""), "base64").toString("latin1")).not.toContain(
+          "kkkkkkkk",
+        );
+        expect(shown.startsWith("before\n") && shown.endsWith("\n[exit 0]")).toBe(true);
+      }
+    }
+    // Ordinary wrapped base64 is left as it is.
+    const other = Buffer.from("x".repeat(200))
+      .toString("base64")
+      .replace(/(.{76})/g, "$1\n");
+    expect(mask(other)).toBe(other);
+  });
+
   it("no tool output holds a secret in any common encoding: not the events, the saved file, nor the webhook", async () => {
     const b64 = (cmd: string) => `printf %s "$MY_SECRET" | ${cmd}`;
     llm.script(
