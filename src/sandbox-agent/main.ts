@@ -144,6 +144,29 @@ async function warmUp(): Promise<void> {
   clearTimeout(timer);
   server.close();
 }
+/**
+ * A warm agent without an inherited socket (in a network of its own, where the runtime cannot make one for it)
+ * binds its port before its claim, holding connections paused until it serves: the runtime's health probes made
+ * right after the claim wait for the server instead of being refused and retried.
+ */
+let early: { server: import("node:net").Server; pending: import("node:net").Socket[] } | undefined;
+if (process.env.SANDBOX_AGENT_CLAIM === "stdin" && process.env.LISTEN_FD === undefined) {
+  const { createServer: createNetServer } = process.getBuiltinModule("node:net");
+  const held = {
+    server: createNetServer({ pauseOnConnect: true }),
+    pending: [] as import("node:net").Socket[],
+  };
+  held.server.on("connection", (socket) => {
+    // Nobody but the runtime calls an agent not claimed yet: a few held connections are plenty.
+    if (held.pending.length >= 64) socket.destroy();
+    else held.pending.push(socket);
+  });
+  const bound = await new Promise<boolean>((ok) => {
+    held.server.once("error", () => ok(false));
+    held.server.listen(Number(process.env.PORT || 8000), process.env.HOST || "127.0.0.1", () => ok(true));
+  });
+  if (bound) early = held;
+}
 if (process.env.SANDBOX_AGENT_CLAIM === "stdin") {
   await warmUp();
   await applyClaim();
@@ -244,7 +267,7 @@ const listenFd = process.env.LISTEN_FD === undefined ? undefined : Number(proces
 if (listenFd !== undefined && !(Number.isInteger(listenFd) && listenFd > 2))
   fail("LISTEN_FD must be a descriptor above 2");
 const onListening = (): void => {
-  const address = server.address();
+  const address = (early?.server ?? server).address();
   const bound = typeof address === "object" && address ? address.port : port;
   process.stdout.write(
     `${JSON.stringify({ msg: "sandbox agent listening", host, port: bound, workspaceDir })}\n`,
@@ -252,11 +275,25 @@ const onListening = (): void => {
   // With NODE_COMPILE_CACHE set (the process runtime sets it), the next agent starts from the cached compilation.
   flushCompileCache();
 };
-if (listenFd !== undefined) server.listen({ fd: listenFd }, onListening);
+if (early !== undefined) {
+  // The socket bound before the claim: its connections go to the server from now on, the held ones first.
+  const { server: bound, pending } = early;
+  bound.removeAllListeners("connection");
+  bound.on("connection", (socket) => {
+    server.emit("connection", socket);
+    socket.resume();
+  });
+  for (const socket of pending.splice(0)) {
+    server.emit("connection", socket);
+    socket.resume();
+  }
+  onListening();
+} else if (listenFd !== undefined) server.listen({ fd: listenFd }, onListening);
 else server.listen(port, host, onListening);
 
 const shutdown = (): void => {
-  server.close();
+  early?.server.close();
+  if (early === undefined) server.close();
   server.closeAllConnections();
   // Exits by itself once the listener and commands are gone; this only bounds a stuck shutdown.
   setTimeout(() => process.exit(0), SHUTDOWN_GRACE_MS).unref();
