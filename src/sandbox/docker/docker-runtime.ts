@@ -1,4 +1,4 @@
-import type { ContainerCreateOptions, ContainerInspectInfo, ImageInspectInfo } from "dockerode";
+import type { ContainerInspectInfo, ImageInspectInfo } from "dockerode";
 import Docker from "dockerode";
 import tar from "tar-stream";
 import { failedPrecondition } from "../../core/errors.ts";
@@ -12,68 +12,20 @@ import type {
   WarmClaim,
   WarmPlan,
 } from "../../ports/sandbox-runtime.ts";
-import { isBuiltinAgentCommand } from "../../sandbox-agent/builtin-agent.ts";
 import { pollAlive, probeAlive } from "../agent-health.ts";
-import { freePort, withPort } from "../free-port.ts";
+import { freePort } from "../free-port.ts";
 import { isLoopbackHost, LoopbackPorts } from "../host-loopback.ts";
 import { rootTools } from "../host-tools.ts";
+import {
+  containerFingerprint,
+  containerPortNames,
+  containerSettings,
+  describeContainer,
+} from "./container-description.ts";
 import { DockerDisks } from "./docker-disks.ts";
 import { WarmContainers } from "./warm-containers.ts";
 
-/** The user of a container whose image would run as root (and SANDBOX_DOCKER_USER is not set). */
-const FALLBACK_USER = "1000:1000";
-/** Sized for the agent-server with its browser (Chromium) and VS Code: each is several hundred MiB and threads. */
-const DEFAULT_MEMORY_BYTES = 4096 * 1024 * 1024;
-const DEFAULT_PIDS_LIMIT = 2048;
-/** /dev/shm: Chromium keeps its renderer memory there; Docker's own default (64 MiB) makes it crash. */
-const DEFAULT_SHM_BYTES = 512 * 1024 * 1024;
-
-/**
- * The ports a sandbox publishes, named and numbered inside the container as the reference's Docker sandboxes do:
- * the agent-server, VS Code, and two for applications the agent starts.
- */
-const PUBLISHED_PORTS: readonly { name: string; containerPort: number }[] = [
-  { name: "AGENT_SERVER", containerPort: 8000 },
-  { name: "VSCODE", containerPort: 8001 },
-  { name: "WORKER_1", containerPort: 8011 },
-  { name: "WORKER_2", containerPort: 8012 },
-];
-
-/** `user` unless it is empty or root (by name or uid 0), else null. */
-function nonRootUser(user: string | undefined): string | null {
-  const u = (user ?? "").trim();
-  return u === "" || /^(root|0)(:.*)?$/.test(u) ? null : u;
-}
-
 const DEFAULT_SEARCH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-
-/** The host as a container on a network of its own reaches it (mapped with ExtraHosts host-gateway). */
-const HOST_GATEWAY = "host.docker.internal";
-
-/** A URL on this machine's loopback rewritten to the host gateway, as a container on its own network reaches it. */
-export function viaHostGateway(url: string): string {
-  return url.replace(
-    /^(https?:\/\/)(localhost|127(?:\.\d{1,3}){3}|\[::1\])(?=[:/]|$)/,
-    "$1host.docker.internal",
-  );
-}
-
-/**
- * The folders a container's user other than the image's must own, parents first: the working folder's parent
- * (the agent-server's `/workspace`) unless it is `/`, the working folder, and the agent-server's state folders
- * named by its environment.
- */
-function ownedFolders(workingDir: string, env: Record<string, string>): string[] {
-  const folders = new Set<string>();
-  const parent = workingDir.replace(/\/+$/, "").replace(/\/[^/]*$/, "");
-  if (parent !== "") folders.add(parent);
-  folders.add(workingDir);
-  for (const name of ["OH_CONVERSATIONS_PATH", "OH_BASH_EVENTS_DIR"]) {
-    const path = env[name];
-    if (path?.startsWith("/")) folders.add(path);
-  }
-  return [...folders];
-}
 
 /** One progress event of an image pull, as the Docker engine streams it. */
 export interface PullProgressEvent {
@@ -210,12 +162,6 @@ export async function unpause(container: { unpause(): Promise<unknown> }): Promi
   }
 }
 
-/** The uid and gid of a numeric `uid[:gid]` (gid defaults to the uid), else null (a user name). */
-function numericUser(user: string): { uid: number; gid: number } | null {
-  const m = /^(\d+)(?::(\d+))?$/.exec(user);
-  return m ? { uid: Number(m[1]), gid: Number(m[2] ?? m[1]) } : null;
-}
-
 /** A tar holding only the folders `paths` (absolute, parents before children), owned by `owner`. */
 async function ownedFoldersTar(paths: string[], owner: { uid: number; gid: number }): Promise<Buffer> {
   const pack = tar.pack();
@@ -241,12 +187,9 @@ async function tolerate(statuses: number[], fn: () => Promise<unknown>): Promise
  * Sandboxes as Docker containers: one container and one named volume (mounted at the spec's `workingDir`) per
  * sandbox, with the spec id as image (pulled when missing, progress reported).
  *
- * - start: env = spec `initialEnv` + `OH_SESSION_API_KEYS_0`/`SESSION_API_KEY` + `PORT` + `HOST` + `WORKSPACE_DIR`;
- *   command = the spec's (`{port}` replaced) or, when empty / the built-in marker, the image's default (plus any
- *   arguments after the marker); labels
- *   `<prefix>managed=true`, `<prefix>sandbox.id`, `<prefix>volume`; user `options.user` (default 1000:1000), all
- *   capabilities dropped, `no-new-privileges`, memory (default 2 GiB) and pids (default 512) limits, no host path
- *   mounted (the workspace is a named volume).
+ * - start: a warm container claimed under the sandbox id, else a new container as `describeContainer` says
+ *   (container-description.ts: environment, command, labels, user, limits, ports), its ports chosen free on
+ *   127.0.0.1, its volume created first and its folders given to its user before it starts.
  * - inspect (container state → runtime state): running → `running` if `/alive` answers (else `starting`);
  *   paused → `paused`; exited with code 0 → `paused` (stopped, as the reference); exited otherwise or OOM-killed →
  *   `error`; created/restarting → `starting`; removing or no such container → `missing`; dead and anything else →
@@ -259,16 +202,10 @@ async function tolerate(statuses: number[], fn: () => Promise<unknown>): Promise
  */
 export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerRuntime {
   const docker = options.docker ?? new Docker({ socketPath: options.socketPath ?? "/var/run/docker.sock" });
-  const network = options.network ?? "bridge";
-  const prefix = options.labelPrefix ?? "workspace.";
+  const settings = containerSettings(options);
+  const { network, labelPrefix: prefix, extraLabels, volumePrefix } = settings;
   const managedLabel = `${prefix}managed`;
-  const extraLabels = options.labels ?? {};
   const namePrefix = options.containerNamePrefix ?? "oh-agent-server-";
-  const volumePrefix = options.volumePrefix ?? "openhands-workspace-";
-  const agentPort = options.agentPort ?? 8000;
-  const publishedPorts = PUBLISHED_PORTS.map((p) =>
-    p.name === "AGENT_SERVER" ? { ...p, containerPort: agentPort } : p,
-  );
   const stopTimeoutSeconds = options.stopTimeoutSeconds ?? 10;
   const healthPollMs = options.healthPollMs ?? 10;
   const probeTimeoutMs = options.probeTimeoutMs ?? 1000;
@@ -277,7 +214,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
   const pulls = new Map<string, Promise<ImageInspectInfo>>();
   /** Why a container ended, as its last inspect saw it (its memory limit), by container id (see failureReason). */
   const ended = new Map<string, string>();
-  const memoryLimitBytes = options.memoryBytes ?? DEFAULT_MEMORY_BYTES;
+  const memoryLimitBytes = settings.memoryBytes;
   const diskBytes = options.diskBytes ?? 0;
   const opened =
     diskBytes <= 0 || options.diskDir === undefined
@@ -453,125 +390,19 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
       labels: Record<string, string>;
     },
   ): Promise<RuntimeHandle> => {
-    const { sandboxId, spec, sessionApiKey, containerName } = args;
+    const { sandboxId, spec, containerName } = args;
     const image = spec.id;
     const imageConfig = (await ensureImage(image)).Config;
-    const volume = `${volumePrefix}${sandboxId}`;
-    const workingDir = spec.workingDir || "/workspace";
-    const hostNetwork = network === "host";
-    const reachable = network !== "none";
-    // Every published port gets its own free loopback port of this machine. Host network: the agent binds those
-    // ports itself, on loopback only. Other networks: the container's fixed ports are published on 127.0.0.1.
-    // Network "none": nothing can be reached, port 0 (a URL that can never hit an unrelated service).
-    const ports: ExposedPort[] = reachable
-      ? await Promise.all(
-          publishedPorts.map(async ({ name }) => ({ name, port: await freePort("127.0.0.1") })),
-        )
-      : [];
-    const hostPort = ports[0]?.port ?? 0;
-    const inContainer = (name: string): number => {
-      const published = publishedPorts.find((p) => p.name === name);
-      const host = ports.find((p) => p.name === name);
-      return hostNetwork ? (host?.port ?? 0) : (published?.containerPort ?? 0);
-    };
-    const containerPort = hostNetwork ? hostPort : agentPort;
-    const listenHost = hostNetwork || !reachable ? "127.0.0.1" : "0.0.0.0";
+    // A free loopback port of this machine for each port the container publishes (none on network "none").
+    const ports: ExposedPort[] = await Promise.all(
+      containerPortNames(network).map(async (name) => ({ name, port: await freePort("127.0.0.1") })),
+    );
     if (bridged && hostPortsWanted.size > 0) await gatewayPorts();
-    const handle: RuntimeHandle = {
-      data: { containerId: "", containerName, volume, network, reachable },
-      agentUrl: `http://127.0.0.1:${hostPort}`,
-      port: hostPort,
-      ...(reachable && !hostNetwork ? { hostGateway: HOST_GATEWAY } : {}),
-      ...(ports.length > 1 ? { exposedPorts: ports.slice(1), workingDir } : {}),
-    };
-    const labels: Record<string, string> = {
-      ...extraLabels,
-      ...args.labels,
-      [managedLabel]: "true",
-      [`${prefix}sandbox.id`]: sandboxId,
-      [`${prefix}volume`]: volume,
-      // What a warm container's claim needs to answer without asking the engine about ports.
-      [`${prefix}handle`]: JSON.stringify(handle),
-    };
-    const env: Record<string, string> = {
-      ...spec.initialEnv,
-      OH_SESSION_API_KEYS_0: sessionApiKey,
-      SESSION_API_KEY: sessionApiKey,
-      PORT: String(containerPort),
-      HOST: listenHost,
-      WORKSPACE_DIR: workingDir,
-    };
-    // As the reference: each published port's number under its name (the agent tells the model where it can
-    // serve applications); VS Code on its own port, so that sandboxes sharing the host network never collide.
-    for (const p of ports) env[p.name] = String(p.port);
-    if (reachable) env.OH_VSCODE_PORT = String(inContainer("VSCODE"));
-    // The webhook must reach this service from inside the container: through the host gateway on a network of
-    // its own (host.docker.internal, mapped below), where loopback would be the container itself.
-    const hook = env.OH_WEBHOOKS_0_BASE_URL;
-    if (hook !== undefined && !hostNetwork) env.OH_WEBHOOKS_0_BASE_URL = viaHostGateway(hook);
-    // The built-in agent rewrites a loopback model URL there too (the agent-server gets it rewritten in its start
-    // request: RuntimeHandle.hostGateway).
-    if (reachable && !hostNetwork) env.SANDBOX_HOST_GATEWAY = HOST_GATEWAY;
-    // The image's own user (as the reference, which passes none), unless `options.user` says otherwise; never
-    // root: an image without a user runs as FALLBACK_USER. A user other than the image's gets the workspace and
-    // the agent-server's state folders, which the image made for its own user.
-    const imageUser = nonRootUser(imageConfig.User);
-    const user = options.user ?? imageUser ?? FALLBACK_USER;
-    const owner = options.user !== undefined || imageUser === null ? numericUser(user) : null;
-    // Nothing of the host but the workspace volume (and the local repository folders, read-only); a non-root user
-    // without capabilities that cannot gain privileges (setuid binaries: the image's sudo does not work), with
-    // memory and process limits.
-    const hostConfig: NonNullable<ContainerCreateOptions["HostConfig"]> = {
-      NetworkMode: network,
-      Init: options.init ?? true,
-      Mounts: [
-        { Type: "volume", Source: volume, Target: workingDir },
-        ...(options.readOnlyPaths ?? []).map((path) => ({
-          Type: "bind" as const,
-          Source: path,
-          Target: path,
-          ReadOnly: true,
-        })),
-      ],
-      Privileged: false,
-      CapDrop: ["ALL"],
-      SecurityOpt: ["no-new-privileges"],
-      Memory: options.memoryBytes ?? DEFAULT_MEMORY_BYTES,
-      PidsLimit: options.pidsLimit ?? DEFAULT_PIDS_LIMIT,
-      ShmSize: options.shmBytes ?? DEFAULT_SHM_BYTES,
-      // The container's output kept by the engine is bounded (2 files of 10 MB), whatever the engine's default
-      // driver: a sandbox printing without end fills no disk.
-      LogConfig: { Type: "json-file", Config: { "max-size": "10m", "max-file": "2" } },
-    };
-    if (!hostNetwork && reachable) hostConfig.ExtraHosts = ["host.docker.internal:host-gateway"];
-    if (options.nanoCpus !== undefined) hostConfig.NanoCpus = options.nanoCpus;
-    const create: ContainerCreateOptions = {
-      name: containerName,
-      Image: image,
-      User: user,
-      Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
-      WorkingDir: workingDir,
-      Labels: labels,
-      HostConfig: hostConfig,
-    };
-    if (!isBuiltinAgentCommand(spec.command)) create.Cmd = withPort(spec.command, containerPort, listenHost);
-    else if (spec.command.length > 1) {
-      // The built-in marker with extra arguments: the image's default command plus those arguments.
-      create.Cmd = withPort(
-        [...(imageConfig.Cmd ?? []), ...spec.command.slice(1)],
-        containerPort,
-        listenHost,
-      );
-    }
-    if (reachable && !hostNetwork) {
-      create.ExposedPorts = {};
-      hostConfig.PortBindings = {};
-      for (const p of ports) {
-        const key = `${p.name === "AGENT_SERVER" ? agentPort : inContainer(p.name)}/tcp`;
-        create.ExposedPorts[key] = {};
-        hostConfig.PortBindings[key] = [{ HostIp: "127.0.0.1", HostPort: String(p.port) }];
-      }
-    }
+    const { create, handle, volume, labels, user, owned } = describeContainer(settings, {
+      ...args,
+      image: imageConfig,
+      ports,
+    });
     try {
       await docker.createVolume({
         Name: volume,
@@ -586,11 +417,10 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
     try {
       const container = await docker.createContainer(create);
       containerId = container.id;
-      // Folders the run user must own: the working folder (a new volume belongs to root unless the image has the
-      // folder it is mounted on) and, for a user other than the image's, the agent-server's state folders and
-      // their parent. A tar of folder entries extracted by the engine, which chowns what it extracts.
-      const folders = owner === null ? [] : ownedFolders(workingDir, env);
-      if (owner !== null) await container.putArchive(await ownedFoldersTar(folders, owner), { path: "/" });
+      // The folders the run user must own (see describeContainer): a tar of folder entries extracted by the
+      // engine, which chowns what it extracts.
+      if (owned !== null)
+        await container.putArchive(await ownedFoldersTar(owned.folders, owned.owner), { path: "/" });
       await container.start();
     } catch (e: unknown) {
       // Leave nothing half-made behind (a name conflict means the container is someone else's: keep it).
@@ -599,7 +429,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
       else if (statusOf(e) !== 409) await removeVolume(volume).catch(() => {});
       throw e;
     }
-    log("sandbox container started", { sandboxId, containerName, image, user, port: hostPort });
+    log("sandbox container started", { sandboxId, containerName, image, user, port: handle.port });
     return { ...handle, data: { ...handle.data, containerId } };
   };
 
@@ -648,18 +478,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions = {}): DockerR
     warmNamePrefix: options.warmNamePrefix ?? "oh-warm-",
     sandboxNamePrefix: namePrefix,
     // Everything of the runtime's options that shapes a container: a warm one made under others is not adopted.
-    fingerprint: JSON.stringify([
-      network,
-      options.user ?? null,
-      options.memoryBytes ?? DEFAULT_MEMORY_BYTES,
-      options.pidsLimit ?? DEFAULT_PIDS_LIMIT,
-      options.nanoCpus ?? null,
-      options.shmBytes ?? DEFAULT_SHM_BYTES,
-      options.init ?? true,
-      agentPort,
-      volumePrefix,
-      options.readOnlyPaths ?? [],
-    ]),
+    fingerprint: containerFingerprint(settings),
     readyTimeoutMs: options.warmReadyTimeoutMs ?? 120_000,
     imageId: async (image) => (await ensureImage(image)).Id,
     create: (args) => createSandbox(args),
