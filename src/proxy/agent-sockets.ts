@@ -18,7 +18,14 @@ import { RateLimiter } from "../core/rate-limiter.ts";
 import type { AgentTarget } from "../services/sandboxes/sandbox-service.ts";
 import { pathOf, SOCKET_PREFIX, socketKey } from "./agent-calls.ts";
 import { AgentCallError, type AgentProxyDeps, resolveAgent } from "./agent-http.ts";
-import { acceptClient, clientHandshakeProblem, connectAgent, FrameRelay } from "./frame-relay.ts";
+import {
+  type AgentWire,
+  acceptClient,
+  clientHandshakeProblem,
+  connectAgent,
+  FrameRelay,
+  type Refusal,
+} from "./frame-relay.ts";
 
 export interface AgentSocketLimits {
   /** Largest message a client may send (the agent's messages may be up to 64 times that). */
@@ -71,7 +78,7 @@ export class AgentSockets {
 
   /** Takes over an upgrade request for the events websocket. */
   upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
-    socket.on("error", () => socket.destroy());
+    socket.on("error", destroyOnError);
     void this.#upgrade(req, socket, head).catch((err: unknown) => {
       this.#deps.logger.error({ err }, "agent socket failed");
       refuse(socket, 502, "The sandbox's agent could not be reached");
@@ -93,33 +100,20 @@ export class AgentSockets {
       if (err instanceof AgentCallError) return refuse(socket, err.status, err.message, err.headers);
       throw err;
     }
-    const open = this.#perUser.get(target.ownerId) ?? 0;
-    if (open >= this.#limits.socketsPerUser)
+    const uncount = this.#count(target.ownerId);
+    if (uncount === undefined)
       return refuse(
         socket,
         429,
         `Too many open agent websockets: a user may have ${this.#limits.socketsPerUser} open; close one first`,
       );
-    this.#perUser.set(target.ownerId, open + 1);
-    let counted = true;
-    const uncount = () => {
-      if (!counted) return;
-      counted = false;
-      const n = (this.#perUser.get(target.ownerId) ?? 1) - 1;
-      if (n <= 0) this.#perUser.delete(target.ownerId);
-      else this.#perUser.set(target.ownerId, n);
-    };
     socket.once("close", uncount);
     // The agent's side first: the same path and query on the recorded agent, no header of the client's.
-    const gone = new AbortController();
-    const onGone = () => gone.abort();
-    socket.once("close", onGone);
-    const agent = await connectAgent(
+    const agent = await reachAgent(
       new URL(url.pathname + url.search, new URL(target.agentUrl).origin),
       this.#limits.handshakeTimeoutMs,
-      gone.signal,
+      socket,
     );
-    socket.off("close", onGone);
     if (!("socket" in agent) || socket.destroyed || !socket.writable) {
       uncount();
       if ("socket" in agent) agent.socket.destroy();
@@ -128,14 +122,35 @@ export class AgentSockets {
       return;
     }
     acceptClient(req, socket);
-    const r: Relay = { key, ownerId: target.ownerId, sandboxId: target.sandboxId };
+    this.#relay({ key, ownerId: target.ownerId, sandboxId: target.sandboxId }, socket, head, agent, uncount);
+  }
+
+  /**
+   * Counts an open socket for `ownerId`: the function that uncounts it (once), or undefined when the owner has
+   * socketsPerUser open already. (Its own function, so that an open relay keeps only this much of the upgrade's.)
+   */
+  #count(ownerId: string): (() => void) | undefined {
+    const open = this.#perUser.get(ownerId) ?? 0;
+    if (open >= this.#limits.socketsPerUser) return undefined;
+    this.#perUser.set(ownerId, open + 1);
+    let counted = true;
+    return () => {
+      if (!counted) return;
+      counted = false;
+      const n = (this.#perUser.get(ownerId) ?? 1) - 1;
+      if (n <= 0) this.#perUser.delete(ownerId);
+      else this.#perUser.set(ownerId, n);
+    };
+  }
+
+  #relay(r: Relay, client: Duplex, head: Buffer, agent: AgentWire, uncount: () => void): void {
     const rate = new RateLimiter(
       this.#limits.messagesPerSecond,
       Math.max(1, this.#limits.messagesPerSecond * 2),
     );
     this.#relays.add(r);
     this.#watch();
-    const relay = new FrameRelay(socket, head, agent, {
+    const relay = new FrameRelay(client, head, agent, {
       maxClientMessageBytes: this.#limits.maxMessageBytes,
       maxAgentMessageBytes: this.#limits.maxMessageBytes * AGENT_MESSAGE_FACTOR,
       admit: () => {
@@ -187,6 +202,22 @@ export class AgentSockets {
     this.#timer = undefined;
     for (const r of [...this.#relays]) r.end?.(1001, "server shutting down");
   }
+}
+
+/** Opens the agent's side for a client's socket; 499 when the client goes away first. */
+async function reachAgent(url: URL, timeoutMs: number, client: Duplex): Promise<AgentWire | Refusal> {
+  const gone = new AbortController();
+  const onGone = () => gone.abort();
+  client.once("close", onGone);
+  try {
+    return await connectAgent(url, timeoutMs, gone.signal);
+  } finally {
+    client.off("close", onGone);
+  }
+}
+
+function destroyOnError(this: Duplex): void {
+  this.destroy();
 }
 
 /** Answers an upgrade request with an HTTP error and a JSON body, then closes the socket. */

@@ -165,7 +165,7 @@ export function connectAgent(url: URL, timeoutMs: number, signal: AbortSignal): 
       settle({ status: 502, detail: `The sandbox's agent refused the websocket (${res.statusCode})` });
     });
     req.on("upgrade", (res: IncomingMessage, socket: Duplex, head: Buffer) => {
-      socket.on("error", () => socket.destroy());
+      socket.on("error", destroyOnError);
       const wrong = (what: string) => {
         socket.destroy();
         settle({
@@ -558,6 +558,11 @@ export class FrameRelay {
   #settled(): void {
     if (this.#clientGone && this.#agentGone) clearTimeout(this.#cutOff);
   }
+}
+
+/** A socket's error listener that keeps nothing alive but the socket (a closure would keep its whole scope). */
+function destroyOnError(this: Duplex): void {
+  this.destroy();
 }
 
 /** Ends a socket's writing side unless it is ended already (ending it twice makes an error). */
