@@ -2,7 +2,7 @@
 // same user's settings over REST (fetch), Connect (connect-node) and gRPC (grpc-js) in turn, one call at a time,
 // every `intervalMs`, and prints the latencies per protocol as one JSON line when its stdin closes. Its event loop
 // does nothing else, so its figures are the server's answer time plus one idle client's cost; the users' own figures
-// also hold the wait in the soak process's busy event loop (docs/reliability.md, "Connect against REST").
+// also hold the wait in the soak process's busy event loop (docs/reliability.md, "Reads per protocol under load").
 import { setTimeout as sleep } from "node:timers/promises";
 import { SettingsService } from "../../src/gen/workspace/v1/settings_pb.js";
 import { connectClient, grpcClient } from "../../test/helpers/rpc-clients.ts";
