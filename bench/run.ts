@@ -27,6 +27,7 @@ import { eventBenchmarks } from "./scenarios/events.ts";
 import { replicaBenchmarks } from "./scenarios/replicas.ts";
 import { sandboxBenchmarks } from "./scenarios/sandboxes.ts";
 import { settingsThroughput } from "./scenarios/settings-throughput.ts";
+import { teamBenchmarks } from "./scenarios/team.ts";
 import { workerBenchmarks } from "./scenarios/workers.ts";
 
 const SCENARIOS: { names: string[]; run: (bench: Bench) => Promise<Row[]> }[] = [
@@ -41,6 +42,7 @@ const SCENARIOS: { names: string[]; run: (bench: Bench) => Promise<Row[]> }[] = 
   { names: ["workers"], run: workerBenchmarks },
   { names: ["builtin-agent"], run: builtinAgentBenchmarks },
   { names: ["agent-proxy"], run: agentProxyBenchmarks },
+  { names: ["team"], run: teamBenchmarks },
 ];
 
 const names = [...new Set(SCENARIOS.flatMap((s) => s.names))];

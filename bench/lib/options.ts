@@ -20,6 +20,10 @@ Environment:
   BENCH_INSTALL_REFERENCE=1   apt-get install the reference Python stack when it is missing
   BENCH_SERVICE_LOG_LEVEL=L   log level of the service under test (default info, as in production)
   BENCH_SERVICE_NODE_FLAGS=…  Node flags of the service under test instead of \`npm start\`'s
+  BENCH_TEAM_USERS=N          team: users holding a conversation at once (default 10; 3 with --quick)
+  BENCH_TEAM_IDLE=N           team: idle conversations opened after the rounds, websockets open (default 50;
+                              5 with --quick; 0: none)
+  BENCH_TEAM_PAUSE_MS=N       team: a user's mean pause between turns in the paced rounds (default 2000)
 `;
 
 export interface RunOptions {
