@@ -7,15 +7,16 @@ import { failedPrecondition } from "../../core/errors.ts";
 import type { RuntimeHandle, RuntimeSpec } from "../../ports/sandbox-runtime.ts";
 import { isBuiltinAgentCommand } from "../../sandbox-agent/builtin-agent.ts";
 import { readProcStat, signal } from "../../sandbox-agent/proc-tree.ts";
-import { freePort, listeningSocket, withPort } from "../free-port.ts";
+import { freePort, listeningSocket } from "../free-port.ts";
 import { type BwrapTools, bwrapArgs, findExecutable, type SandboxUser } from "./bwrap.ts";
 import type { CompileCache } from "./compile-cache.ts";
+import { describeLaunch, type LaunchSettings, launchedHandle, sandboxEnv } from "./launch-description.ts";
 import { LinkRefused, makeDirsAt, openAppendAt } from "./no-follow.ts";
 import type { ProcessIsolation } from "./process-runtime.ts";
-import type { ProcessHandleData, ProcessTable } from "./process-table.ts";
+import type { ProcessTable } from "./process-table.ts";
 import type { RuntimeLimits } from "./runtime-limits.ts";
 import { limitedArgv } from "./sandbox-limits.ts";
-import { type NetLease, SANDBOX_AGENT_PORT, type SandboxNetwork, viaGateway } from "./sandbox-network.ts";
+import { type NetLease, SANDBOX_AGENT_PORT, type SandboxNetwork } from "./sandbox-network.ts";
 import type { SandboxUids } from "./sandbox-uids.ts";
 import type { WarmAgent } from "./warm-agents.ts";
 import { freeBytes } from "./workspace-disk.ts";
@@ -47,50 +48,13 @@ export const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/
 export const SANDBOX_LOG_DIR = ".openhands/logs";
 export const SANDBOX_LOG_FILE = "sandbox.log";
 
-/** The variables holding the sandbox's session key, which a built-in agent takes on its stdin instead. */
-const KEY_VARIABLES = ["SESSION_API_KEY", "OH_SESSION_API_KEYS_0"] as const;
-
-/**
- * Node options that open the inspector (a debugger anyone on the host's loopback could reach): taken out of a
- * spec's NODE_OPTIONS for the built-in agent, with the value of a separate `--inspect-port N`.
- */
-const INSPECTOR_OPTION = /^--(inspect|debug)(-[a-z-]+)?(=|$)/;
-
-/** NODE_OPTIONS without the options that open Node's inspector; undefined when nothing else is left. */
-export function withoutInspector(options: string): string | undefined {
-  const kept: string[] = [];
-  const words = options.split(/\s+/).filter((w) => w !== "");
-  for (let i = 0; i < words.length; i++) {
-    const word = words[i] as string;
-    if (!INSPECTOR_OPTION.test(word)) {
-      kept.push(word);
-      continue;
-    }
-    // `--inspect-port 9229`, `--debug-port 9229`: the value is the next word.
-    if (/^--(inspect|debug)-port$/.test(word)) i++;
-  }
-  return kept.length > 0 ? kept.join(" ") : undefined;
-}
+export { withoutInspector } from "./launch-description.ts";
 
 /** What the launcher shares with the runtime that made it (createProcessRuntime). */
-export interface LaunchContext {
+export interface LaunchContext extends LaunchSettings {
   workspaceRoot: string;
-  /** Address the agent listens on, and the host of its URL. */
-  host: string;
-  urlHost: string;
-  baseEnv: Record<string, string>;
-  /** The built-in agent's compile cache folder; null or "" for none. */
-  compileCacheDir: string | null;
   compileCache: CompileCache;
-  /** What runs the built-in agent (node and its main file). */
-  agentCommand: readonly string[];
-  /** As root: the execute-only Node binary isolated built-in agents run from (agent-binary.ts); null: none. */
-  agentBinary: string | null;
-  /** What the built-in agent reads (given read-only to isolated sandboxes). */
-  agentFiles: readonly string[];
-  readOnlyPaths: readonly string[];
   isolation: ProcessIsolation;
-  asRoot: boolean;
   ownUser: SandboxUser;
   /** bubblewrap and its helpers (throws when they are missing). */
   tools: () => BwrapTools;
@@ -129,35 +93,7 @@ export class SandboxLauncher {
     listening: boolean,
     net: NetLease | null = null,
   ): Record<string, string> {
-    const { baseEnv, compileCacheDir } = this.#o;
-    const host = net === null ? this.#o.host : "0.0.0.0";
-    const builtin = isBuiltinAgentCommand(spec.command);
-    const env: Record<string, string> = {
-      ...baseEnv,
-      HOME: workspace,
-      ...spec.initialEnv,
-      ...(sessionApiKey === null
-        ? { SANDBOX_AGENT_CLAIM: "stdin" }
-        : { SESSION_API_KEY: sessionApiKey, OH_SESSION_API_KEYS_0: sessionApiKey }),
-      PORT: String(port),
-      HOST: host,
-      WORKSPACE_DIR: cwd,
-      ...(listening ? { LISTEN_FD: "3" } : {}),
-      ...(compileCacheDir && builtin ? { NODE_COMPILE_CACHE: compileCacheDir } : {}),
-      ...(net === null ? {} : { SANDBOX_HOST_GATEWAY: net.gateway }),
-    };
-    // In a network of its own the sandbox reaches the host at its gateway: a loopback webhook URL is rewritten
-    // there (its port is let through by reachHost, from the service's own configuration).
-    if (net !== null && env.OH_WEBHOOKS_0_BASE_URL !== undefined)
-      env.OH_WEBHOOKS_0_BASE_URL = viaGateway(env.OH_WEBHOOKS_0_BASE_URL, net.gateway);
-    // No debugger for the built-in agent, whatever the spec says: it holds the session key, the model key and the
-    // secrets, and its inspector would listen on the host's loopback, which other sandboxes reach.
-    if (builtin && env.NODE_OPTIONS !== undefined) {
-      const kept = withoutInspector(env.NODE_OPTIONS);
-      if (kept === undefined) delete env.NODE_OPTIONS;
-      else env.NODE_OPTIONS = kept;
-    }
-    return env;
+    return sandboxEnv(this.#o, { workspace, cwd, spec, sessionApiKey, port, listening, net });
   }
 
   /**
@@ -229,14 +165,9 @@ export class SandboxLauncher {
       workspaceRoot,
       asRoot,
       host,
-      urlHost,
-      agentCommand,
-      agentFiles,
-      readOnlyPaths,
       isolation,
       ownUser,
       uids,
-      compileCacheDir,
       compileCache,
       procs,
       log,
@@ -272,52 +203,33 @@ export class SandboxLauncher {
       }
       chmodSync(workspace, 0o700);
       const cwd = this.makeCwd(workspace, rel, user, isolated);
-      // As root, an isolated built-in agent runs from the execute-only copy of Node: non-dumpable, so that the
-      // commands it runs (its uid) cannot read its memory.
-      const agentArgv =
-        isolated && asRoot && this.#o.agentBinary !== null && agentCommand[0] === process.execPath
-          ? [this.#o.agentBinary, ...agentCommand.slice(1)]
-          : agentCommand;
-      const command = withPort(
-        builtin ? [...agentArgv, ...spec.command.slice(1)] : spec.command,
+      const plan = describeLaunch(this.#o, {
+        workspace,
+        cwd,
+        spec,
+        sessionApiKey,
         port,
-        net === null ? undefined : "0.0.0.0",
-      );
-      const env = this.env(workspace, cwd, spec, sessionApiKey, port, listener !== null, net);
-      const readOnly = [...readOnlyPaths];
-      if (builtin) {
-        readOnly.push(...agentFiles);
-        if (agentArgv !== agentCommand) readOnly.push(agentArgv[0] as string);
-        if (compileCacheDir) {
-          mkdirSync(compileCacheDir, { recursive: true });
-          // Shared by every sandbox, so isolated ones only read it; the server fills it (see CompileCache.warm).
-          if (isolated) {
-            readOnly.push(compileCacheDir);
-            compileCache.warm(compileCacheDir);
-            compileCache.share(compileCacheDir, user.uid);
-          }
+        listening: listener !== null,
+        net,
+        isolation: isolated ? { user, tmpBytes: limits.tmpBytes, shmBytes: limits.shmBytes } : null,
+        network: this.#o.network,
+        execPath: process.execPath,
+      });
+      const { command, env } = plan;
+      if (plan.compileCache !== null) {
+        mkdirSync(plan.compileCache.dir, { recursive: true });
+        if (plan.compileCache.shared) {
+          compileCache.warm(plan.compileCache.dir);
+          compileCache.share(plan.compileCache.dir, user.uid);
         }
       }
-      const sandboxed = isolated
-        ? [
-            ...bwrapArgs(this.#o.tools(), {
-              workspace,
-              cwd,
-              readOnly,
-              user,
-              asRoot,
-              ...(limits.tmpBytes ? { tmpBytes: limits.tmpBytes } : {}),
-              ...(limits.shmBytes ? { shmBytes: limits.shmBytes } : {}),
-              ...(net !== null && this.#o.network?.resolvConf
-                ? { resolvConf: this.#o.network.resolvConf }
-                : {}),
-            }),
-            ...command,
-          ]
-        : command;
-      const networked =
-        net !== null && this.#o.network ? [...this.#o.network.enter(net), ...sandboxed] : sandboxed;
-      const argv = limitedArgv(networked, cgroups ? cgroups.create(folder) : [], rlimits, prlimit);
+      const sandboxed = plan.layout ? [...bwrapArgs(this.#o.tools(), plan.layout), ...command] : command;
+      const argv = limitedArgv(
+        [...plan.enter, ...sandboxed],
+        cgroups ? cgroups.create(folder) : [],
+        rlimits,
+        prlimit,
+      );
       const [file, ...args] = argv;
       if (file === undefined || command[0] === undefined) throw new Error("empty sandbox command");
       // bwrap starts whatever it is given and fails later: check the command is there first, as spawn does.
@@ -326,18 +238,14 @@ export class SandboxLauncher {
         throw Object.assign(new Error(`spawn ${command[0]} ENOENT`), { code: "ENOENT" });
       }
       const logFd = this.#openLog(workspace, isolated && asRoot ? user : null, label ?? folder);
-      // The built-in agent takes its environment, key included, on its stdin, as a warm agent takes its claim: its
-      // /proc/<pid>/environ, which the commands it runs (its uid) can read, then holds no key.
-      const claim = builtin && sessionApiKey !== null ? `${JSON.stringify({ env, cwd })}\n` : null;
-      const spawnEnv = claim === null ? env : { ...withoutKeys(env), SANDBOX_AGENT_CLAIM: "now" };
-      const stdin = sessionApiKey === null || claim !== null ? "pipe" : "ignore";
+      const { claim } = plan;
       const out = logFd ?? "ignore";
       try {
         child = spawn(file, args, {
           cwd,
-          env: spawnEnv,
+          env: plan.spawnEnv,
           detached: true,
-          stdio: listener ? [stdin, out, out, listener.fd] : [stdin, out, out],
+          stdio: listener ? [plan.stdin, out, out, listener.fd] : [plan.stdin, out, out],
         });
       } finally {
         if (logFd !== null) closeSync(logFd);
@@ -366,21 +274,14 @@ export class SandboxLauncher {
     if (pid === undefined || stat === null)
       throw new Error(`sandbox process of ${label ?? folder} vanished at start`);
     child.unref();
-    const data: ProcessHandleData = {
+    const handle = launchedHandle(this.#o, {
       pid,
-      pgid: pid,
+      startTimeTicks: stat.startTime,
       port,
       workspace,
-      startTimeTicks: stat.startTime,
-      ...(isolated ? { isolation: "bwrap" as const, uid: user.uid } : {}),
-      ...(net === null ? {} : { net }),
-    };
-    const handle: RuntimeHandle = {
-      data: { ...data },
-      agentUrl: `http://${net === null ? urlHost : net.address}:${port}`,
-      port,
-      ...(net === null ? {} : { hostGateway: net.gateway }),
-    };
+      isolatedUid: isolated ? user.uid : null,
+      net,
+    });
     const exited = Promise.withResolvers<void>();
     const own: OwnChild = {
       handle,
@@ -410,13 +311,6 @@ export class SandboxLauncher {
       });
     return { handle, child, own };
   }
-}
-
-/** The environment without the session key's variables. */
-function withoutKeys(env: Record<string, string>): Record<string, string> {
-  const out = { ...env };
-  for (const name of KEY_VARIABLES) delete out[name];
-  return out;
 }
 
 /** A loopback socket already listening, whose descriptor a child can inherit; null where that cannot be done. */
