@@ -274,8 +274,27 @@ async function memory(): Promise<Memory> {
   };
 }
 
-/** The protocols the users and the probe read settings over, as the server's call metrics label them. */
-const READ_PROTOCOLS = { REST: "rest", Connect: "connect", gRPC: "grpc" } as const;
+/**
+ * The protocols the users and the probe read settings over, and the series of the server's metrics that time their
+ * reads: REST's in the HTTP histogram (its route), Connect's and gRPC's in the call histogram (protocol, method).
+ */
+const READ_PROTOCOLS = {
+  REST: (l: string) =>
+    l.startsWith("http_request_duration_seconds_bucket{") &&
+    l.includes('method="GET"') &&
+    l.includes('route="/api/settings"') &&
+    l.includes('status="200"'),
+  Connect: (l: string) =>
+    l.startsWith("rpc_duration_seconds_bucket{") &&
+    l.includes('protocol="connect"') &&
+    l.includes('method="workspace.v1.SettingsService/GetSettings"') &&
+    l.includes('code="OK"'),
+  gRPC: (l: string) =>
+    l.startsWith("rpc_duration_seconds_bucket{") &&
+    l.includes('protocol="grpc"') &&
+    l.includes('method="workspace.v1.SettingsService/GetSettings"') &&
+    l.includes('code="OK"'),
+} as const;
 type ReadProtocol = keyof typeof READ_PROTOCOLS;
 interface ServerReads {
   /** GetSettings calls answered OK since the server's last start, by protocol; p50 and p99 in ms. */
@@ -285,26 +304,21 @@ interface ServerReads {
 }
 
 /**
- * The server's own time for the settings reads, per protocol, from its call metrics (rpc_duration_seconds, labelled
- * by protocol, method and code; src/server/metrics.ts): each call from its request head to the end of its answer
- * (REST and Connect: the response written; gRPC: the status sent in the trailers). Quantiles are interpolated
- * linearly within the histogram's buckets (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250 ms ...).
+ * The server's own time for the settings reads, per protocol, from its metrics (src/server/metrics.ts): REST's
+ * GET /api/settings answered 200 (http_request_duration_seconds), Connect's and gRPC's GetSettings answered OK
+ * (rpc_duration_seconds, labelled by protocol, method and code). Each read is timed from its request head to the
+ * end of its answer (REST and Connect: the response written; gRPC: the status sent in the trailers). Quantiles are
+ * interpolated linearly within the histograms' buckets (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250 ms ...).
  */
 async function serverReads(): Promise<ServerReads> {
   const text = await (
     await fetch(`${base}/metrics`, { headers: { authorization: `Bearer ${metricsToken}` } })
   ).text();
   const reads: ServerReads["reads"] = {};
-  for (const [name, protocol] of Object.entries(READ_PROTOCOLS)) {
+  for (const [name, series] of Object.entries(READ_PROTOCOLS)) {
     const buckets = text
       .split("\n")
-      .filter(
-        (l) =>
-          l.startsWith("rpc_duration_seconds_bucket{") &&
-          l.includes(`protocol="${protocol}"`) &&
-          l.includes('method="workspace.v1.SettingsService/GetSettings"') &&
-          l.includes('code="OK"'),
-      )
+      .filter(series)
       .map((l) => {
         const le = /le="([^"]+)"/.exec(l)?.[1] ?? "+Inf";
         return {

@@ -7,7 +7,6 @@ import { resourceExhausted, unauthenticated, ValidationError } from "../core/err
 import { TOO_MANY_WRITES } from "../services/user-data-store.ts";
 import { type Admission, callValues } from "../transport/admission.ts";
 import { endSessionCookies, headerKeyOf, type KeyOf, nodeHeaders } from "../transport/browser-session.ts";
-import { errorCodeName } from "../transport/call-metrics.ts";
 import { isInternal } from "../transport/errors.ts";
 import { abortOnClientGone, lazyHandlerContext } from "../transport/handler-context.ts";
 import type { ServiceBinding } from "../transport/service-binding.ts";
@@ -59,30 +58,7 @@ declare module "fastify" {
     /** The session key the caller was admitted with. */
     sessionKey?: string | undefined;
   }
-  interface FastifyContextConfig {
-    /** The RPC a gateway route calls (`package.Service/Method`; routes sharing a url: the first one's). */
-    rpc?: string;
-  }
 }
-
-/** The code of a REST call that did not succeed (absent: it answered its success status). */
-const failedCodes = new WeakMap<FastifyRequest, string>();
-
-/**
- * The RPC a REST request called and how it ended, for the call metrics REST shares with Connect and gRPC (the
- * caller times it: from the request head to the end of the answer); undefined for a request no gateway route took.
- */
-export function restCallOf(
-  req: FastifyRequest,
-  statusCode: number,
-): { method: string; code: string } | undefined {
-  const matched = matchedRoutes.get(req);
-  const method = matched === undefined ? req.routeOptions.config.rpc : rpcName(matched.rpc);
-  if (method === undefined) return undefined;
-  return { method, code: failedCodes.get(req) ?? (statusCode < 400 ? "OK" : "Unknown") };
-}
-
-const rpcName = (m: DescMethod): string => `${m.parent.typeName}/${m.name}`;
 
 const INVALID_JSON = Symbol("invalid-json");
 interface InvalidJson {
@@ -137,7 +113,6 @@ export function restGateway(options: RestGatewayOptions) {
       };
       const refused = (err: unknown): void => {
         if (err instanceof ConnectError && err.code === Code.Unauthenticated) {
-          failedCodes.set(req, "Unauthenticated");
           closeIfBodyUnread(req.raw, reply.raw);
           void sendRestError(reply, unauthenticated());
           return;
@@ -189,7 +164,6 @@ export function restGateway(options: RestGatewayOptions) {
         const caller = req.caller;
         if (err !== undefined || caller === undefined || (options.canWriteUserData?.(caller.userId) ?? true))
           return done(err);
-        failedCodes.set(req, "ResourceExhausted");
         closeIfBodyUnread(req.raw, reply.raw);
         void sendRestError(reply, resourceExhausted(TOO_MANY_WRITES));
       });
@@ -199,7 +173,6 @@ export function restGateway(options: RestGatewayOptions) {
       app.route({
         method: r0.method,
         url,
-        config: { rpc: rpcName(r0.rpc) },
         onRequest: entries.some((e) => e.route.writesUserData === true) ? authenticateWriter : authenticate,
         // Not an async function: a service answering a plain value (a kept GetSettings answer) is sent in the same
         // turn, without a promise; a promise is handed to Fastify, which sends or reports what it settles to.
@@ -248,7 +221,6 @@ export function restGateway(options: RestGatewayOptions) {
         },
         errorHandler: (err, req, reply) => {
           const r = matchedRoutes.get(req) ?? r0;
-          failedCodes.set(req, errorCodeName(err));
           const e =
             r.notFoundBody !== undefined && isNotFound(err)
               ? { status: 404, body: notFoundBodyOf(r, req) }

@@ -22,7 +22,7 @@ import { legacyRoutes } from "../rest/legacy-routes.ts";
 import { buildOpenApi } from "../rest/openapi.ts";
 import { type OptionsLists, optionsRoutes } from "../rest/options-routes.ts";
 import { frameworkError, restError, sendRestError, writeRestError } from "../rest/rest-errors.ts";
-import { restCallOf, restGateway, type SandboxCallbackRoute } from "../rest/rest-gateway.ts";
+import { restGateway, type SandboxCallbackRoute } from "../rest/rest-gateway.ts";
 import type { RestRoute } from "../rest/rest-route.ts";
 import { SIGN_IN_PATH, sessionRoutes } from "../rest/session-routes.ts";
 import { v1ConversationRoutes } from "../rest/v1-conversation-routes.ts";
@@ -249,9 +249,6 @@ export async function createHttpServer(
     const statusCode = reply.statusCode;
     const ms = reply.elapsedTime;
     metrics.http(method, route, statusCode, ms / 1000);
-    // A gateway route's call, in the call metrics every protocol shares (rpc_duration_seconds{protocol="rest"}).
-    const call = restCallOf(req, statusCode);
-    if (call !== undefined) metrics.rpc("rest", call.method, call.code, ms / 1000);
     if (!QUIET_PATHS.has(route))
       req.log.info({ method, url: req.url, route, statusCode, ms }, "request completed");
     done();
