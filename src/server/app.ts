@@ -156,6 +156,8 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   const limits: TransportLimits = Object.freeze({ ...DEFAULT_LIMITS, ...deps.limits });
   let http: FastifyInstance | undefined;
   let listenerUrl: string | undefined;
+  /** The HTTP listener's port once it listens (the proxied agent URL's port when no PUBLIC_URL names one). */
+  let listenerPort: number | undefined;
   const container = createContainer({
     storage: deps.storage,
     encryptionKey: deps.encryptionKey,
@@ -180,7 +182,11 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     log: (msg, data) => http?.log.warn(data ?? {}, msg),
     web: { ...deps.web, tls: deps.tls !== undefined },
     ...(deps.quotas ? { quotas: deps.quotas } : {}),
-    agentUrls: { proxied: deps.agentProxy?.enabled !== false, publicUrl: deps.agentProxy?.publicUrl },
+    agentUrls: {
+      proxied: deps.agentProxy?.enabled !== false,
+      publicUrl: deps.agentProxy?.publicUrl,
+      servicePort: () => listenerPort,
+    },
   });
   const proxied = deps.agentProxy?.enabled !== false;
   http = await createHttpServer(container, {
@@ -273,6 +279,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
         `Server listening at ${tls ? url.replace(/^http:/, "https:") : url}`;
       await namedListen("HTTP", "PORT", port, () => server.listen({ host, port, listenTextResolver }));
       const address = server.server.address();
+      if (typeof address === "object" && address !== null) listenerPort = address.port;
       if (!tls && typeof address === "object" && address !== null) {
         const h =
           host === "0.0.0.0" || host === "::" || host === ""

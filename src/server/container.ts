@@ -33,7 +33,7 @@ import { ConversationFactBus } from "../services/conversations/ports.ts";
 import { DEFAULT_EVENT_LIMITS, type EventLimits, EventService } from "../services/events/event-service.ts";
 import { GitService } from "../services/git/git-service.ts";
 import { ApiKeyService, DEFAULT_USER } from "../services/keys/api-key-service.ts";
-import { SandboxService } from "../services/sandboxes/sandbox-service.ts";
+import { SandboxService, type SandboxServiceOptions } from "../services/sandboxes/sandbox-service.ts";
 import { type SandboxSpec, SandboxSpecService } from "../services/sandboxes/sandbox-spec-service.ts";
 import { SecretsService } from "../services/secrets/secrets-service.ts";
 import { SettingsService } from "../services/settings/settings-service.ts";
@@ -99,7 +99,7 @@ export interface ContainerDeps {
     sessionMaxAgeSeconds?: number;
   };
   /** How sandbox and conversation JSON name agents (SandboxServiceOptions.agentUrls; default: proxied). */
-  agentUrls?: { proxied: boolean; publicUrl?: string | undefined };
+  agentUrls?: SandboxServiceOptions["agentUrls"];
 }
 
 /** The services of one server, wired together, with what every transport needs to serve them. */

@@ -242,9 +242,9 @@ describe("UI replay: the conversation page with the built-in agent", () => {
       exposed_urls: { name: string; url: string; port: number }[];
     }[];
     expect(sandbox).toMatchObject({ id: runtimeId, status: "RUNNING" });
-    const port = sandbox?.exposed_urls[0]?.port;
+    const port = sandbox?.exposed_urls[1]?.port;
     expect(sandbox?.exposed_urls).toEqual([
-      { name: "AGENT_SERVER", url: "/", port },
+      { name: "AGENT_SERVER", url: "/", port: Number(new URL(t.url).port) },
       { name: "AGENT_SERVER_DIRECT", url: `http://127.0.0.1:${port}`, port },
     ]);
 

@@ -58,9 +58,9 @@ describe.skipIf(skip !== null)("warm pool of the Docker runtime", () => {
     );
     // Its key names it (the warm container was made for this sandbox id), so it is reached through this service.
     expect(s.session_api_key).toMatch(new RegExp(`^sbx_${s.id}_[0-9A-Za-z]{43}$`));
-    const port = s.exposed_urls[0]?.port ?? 0;
+    const port = s.exposed_urls[1]?.port ?? 0;
     expect(s.exposed_urls?.slice(0, 2)).toEqual([
-      { name: "AGENT_SERVER", url: "/", port },
+      { name: "AGENT_SERVER", url: "/", port: Number(new URL(t.url).port) },
       { name: "AGENT_SERVER_DIRECT", url: `http://127.0.0.1:${port}`, port },
     ]);
     // VS Code and the application ports stay direct (docs/agent-proxy.md).

@@ -59,7 +59,7 @@ describe("server restart", () => {
     };
     expect(s.session_api_key).toMatch(new RegExp(`^sbx_${survivor}_[0-9A-Za-z]{43}$`));
     const [viaService, direct] = s.exposed_urls;
-    expect(viaService).toEqual({ name: "AGENT_SERVER", url: "/", port: direct?.port });
+    expect(viaService).toEqual({ name: "AGENT_SERVER", url: "/", port: Number(new URL(second.url).port) });
     expect(direct).toEqual({
       name: "AGENT_SERVER_DIRECT",
       url: `http://127.0.0.1:${direct?.port}`,

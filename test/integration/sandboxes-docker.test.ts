@@ -56,9 +56,9 @@ describe.skipIf(skip !== null)("sandboxes on the Docker runtime, end to end", ()
     const started = (await call(t.url, key, "POST", "/api/v1/sandboxes")).body as { id: string };
     const running = await waitFor(started.id, "RUNNING");
     // The agent through this service's own origin ("/"), and the container's published loopback port beside it.
-    const port = running.exposed_urls?.[0]?.port ?? 0;
+    const port = running.exposed_urls?.[1]?.port ?? 0;
     expect(running.exposed_urls?.slice(0, 2)).toEqual([
-      { name: "AGENT_SERVER", url: "/", port },
+      { name: "AGENT_SERVER", url: "/", port: Number(new URL(t.url).port) },
       { name: "AGENT_SERVER_DIRECT", url: `http://127.0.0.1:${port}`, port },
     ]);
     // VS Code and the application ports stay direct (docs/agent-proxy.md).

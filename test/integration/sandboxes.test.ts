@@ -79,9 +79,10 @@ describe("sandbox lifecycle over REST (process runtime)", () => {
     sb = await waitStatus(alice, sb.id, "RUNNING");
     // The key names its sandbox; the agent is this service's own origin ("/"), its loopback address beside it.
     expect(sb.session_api_key).toMatch(new RegExp(`^sbx_${sb.id}_[0-9A-Za-z]{43}$`));
-    const port = sb.exposed_urls?.[0]?.port ?? 0;
+    // Each entry's port is the one its URL reaches: the service's own (where "/" resolves), and the agent's.
+    const port = sb.exposed_urls?.[1]?.port ?? 0;
     expect(sb.exposed_urls).toEqual([
-      { name: "AGENT_SERVER", url: "/", port },
+      { name: "AGENT_SERVER", url: "/", port: Number(new URL(t.url).port) },
       { name: "AGENT_SERVER_DIRECT", url: `http://127.0.0.1:${port}`, port },
     ]);
     expect(port).toBeGreaterThan(0);

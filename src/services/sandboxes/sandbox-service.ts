@@ -130,9 +130,15 @@ export interface SandboxServiceOptions {
   /**
    * How sandbox JSON names the agent (docs/agent-proxy.md). `proxied` (the default): a sandbox whose session key
    * names it is reached through this service's own origin, so its AGENT_SERVER URL is `publicUrl` (or `/`, the
-   * origin the client used) and its direct loopback URL is AGENT_SERVER_DIRECT; false: the direct URL only.
+   * origin the client used) and its direct loopback URL is AGENT_SERVER_DIRECT; false: the direct URL only. The
+   * proxied entry's port is the one its URL reaches: `publicUrl`'s (explicit, else 443 or 80), else
+   * `servicePort()`, this service's listening port (0 while it has none).
    */
-  agentUrls?: { proxied: boolean; publicUrl?: string | undefined };
+  agentUrls?: {
+    proxied: boolean;
+    publicUrl?: string | undefined;
+    servicePort?: (() => number | undefined) | undefined;
+  };
 }
 
 /** Where the agent proxy sends a call made with a sandbox's session key (see {@link SandboxService.agentTarget}). */
@@ -693,7 +699,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       urls.splice(
         0,
         1,
-        { ...direct, url: proxy.publicUrl ?? "/" },
+        { ...direct, url: proxy.publicUrl ?? "/", port: proxiedPort(proxy) },
         { ...direct, name: "AGENT_SERVER_DIRECT" },
       );
     for (const { name, port } of handle.exposedPorts ?? []) {
@@ -1150,4 +1156,13 @@ function handleOrNull(record: SandboxRecord): RuntimeHandle | null {
     h.data !== null
     ? (h as RuntimeHandle)
     : null;
+}
+
+/** The port the proxied AGENT_SERVER URL reaches (see SandboxServiceOptions.agentUrls). */
+function proxiedPort(urls: NonNullable<SandboxServiceOptions["agentUrls"]>): number {
+  if (urls.publicUrl !== undefined) {
+    const u = new URL(urls.publicUrl);
+    return u.port !== "" ? Number(u.port) : u.protocol === "https:" ? 443 : 80;
+  }
+  return urls.servicePort?.() ?? 0;
 }

@@ -35,7 +35,7 @@ function makeService(
     orphanGraceMs?: number;
     slotWaitMs?: number;
     inUseByStarts?: (userId: string) => Promise<readonly string[]>;
-    agentUrls?: { proxied: boolean; publicUrl?: string };
+    agentUrls?: { proxied: boolean; publicUrl?: string; servicePort?: () => number | undefined };
   } = {},
 ): SandboxService {
   const { box, tokens } = testCrypto();
@@ -66,11 +66,12 @@ describe("SandboxService", () => {
     const { sandbox } = await service.startSandbox(create(StartSandboxRequestSchema), alice);
     expect(sandbox?.status).toBe(SandboxStatus.RUNNING);
     expect(sandbox?.createdByUserId).toBe("alice");
-    // Reached through the service's own origin ("/"), with the agent's loopback address beside it.
-    const port = sandbox?.exposedUrls[0]?.port ?? 0;
+    // Reached through the service's own origin ("/"), with the agent's loopback address beside it. The proxied
+    // entry's port is the service's listening port: none here (the service objects alone, no listener).
+    const port = sandbox?.exposedUrls[1]?.port ?? 0;
     expect(port).toBeGreaterThan(0);
     expect(sandbox?.exposedUrls.map(({ name, url, port }) => ({ name, url, port }))).toEqual([
-      { name: "AGENT_SERVER", url: "/", port },
+      { name: "AGENT_SERVER", url: "/", port: 0 },
       { name: "AGENT_SERVER_DIRECT", url: `http://127.0.0.1:${port}`, port },
     ]);
     const key = sandbox?.sessionApiKey ?? "";
@@ -95,16 +96,31 @@ describe("SandboxService", () => {
       alice,
     );
     const port = direct.sandbox?.exposedUrls[0]?.port ?? 0;
+    expect(port).toBeGreaterThan(0);
     expect(direct.sandbox?.exposedUrls.map(({ name, url }) => ({ name, url }))).toEqual([
       { name: "AGENT_SERVER", url: `http://127.0.0.1:${port}` },
     ]);
     const pub = await makeService({
-      agentUrls: { proxied: true, publicUrl: "https://agents.example.com" },
+      agentUrls: { proxied: true, publicUrl: "https://agents.example.com", servicePort: () => 3000 },
     }).startSandbox(create(StartSandboxRequestSchema), alice);
-    const pubPort = pub.sandbox?.exposedUrls[0]?.port ?? 0;
-    expect(pub.sandbox?.exposedUrls.map(({ name, url }) => ({ name, url }))).toEqual([
-      { name: "AGENT_SERVER", url: "https://agents.example.com" },
-      { name: "AGENT_SERVER_DIRECT", url: `http://127.0.0.1:${pubPort}` },
+    const pubPort = pub.sandbox?.exposedUrls[1]?.port ?? 0;
+    // Each entry's port is the one its URL reaches: PUBLIC_URL's (https: 443), and the agent's own.
+    expect(pub.sandbox?.exposedUrls.map(({ name, url, port }) => ({ name, url, port }))).toEqual([
+      { name: "AGENT_SERVER", url: "https://agents.example.com", port: 443 },
+      { name: "AGENT_SERVER_DIRECT", url: `http://127.0.0.1:${pubPort}`, port: pubPort },
+    ]);
+    const explicit = await makeService({
+      agentUrls: { proxied: true, publicUrl: "http://agents.example.com:8080", servicePort: () => 3000 },
+    }).startSandbox(create(StartSandboxRequestSchema), alice);
+    expect(explicit.sandbox?.exposedUrls[0]?.port).toBe(8080);
+    // Without PUBLIC_URL, the service's own listening port (the "/" URL resolves against its origin).
+    const own = await makeService({ agentUrls: { proxied: true, servicePort: () => 3000 } }).startSandbox(
+      create(StartSandboxRequestSchema),
+      alice,
+    );
+    expect(own.sandbox?.exposedUrls.map(({ name, port }) => [name, port])).toEqual([
+      ["AGENT_SERVER", 3000],
+      ["AGENT_SERVER_DIRECT", own.sandbox?.exposedUrls[1]?.port],
     ]);
   });
 
