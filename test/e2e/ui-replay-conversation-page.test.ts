@@ -14,6 +14,8 @@ import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
+import type { ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
+import { directAgentUrl } from "../helpers/agent-address.ts";
 import { Browser } from "../helpers/browser.ts";
 import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
 import { startTestApp, type TestApp } from "../helpers/test-app.ts";
@@ -133,6 +135,8 @@ const uiSettingsBody = (changes: Record<string, unknown>) => ({
 beforeAll(async () => {
   llm = await startFakeLlm();
   t = await startTestApp({});
+  // The model stand-in is on the host's loopback: allowed to sandboxes with networks of their own.
+  t.runtime.reachHost?.(llm.url);
   b = new Browser(t.url);
   await b.signIn(await t.keyFor("erin"));
   // The LLM settings page, advanced view, saved (the body the UI posted, recorded).
@@ -234,7 +238,7 @@ describe("UI replay: the conversation page with the built-in agent", () => {
     });
     // useBatchSandboxes: exposed_urls, where the page looks for VSCODE and WORKER_* (none here: no VS Code,
     // no worker ports; the page says the VS Code URL is not available). The agent is the service's own origin,
-    // its loopback address beside it.
+    // its own address beside it (its loopback port, or its address on port 8000 in a network of its own).
     const sandboxes = await b.request("GET", `/api/v1/sandboxes?id=${runtimeId}`);
     const [sandbox] = sandboxes.body as {
       id: string;
@@ -245,8 +249,13 @@ describe("UI replay: the conversation page with the built-in agent", () => {
     const port = sandbox?.exposed_urls[1]?.port;
     expect(sandbox?.exposed_urls).toEqual([
       { name: "AGENT_SERVER", url: "/", port: Number(new URL(t.url).port) },
-      { name: "AGENT_SERVER_DIRECT", url: `http://127.0.0.1:${port}`, port },
+      {
+        name: "AGENT_SERVER_DIRECT",
+        url: expect.stringMatching(directAgentUrl((t.runtime as ProcessRuntime).network)),
+        port,
+      },
     ]);
+    expect(new URL(sandbox?.exposed_urls[1]?.url ?? "http://x").port).toBe(String(port));
 
     // The Changes tab (v1-git-service): /workspace/project, URL-encoded, on the agent. Nothing yet.
     const changes = await agent("GET", "/api/git/changes/%2Fworkspace%2Fproject");

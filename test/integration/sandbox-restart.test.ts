@@ -3,7 +3,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { createProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
+import { createProcessRuntime, type ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
+import { directAgentUrl } from "../helpers/agent-address.ts";
 import { call, startTestApp } from "../helpers/test-app.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "aws-restart-"));
@@ -60,11 +61,13 @@ describe("server restart", () => {
     expect(s.session_api_key).toMatch(new RegExp(`^sbx_${survivor}_[0-9A-Za-z]{43}$`));
     const [viaService, direct] = s.exposed_urls;
     expect(viaService).toEqual({ name: "AGENT_SERVER", url: "/", port: Number(new URL(second.url).port) });
+    // The agent's own address: its loopback port, or its address on port 8000 in a network of its own.
     expect(direct).toEqual({
       name: "AGENT_SERVER_DIRECT",
-      url: `http://127.0.0.1:${direct?.port}`,
+      url: expect.stringMatching(directAgentUrl((second.runtime as ProcessRuntime).network)),
       port: expect.any(Number),
     });
+    expect(new URL(direct?.url ?? "http://x").port).toBe(String(direct?.port));
     for (const base of [new URL(viaService?.url ?? "", second.url).href, `${direct?.url}/`]) {
       const res = await fetch(`${base}api/conversations?ids=x`, {
         headers: { "x-session-api-key": s.session_api_key },

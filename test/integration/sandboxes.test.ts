@@ -5,6 +5,8 @@ import {
   SandboxStatus,
   type WatchSandboxesResponse,
 } from "../../src/gen/workspace/v1/sandbox_pb.js";
+import type { ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
+import { directAgentUrl } from "../helpers/agent-address.ts";
 import { connectClient, grpcClient } from "../helpers/rpc-clients.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
 
@@ -77,14 +79,20 @@ describe("sandbox lifecycle over REST (process runtime)", () => {
     expect(sb.sandbox_spec_id).toBe("workspace-agent");
     expect(sb.created_by_user_id).toBe("alice");
     sb = await waitStatus(alice, sb.id, "RUNNING");
-    // The key names its sandbox; the agent is this service's own origin ("/"), its loopback address beside it.
+    // The key names its sandbox; the agent is this service's own origin ("/"), its own address beside it (its
+    // loopback port, or its address on port 8000 when sandboxes have networks of their own).
     expect(sb.session_api_key).toMatch(new RegExp(`^sbx_${sb.id}_[0-9A-Za-z]{43}$`));
     // Each entry's port is the one its URL reaches: the service's own (where "/" resolves), and the agent's.
     const port = sb.exposed_urls?.[1]?.port ?? 0;
     expect(sb.exposed_urls).toEqual([
       { name: "AGENT_SERVER", url: "/", port: Number(new URL(t.url).port) },
-      { name: "AGENT_SERVER_DIRECT", url: `http://127.0.0.1:${port}`, port },
+      {
+        name: "AGENT_SERVER_DIRECT",
+        url: expect.stringMatching(directAgentUrl((t.runtime as ProcessRuntime).network)),
+        port,
+      },
     ]);
+    expect(new URL(sb.exposed_urls?.[1]?.url ?? "http://x").port).toBe(String(port));
     expect(port).toBeGreaterThan(0);
     const exec = (base: string, key: string | null) =>
       fetch(new URL("/api/bash/execute_bash_command", base), {
