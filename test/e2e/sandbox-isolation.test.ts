@@ -128,7 +128,8 @@ async function startSandbox(
     const [sb] = (await (await fetch(`${s.url}/api/v1/sandboxes?id=${id}`, { headers })).json()) as Sandbox[];
     if (sb?.status === "RUNNING" && sb.exposed_urls && sb.session_api_key) {
       const [agentServer, direct] = sb.exposed_urls;
-      expect(agentServer).toEqual({ name: "AGENT_SERVER", url: "/", port: direct?.port });
+      // Each entry's port is the one its URL reaches: the server's own (where "/" resolves), and the agent's.
+      expect(agentServer).toEqual({ name: "AGENT_SERVER", url: "/", port: Number(new URL(s.url).port) });
       expect(direct).toEqual({
         name: "AGENT_SERVER_DIRECT",
         url: expect.stringMatching(directAgentUrl(networkFromServerLog(s.output()))),
@@ -266,12 +267,22 @@ describe.skipIf(skipReason !== null)(
         expect(r.stdout, command).toBe("");
         expect(r.stdout + r.stderr).not.toContain(key);
       }
-      // DATA_DIR is only the empty path down to its own workspace, and the agents' compile cache (read-only).
+      // DATA_DIR is only the empty path down to its own workspace, the agents' compile cache (read-only) and, as
+      // root, the execute-only copy of Node the built-in agent runs from (src/sandbox/process/agent-binary.ts).
       const listed = await run(bob, `ls -A ${dir}; ls -A ${join(dir, "sandboxes")}`);
-      expect(listed.stdout).toBe(`sandboxes\n.cache\n${basename(workspaceOf(bob.id))}\n`);
+      expect(listed.stdout).toBe(
+        `sandboxes\n.cache\n${asRoot ? ".node\n" : ""}${basename(workspaceOf(bob.id))}\n`,
+      );
       const cache = join(dir, "sandboxes", ".cache");
       expect((await run(bob, `touch ${cache}/planted`)).exit_code).not.toBe(0);
       expect(existsSync(join(cache, "planted"))).toBe(false);
+      if (asRoot) {
+        const copy = join(dir, "sandboxes", ".node");
+        expect((await run(bob, `touch ${copy}/planted`)).exit_code).not.toBe(0);
+        expect(existsSync(join(copy, "planted"))).toBe(false);
+        // Executable, not readable (what keeps the agent's memory from its commands).
+        expect((await run(bob, `head -c 4 ${copy}/node > /dev/null`)).exit_code).not.toBe(0);
+      }
       // Not even by searching the whole file system it sees.
       const found = await run(bob, `grep -rlF '${key}' ${SEARCHED} 2>/dev/null; echo done`);
       expect(found.stdout).toBe("done\n");
