@@ -176,6 +176,21 @@ export class SandboxLauncher {
     const { limits, cgroups, prlimit, loopDisks, diskReserveBytes, rlimits } = this.#o.limits;
     const workspace = join(workspaceRoot, folder);
     const builtin = isBuiltinAgentCommand(spec.command);
+    // The free space, and the workspace's disk first, its mkfs and mount awaited (not run on the event loop, which
+    // every request shares): it needs no uid, and its root keeps the owner a restarted sandbox's uid is found by.
+    const isolated = isolation.mode === "bwrap";
+    const free = freeBytes(workspaceRoot);
+    if (free !== null && free < diskReserveBytes)
+      throw failedPrecondition(
+        `the disk of the sandbox workspaces has ${Math.floor(free / 1048576)} MB free, less than the ${Math.floor(diskReserveBytes / 1048576)} MB kept in reserve: no new sandbox starts until space is freed`,
+      );
+    mkdirSync(workspace, { recursive: true, mode: 0o700 });
+    try {
+      await loopDisks?.make(folder);
+    } catch (e: unknown) {
+      removeWorkspace(folder);
+      throw e;
+    }
     // In a network of its own (see sandbox-network.ts) the agent listens inside it, on the agent-server's port.
     const net = isolation.mode === "bwrap" && this.#o.network ? await this.#o.network.lease(folder) : null;
     // Else the built-in agent is handed its socket already listening (LISTEN_FD): no port race, and health probes
@@ -183,24 +198,10 @@ export class SandboxLauncher {
     const listener = builtin && net === null ? await inheritableListener(host) : null;
     const port = net !== null ? SANDBOX_AGENT_PORT : (listener?.port ?? (await freePort(host)));
     let child: ChildProcess;
-    let isolated: boolean;
     let user: SandboxUser;
     try {
       // From here to the spawn nothing awaits: the uid chosen is owned by the new workspace before anyone looks again.
-      isolated = isolation.mode === "bwrap";
-      const free = freeBytes(workspaceRoot);
-      if (free !== null && free < diskReserveBytes)
-        throw failedPrecondition(
-          `the disk of the sandbox workspaces has ${Math.floor(free / 1048576)} MB free, less than the ${Math.floor(diskReserveBytes / 1048576)} MB kept in reserve: no new sandbox starts until space is freed`,
-        );
       user = isolated ? (uids.reuse(workspace) ?? uids.allocate(folder)) : ownUser;
-      mkdirSync(workspace, { recursive: true, mode: 0o700 });
-      try {
-        loopDisks?.create(folder);
-      } catch (e: unknown) {
-        removeWorkspace(folder);
-        throw e;
-      }
       chmodSync(workspace, 0o700);
       const cwd = this.makeCwd(workspace, rel, user, isolated);
       const plan = describeLaunch(this.#o, {

@@ -37,6 +37,23 @@ function run(file: string, args: string[]): void {
   if (r.status !== 0) throw new Error(`${file} ${args.join(" ")}: ${r.stderr.trim().slice(0, 300)}`);
 }
 
+/** {@link run} as a child process awaited, the event loop free meanwhile. */
+function runAsync(file: string, args: string[]): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(file, args, { stdio: ["ignore", "ignore", "pipe"], timeout: 30_000 });
+    let err = "";
+    child.stderr?.on("data", (c: Buffer) => {
+      err += c.toString();
+    });
+    child.on("error", reject);
+    child.on("close", (code, sig) => {
+      if (code === 0) resolve();
+      else
+        reject(new Error(`${file} ${args.join(" ")}: ${err.trim().slice(0, 300) || `exit ${code ?? sig}`}`));
+    });
+  });
+}
+
 /** True when `path` is a mount point (listed in this process's mount table). */
 export function isMountPoint(path: string): boolean {
   return mountSource(path) !== null;
@@ -98,28 +115,41 @@ export class LoopDisks {
 
   /**
    * Makes `workspace` (an existing empty folder) a file system of its own of the configured size; a workspace
-   * already mounted is left as it is, an image without its mount (after a reboot) is mounted again.
+   * already mounted is left as it is, an image without its mount (after a reboot) is mounted again. Blocks the
+   * event loop for mkfs and mount: for the start-up probe; a sandbox's start uses {@link make}.
    */
   create(folder: string, bytes = this.#bytes, workspace = join(this.#dir, "..", folder)): void {
-    if (isMountPoint(workspace)) return;
+    for (const [file, args] of this.#steps(folder, bytes, workspace)) run(file, args);
+    this.#mounted(workspace);
+  }
+
+  /** {@link create} without blocking the event loop: mkfs and mount run as child processes awaited. */
+  async make(folder: string, bytes = this.#bytes, workspace = join(this.#dir, "..", folder)): Promise<void> {
+    for (const [file, args] of this.#steps(folder, bytes, workspace)) await runAsync(file, args);
+    this.#mounted(workspace);
+  }
+
+  /** The image made (sparse) if missing, and the commands left to run: mkfs when new, then mount; none if mounted. */
+  #steps(folder: string, bytes: number, workspace: string): [string, string[]][] {
+    if (isMountPoint(workspace)) return [];
     mkdirSync(this.#dir, { recursive: true, mode: 0o700 });
     const image = join(this.#dir, `${folder}.img`);
+    const steps: [string, string[]][] = [];
     if (!existsSync(image)) {
       // Sparse: the image takes only what the sandbox writes.
       closeSync(openSync(image, "w", 0o600));
       truncateSync(image, bytes);
       // No reserved blocks (one user), lazy init: a few ms even for gigabytes.
-      run(this.#tools.mkfs, [
-        "-q",
-        "-F",
-        "-m",
-        "0",
-        "-E",
-        "nodiscard,lazy_itable_init=1,lazy_journal_init=1",
-        image,
+      steps.push([
+        this.#tools.mkfs,
+        ["-q", "-F", "-m", "0", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1", image],
       ]);
     }
-    run(this.#tools.mount, ["-o", "loop,nosuid,nodev,noatime", image, workspace]);
+    steps.push([this.#tools.mount, ["-o", "loop,nosuid,nodev,noatime", image, workspace]]);
+    return steps;
+  }
+
+  #mounted(workspace: string): void {
     rmSync(join(workspace, "lost+found"), { recursive: true, force: true });
   }
 
