@@ -2,16 +2,16 @@
  * The agent proxy's websocket wire (src/proxy/agent-sockets.ts decides who may open one and when it must close):
  * both handshakes and a relay that passes the agent's frames to the client as the bytes they arrived in.
  *
- * Hand-written, and what it earns: a server's frames are unmasked on both legs, so once neither handshake
- * negotiated an extension, the agent's frames are already the frames the client must receive. Passing its reads
- * through (one socket write per read, a scan of the frame headers for bounds and boundaries) moves an event for
- * ~2 µs of the service's CPU where a relay of `ws` sockets, parsing each message on one side and framing it again
- * on the other, took ~6-7 µs ("events streamed per second" in docs/performance.md: that relay read 0.65× direct
- * in one run, under the 0.8× target; measured beside each other in the performance notes). `ws` has no public way
- * to write bytes on the socket under a WebSocket, so the client's side is this file's too: its handshake answer is
- * written here, and its frames (masked, so they must be parsed anyway) are read with `ws`'s exported `Receiver`
- * (sizes, UTF-8, fragments) and framed for the agent with its `Sender`. The agent's side is an `http.request`
- * upgrade that offers no extension and refuses an answer that names one.
+ * Hand-written, and what it earns: a server's frames are unmasked on both legs, so once neither handshake negotiated
+ * an extension, the agent's frames are already the frames the client must receive. Passing its reads through (one
+ * socket write per read, a scan of the frame headers for bounds and boundaries) moves an event for 2.0-2.7 µs of CPU
+ * where a relay of `ws` sockets, parsing each message on one side and framing it again on the other, takes 6.5 µs;
+ * in the benchmark ("events streamed per second", docs/performance.md) that relay streamed at 0.62-0.73× direct,
+ * under the 0.8× target, and this one at 0.74-0.90×. `ws` has no public way to write bytes on the socket under a
+ * WebSocket, so the client's side is this file's too: its handshake answer is written here, and its frames (masked,
+ * so they must be parsed anyway) are read with `ws`'s exported `Receiver` (sizes, UTF-8, fragments) and framed for
+ * the agent with its `Sender`. The agent's side is an `http.request` upgrade that offers no extension and refuses an
+ * answer that names one.
  *
  * What the scan keeps: an agent frame is never buffered whole (its bytes go out as they come, and the agent is
  * paused while the client's socket has a full write buffer), an agent message over its limit is refused from its
