@@ -5,7 +5,6 @@ import { requireCaller } from "../../core/context.ts";
 import { failedPrecondition, invalid, notFound } from "../../core/errors.ts";
 import { base62, newSessionKey, sandboxIdOfSessionKey } from "../../core/ids.ts";
 import type { PageTokens } from "../../core/page-token.ts";
-import { RateLimiter } from "../../core/rate-limiter.ts";
 import type { SecretBox } from "../../core/secret-box.ts";
 import {
   type BatchGetSandboxesRequest,
@@ -40,23 +39,15 @@ import type {
   RuntimeSpec,
   RuntimeState,
   SandboxRuntime,
-  WarmClaim,
 } from "../../ports/sandbox-runtime.ts";
 import { type ChangeFeed, ChangeTooOldError } from "../change-feed.ts";
 import { checkBatch, readPage } from "../paging.ts";
 import type { SpecCatalog } from "./ports.ts";
 import type { SandboxSpec } from "./sandbox-spec-service.ts";
+import { type WarmClaiming, WarmClaims } from "./warm-claims.ts";
 
 /** A new sandbox id (22 base62 characters). */
 export const newSandboxId = (): string => base62(22);
-
-/**
- * How long a warm sandbox taken for a start counts against its user's cap before the start records it (a start that
- * never came, e.g. its server died: the count forgets it).
- */
-const WARM_CLAIM_PENDING_MS = 60_000;
-/** How long a start waits for the user's other starts between their warm claim and their record (see #claimWarm). */
-const WARM_CLAIM_WAIT_MS = 2000;
 
 const PB_STATUS: Record<SandboxStatus, PbStatus> = {
   STARTING: PbStatus.STARTING,
@@ -205,15 +196,10 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
   #sweeping: Promise<Record<SandboxStatus, number>> | null = null;
   /** RUNNING sandboxes whose live process failed its health probe: since when, without a probe answered since. */
   readonly #unanswered = new Map<string, number>();
-  /**
-   * Per user, in arrival order, the starts of theirs on this server that are claiming a warm sandbox or took one
-   * and are not yet recorded: when, and the sandbox id taken (null while the claim is in progress).
-   */
-  readonly #warmTaken = new Map<string, Map<symbol, { at: number; sandboxId: string | null }>>();
   /** SHA-256 of each sandbox's session key, by its sealed form (see agentTarget). */
   readonly #keyDigests = new Map<string, Buffer>();
-  /** Each user's warm claims (warmClaimsPerMinute). */
-  readonly #warmClaims: RateLimiter;
+  /** Warm sandboxes taken for starts, within each user's cap and claim rate. */
+  readonly #warm: WarmClaiming;
 
   constructor(options: SandboxServiceOptions) {
     const startTimeoutMs = options.startTimeoutMs ?? 120_000;
@@ -230,8 +216,13 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       ...options,
       startTimeoutMs,
     };
-    const perMinute = options.warmClaimsPerMinute ?? 0;
-    this.#warmClaims = new RateLimiter(perMinute / 60, Math.max(1, perMinute));
+    this.#warm = new WarmClaims({
+      pool: options.runtime,
+      records: options.repo,
+      maxPerUser: this.#o.maxPerUser,
+      perMinute: options.warmClaimsPerMinute ?? 0,
+      log: options.log,
+    });
   }
 
   async searchSandboxes(req: SearchSandboxesRequest, ctx: HandlerContext): Promise<SearchSandboxesResponse> {
@@ -378,7 +369,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
    */
   async newSandboxId(userId: string, specId?: string): Promise<string> {
     const spec = this.#o.specs.resolve(specId);
-    const claim = await this.#claimWarm(spec, userId);
+    const claim = await this.#warm.claim(spec, userId);
     return claim?.sandboxId ?? newSandboxId();
   }
 
@@ -398,12 +389,14 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     const spec = this.#o.specs.resolve(specId);
     this.#o.runtime.admit?.(userId);
     const claimed =
-      id === undefined ? await this.#claimWarm(spec, userId) : await this.#claimedWarm(id).catch(() => null);
+      id === undefined
+        ? await this.#warm.claim(spec, userId)
+        : await this.#warm.claimed(id).catch(() => null);
     const sandboxId = claimed?.sandboxId ?? id ?? newSandboxId();
     const sessionApiKey = claimed?.sessionApiKey ?? newSessionKey(sandboxId);
     // A warm sandbox taken for a start that does not happen goes: it is never given to another user.
     const release = async (): Promise<void> => {
-      this.#warmSettled(userId, claimed);
+      this.#warm.settled(userId, claimed);
       if (claimed !== null) await this.#o.runtime.removeBySandboxId(sandboxId).catch(() => undefined);
     };
     const sealed = this.#o.box.seal(sessionApiKey, `${userId}:sandbox`);
@@ -437,7 +430,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
         `Sandbox limit reached: you have ${outcome.count} sandboxes and a user may have at most ${this.#o.maxPerUser}; delete one to start another`,
       );
     }
-    this.#warmSettled(userId, claimed);
+    this.#warm.settled(userId, claimed);
     this.#o.changes.poke();
     this.#busy.add(record.id);
     try {
@@ -874,74 +867,6 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
         OH_WEBHOOKS_0_FLUSH_DELAY: spec.initialEnv.OH_WEBHOOKS_0_FLUSH_DELAY ?? "0.5",
       },
     };
-  }
-
-  /**
-   * A warm sandbox of the spec taken for good for a start of `userId`, when the runtime has one ready (a failure
-   * there: none). None when the user's sandbox cap would refuse the start anyway, counting their sandboxes and the
-   * warm ones this server took for starts of theirs not yet recorded: a refused start removes what it took, so a
-   * user at the cap could otherwise empty the pool for everyone with refused starts. None either past the user's
-   * claim rate (warmClaimsPerMinute), which holds a start/delete loop within the cap. The start says
-   * {@link #warmSettled} once its record is created or refused.
-   */
-  async #claimWarm(spec: RuntimeSpec, userId: string): Promise<WarmClaim | null> {
-    if (this.#o.runtime.claimWarm === undefined) return null;
-    const now = Date.now();
-    const taken = this.#warmTaken.get(userId) ?? new Map<symbol, { at: number; sandboxId: string | null }>();
-    for (const [k, v] of taken) if (now - v.at >= WARM_CLAIM_PENDING_MS) taken.delete(k);
-    // Reserved before the count is read, in arrival order: concurrent starts of the user see the earlier ones.
-    const reservation = Symbol("claim");
-    const mine = { at: now, sandboxId: null as string | null };
-    taken.set(reservation, mine);
-    this.#warmTaken.set(userId, taken);
-    const ahead = (): number => {
-      let n = 0;
-      for (const k of taken.keys()) {
-        if (k === reservation) break;
-        n++;
-      }
-      return n;
-    };
-    const max = this.#o.maxPerUser;
-    let claim: WarmClaim | null = null;
-    try {
-      let records = (await this.#o.repo.listAll(userId)).length;
-      // Earlier starts of the user between their claim and their record fill the cap: wait for them (briefly)
-      // rather than overtake them cold, which would get one of theirs refused and its warm sandbox removed.
-      const until = Date.now() + WARM_CLAIM_WAIT_MS;
-      while (records < max && ahead() + records >= max && Date.now() < until) {
-        const pending = taken.size;
-        await new Promise((r) => setTimeout(r, 10));
-        if (taken.size !== pending) records = (await this.#o.repo.listAll(userId)).length;
-      }
-      // Within the user's claim rate, which counts only what was taken (a claim that finds the pool empty costs
-      // nothing); concurrent starts of the user may pass the check together, at most the cap's room of them.
-      if (ahead() + records < max && this.#warmClaims.has(userId)) {
-        claim = (await this.#o.runtime.claimWarm(spec)) ?? null;
-        if (claim !== null) this.#warmClaims.spend(userId);
-      }
-    } catch (err) {
-      this.#o.log?.("warm sandbox could not be claimed: starting cold", { error: String(err) });
-    } finally {
-      if (claim === null) taken.delete(reservation);
-      else mine.sandboxId = claim.sandboxId;
-      if (taken.size === 0) this.#warmTaken.delete(userId);
-    }
-    return claim;
-  }
-
-  /** The start of `userId` that took `claimed` (or found it under its id) has its record, or was refused. */
-  #warmSettled(userId: string, claimed: WarmClaim | null): void {
-    const taken = this.#warmTaken.get(userId);
-    if (claimed === null || taken === undefined) return;
-    for (const [k, v] of taken) if (v.sandboxId === claimed.sandboxId) taken.delete(k);
-    if (taken.size === 0) this.#warmTaken.delete(userId);
-  }
-
-  /** The warm sandbox taken under `id` by {@link newSandboxId} (on any server), else null. */
-  async #claimedWarm(id: string): Promise<WarmClaim | null> {
-    const key = (await this.#o.runtime.claimedWarm?.(id)) ?? null;
-    return key === null ? null : { sandboxId: id, sessionApiKey: key };
   }
 
   /** Saves the handle of a started or resumed sandbox; pauses it when a concurrent claim evicted it meanwhile. */
