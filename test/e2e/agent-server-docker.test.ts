@@ -129,13 +129,15 @@ describe.skipIf(skipReason !== null)(
         "WORKER_1",
         "WORKER_2",
       ]);
-      const agentPort = s.exposed_urls?.[0]?.port;
+      // The proxied entry's port is the one its URL reaches (this service's); the direct one, the agent's.
+      const agentPort = s.exposed_urls?.[1]?.port;
       expect(s.exposed_urls?.slice(0, 2)).toEqual([
-        { name: "AGENT_SERVER", url: "/", port: agentPort },
+        { name: "AGENT_SERVER", url: "/", port: Number(new URL(t.url).port) },
         { name: "AGENT_SERVER_DIRECT", url: `http://127.0.0.1:${agentPort}`, port: agentPort },
       ]);
       expect(s.session_api_key).toMatch(new RegExp(`^sbx_${s.id}_[0-9A-Za-z]{43}$`));
-      expect(new Set(s.exposed_urls?.map((u) => u.port)).size).toBe(4);
+      // The agent, VS Code and both workers each on a loopback port of their own.
+      expect(new Set(s.exposed_urls?.slice(1).map((u) => u.port)).size).toBe(4);
       expect(s.exposed_urls?.find((u) => u.name === "VSCODE")?.url).toMatch(
         new RegExp(`^http://127\\.0\\.0\\.1:\\d+/\\?tkn=${s.session_api_key}&folder=/workspace/project$`),
       );
@@ -145,7 +147,7 @@ describe.skipIf(skipReason !== null)(
       const info = await docker.getContainer(container?.Id ?? "").inspect();
       // The image's own user (F1), the agent on loopback only (F5a), VS Code on its own port.
       expect(info.Config.User).toBe("openhands");
-      expect(info.Config.Cmd).toEqual(["--host", "127.0.0.1", "--port", String(s.exposed_urls?.[0]?.port)]);
+      expect(info.Config.Cmd).toEqual(["--host", "127.0.0.1", "--port", String(agentPort)]);
       expect(info.Config.Env).toContain(
         `OH_VSCODE_PORT=${s.exposed_urls?.find((u) => u.name === "VSCODE")?.port}`,
       );
