@@ -32,19 +32,17 @@ import {
   type SandboxRecord,
   type SandboxRepository,
   type SandboxStatus,
-  type TransitionOptions,
 } from "../../ports/sandbox-repository.ts";
-import type {
-  RuntimeHandle,
-  RuntimeSpec,
-  RuntimeState,
-  SandboxRuntime,
-} from "../../ports/sandbox-runtime.ts";
+import type { RuntimeHandle, RuntimeSpec, SandboxRuntime } from "../../ports/sandbox-runtime.ts";
 import { type ChangeFeed, ChangeTooOldError } from "../change-feed.ts";
 import { checkBatch, readPage } from "../paging.ts";
 import type { SpecCatalog } from "./ports.ts";
+import { type Reconciling, SandboxReconciler } from "./sandbox-reconciler.ts";
 import type { SandboxSpec } from "./sandbox-spec-service.ts";
+import { definiteEnd, handleOrNull, type LiveSandbox, SandboxStates, unanswered } from "./sandbox-state.ts";
 import { type WarmClaiming, WarmClaims } from "./warm-claims.ts";
+
+export type { LiveSandbox } from "./sandbox-state.ts";
 
 /** A new sandbox id (22 base62 characters). */
 export const newSandboxId = (): string => base62(22);
@@ -55,13 +53,6 @@ const PB_STATUS: Record<SandboxStatus, PbStatus> = {
   PAUSED: PbStatus.PAUSED,
   ERROR: PbStatus.ERROR,
   MISSING: PbStatus.MISSING,
-};
-const FROM_RUNTIME: Record<RuntimeState, SandboxStatus> = {
-  starting: "STARTING",
-  running: "RUNNING",
-  paused: "PAUSED",
-  error: "ERROR",
-  missing: "MISSING",
 };
 
 export interface SandboxServiceOptions {
@@ -154,20 +145,6 @@ export interface SlotWait {
 /** How often a start waiting for a running slot tries again. */
 const SLOT_POLL_MS = 200;
 
-/** A sandbox as the service sees it: the record plus its reconciled status. */
-export interface LiveSandbox {
-  record: SandboxRecord;
-  status: SandboxStatus;
-  handle: RuntimeHandle | null;
-  /** Why it is ERROR, when the runtime knows (e.g. killed by its memory limit). */
-  reason?: string;
-}
-
-/** What reconciliation saw: the live status plus the runtime's own state (null without a handle). */
-interface Observed extends LiveSandbox {
-  runtime: SandboxStatus | null;
-}
-
 type Options = Required<Omit<SandboxServiceOptions, "log" | "webhookBaseUrl" | "warmClaimsPerMinute">> &
   Pick<SandboxServiceOptions, "log" | "webhookBaseUrl">;
 
@@ -193,9 +170,10 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
   readonly #busy = new Set<string>();
   /** Sandboxes this server is deleting. */
   readonly #deleting = new Set<string>();
-  #sweeping: Promise<Record<SandboxStatus, number>> | null = null;
-  /** RUNNING sandboxes whose live process failed its health probe: since when, without a probe answered since. */
-  readonly #unanswered = new Map<string, number>();
+  /** Sandbox states: records observed against the runtime, compare-and-set status changes. */
+  readonly #states: SandboxStates;
+  /** The reconciler of every recorded sandbox with the runtime. */
+  readonly #reconciler: Reconciling;
   /** SHA-256 of each sandbox's session key, by its sealed form (see agentTarget). */
   readonly #keyDigests = new Map<string, Buffer>();
   /** Warm sandboxes taken for starts, within each user's cap and claim rate. */
@@ -216,6 +194,26 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       ...options,
       startTimeoutMs,
     };
+    this.#states = new SandboxStates({
+      repo: options.repo,
+      runtime: options.runtime,
+      changes: options.changes,
+      unansweredGraceMs: this.#o.unansweredGraceMs,
+      log: options.log,
+    });
+    this.#reconciler = new SandboxReconciler({
+      repo: options.repo,
+      runtime: options.runtime,
+      states: this.#states,
+      lifecycle: {
+        inFlight: (id) => this.#inFlight(id),
+        deleting: (id) => this.#deleting.has(id),
+        awaitHealthy: (record, handle, inlineMs) => this.#awaitHealthy(record, handle, inlineMs),
+        removeAll: (record) => this.#removeAll(record),
+      },
+      limits: { orphanGraceMs: this.#o.orphanGraceMs, deleteGraceMs: this.#o.deleteGraceMs },
+      log: options.log,
+    });
     this.#warm = new WarmClaims({
       pool: options.runtime,
       records: options.repo,
@@ -230,7 +228,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     const scope = `sandboxes:${userId}`;
     const page = readPage(this.#o.tokens, scope, req.pageId, req.limit);
     const result = await this.#o.repo.list(userId, page);
-    const live = await Promise.all(result.items.map((r) => this.#observe(r)));
+    const live = await Promise.all(result.items.map((r) => this.#states.observe(r)));
     return {
       $typeName: "workspace.v1.SearchSandboxesResponse",
       items: live.map((l) => this.toInfo(l)),
@@ -279,13 +277,18 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     try {
       // MISSING and marked deleting first: no server's sweep pauses it again while it is being removed, a start
       // in progress removes what it started, and a sweep finishes the delete if this server dies before the end.
-      await this.#transition(record, ["STARTING", "RUNNING", "PAUSED", "ERROR", "MISSING"], "MISSING", {
-        deleting: true,
-      });
+      await this.#states.transition(
+        record,
+        ["STARTING", "RUNNING", "PAUSED", "ERROR", "MISSING"],
+        "MISSING",
+        {
+          deleting: true,
+        },
+      );
       await this.#removeAll(record);
     } finally {
       this.#deleting.delete(record.id);
-      this.#unanswered.delete(record.id);
+      this.#states.forget(record.id);
     }
     return { $typeName: "workspace.v1.DeleteSandboxResponse", success: true };
   }
@@ -314,7 +317,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       const initial = filter
         ? await this.#o.repo.getMany([...filter], userId)
         : await this.#o.repo.listAll(userId);
-      for (const r of initial) yield wrap(await this.#observe(r), from);
+      for (const r of initial) yield wrap(await this.#states.observe(r), from);
     } else {
       if (req.afterRevision < 0n || req.afterRevision > BigInt(Number.MAX_SAFE_INTEGER))
         throw invalid(
@@ -449,12 +452,12 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
   async restartUnstarted(userId: string, id: string): Promise<LiveSandbox> {
     const record = await this.#owned(userId, id);
     if (record.status !== "STARTING" || handleOrNull(record) !== null || this.#inFlight(id))
-      return this.#observe(record);
+      return this.#states.observe(record);
     this.#busy.add(id);
     try {
       // Still STARTING, and fresh again: the crash-leftover sweep of any server leaves it alone while it starts.
       if (!(await this.#o.repo.transition(id, ["STARTING"], "STARTING", new Date())))
-        return this.#observe(await this.#owned(userId, id));
+        return this.#states.observe(await this.#owned(userId, id));
       const removed = await this.#o.runtime.removeBySandboxId(id);
       this.#o.log?.("starting again a sandbox whose start was cut off", { sandboxId: id, removed });
       const spec = this.#o.specs.resolve(record.specId);
@@ -467,7 +470,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
   /** Pauses (idempotent): the record first, then the runtime. */
   async pause(userId: string, id: string): Promise<void> {
     const record = await this.#owned(userId, id);
-    if (!(await this.#transition(record, ACTIVE_STATUSES, "PAUSED"))) return;
+    if (!(await this.#states.transition(record, ACTIVE_STATUSES, "PAUSED"))) return;
     const handle = handleOrNull(record);
     // Without a handle the start in progress sees PAUSED when it saves the handle, and pauses the process itself.
     if (handle !== null)
@@ -483,14 +486,14 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
   async resume(userId: string, id: string, wait: SlotWait = {}): Promise<LiveSandbox> {
     const record = await this.#owned(userId, id);
     const handle = handleOrNull(record);
-    if (handle === null || record.status === "MISSING") return this.#observe(record);
-    let live = await this.#observe(record);
+    if (handle === null || record.status === "MISSING") return this.#states.observe(record);
+    let live = await this.#states.observe(record);
     if (ACTIVE_STATUSES.includes(record.status)) {
       // Holds its slot: nothing to do, unless its agent ended while RUNNING and no sweep recorded it yet: the end
       // is recorded (compare-and-set: a concurrent resume or start wins), then it is started again below.
       if (record.status !== "RUNNING" || this.#inFlight(id) || live.runtime !== "ERROR") return live;
-      if (!(await this.#transition(record, ["RUNNING"], "ERROR", { ifUpdatedAt: record.updatedAt })))
-        return this.#observe(await this.#owned(userId, id));
+      if (!(await this.#states.transition(record, ["RUNNING"], "ERROR", { ifUpdatedAt: record.updatedAt })))
+        return this.#states.observe(await this.#owned(userId, id));
       live = { ...live, status: "ERROR" };
     }
     if (live.status === "MISSING") return live;
@@ -504,7 +507,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     if (claim === null) throw notFound();
     if (!claim.claimed) {
       await this.#pauseEvicted(claim.evicted);
-      return this.#observe(claim.record);
+      return this.#states.observe(claim.record);
     }
     const claimed = claim.record;
     this.#o.changes.poke();
@@ -528,7 +531,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
           });
         }
       } catch (err) {
-        await this.#transition(claimed, ["STARTING"], live.status).catch(() => undefined);
+        await this.#states.transition(claimed, ["STARTING"], live.status).catch(() => undefined);
         throw err;
       }
       return await this.#saveHandle(claimed, resumed);
@@ -581,13 +584,15 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
   /** The reconciled sandbox if the user owns it, else null. */
   async get(userId: string, id: string): Promise<LiveSandbox | null> {
     const record = await this.#o.repo.get(id, userId);
-    return record === null ? null : this.#observe(record);
+    return record === null ? null : this.#states.observe(record);
   }
 
   /** Reconciled sandboxes by id (owned by the user), for live conversation status. */
   async getMany(userId: string, ids: readonly string[]): Promise<Map<string, LiveSandbox>> {
     const records = await this.#o.repo.getMany(ids, userId);
-    return new Map(await Promise.all(records.map(async (r) => [r.id, await this.#observe(r)] as const)));
+    return new Map(
+      await Promise.all(records.map(async (r) => [r.id, await this.#states.observe(r)] as const)),
+    );
   }
 
   /**
@@ -652,10 +657,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
    * Returns the resulting live statuses; concurrent calls share one run.
    */
   reconcileAll(): Promise<Record<SandboxStatus, number>> {
-    this.#sweeping ??= this.#reconcileAll().finally(() => {
-      this.#sweeping = null;
-    });
-    return this.#sweeping;
+    return this.#reconciler.reconcileAll();
   }
 
   toInfo(l: LiveSandbox): SandboxInfo {
@@ -703,47 +705,6 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     return urls;
   }
 
-  async #reconcileAll(): Promise<Record<SandboxStatus, number>> {
-    const counts: Record<SandboxStatus, number> = {
-      STARTING: 0,
-      RUNNING: 0,
-      PAUSED: 0,
-      ERROR: 0,
-      MISSING: 0,
-    };
-    const now = Date.now();
-    const orphanBefore = now - this.#o.orphanGraceMs;
-    const deleteBefore = now - this.#o.deleteGraceMs;
-    for (const r of await this.#o.repo.listAll()) {
-      let status: SandboxStatus;
-      try {
-        if (r.deleting === true) {
-          if (r.updatedAt.getTime() < deleteBefore && !this.#deleting.has(r.id)) await this.#finishDelete(r);
-          continue;
-        }
-        status = await this.#persist(await this.#observe(r), orphanBefore);
-      } catch (err) {
-        this.#o.log?.("sandbox could not be reconciled", { sandboxId: r.id, error: String(err) });
-        status = r.status;
-      }
-      counts[status]++;
-    }
-    // Warm sandboxes that died, and those taken for a start that never came (no record): removed.
-    await this.#o.runtime
-      .sweepWarm?.(async (id) => (await this.#o.repo.get(id)) !== null)
-      .catch((err: unknown) => this.#o.log?.("warm sandboxes could not be swept", { error: String(err) }));
-    return counts;
-  }
-
-  /**
-   * Finishes a delete that its server did not (it died between marking the record and removing it): the runtime
-   * objects, the workspace or volume, then the record.
-   */
-  async #finishDelete(r: SandboxRecord): Promise<void> {
-    this.#o.log?.("sandbox left by a delete that did not finish: removing it", { sandboxId: r.id });
-    await this.#removeAll(r);
-  }
-
   /** Removes what the runtime has of a sandbox marked deleting (by its handle and by its id), then its record. */
   async #removeAll(record: SandboxRecord): Promise<void> {
     const handle = handleOrNull(record);
@@ -752,85 +713,6 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     await this.#o.runtime.removeBySandboxId(record.id);
     await this.#o.repo.delete(record.id);
     this.#o.changes.poke();
-  }
-
-  /**
-   * Persists what `o` observed (see reconcileAll); returns the resulting live status. Every write is a
-   * compare-and-set on the record as read (status and updatedAt), so that a user's action landing meanwhile wins.
-   */
-  async #persist(o: Observed, orphanBefore: number): Promise<SandboxStatus> {
-    const r = o.record;
-    if (this.#inFlight(r.id)) return o.status;
-    const asRead: TransitionOptions = { ifUpdatedAt: r.updatedAt };
-    const stale = r.updatedAt.getTime() < orphanBefore;
-    if (r.status === "MISSING") {
-      // Set MISSING by a delete that did not finish (its server died): whatever still runs under it goes.
-      if (stale && (o.handle === null || (o.runtime !== null && o.runtime !== "MISSING"))) {
-        const removed =
-          o.handle === null
-            ? await this.#o.runtime.removeBySandboxId(r.id)
-            : await this.#o.runtime.remove(o.handle).then(() => 1);
-        if (removed > 0)
-          this.#o.log?.("sandbox left running by a delete that did not finish: removed", { sandboxId: r.id });
-      }
-      return o.status;
-    }
-    if (o.handle === null) {
-      if ((r.status === "STARTING" || r.status === "PAUSED") && stale) {
-        // The record first (a start taken over meanwhile wins), then whatever runs under its id.
-        if (!(await this.#transition(r, [r.status], "ERROR", asRead))) return o.status;
-        const removed = await this.#o.runtime.removeBySandboxId(r.id);
-        this.#o.log?.("sandbox left without a runtime handle (a crash while it started): set ERROR", {
-          sandboxId: r.id,
-          removedRuntimeObjects: removed,
-        });
-        return "ERROR";
-      }
-      return o.status;
-    }
-    const alive = o.runtime === "RUNNING" || o.runtime === "STARTING";
-    if ((r.status === "PAUSED" || r.status === "ERROR") && alive) {
-      // Holds no slot, so it must not run: paused (a crash between an eviction and its pause, a start that never
-      // became healthy); resuming it claims a slot again.
-      await this.#pauseUnslotted(r, o.handle);
-      return o.status;
-    }
-    if (r.status === "STARTING" && o.runtime === "STARTING") {
-      // Its health wait was lost (a restart, a failed write): wait again, in the background.
-      return (await this.#awaitHealthy(r, o.handle, 0)).status;
-    }
-    const ended = definiteEnd(r.status, o.runtime);
-    if (ended !== null) await this.#transition(r, [r.status], ended, asRead);
-    else if (r.status === "STARTING" && o.runtime === "RUNNING")
-      await this.#transition(r, ["STARTING"], "RUNNING", asRead);
-    return o.status;
-  }
-
-  /**
-   * Pauses in the runtime a sandbox whose record (as read by the sweep) holds no slot but runs. The decision is a
-   * compare-and-set on the record as read: a resume (or any write) since then wins and nothing is paused. The
-   * write also moves the record's version, so that a resume claiming it between this write and the pause is
-   * seen afterwards: its sandbox is then resumed again (whichever of the two signals came last), and the user's
-   * action stands.
-   */
-  async #pauseUnslotted(r: SandboxRecord, handle: RuntimeHandle): Promise<void> {
-    const decided = new Date(Math.max(Date.now(), r.updatedAt.getTime() + 1));
-    if (!(await this.#o.repo.transition(r.id, [r.status], r.status, decided, { ifUpdatedAt: r.updatedAt })))
-      return;
-    this.#o.log?.("sandbox without a running slot found running: pausing it", {
-      sandboxId: r.id,
-      status: r.status,
-    });
-    await this.#o.runtime.pause(handle);
-    const now = await this.#o.repo.get(r.id);
-    if (now === null || !ACTIVE_STATUSES.includes(now.status)) return;
-    this.#o.log?.("sandbox resumed by a user while the sweep paused it: resuming it again", {
-      sandboxId: r.id,
-    });
-    // Already running again when the user's own resume came after this pause (a runtime may refuse then).
-    await this.#o.runtime.resume(handleOrNull(now) ?? handle).catch((err: unknown) => {
-      this.#o.log?.("sandbox could not be resumed again", { sandboxId: r.id, error: String(err) });
-    });
   }
 
   /** Runs the record's sandbox in the runtime and saves its handle; ERROR when the runtime cannot start it. */
@@ -846,7 +728,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       });
     } catch (err) {
       this.#o.log?.("sandbox failed to start", { sandboxId: record.id, error: String(err) });
-      await this.#transition(record, ["STARTING"], "ERROR").catch(() => undefined);
+      await this.#states.transition(record, ["STARTING"], "ERROR").catch(() => undefined);
       return { record: { ...record, status: "ERROR" }, status: "ERROR", handle: null };
     }
     return this.#saveHandle(record, handle);
@@ -891,7 +773,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     if (saved.status !== "STARTING") {
       // Evicted (or paused) before its handle was saved: the evicting call could not pause it, so this one does.
       await this.#o.runtime.pause(handle).catch(() => undefined);
-      return this.#observe(saved);
+      return this.#states.observe(saved);
     }
     return this.#awaitHealthy(record, handle);
   }
@@ -914,7 +796,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
           },
           () => false,
         )
-        .then((ok) => this.#transition(record, ["STARTING"], ok ? "RUNNING" : "ERROR"))
+        .then((ok) => this.#states.transition(record, ["STARTING"], ok ? "RUNNING" : "ERROR"))
         .then(
           () => undefined,
           (err: unknown) =>
@@ -934,7 +816,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     // This call's own health wait saw it answer and recorded RUNNING a moment ago: no need to ask again.
     if (running === undefined && record.status === "RUNNING")
       return { record: { ...record }, status: "RUNNING", handle };
-    return this.#observe({ ...record });
+    return this.#states.observe({ ...record });
   }
 
   async #owned(userId: string, id: string): Promise<SandboxRecord> {
@@ -945,72 +827,6 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
 
   #inFlight(id: string): boolean {
     return this.#busy.has(id) || this.#starting.has(id);
-  }
-
-  /** The live status of a record from the runtime's state; writes nothing. */
-  async #observe(record: SandboxRecord, probe = true): Promise<Observed> {
-    const handle = handleOrNull(record);
-    if (handle === null) {
-      const status = record.status === "RUNNING" || record.status === "MISSING" ? "MISSING" : record.status;
-      return { record, status, handle, runtime: null };
-    }
-    let runtime: SandboxStatus;
-    try {
-      runtime = FROM_RUNTIME[await this.#o.runtime.inspect(handle, { probe })];
-    } catch {
-      runtime = "ERROR";
-    }
-    let status: SandboxStatus;
-    switch (record.status) {
-      case "STARTING":
-      case "RUNNING":
-        // Healthy once and now not answering: it hangs, or a loaded machine made the probe time out. Its process is alive (an ended one reads ERROR from the runtime): RUNNING for a grace
-        // period, so that one slow probe does not hide its URL from the UI; ERROR once it keeps failing.
-        if (runtime === "STARTING" && record.status === "RUNNING") {
-          const since = this.#unanswered.get(record.id) ?? Date.now();
-          this.#unanswered.set(record.id, since);
-          status = Date.now() - since < this.#o.unansweredGraceMs ? "RUNNING" : "ERROR";
-        } else {
-          if (runtime !== "STARTING" && probe) this.#unanswered.delete(record.id);
-          status = runtime;
-        }
-        break;
-      case "PAUSED":
-        // The store decided: a PAUSED record still running is being paused (reconciliation makes sure of it).
-        status = runtime === "RUNNING" || runtime === "STARTING" ? "PAUSED" : runtime;
-        break;
-      case "ERROR":
-        status = runtime === "MISSING" ? "MISSING" : "ERROR";
-        break;
-      default:
-        status = "MISSING";
-    }
-    const reason = status === "ERROR" ? this.#o.runtime.failureReason?.(handle) : null;
-    return reason ? { record, status, handle, runtime, reason } : { record, status, handle, runtime };
-  }
-
-  /** Compare-and-set of the record's status (logged by the store); on success updates `record`, wakes watches. */
-  async #transition(
-    record: SandboxRecord,
-    from: readonly SandboxStatus[],
-    to: SandboxStatus,
-    options?: TransitionOptions,
-  ): Promise<boolean> {
-    // A conditional write moves the version even within the millisecond of the one it compares with.
-    const updatedAt = new Date(Math.max(Date.now(), (options?.ifUpdatedAt?.getTime() ?? 0) + 1));
-    if (!(await this.#o.repo.transition(record.id, from, to, updatedAt, options))) return false;
-    if (to === "ERROR") {
-      const handle = handleOrNull(record);
-      const reason = handle && this.#o.runtime.failureReason?.(handle);
-      this.#o.log?.("sandbox failed", {
-        sandboxId: record.id,
-        reason: reason ?? "its process ended or stopped answering",
-      });
-    }
-    record.status = to;
-    record.updatedAt = updatedAt;
-    this.#o.changes.poke();
-    return true;
   }
 
   /**
@@ -1024,8 +840,8 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     await Promise.all(
       holders.map(async (r) => {
         // Only an end matters here, which the runtime tells without asking the agents (a probe each).
-        const ended = definiteEnd(r.status, (await this.#observe(r, false)).runtime);
-        if (ended !== null) await this.#transition(r, [r.status], ended, { ifUpdatedAt: r.updatedAt });
+        const ended = definiteEnd(r.status, (await this.#states.observe(r, false)).runtime);
+        if (ended !== null) await this.#states.transition(r, [r.status], ended, { ifUpdatedAt: r.updatedAt });
       }),
     );
   }
@@ -1046,41 +862,6 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
       }),
     );
   }
-}
-
-/**
- * The status to persist for a record whose runtime object is known to have stopped running (paused behind our
- * back, crashed, gone), else null. An agent that only fails a health probe (a loaded machine) is not an end: it
- * keeps its slot and its process, and is only reported ERROR while it does not answer.
- */
-function definiteEnd(recorded: SandboxStatus, runtime: SandboxStatus | null): SandboxStatus | null {
-  if (runtime === null || runtime === recorded) return null;
-  switch (recorded) {
-    case "STARTING":
-    case "RUNNING":
-      return runtime === "PAUSED" || runtime === "ERROR" || runtime === "MISSING" ? runtime : null;
-    case "PAUSED":
-      return runtime === "ERROR" || runtime === "MISSING" ? runtime : null;
-    case "ERROR":
-      return runtime === "MISSING" ? runtime : null;
-    default:
-      return null;
-  }
-}
-
-/** Holds its running slot, but its agent does not answer (observed ERROR): may still answer, it is not an end. */
-function unanswered(l: LiveSandbox): boolean {
-  return l.status === "ERROR" && ACTIVE_STATUSES.includes(l.record.status);
-}
-
-function handleOrNull(record: SandboxRecord): RuntimeHandle | null {
-  const h = record.handle as Partial<RuntimeHandle>;
-  return typeof h.agentUrl === "string" &&
-    typeof h.port === "number" &&
-    typeof h.data === "object" &&
-    h.data !== null
-    ? (h as RuntimeHandle)
-    : null;
 }
 
 /** The port the proxied AGENT_SERVER URL reaches (see SandboxServiceOptions.agentUrls). */
