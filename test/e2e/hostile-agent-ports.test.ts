@@ -8,7 +8,7 @@
  * failing), nor can its own commands read its agent's key from /proc (F7).
  * Skipped, with the reason, where the sandboxes are not isolated under their own uids.
  */
-import { mkdtempSync, readdirSync, readlinkSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -162,9 +162,17 @@ describe("one user's sandbox against another's agent (issue 38)", () => {
   it("F7: a sandbox's own commands find no session key in its agent's environment", async (ctx) => {
     if (skip !== null) return ctx.skip(skip);
     for (const p of [alice, bob]) {
-      const seen = await bash(p, "tr '\\0' '\\n' < /proc/$PPID/environ");
-      expect(seen.stdout).toContain("HOME=");
+      // The agent's environment itself, as this test (root) reads it: its variables, and no key.
+      const pid = agentPid(p);
+      const environ = readFileSync(`/proc/${pid}/environ`, "latin1");
+      expect(environ).toContain("HOME=");
+      expect(environ).not.toContain(p.sandboxKey);
+      // What its commands read of it: nothing where the agent is not dumpable (as root, it runs from an
+      // execute-only copy of Node: its /proc files are root's), else the same variables without the key.
+      const seen = await bash(p, "(tr '\\0' '\\n' < /proc/$PPID/environ) 2>/dev/null; echo rc=$?");
       expect(seen.stdout).not.toContain(p.sandboxKey);
+      if (statSync(`/proc/${pid}/environ`).uid === 0) expect(seen.stdout).toBe("rc=1\n");
+      else expect(seen.stdout).toMatch(/HOME=[\s\S]*rc=0\n$/);
     }
   });
 });

@@ -174,10 +174,18 @@ describe.skipIf(process.getuid?.() !== 0)("the built-in agent's boundaries (issu
   it("F7: the agent's environ, readable by its commands, holds no session key (warm and cold)", async (ctx) => {
     if (skip !== null) return ctx.skip(skip);
     for (const s of [alice, bob]) {
-      const environ = await bash(s, "tr '\\0' '\\n' < /proc/$PPID/environ");
-      expect(environ.stdout).toContain(`HOME=${s.workspace}`);
-      expect(environ.stdout).not.toContain(s.key);
-      expect(environ.stdout).not.toMatch(/SESSION_API_KEY|OH_SESSION_API_KEYS/);
+      // The agent's environment itself, as this test (root) reads it: its variables, and no key.
+      const pid = agentPid(s);
+      const environ = readFileSync(`/proc/${pid}/environ`, "latin1").replaceAll("\0", "\n");
+      expect(environ).toContain(`HOME=${s.workspace}`);
+      expect(environ).not.toContain(s.key);
+      expect(environ).not.toMatch(/SESSION_API_KEY|OH_SESSION_API_KEYS/);
+      // What its commands read of it: nothing where the agent is not dumpable (as root, it runs from an
+      // execute-only copy of Node: its /proc files are root's), else that same environment.
+      const seen = await bash(s, "(tr '\\0' '\\n' < /proc/$PPID/environ) 2>/dev/null; echo rc=$?");
+      expect(seen.stdout).not.toContain(s.key);
+      if (statSync(`/proc/${pid}/environ`).uid === 0) expect(seen.stdout).toBe("rc=1\n");
+      else expect(seen.stdout).toBe(`${environ}rc=0\n`);
       // No core file of the agent (its memory holds the keys) that the sandbox could provoke and read: its core
       // limit is 0, hard too, and the sandbox cannot raise it.
       const core = await bash(
