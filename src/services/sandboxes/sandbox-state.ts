@@ -37,6 +37,8 @@ export interface SandboxStateAccess {
     to: SandboxStatus,
     options?: TransitionOptions,
   ): Promise<boolean>;
+  /** Forgets what was observed of a sandbox (it was deleted). */
+  forget(id: string): void;
 }
 
 /** Where a changed status is told: the store's change feed, which wakes every server's watches. */
@@ -71,7 +73,6 @@ export class SandboxStates implements SandboxStateAccess {
     this.#o = options;
   }
 
-  /** Forgets what was observed of a sandbox (it was deleted). */
   forget(id: string): void {
     this.#unanswered.delete(id);
   }
