@@ -12,7 +12,7 @@ import {
   type SandboxRepository,
 } from "../../ports/sandbox-repository.ts";
 import type { RuntimeHandle, RuntimeSpec, SandboxRuntime } from "../../ports/sandbox-runtime.ts";
-import type { SpecCatalog } from "./ports.ts";
+import type { SessionKeys, SpecCatalog } from "./ports.ts";
 import type { ReconcileLifecycle } from "./sandbox-reconciler.ts";
 import type { SandboxSpec } from "./sandbox-spec-service.ts";
 import {
@@ -40,14 +40,6 @@ export interface SlotWait {
 
 /** How often a start waiting for a running slot tries again. */
 const SLOT_POLL_MS = 200;
-
-/** A sandbox's session key: sealed into its record, opened from it. */
-export interface SessionKeys {
-  /** The sealed form of a new sandbox's key, for its owner's record. */
-  seal(ownerId: string, key: string): string;
-  /** The plaintext key of a sandbox. */
-  open(record: SandboxRecord): string;
-}
 
 /** The lifecycle's limits (see SandboxServiceOptions). */
 export interface LifecycleLimits {

@@ -1,52 +1,43 @@
-import { createHash, timingSafeEqual } from "node:crypto";
-import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { requireCaller } from "../../core/context.ts";
 import { invalid, notFound } from "../../core/errors.ts";
-import { sandboxIdOfSessionKey } from "../../core/ids.ts";
 import type { PageTokens } from "../../core/page-token.ts";
 import type { SecretBox } from "../../core/secret-box.ts";
-import {
-  type BatchGetSandboxesRequest,
-  type BatchGetSandboxesResponse,
-  type DeleteSandboxRequest,
-  type DeleteSandboxResponse,
-  type ExposedUrl,
-  type PauseSandboxRequest,
-  type PauseSandboxResponse,
-  SandboxStatus as PbStatus,
-  type ResumeSandboxRequest,
-  type ResumeSandboxResponse,
-  type SandboxInfo,
-  type SandboxService as SandboxServiceDesc,
-  type SearchSandboxesRequest,
-  type SearchSandboxesResponse,
-  type StartSandboxRequest,
-  type StartSandboxResponse,
-  type WatchSandboxesRequest,
-  type WatchSandboxesResponse,
+import type {
+  BatchGetSandboxesRequest,
+  BatchGetSandboxesResponse,
+  DeleteSandboxRequest,
+  DeleteSandboxResponse,
+  PauseSandboxRequest,
+  PauseSandboxResponse,
+  ResumeSandboxRequest,
+  ResumeSandboxResponse,
+  SandboxInfo,
+  SandboxService as SandboxServiceDesc,
+  SearchSandboxesRequest,
+  SearchSandboxesResponse,
+  StartSandboxRequest,
+  StartSandboxResponse,
+  WatchSandboxesRequest,
+  WatchSandboxesResponse,
 } from "../../gen/workspace/v1/sandbox_pb.js";
 import { parseSandboxChange } from "../../ports/change-log.ts";
 import type { SandboxRecord, SandboxRepository, SandboxStatus } from "../../ports/sandbox-repository.ts";
-import type { RuntimeHandle, SandboxRuntime } from "../../ports/sandbox-runtime.ts";
+import type { SandboxRuntime } from "../../ports/sandbox-runtime.ts";
 import { type ChangeFeed, ChangeTooOldError } from "../change-feed.ts";
 import { checkBatch, readPage } from "../paging.ts";
-import type { SpecCatalog } from "./ports.ts";
-import { type Lifecycle, SandboxLifecycle, type SessionKeys, type SlotWait } from "./sandbox-lifecycle.ts";
+import { type AgentTarget, AgentTargets } from "./agent-targets.ts";
+import type { SessionKeys, SpecCatalog } from "./ports.ts";
+import { type AgentUrls, SandboxInfos } from "./sandbox-info.ts";
+import { type Lifecycle, SandboxLifecycle, type SlotWait } from "./sandbox-lifecycle.ts";
 import { type Reconciling, SandboxReconciler } from "./sandbox-reconciler.ts";
 import { handleOrNull, type LiveSandbox, type SandboxStateAccess, SandboxStates } from "./sandbox-state.ts";
 import { WarmClaims } from "./warm-claims.ts";
 
+export type { AgentTarget } from "./agent-targets.ts";
+export type { AgentUrls } from "./sandbox-info.ts";
 export { newSandboxId, type SlotWait } from "./sandbox-lifecycle.ts";
 export type { LiveSandbox } from "./sandbox-state.ts";
-
-const PB_STATUS: Record<SandboxStatus, PbStatus> = {
-  STARTING: PbStatus.STARTING,
-  RUNNING: PbStatus.RUNNING,
-  PAUSED: PbStatus.PAUSED,
-  ERROR: PbStatus.ERROR,
-  MISSING: PbStatus.MISSING,
-};
 
 export interface SandboxServiceOptions {
   repo: SandboxRepository;
@@ -109,20 +100,7 @@ export interface SandboxServiceOptions {
    * proxied entry's port is the one its URL reaches: `publicUrl`'s (explicit, else 443 or 80), else
    * `servicePort()`, this service's listening port (0 while it has none).
    */
-  agentUrls?: {
-    proxied: boolean;
-    publicUrl?: string | undefined;
-    servicePort?: (() => number | undefined) | undefined;
-  };
-}
-
-/** Where the agent proxy sends a call made with a sandbox's session key (see {@link SandboxService.agentTarget}). */
-export interface AgentTarget {
-  sandboxId: string;
-  ownerId: string;
-  status: SandboxStatus;
-  /** The agent's base URL as the runtime recorded it; null when the sandbox has no running handle. */
-  agentUrl: string | null;
+  agentUrls?: AgentUrls;
 }
 
 /**
@@ -193,15 +171,16 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
   readonly #changes: ChangeFeed;
   readonly #tokens: PageTokens;
   readonly #keys: SessionKeys;
-  readonly #agentUrls: NonNullable<SandboxServiceOptions["agentUrls"]>;
   /** Sandbox states: records observed against the runtime, compare-and-set status changes. */
   readonly #states: SandboxStateAccess;
   /** Starting, pausing, resuming and deleting sandboxes within the user's slots. */
   readonly #lifecycle: Lifecycle;
   /** The reconciler of every recorded sandbox with the runtime. */
   readonly #reconciler: Reconciling;
-  /** SHA-256 of each sandbox's session key, by its sealed form (see agentTarget). */
-  readonly #keyDigests = new Map<string, Buffer>();
+  /** Sandboxes as the API shows them. */
+  readonly #infos: SandboxInfos;
+  /** Which sandbox a session key opens, for the agent proxy. */
+  readonly #agentTargets: AgentTargets;
 
   constructor(options: SandboxServiceOptions) {
     const limits = sandboxLimits(options);
@@ -209,11 +188,12 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     this.#repo = repo;
     this.#changes = changes;
     this.#tokens = options.tokens;
-    this.#agentUrls = options.agentUrls ?? { proxied: true };
     this.#keys = {
       seal: (ownerId, key) => box.seal(key, `${ownerId}:sandbox`),
       open: (record) => box.open(record.sessionApiKey, `${record.ownerId}:sandbox`),
     };
+    this.#infos = new SandboxInfos({ keys: this.#keys, agentUrls: options.agentUrls ?? { proxied: true } });
+    this.#agentTargets = new AgentTargets({ records: repo, keys: this.#keys });
     const states = new SandboxStates({
       repo,
       runtime,
@@ -435,30 +415,8 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
    * sealed in its record (compared in constant time). Null for any other string, an unknown or deleted sandbox, or
    * a wrong key; the record's status and runtime handle are returned as stored (no probe of the agent).
    */
-  async agentTarget(key: string): Promise<AgentTarget | null> {
-    const id = sandboxIdOfSessionKey(key);
-    if (id === null) return null;
-    const record = await this.#repo.get(id);
-    if (record === null || record.deleting === true) return null;
-    // The stored key's digest, by its sealed form (which never changes for a sandbox): opened once, not per call.
-    let expected = this.#keyDigests.get(record.sessionApiKey);
-    if (expected === undefined) {
-      try {
-        expected = createHash("sha256").update(this.sessionKey(record)).digest();
-      } catch {
-        return null;
-      }
-      if (this.#keyDigests.size >= 10_000) this.#keyDigests.clear();
-      this.#keyDigests.set(record.sessionApiKey, expected);
-    }
-    if (!timingSafeEqual(expected, createHash("sha256").update(key).digest())) return null;
-    const handle = handleOrNull(record);
-    return {
-      sandboxId: record.id,
-      ownerId: record.ownerId,
-      status: record.status,
-      agentUrl: handle?.agentUrl ?? null,
-    };
+  agentTarget(key: string): Promise<AgentTarget | null> {
+    return this.#agentTargets.target(key);
   }
 
   /** The plaintext session key of a sandbox. */
@@ -479,62 +437,14 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
   }
 
   toInfo(l: LiveSandbox): SandboxInfo {
-    const running = l.status === "RUNNING" && l.handle !== null;
-    return {
-      $typeName: "workspace.v1.SandboxInfo",
-      id: l.record.id,
-      createdByUserId: l.record.ownerId,
-      sandboxSpecId: l.record.specId,
-      status: PB_STATUS[l.status],
-      ...(running ? { sessionApiKey: this.sessionKey(l.record) } : {}),
-      exposedUrls: running && l.handle ? this.#exposedUrls(l.record, l.handle) : [],
-      createdAt: timestampFromDate(l.record.createdAt),
-    };
+    return this.#infos.toInfo(l);
   }
 
   // ---- internals ----
-
-  /**
-   * The agent's URL, then the other published ports as the reference names them; VS Code's URL carries the
-   * session key and the folder to open (`/?tkn=…&folder=…`), as the reference's.
-   */
-  #exposedUrls(record: SandboxRecord, handle: RuntimeHandle): ExposedUrl[] {
-    const origin = new URL(handle.agentUrl).origin.replace(/:\d+$/, "");
-    const direct = {
-      $typeName: "workspace.v1.ExposedUrl",
-      name: "AGENT_SERVER",
-      url: handle.agentUrl,
-      port: handle.port,
-    } as const;
-    const urls: ExposedUrl[] = [direct];
-    const proxy = this.#agentUrls;
-    if (proxy.proxied && sandboxIdOfSessionKey(this.sessionKey(record)) === record.id)
-      urls.splice(
-        0,
-        1,
-        { ...direct, url: proxy.publicUrl ?? "/", port: proxiedPort(proxy) },
-        { ...direct, name: "AGENT_SERVER_DIRECT" },
-      );
-    for (const { name, port } of handle.exposedPorts ?? []) {
-      let url = `${origin}:${port}`;
-      if (name === "VSCODE") url += `/?tkn=${this.sessionKey(record)}&folder=${handle.workingDir ?? ""}`;
-      urls.push({ $typeName: "workspace.v1.ExposedUrl", name, url, port });
-    }
-    return urls;
-  }
 
   async #owned(userId: string, id: string): Promise<SandboxRecord> {
     const record = id === "" ? null : await this.#repo.get(id, userId);
     if (record === null) throw notFound();
     return record;
   }
-}
-
-/** The port the proxied AGENT_SERVER URL reaches (see SandboxServiceOptions.agentUrls). */
-function proxiedPort(urls: NonNullable<SandboxServiceOptions["agentUrls"]>): number {
-  if (urls.publicUrl !== undefined) {
-    const u = new URL(urls.publicUrl);
-    return u.port !== "" ? Number(u.port) : u.protocol === "https:" ? 443 : 80;
-  }
-  return urls.servicePort?.() ?? 0;
 }
