@@ -11,7 +11,8 @@
  * Each user: their settings (the model), a V1 conversation started as the UI starts one (POST
  * /api/v1/app-conversations, the start task polled to READY, the conversation read back for its relative
  * conversation_url and session key), the events websocket opened through the service. For the baseline, a second
- * conversation in the same sandbox, reached at the agent's own loopback URL (AGENT_SERVER_DIRECT) with the same key.
+ * conversation in the same sandbox, reached at the agent's own URL (AGENT_SERVER_DIRECT: its address in the sandbox's
+ * network, or on loopback) with the same key.
  *
  * - Rounds: every user sends a message, waits for its turn to finish (the agent's `execution_status` "finished":
  *   the user's MessageEvent, the terminal call, its observation, the answer), then sends the next, until the round's
@@ -24,8 +25,9 @@
  * - message → first event: from sending to the first frame the message brings on the user's open websocket.
  * - messages per second: turns finished in a round / the round's time (flat out: the messages handled).
  * - CPU per message: CPU time (from /proc) of the service's process, of every sandbox process of the active users
- *   and of the model, over a round, per message. In the direct rounds the service still receives the agents'
- *   webhooks (events and conversation status): that is the service's cost of a message without the proxy.
+ *   and of the model, over a round and until the service has taken the round's webhooks (it is quiet again), per
+ *   message. In the direct rounds the service still receives the agents' webhooks (events and conversation status):
+ *   that is the service's cost of a message without the proxy.
  * - memory: the service's RSS (peak under the rounds, sampled every 100 ms) and each active agent's memory after
  *   the rounds (its Node process's private memory and PSS; PSS of all its sandbox's processes).
  * - idle: BENCH_TEAM_IDLE more users (default 50) each start a conversation and open its websocket through the
@@ -126,7 +128,7 @@ const finished = (f: Frame): boolean => f.key === "execution_status" && f.value 
 /** One conversation as a side of the benchmark reaches it. */
 interface Reached {
   id: string;
-  /** Origin of the agent's routes on this side (the service's, or the agent's loopback URL). */
+  /** Origin of the agent's routes on this side (the service's, or the agent's own). */
   base: string;
   /** Headers of its agent calls (the key; through the service also the browser's cookie and Origin). */
   headers: Record<string, string>;
@@ -414,6 +416,8 @@ interface Round {
   modelCpuUs: number;
   /** The machine's load average (1 min) at the round's end. */
   load: number;
+  /** How long the service was busy after the round's last turn (see drained). */
+  drainMs: number;
 }
 
 type Sides = Record<SideName, Round[]>;
@@ -434,7 +438,13 @@ export async function teamBenchmarks(bench: Bench): Promise<Row[]> {
   let svc: ServerChild<ServiceInfo> | null = null;
   const sockets: EventSocket[] = [];
   try {
-    svc = await bench.startService("service-team", ["--warm-agents", "0"]);
+    // The model is on the host's loopback: sandboxes with networks of their own reach only the ports allowed.
+    svc = await bench.startService("service-team", [
+      "--warm-agents",
+      "0",
+      "--sandbox-host-ports",
+      String(model.info.port),
+    ]);
     const service = svc;
     const serviceBase = `http://127.0.0.1:${service.info.port}`;
 
@@ -463,6 +473,23 @@ export async function teamBenchmarks(bench: Bench): Promise<Row[]> {
     const activePids = () => activeSandboxes.flatMap((s) => s.pids);
 
     /**
+     * Waits until the service is quiet (at most 5% of a core over 500 ms; 30 s at most): the agents' webhooks of a
+     * round are in. A turn ends before its webhooks reach the service, and flat out the direct rounds' turns outpace
+     * the service's ingest of them: the next round must not pay for them, and the round's CPU must hold them.
+     * Returns how long it waited.
+     */
+    const drained = async (): Promise<number> => {
+      const t0 = performance.now();
+      for (let last = cpuSeconds(service.pid); performance.now() - t0 < 30_000; ) {
+        await sleep(500);
+        const now = cpuSeconds(service.pid);
+        if (now - last <= 0.025) break;
+        last = now;
+      }
+      return performance.now() - t0;
+    };
+
+    /**
      * One round: every user's turns on `side`, all at once, for `seconds`; after each turn a user waits `pauseMs`
      * on average (uniformly 0.5-1.5 times it), or sends the next message at once when it is 0.
      */
@@ -486,12 +513,14 @@ export async function teamBenchmarks(bench: Bench): Promise<Row[]> {
         }),
       );
       const elapsedS = (performance.now() - t0) / 1000;
+      const drainMs = await drained();
       const n = out.latency.length;
       const perMessage = (seconds: number) => (seconds * 1e6) / Math.max(1, n);
       return {
         side,
         messages: n,
         perSecond: n / elapsedS,
+        drainMs,
         ...out,
         serviceCpuUs: perMessage(cpuSeconds(service.pid) - service0),
         agentsCpuUs: perMessage(treeCpuSeconds(activePids()) - agents0),
@@ -511,7 +540,7 @@ export async function teamBenchmarks(bench: Bench): Promise<Row[]> {
         for (const side of order) out[side].push(await round(side, seconds, pauseMs));
         const [a, b] = [out.service.at(-1) as Round, out.direct.at(-1) as Round];
         log(
-          `[${BENCH}] ${label} round ${r + 1}/${bench.rounds} (load average ${fmt(a.load, 1)}): through the service ${fmt(a.perSecond, 1)} messages/s, first event ${latencyCell(a.latency)}, CPU a message: service ${fmt(a.serviceCpuUs)} µs, sandboxes ${fmt(a.agentsCpuUs)} µs · direct ${fmt(b.perSecond, 1)} messages/s, ${latencyCell(b.latency)}, service ${fmt(b.serviceCpuUs)} µs, sandboxes ${fmt(b.agentsCpuUs)} µs`,
+          `[${BENCH}] ${label} round ${r + 1}/${bench.rounds} (load average ${fmt(a.load, 1)}): through the service ${fmt(a.perSecond, 1)} messages/s, first event ${latencyCell(a.latency)}, CPU a message: service ${fmt(a.serviceCpuUs)} µs, sandboxes ${fmt(a.agentsCpuUs)} µs, drained in ${fmt(a.drainMs)} ms · direct ${fmt(b.perSecond, 1)} messages/s, ${latencyCell(b.latency)}, service ${fmt(b.serviceCpuUs)} µs, sandboxes ${fmt(b.agentsCpuUs)} µs, drained in ${fmt(b.drainMs)} ms`,
         );
       }
       return out;
@@ -656,7 +685,7 @@ export async function teamBenchmarks(bench: Bench): Promise<Row[]> {
         bench: BENCH,
         what: `team: messages handled per second, ${users} users at once, each sending the next message the moment the agent finished the last (${bench.rounds} rounds of ${bench.roundS} s a side, alternated; ${loads(flatOut)}); message → first event beside it`,
         ours: `${rate(flatOut.service)} through the service (first event ${latencyCell(flatLatency)})`,
-        baseline: `${rate(flatOut.direct)} direct (${latencyCell(flatDirect)})`,
+        baseline: `${rate(flatOut.direct)} direct (${latencyCell(flatDirect)}; the service took ${fmt(med(flatOut.direct, (r) => r.drainMs) / 1000, 1)} s more to take their webhooks, ${fmt(med(flatOut.service, (r) => r.drainMs) / 1000, 1)} s through it)`,
         ratio: `${fmt(median(ratios(flatOut)), 2)}×`,
         target: "reported",
         pass: null,
