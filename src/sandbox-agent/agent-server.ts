@@ -615,7 +615,10 @@ function createWebhook(o: WebhookOptions, sessionApiKey: string) {
   const flushDelayMs = o.flushDelayMs ?? 500;
   const retries = o.retries ?? 3;
   const retryDelayMs = o.retryDelayMs ?? 1000;
-  const queues = new Map<string, { events: Json[]; timer: NodeJS.Timeout | undefined }>();
+  const queues = new Map<
+    string,
+    { events: Json[]; timer: NodeJS.Timeout | undefined; posting: boolean; urgent: boolean }
+  >();
   const headers = { "content-type": "application/json", "x-session-api-key": sessionApiKey };
 
   /** Posts `body` (JSON text, fixed when the post is made: a retry sends what was true then). */
@@ -636,15 +639,21 @@ function createWebhook(o: WebhookOptions, sessionApiKey: string) {
     return false;
   }
 
+  /** Posts the conversation's waiting events: one post in flight per conversation, so they arrive in order. */
   function flush(conversationId: string): void {
     const q = queues.get(conversationId);
-    if (q === undefined || q.events.length === 0) return;
+    if (q === undefined || q.events.length === 0 || q.posting) return;
     clearTimeout(q.timer);
     q.timer = undefined;
     const batch = q.events.splice(0);
+    q.posting = true;
     void post(`${base}/events/${conversationId}`, JSON.stringify(batch)).then((ok) => {
+      q.posting = false;
       // Kept for the next post, in order, as the reference does.
       if (!ok) q.events.unshift(...batch);
+      // What came meanwhile goes next (a full buffer at once, else after the delay).
+      else if (q.events.length >= bufferSize || q.urgent) flush(conversationId);
+      else if (q.events.length > 0) q.timer ??= setTimeout(() => flush(conversationId), flushDelayMs).unref();
     });
   }
 
@@ -652,7 +661,7 @@ function createWebhook(o: WebhookOptions, sessionApiKey: string) {
     event(conversationId: string, event: Json): void {
       let q = queues.get(conversationId);
       if (q === undefined) {
-        q = { events: [], timer: undefined };
+        q = { events: [], timer: undefined, posting: false, urgent: false };
         queues.set(conversationId, q);
       }
       q.events.push(event);
@@ -663,7 +672,11 @@ function createWebhook(o: WebhookOptions, sessionApiKey: string) {
       void post(`${base}/conversations`, JSON.stringify(info));
     },
     flushAll(): void {
-      for (const id of queues.keys()) flush(id);
+      for (const [id, q] of queues) {
+        // Whatever waits behind a post in flight goes right after it.
+        q.urgent = true;
+        flush(id);
+      }
     },
   };
 }

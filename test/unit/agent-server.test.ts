@@ -302,6 +302,68 @@ describe("agent server: webhooks", () => {
   });
 });
 
+describe("agent server: webhook order", () => {
+  it("posts a conversation's events one batch at a time, in order, however slow the receiver", async () => {
+    const batches: { id: string; timestamp: string }[][] = [];
+    let inFlight = 0;
+    let maxInFlight = 0;
+    const receiver = createServer((req, res) => {
+      let text = "";
+      req.on("data", (c: Buffer) => {
+        text += c.toString();
+      });
+      req.on("end", () => {
+        if (!(req.url ?? "").includes("/events/")) {
+          res.writeHead(200, { "content-type": "application/json" }).end("{}");
+          return;
+        }
+        inFlight++;
+        maxInFlight = Math.max(maxInFlight, inFlight);
+        batches.push(JSON.parse(text));
+        // The first answers slowest: without one post at a time, a later batch would land first.
+        const delay = batches.length === 1 ? 300 : 20;
+        setTimeout(() => {
+          inFlight--;
+          res.writeHead(200, { "content-type": "application/json" }).end("{}");
+        }, delay);
+      });
+    });
+    const hookBase = await listen(receiver);
+    const agent = createAgentServer({
+      sessionApiKey: KEY,
+      workspaceDir: workspace,
+      webhook: { baseUrl: `${hookBase}/hooks/`, bufferSize: 1, flushDelayMs: 5, retryDelayMs: 10 },
+    });
+    const url = await listen(agent);
+    try {
+      const created = await request("/api/conversations", {
+        url,
+        body: JSON.stringify({ initial_message: { role: "user", content: [{ type: "text", text: "hi" }] } }),
+      });
+      const id = (created.json as { id: string }).id;
+      // Until the posts stop coming (the conversation has no model: it settles at once).
+      for (let seen = -1, i = 0; i < 100 && seen !== batches.flat().length; i++) {
+        seen = batches.flat().length;
+        await new Promise((r) => setTimeout(r, 500));
+      }
+      const stored = await request(`/api/conversations/${id}/events/search?limit=100`, {
+        url,
+        method: "GET",
+      });
+      const expected = (stored.json as { items: { id: string }[] }).items.map((e) => e.id);
+      expect(expected.length).toBeGreaterThan(2);
+      expect(batches.length).toBeGreaterThan(1);
+      expect(maxInFlight).toBe(1);
+      expect(batches.flat().map((e) => e.id)).toEqual(expected);
+    } finally {
+      agent.closeAllConnections();
+      await new Promise((resolve) => agent.close(resolve));
+      receiver.closeAllConnections();
+      await new Promise((resolve) => receiver.close(resolve));
+    }
+  });
+});
+
 describe("agent server: commands", () => {
   it("runs in the workspace or a cwd inside it, with exit code and both streams", async () => {
     expect((await exec({ command: "pwd; echo e >&2; exit 7" })).json).toEqual({
