@@ -112,11 +112,15 @@ export function describeRuntimeContract(
         await runtime.remove(handle);
       });
 
-      it("starts, reports running, and keeps JSON-only handle data with a loopback agent URL", async () => {
+      it("starts, reports running, and keeps JSON-only handle data with the agent's URL", async () => {
         expect(await runtime.inspect(handle)).toBe("running");
         expect(stored(handle)).toEqual(handle);
         const url = new URL(handle.agentUrl);
-        expect(url.hostname).toBe("127.0.0.1");
+        const gateway = handle.hostGateway?.split(".").map(Number);
+        if (gateway?.length === 4)
+          // In a network of its own: the sandbox's address, its gateway's neighbour on their /30.
+          expect(url.hostname).toBe([gateway[0], gateway[1], gateway[2], (gateway[3] ?? 0) + 1].join("."));
+        else expect(url.hostname).toBe("127.0.0.1");
         expect(Number(url.port)).toBe(handle.port);
       });
 

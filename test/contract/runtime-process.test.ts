@@ -27,8 +27,12 @@ import {
 
 const root = mkdtempSync(join(tmpdir(), "runtime-process-"));
 const runtimes: ProcessRuntime[] = [];
-const makeRuntime = (): ProcessRuntime => {
-  const runtime = createProcessRuntime({ workspaceRoot: root, stopGraceMs: 1000 });
+const makeRuntime = (network?: "host"): ProcessRuntime => {
+  const runtime = createProcessRuntime({
+    workspaceRoot: root,
+    stopGraceMs: 1000,
+    ...(network ? { network } : {}),
+  });
   runtimes.push(runtime);
   return runtime;
 };
@@ -298,7 +302,9 @@ describe("process runtime specifics", () => {
   });
 
   it("hands the built-in agent its socket already listening: a probe sent at once waits instead of being refused", async () => {
-    const handle = await runtime.start({
+    // On the host's network: in a network of its own the agent binds inside it (a warm one before its claim).
+    const hostNetwork = makeRuntime("host");
+    const handle = await hostNetwork.start({
       sandboxId: "handed-socket",
       spec: spec([BUILTIN_AGENT_COMMAND]),
       sessionApiKey: key,
@@ -307,7 +313,7 @@ describe("process runtime specifics", () => {
     const res = await fetch(`${handle.agentUrl}/alive`, { signal: AbortSignal.timeout(30_000) });
     expect(res.status).toBe(200);
     // The server's own copy is closed: only the sandbox holds the port, and it is gone with it.
-    await runtime.remove(handle);
+    await hostNetwork.remove(handle);
     await expect(fetch(`${handle.agentUrl}/alive`)).rejects.toThrow();
   });
 
@@ -481,7 +487,8 @@ describe("warm agents", () => {
     const next = make("died", 0);
     // Each removal scans the host's processes and detaches the workspace's loop device: seconds on a loaded machine.
     await until("the folders removed", () => folders.every((f) => !existsSync(join(root, f))), 40_000);
-    expect(readdirSync(join(root, ".warm"))).toEqual([]);
+    // A record goes once its folder's removal has finished (its loop disk detached, its network deleted).
+    await until("the records removed", () => readdirSync(join(root, ".warm")).length === 0, 20_000);
     expect(next.warmReady()).toBe(0);
   }, 90_000);
 
