@@ -317,6 +317,7 @@ export class SandboxNetwork {
           ].join("\n"),
         );
         writeFileSync(join(this.#dir, folder), String(lease.index), { mode: 0o600 });
+        register(lease, join(this.#dir, folder));
       } catch (e: unknown) {
         await this.#drop(lease);
         throw e;
@@ -329,6 +330,7 @@ export class SandboxNetwork {
   async #drop(lease: NetLease): Promise<void> {
     // Deleting the namespace destroys its veth pair with it.
     await run(this.#tools.ip, ["netns", "del", lease.name]).catch(() => {});
+    rmSync(join(REGISTRY, lease.name), { force: true });
   }
 
   /** Removes the network of `folder` (its namespace and veth pair) and its record. */
@@ -338,12 +340,28 @@ export class SandboxNetwork {
     if (lease !== null) await this.#drop(lease);
   }
 
-  /** Removes the networks whose workspace folder is gone (left by a server that died while removing one). */
+  /**
+   * Removes the networks whose workspace folder is gone (left by a server that died while removing one), and, on the
+   * whole host, those whose lease record is gone (their workspace root deleted with sandboxes still in it).
+   */
   async sweep(folders: ReadonlySet<string>): Promise<number> {
     let removed = 0;
     for (const folder of listDir(this.#dir)) {
       if (folder === "resolv.conf" || folders.has(folder)) continue;
       await this.release(folder);
+      removed++;
+    }
+    for (const name of listDir(REGISTRY)) {
+      const index = Number(name.slice(NAME.length));
+      if (!name.startsWith(NAME) || !Number.isInteger(index)) continue;
+      let record = "";
+      try {
+        record = readFileSync(join(REGISTRY, name), "utf8");
+      } catch {
+        continue;
+      }
+      if (readOr(record, "") === String(index)) continue;
+      await this.#drop(this.#lease(index));
       removed++;
     }
     return removed;
@@ -352,6 +370,30 @@ export class SandboxNetwork {
   /** The argv prefix that runs a command in the namespace of `lease`. */
   enter(lease: NetLease): string[] {
     return [this.#tools.nsenter, `--net=/run/netns/${lease.name}`, "--"];
+  }
+}
+
+/**
+ * Host-wide: for each namespace leased, the path of its lease record (`/run` is gone at reboot, as namespaces are),
+ * so that any server's sweep finds the namespaces of a workspace root that was deleted with its sandboxes.
+ */
+const REGISTRY = "/run/agent-workspace/netns";
+
+function register(lease: NetLease, record: string): void {
+  try {
+    mkdirSync(REGISTRY, { recursive: true, mode: 0o700 });
+    writeFileSync(join(REGISTRY, lease.name), record, { mode: 0o600 });
+  } catch {
+    // Only the host-wide sweep misses it: the root's own sweep still finds it.
+  }
+}
+
+/** The text of a file, or `fallback` when it cannot be read. */
+function readOr(path: string, fallback: string): string {
+  try {
+    return readFileSync(path, "utf8");
+  } catch {
+    return fallback;
   }
 }
 
