@@ -615,10 +615,7 @@ function createWebhook(o: WebhookOptions, sessionApiKey: string) {
   const flushDelayMs = o.flushDelayMs ?? 500;
   const retries = o.retries ?? 3;
   const retryDelayMs = o.retryDelayMs ?? 1000;
-  const queues = new Map<
-    string,
-    { events: Json[]; timer: NodeJS.Timeout | undefined; posting: boolean; urgent: boolean }
-  >();
+  const queues = new Map<string, { events: Json[]; timer: NodeJS.Timeout | undefined; posting: boolean }>();
   const headers = { "content-type": "application/json", "x-session-api-key": sessionApiKey };
 
   /** Posts `body` (JSON text, fixed when the post is made: a retry sends what was true then). */
@@ -639,21 +636,23 @@ function createWebhook(o: WebhookOptions, sessionApiKey: string) {
     return false;
   }
 
-  /** Posts the conversation's waiting events: one post in flight per conversation, so they arrive in order. */
+  /**
+   * Posts the conversation's waiting events: one post in flight per conversation, so that they arrive in order;
+   * what comes while one is in flight goes right after it (the post was its batching window).
+   */
   function flush(conversationId: string): void {
     const q = queues.get(conversationId);
-    if (q === undefined || q.events.length === 0 || q.posting) return;
+    if (q === undefined || q.events.length === 0) return;
     clearTimeout(q.timer);
     q.timer = undefined;
+    if (q.posting) return;
     const batch = q.events.splice(0);
     q.posting = true;
     void post(`${base}/events/${conversationId}`, JSON.stringify(batch)).then((ok) => {
       q.posting = false;
       // Kept for the next post, in order, as the reference does.
       if (!ok) q.events.unshift(...batch);
-      // What came meanwhile goes next (a full buffer at once, else after the delay).
-      else if (q.events.length >= bufferSize || q.urgent) flush(conversationId);
-      else if (q.events.length > 0) q.timer ??= setTimeout(() => flush(conversationId), flushDelayMs).unref();
+      else flush(conversationId);
     });
   }
 
@@ -661,7 +660,7 @@ function createWebhook(o: WebhookOptions, sessionApiKey: string) {
     event(conversationId: string, event: Json): void {
       let q = queues.get(conversationId);
       if (q === undefined) {
-        q = { events: [], timer: undefined, posting: false, urgent: false };
+        q = { events: [], timer: undefined, posting: false };
         queues.set(conversationId, q);
       }
       q.events.push(event);
@@ -672,11 +671,7 @@ function createWebhook(o: WebhookOptions, sessionApiKey: string) {
       void post(`${base}/conversations`, JSON.stringify(info));
     },
     flushAll(): void {
-      for (const [id, q] of queues) {
-        // Whatever waits behind a post in flight goes right after it.
-        q.urgent = true;
-        flush(id);
-      }
+      for (const id of queues.keys()) flush(id);
     },
   };
 }
