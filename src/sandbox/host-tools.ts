@@ -1,3 +1,4 @@
+import { spawn } from "node:child_process";
 import { findExecutable } from "./process/bwrap.ts";
 
 /**
@@ -33,4 +34,32 @@ export function afterTrial<T>(subject: T, trial: () => void, undo: () => void, f
   } finally {
     undo();
   }
+}
+
+/**
+ * Runs a host tool as a child process (the event loop free meanwhile), `input` on its stdin; resolves with its
+ * stdout, rejects with its stderr when it fails.
+ */
+export function runTool(file: string, args: readonly string[], input?: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(file, args, {
+      stdio: [input === undefined ? "ignore" : "pipe", "pipe", "pipe"],
+      timeout: 30_000,
+    });
+    let out = "";
+    let err = "";
+    child.stdout?.on("data", (c: Buffer) => {
+      out += c.toString();
+    });
+    child.stderr?.on("data", (c: Buffer) => {
+      err += c.toString();
+    });
+    child.on("error", reject);
+    child.on("close", (code, sig) => {
+      if (code === 0) resolve(out);
+      else
+        reject(new Error(`${file} ${args.join(" ")}: ${err.trim().slice(0, 300) || `exit ${code ?? sig}`}`));
+    });
+    if (input !== undefined) child.stdin?.end(input);
+  });
 }

@@ -22,11 +22,10 @@
  * Everything is done by iproute2's `ip` (two batches per sandbox: host side, then namespace side) and iptables;
  * both run as root only, so the network is used when the server runs as root with bubblewrap (see probe).
  */
-import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { HOST_CHAINS, LoopbackPorts, setRouteLocalnet } from "../host-loopback.ts";
-import { findExecutable } from "./bwrap.ts";
+import { rootTools, runTool } from "../host-tools.ts";
 
 export { isLoopbackHost, viaGateway } from "../host-loopback.ts";
 
@@ -74,37 +73,10 @@ const MAX_INDEX = 16382;
 /** Names of host chains, and the interfaces they match. */
 const CHAIN = { ...HOST_CHAINS, fwd: "AWS-SBX-FWD", post: "AWS-SBX-POST" } as const;
 
-/** Why the network cannot be isolated here (null: it can), and the tools when it can. */
+/** The tools a sandbox network is made with, or why the network cannot be isolated here. */
 export function networkTools(searchPath: string, asRoot: boolean): Tools | string {
   if (!asRoot) return "the server does not run as root (a namespace's network needs root here)";
-  const ip = findExecutable("ip", searchPath);
-  const iptables = findExecutable("iptables", searchPath);
-  const nsenter = findExecutable("nsenter", searchPath);
-  if (!ip) return `ip (iproute2) not found in ${searchPath}`;
-  if (!iptables) return `iptables not found in ${searchPath}`;
-  if (!nsenter) return `nsenter (util-linux) not found in ${searchPath}`;
-  return { ip, iptables, nsenter };
-}
-
-/** Runs a command with `input` on its stdin; rejects with its stderr when it fails. */
-function run(file: string, args: readonly string[], input?: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(file, args, { stdio: [input === undefined ? "ignore" : "pipe", "pipe", "pipe"] });
-    let out = "";
-    let err = "";
-    child.stdout?.on("data", (c: Buffer) => {
-      out += c.toString();
-    });
-    child.stderr?.on("data", (c: Buffer) => {
-      err += c.toString();
-    });
-    child.on("error", reject);
-    child.on("close", (code) => {
-      if (code === 0) resolve(out);
-      else reject(new Error(`${file} ${args.join(" ")}: ${err.trim() || `exit ${code}`}`));
-    });
-    if (input !== undefined) child.stdin?.end(input);
-  });
+  return rootTools(["ip", "iptables", "nsenter"] as const, searchPath, "the server does not run as root");
 }
 
 function ipv4(base: number, offset: number): string {
@@ -285,7 +257,7 @@ export class SandboxNetwork {
       if (existsSync(`/run/netns/${lease.name}`)) continue;
       try {
         // The first line fails when another server took the index meanwhile: nothing is done then.
-        await run(
+        await runTool(
           this.#tools.ip,
           ["-batch", "-"],
           [
@@ -305,7 +277,7 @@ export class SandboxNetwork {
       }
       try {
         setRouteLocalnet(lease.hostIf);
-        await run(
+        await runTool(
           this.#tools.ip,
           ["-n", lease.name, "-batch", "-"],
           [
@@ -329,7 +301,7 @@ export class SandboxNetwork {
 
   async #drop(lease: NetLease): Promise<void> {
     // Deleting the namespace destroys its veth pair with it.
-    await run(this.#tools.ip, ["netns", "del", lease.name]).catch(() => {});
+    await runTool(this.#tools.ip, ["netns", "del", lease.name]).catch(() => {});
     rmSync(join(REGISTRY, lease.name), { force: true });
   }
 

@@ -24,7 +24,7 @@ import {
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { signal } from "../../sandbox-agent/proc-tree.ts";
-import { afterTrial, rootTools } from "../host-tools.ts";
+import { afterTrial, rootTools, runTool } from "../host-tools.ts";
 
 export type DiskMode = "loop" | "watch" | "off";
 
@@ -35,23 +35,6 @@ function run(file: string, args: string[]): void {
   const r = spawnSync(file, args, { encoding: "utf8", timeout: 30_000, stdio: ["ignore", "ignore", "pipe"] });
   if (r.error) throw r.error;
   if (r.status !== 0) throw new Error(`${file} ${args.join(" ")}: ${r.stderr.trim().slice(0, 300)}`);
-}
-
-/** {@link run} as a child process awaited, the event loop free meanwhile. */
-function runAsync(file: string, args: string[]): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(file, args, { stdio: ["ignore", "ignore", "pipe"], timeout: 30_000 });
-    let err = "";
-    child.stderr?.on("data", (c: Buffer) => {
-      err += c.toString();
-    });
-    child.on("error", reject);
-    child.on("close", (code, sig) => {
-      if (code === 0) resolve();
-      else
-        reject(new Error(`${file} ${args.join(" ")}: ${err.trim().slice(0, 300) || `exit ${code ?? sig}`}`));
-    });
-  });
 }
 
 /** True when `path` is a mount point (listed in this process's mount table). */
@@ -125,7 +108,7 @@ export class LoopDisks {
 
   /** {@link create} without blocking the event loop: mkfs and mount run as child processes awaited. */
   async make(folder: string, bytes = this.#bytes, workspace = join(this.#dir, "..", folder)): Promise<void> {
-    for (const [file, args] of this.#steps(folder, bytes, workspace)) await runAsync(file, args);
+    for (const [file, args] of this.#steps(folder, bytes, workspace)) await runTool(file, args);
     this.#mounted(workspace);
   }
 
