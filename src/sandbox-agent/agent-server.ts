@@ -45,7 +45,7 @@ export interface AgentServerOptions {
   /** Connection limits (see {@link ConnectionLimits}); each defaults as documented there. */
   connections?: Partial<ConnectionLimits>;
   /**
-   * A full garbage collection, run once every conversation has been idle for a second after a turn (main.ts passes
+   * A full garbage collection, run once every conversation has been idle for 4 s after a turn (main.ts passes
    * V8's); absent: V8 alone decides when to collect.
    */
   collectGarbage?: () => void;

@@ -52,8 +52,10 @@ const MAX_PAGE = 100;
  * V8 keeps the garbage of a conversation's turns in its old space until that reaches its limit (several times what
  * is live), and its memory reducer does not run for a heap this small: once every conversation has been idle this
  * long after a turn, one full collection (ctx.collectGarbage, ~45 ms here) gives it back (docs/builtin-agent.md).
+ * Long enough that a person (or a team's script) answering the agent does not send into it: at 1 s, messages sent
+ * 1.0–1.3 s after a turn waited for the collection (p90 96 ms against 5–14 ms; docs/performance.md, "Team load").
  */
-const IDLE_COLLECT_MS = 1000;
+const IDLE_COLLECT_MS = 4000;
 const TRUE = new Set(["true", "1", "yes", "on"]);
 
 export function createConversationRuntime(ctx: RuntimeContext): ConversationRuntime {
