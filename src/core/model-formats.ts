@@ -1,10 +1,10 @@
 /**
- * String formats of the V1 models on top of `model.ts`: UUIDs (pydantic's `uuid_parsing`) and datetimes
+ * String formats of the V1 models on top of `model/`: UUIDs (pydantic's `uuid_parsing`) and datetimes
  * (pydantic's `datetime_from_date_parsing`), with the reference's messages.
  */
 import type { FieldViolation } from "./errors.ts";
 import { parseHexId } from "./ids.ts";
-import { INVALID, type Loc, report, type Schema, violation } from "./model.ts";
+import { INVALID, type Loc, report, type Schema, violation } from "./model/schema.ts";
 
 /** Why a string is not a UUID, in the words of the `uuid` crate that pydantic-core uses. */
 function uuidProblem(input: string): string {

@@ -10,20 +10,10 @@ import { FeatureSet_FieldPresence, type Timestamp, timestampDate } from "@bufbui
 import { unprefixedName } from "./enum-names.ts";
 import type { FieldViolation } from "./errors.ts";
 import { fieldFacts } from "./field-behavior.ts";
-import {
-  anyValue,
-  bool,
-  dict,
-  enumOf,
-  float,
-  INVALID,
-  int,
-  list,
-  nullable,
-  object,
-  type Schema,
-  str,
-} from "./model.ts";
+import { dict, list, nullable, object } from "./model/containers.ts";
+import { float, int } from "./model/numbers.ts";
+import { anyValue, bool, enumOf, str } from "./model/scalars.ts";
+import { INVALID, type Schema } from "./model/schema.ts";
 import { dateTime } from "./model-formats.ts";
 
 /**

@@ -1,12 +1,13 @@
 /**
- * The well-formed Unicode rule of `model.ts` applied to request messages, where every protocol passes through: a
- * Connect or gRPC-Web JSON body can carry a lone surrogate (a `"\ud800"` escape), and a REST binder may build a
- * request from parts no schema read. Binary protobuf cannot (protobuf-es decodes strings from UTF-8).
+ * The well-formed Unicode rule of `model/well-formed.ts` applied to request messages, where every protocol passes
+ * through: a Connect or gRPC-Web JSON body can carry a lone surrogate (a `"\ud800"` escape), and a REST binder may
+ * build a request from parts no schema read. Binary protobuf cannot (protobuf-es decodes strings from UTF-8).
  */
 import type { DescField, DescMessage, DescService } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { type FieldViolation, ValidationError } from "./errors.ts";
-import { checkWellFormed, type Loc, MAX_ISSUES, report, stringUnicode } from "./model.ts";
+import { type Loc, MAX_ISSUES, report } from "./model/schema.ts";
+import { checkWellFormed, stringUnicode } from "./model/well-formed.ts";
 
 /** Every string (and string map key) of a request message that is not well-formed, at its proto field path. */
 export function illFormedStrings(desc: DescMessage, message: unknown): FieldViolation[] {
@@ -19,7 +20,7 @@ export function illFormedStrings(desc: DescMessage, message: unknown): FieldViol
 const MAX_DEPTH = 100;
 
 // Every request of every protocol is walked, so the walk allocates nothing while all is well: `path` is one stack
-// of field names and indexes, pushed and popped around each step; `violation()` (model.ts) copies the loc it keeps.
+// of field names and indexes, pushed and popped around each step; `violation()` (model/schema.ts) copies the loc it keeps.
 
 function checkString(value: unknown, path: Loc, issues: FieldViolation[]): void {
   if (typeof value === "string" && !value.isWellFormed()) report(issues, stringUnicode(path, value));

@@ -1,6 +1,9 @@
 import type { JsonObject } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { enumOf, int, list, object, str, validate } from "../core/model.ts";
+import { list, object } from "../core/model/containers.ts";
+import { int } from "../core/model/numbers.ts";
+import { enumOf, str } from "../core/model/scalars.ts";
+import { validate } from "../core/model/validate.ts";
 import { dateTime, uuidHex } from "../core/model-formats.ts";
 import { type Event, EventService, EventSortOrder } from "../gen/workspace/v1/event_pb.js";
 import type { RouteDocs } from "./openapi.ts";

@@ -1,4 +1,7 @@
-import { enumOf, int, object, str, validate } from "../core/model.ts";
+import { object } from "../core/model/containers.ts";
+import { int } from "../core/model/numbers.ts";
+import { enumOf, str } from "../core/model/scalars.ts";
+import { validate } from "../core/model/validate.ts";
 import {
   type GetMicroagentContentResponse,
   type GetUserInfoResponse,

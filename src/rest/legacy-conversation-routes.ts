@@ -1,6 +1,10 @@
 import { notFound } from "../core/errors.ts";
 import { newHexId } from "../core/ids.ts";
-import { anyValue, bool, int, list, nullable, object, refine, str, validate } from "../core/model.ts";
+import { list, nullable, object } from "../core/model/containers.ts";
+import { int } from "../core/model/numbers.ts";
+import { anyValue, bool, str } from "../core/model/scalars.ts";
+import { validate } from "../core/model/validate.ts";
+import { refine } from "../core/model/validators.ts";
 import { uuidHex } from "../core/model-formats.ts";
 import {
   type AppConversation,

@@ -1,6 +1,9 @@
 import { create, fromJson } from "@bufbuild/protobuf";
 import { invalid } from "../core/errors.ts";
-import { nullable, object, type Schema, str, validate } from "../core/model.ts";
+import { nullable, object } from "../core/model/containers.ts";
+import { str } from "../core/model/scalars.ts";
+import type { Schema } from "../core/model/schema.ts";
+import { validate } from "../core/model/validate.ts";
 import { compileRestCodec } from "../core/rest-codec.ts";
 import { SecretsService } from "../gen/workspace/v1/secrets_pb.js";
 import {

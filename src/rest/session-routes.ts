@@ -3,7 +3,9 @@ import { fastifyCookie } from "@fastify/cookie";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Caller } from "../core/context.ts";
 import { unauthenticated } from "../core/errors.ts";
-import { object, str, validate } from "../core/model.ts";
+import { object } from "../core/model/containers.ts";
+import { str } from "../core/model/scalars.ts";
+import { validate } from "../core/model/validate.ts";
 import type { Admit, Authenticate } from "../transport/admission.ts";
 import {
   type BrowserSessions,

@@ -1,6 +1,9 @@
 import { fromJson } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { bool, enumOf, int, object, str, validate } from "../core/model.ts";
+import { object } from "../core/model/containers.ts";
+import { int } from "../core/model/numbers.ts";
+import { bool, enumOf, str } from "../core/model/scalars.ts";
+import { validate } from "../core/model/validate.ts";
 import { dateTime, uuidHex } from "../core/model-formats.ts";
 import {
   AppConversationSchema,

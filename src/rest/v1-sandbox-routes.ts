@@ -1,5 +1,8 @@
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { int, list, object, str, validate } from "../core/model.ts";
+import { list, object } from "../core/model/containers.ts";
+import { int } from "../core/model/numbers.ts";
+import { str } from "../core/model/scalars.ts";
+import { validate } from "../core/model/validate.ts";
 import {
   type SandboxInfo,
   SandboxInfoSchema,

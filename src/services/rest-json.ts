@@ -1,17 +1,7 @@
 import type { JsonObject } from "@bufbuild/protobuf";
-import {
-  anyValue,
-  bool,
-  dict,
-  enumOf,
-  type Infer,
-  list,
-  literal,
-  nullable,
-  object,
-  str,
-  taggedUnion,
-} from "../core/model.ts";
+import { dict, list, nullable, object, taggedUnion } from "../core/model/containers.ts";
+import { anyValue, bool, enumOf, literal, str } from "../core/model/scalars.ts";
+import type { Infer } from "../core/model/schema.ts";
 import type { RestJsonTable } from "../core/rest-codec.ts";
 import type { SendMessageRequest } from "../gen/workspace/v1/app_conversation_pb.js";
 import type { McpConfig } from "../gen/workspace/v1/mcp_pb.js";

@@ -1,6 +1,6 @@
 import { execFileSync } from "node:child_process";
 import { describe, expect, it } from "vitest";
-import { validate } from "../../src/core/model.ts";
+import { validate } from "../../src/core/model/validate.ts";
 import { dateTime, parseDateTime, uuidHex } from "../../src/core/model-formats.ts";
 import {
   branchProblem,

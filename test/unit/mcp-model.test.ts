@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import type { FieldViolation } from "../../src/core/errors.ts";
-import { isValidationError, validate } from "../../src/core/model.ts";
+import { isValidationError } from "../../src/core/model/schema.ts";
+import { validate } from "../../src/core/model/validate.ts";
 import {
   MAX_MCP_ARGS,
   MAX_MCP_ENV,

@@ -1,36 +1,21 @@
 import { describe, expect, expectTypeOf, it } from "vitest";
 import type { FieldViolation, ValidationError } from "../../src/core/errors.ts";
+import { dict, list, nullable, object, union } from "../../src/core/model/containers.ts";
+import { float, int } from "../../src/core/model/numbers.ts";
+import { expectedList, pyRepr, pyStrip } from "../../src/core/model/py-text.ts";
+import { anyValue, bool, enumOf, literal, str } from "../../src/core/model/scalars.ts";
 import {
-  annotate,
-  anyValue,
-  before as beforeValidator,
-  bool,
-  dict,
-  enumOf,
-  expectedList,
-  float,
   INVALID,
   type Infer,
-  int,
   isValidationError,
   jsonInvalid,
-  list,
-  literal,
   MAX_ISSUES,
   missingBody,
-  nullable,
-  object,
-  parseModel,
-  pyRepr,
-  pyStrip,
-  refine,
   type Schema,
-  str,
-  transform,
-  union,
   ValueError,
-  validate,
-} from "../../src/core/model.ts";
+} from "../../src/core/model/schema.ts";
+import { parseModel, validate } from "../../src/core/model/validate.ts";
+import { annotate, before as beforeValidator, refine, transform } from "../../src/core/model/validators.ts";
 
 const LOC = ["body", "f"];
 

@@ -1,7 +1,8 @@
 // Table-driven validation of the REST body models: one table per model of (input, the 422 detail entries it
 // yields as type and loc). A valid input yields no entry; an invalid one yields exactly the listed entries, in order.
 import { describe, expect, it } from "vitest";
-import { isValidationError, type Schema, validate } from "../../src/core/model.ts";
+import { isValidationError, type Schema } from "../../src/core/model/schema.ts";
+import { validate } from "../../src/core/model/validate.ts";
 import {
   addGitProvidersBodySchema,
   createSecretBodySchema,

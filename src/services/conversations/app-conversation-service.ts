@@ -4,7 +4,7 @@ import { type Clock, systemClock } from "../../core/clock.ts";
 import { requireCaller } from "../../core/context.ts";
 import { type FieldViolation, notFound, ValidationError } from "../../core/errors.ts";
 import { newHexId, parseHexId } from "../../core/ids.ts";
-import { valueError } from "../../core/model.ts";
+import { valueError } from "../../core/model/schema.ts";
 import { uuidViolation } from "../../core/model-formats.ts";
 import type { PageTokens } from "../../core/page-token.ts";
 import { localRepositoryFolder } from "../../core/repository-names.ts";

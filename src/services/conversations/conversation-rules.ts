@@ -1,4 +1,8 @@
-import { int, list, refine, type Schema, str } from "../../core/model.ts";
+import { list } from "../../core/model/containers.ts";
+import { int } from "../../core/model/numbers.ts";
+import { str } from "../../core/model/scalars.ts";
+import type { Schema } from "../../core/model/schema.ts";
+import { refine } from "../../core/model/validators.ts";
 import { uuidHex } from "../../core/model-formats.ts";
 import { TITLE_MODEL } from "./title.ts";
 import { branchProblem, repositoryProblem } from "./workspace-commands.ts";

@@ -1,7 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import { type FieldViolation, ValidationError } from "../../core/errors.ts";
 import { parseHexId } from "../../core/ids.ts";
-import { valueError } from "../../core/model.ts";
+import { valueError } from "../../core/model/schema.ts";
 import { uuidViolation } from "../../core/model-formats.ts";
 import {
   type AppConversationStartRequest,

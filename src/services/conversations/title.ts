@@ -1,5 +1,5 @@
 import type { FieldViolation } from "../../core/errors.ts";
-import { str } from "../../core/model.ts";
+import { str } from "../../core/model/scalars.ts";
 
 /** Longest conversation title, in characters after trimming: one rule for start, rename, search and the agent. */
 export const MAX_TITLE = 200;

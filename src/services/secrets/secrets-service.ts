@@ -1,7 +1,7 @@
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { requireCaller } from "../../core/context.ts";
 import { alreadyExists, invalid, notFound } from "../../core/errors.ts";
-import { setOwn } from "../../core/model.ts";
+import { setOwn } from "../../core/model/schema.ts";
 import type { SecretBox } from "../../core/secret-box.ts";
 import type {
   CreateSecretRequest,

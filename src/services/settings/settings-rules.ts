@@ -1,6 +1,9 @@
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { FieldViolation } from "../../core/errors.ts";
-import { int, parseModel, refine, type Schema } from "../../core/model.ts";
+import { int } from "../../core/model/numbers.ts";
+import type { Schema } from "../../core/model/schema.ts";
+import { parseModel } from "../../core/model/validate.ts";
+import { refine } from "../../core/model/validators.ts";
 
 /** The int32 range: what a REST number must fit to become a proto int32. */
 export const INT32 = { ge: -2147483648, le: 2147483647 } as const;

@@ -2,7 +2,9 @@ import { create, fromJson, type JsonObject, type JsonValue } from "@bufbuild/pro
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { callerKey, requireCaller } from "../../core/context.ts";
 import { type FieldViolation, notFound, unauthenticated, ValidationError } from "../../core/errors.ts";
-import { parseModel, setOwn, toWellFormedJson } from "../../core/model.ts";
+import { setOwn } from "../../core/model/schema.ts";
+import { parseModel } from "../../core/model/validate.ts";
+import { toWellFormedJson } from "../../core/model/well-formed.ts";
 import { ProviderHostPolicy } from "../../core/provider-host.ts";
 import { LOCAL_REPOSITORY_PROVIDER } from "../../core/repository-names.ts";
 import type { SecretBox } from "../../core/secret-box.ts";
