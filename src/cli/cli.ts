@@ -2,7 +2,9 @@
 // codes: 0 ok, 1 failure, 2 usage error, 3 server unreachable. Started by main.ts after the Node.js version check.
 import { parseArgs } from "node:util";
 import { runServer } from "../server/cluster.ts";
-import { ConfigError, ENV_DOC, loadConfig } from "../server/config.ts";
+import { loadConfig } from "../server/config.ts";
+import { ConfigError } from "../server/config-types.ts";
+import { ENV_DOC } from "../server/env-doc.ts";
 import { describeStorage, MissingDatabaseError, openStorage } from "../server/open-storage.ts";
 import { ApiKeyService } from "../services/keys/api-key-service.ts";
 import { ApiError, ConnectionError, createApiClient, parseAssignment, table } from "./api-client.ts";

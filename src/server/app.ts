@@ -15,7 +15,7 @@ import type { SandboxSpec } from "../services/sandboxes/sandbox-spec-service.ts"
 import { ConnectionGuard } from "../transport/connection-guard.ts";
 import { DEFAULT_LIMITS, type TransportLimits } from "../transport/limits.ts";
 import type { ServiceBinding } from "../transport/service-binding.ts";
-import type { RetentionConfig } from "./config.ts";
+import type { RetentionConfig } from "./config-types.ts";
 import {
   type Container,
   type ContainerDeps,

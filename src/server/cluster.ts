@@ -4,7 +4,7 @@ import { subscribe } from "node:diagnostics_channel";
 import type { ServerResponse } from "node:http";
 import type { Server } from "node:net";
 import { type Logger, pino } from "pino";
-import type { Config } from "./config.ts";
+import type { Config } from "./config-types.ts";
 
 /** How the cluster primary paces restarts and stops. */
 export const CLUSTER_TIMINGS = Object.freeze({

@@ -1,366 +1,15 @@
+/**
+ * `loadConfig`: the environment parsed once, every value checked, into the frozen `Config` (config-types.ts) the
+ * server is built from. The variables and their meaning: env-doc.ts.
+ */
 import { isAbsolute, resolve } from "node:path";
 import { ProviderHostPolicy } from "../core/provider-host.ts";
-import { DEFAULT_LIMITS, type TransportLimits } from "../transport/limits.ts";
-import { loadTlsConfig, TLS_ENV_DOC, type TlsConfig } from "./tls-config.ts";
-import { loadWebConfig, WEB_ENV_DOC, type WebConfig } from "./web-config.ts";
+import { DEFAULT_LIMITS } from "../transport/limits.ts";
+import { type Config, ConfigError } from "./config-types.ts";
+import { commaList, type Env, envReader } from "./env-reader.ts";
+import { loadTlsConfig, type TlsConfig } from "./tls-config.ts";
+import { loadWebConfig, type WebConfig } from "./web-config.ts";
 
-/** Storage backend: SQLite file under DATA_DIR (default) or MongoDB when MONGODB_URI is set. */
-export type StorageConfig =
-  | { kind: "sqlite"; path: string }
-  | { kind: "mongo"; uri: string; dbName: string | undefined };
-
-/** Sandbox runtime: child processes (default) or Docker containers. */
-export type RuntimeConfig =
-  | { kind: "process" }
-  | {
-      kind: "docker";
-      socketPath: string | undefined;
-      network: string;
-      image: string;
-      memoryBytes: number | undefined;
-      nanoCpus: number | undefined;
-      /** `uid[:gid]` the container's processes run as; undefined: the image's own user. */
-      user: string | undefined;
-      pidsLimit: number;
-      /** Containers kept started and healthy ahead of need per sandbox spec (0: none). */
-      warmContainers: number;
-    };
-
-/** SANDBOX_PIDS_LIMIT, SANDBOX_MEMORY_MB, SANDBOX_CPUS, SANDBOX_TMP_MB, SANDBOX_SHM_MB, SANDBOX_DISK_MB. */
-export interface SandboxLimitsConfig {
-  readonly pids: number;
-  readonly memoryBytes: number;
-  /** undefined: no CPU limit. */
-  readonly cpus: number | undefined;
-  readonly tmpBytes: number;
-  readonly shmBytes: number;
-  /** Workspace size of a process sandbox; 0: no limit. */
-  readonly diskBytes: number;
-  /** New process sandboxes are refused while SANDBOX_ROOT's file system has less free. */
-  readonly diskReserveBytes: number;
-}
-
-export interface Config {
-  readonly host: string;
-  readonly port: number;
-  readonly grpcPort: number;
-  readonly dataDir: string;
-  readonly storage: StorageConfig;
-  readonly runtime: RuntimeConfig;
-  /** A key of user "default" when set. */
-  readonly sessionApiKey: string | undefined;
-  readonly gitProviderVerify: boolean;
-  readonly gitProviderTimeoutMs: number;
-  /** Provider hosts allowed beyond public domain names (IP literals, internal names, plain HTTP). */
-  readonly gitProviderAllowedHosts: readonly string[];
-  readonly gitRepositoryCacheSeconds: number;
-  /** 32-byte key from ENCRYPTION_KEY (base64 or hex), else read/created at ENCRYPTION_KEY_FILE. */
-  readonly encryptionKey: Buffer | undefined;
-  readonly encryptionKeyFile: string;
-  readonly rateLimitPerSecond: number;
-  readonly rateLimitBurst: number;
-  readonly maxRunningSandboxes: number;
-  readonly maxSandboxesPerUser: number;
-  /** Warm sandboxes one user may take per minute (a start past that is cold); 0: no limit. */
-  readonly warmClaimsPerMinute: number;
-  /** Period of the background sweep (sandbox reconciliation, unsaved start-task ends, change log pruning); 0: off. */
-  readonly sweepIntervalMs: number;
-  /** What the sweep prunes: change log entries by age and count, finished start tasks by age. */
-  readonly retention: RetentionConfig;
-  /** How long a server's lease on a conversation start lasts before another server resumes it. */
-  readonly leaseMs: number;
-  /** How long a sandbox may take to start before it is ERROR (also the grace of crash leftovers). */
-  readonly sandboxStartTimeoutMs: number;
-  readonly sandboxSpecsFile: string | undefined;
-  readonly logLevel: string;
-  /** Web UI, CORS, browser sign-in, single-user mode, /api/options lists (web-config.ts). */
-  readonly web: WebConfig;
-  /** Message size, stream, connection and timeout limits, the same on every protocol. */
-  readonly limits: TransportLimits;
-  /** Base URL of this service as sandboxes reach it (their webhooks); default: the HTTP listener's address. */
-  readonly webhookBaseUrl: string | undefined;
-  /** TLS_CERT_FILE and TLS_KEY_FILE: the HTTP listener serves HTTPS and the gRPC one TLS (tls-config.ts). */
-  readonly tls: TlsConfig | undefined;
-  /**
-   * With TLS and no WEBHOOK_BASE_URL: the port of the plain-HTTP webhook listener on 127.0.0.1 (WEBHOOK_PORT, 0: any
-   * free one); else undefined.
-   */
-  readonly webhookPort: number | undefined;
-  /** Process sandboxes: bwrap (required), none, or auto (bwrap when it works, else one user only). */
-  readonly sandboxIsolation: "auto" | "bwrap" | "none";
-  /**
-   * Process sandboxes' networks (SANDBOX_NETWORK): isolated (each its own, required), host (the host's), or auto
-   * (their own when the host allows it: root, bubblewrap, ip, iptables).
-   */
-  readonly sandboxNetwork: "auto" | "isolated" | "host";
-  /** Host loopback ports isolated process sandboxes reach at their gateway besides the webhook's (SANDBOX_HOST_PORTS). */
-  readonly sandboxHostPorts: readonly number[];
-  /** The /16 sandbox networks are cut from (SANDBOX_SUBNET). */
-  readonly sandboxSubnet: string;
-  /** As root, isolated process sandbox n runs as uid/gid sandboxUidBase + n. */
-  readonly sandboxUidBase: number;
-  /**
-   * Absolute folders whose repositories a conversation may start from by local path or file:// URL; bound
-   * read-only into every sandbox (LOCAL_REPOSITORY_ROOTS). Empty: local repositories are refused.
-   */
-  readonly localRepositoryRoots: readonly string[];
-  /** As root, the host-wide folder of sandbox uid claims, shared by every server on the host. */
-  readonly sandboxUidLockDir: string;
-  /** Built-in agents the process runtime keeps started ahead of need (0: none). */
-  readonly sandboxWarmAgents: number;
-  /** Limits of every sandbox, both runtimes (docker: the container's; process: cgroups or rlimits, tmpfs sizes). */
-  readonly sandboxLimits: SandboxLimitsConfig;
-  /** Where process sandboxes' workspaces live (default DATA_DIR/sandboxes): put it on its own filesystem. */
-  readonly sandboxRoot: string;
-  /** Server processes sharing the ports (node:cluster, src/server/cluster.ts); 1: this process alone. */
-  readonly workers: number;
-  /** What one user may store and what sandboxes may post (docs/quotas.md). */
-  readonly quotas: {
-    readonly userData: {
-      readonly maxSecrets: number;
-      readonly maxBytes: number;
-      readonly writesPerSecond: number;
-      readonly writesBurst: number;
-    };
-    readonly events: {
-      readonly maxPerConversation: number;
-      readonly perSecond: number;
-      readonly burst: number;
-    };
-  };
-  /** Agents reached through this service's own origin (docs/agent-proxy.md). */
-  readonly agentProxy: AgentProxyConfig;
-  /** /metrics, /docs, /openapi.json on a listener of their own (ADMIN_PORT on ADMIN_HOST); else on PORT. */
-  readonly admin: {
-    readonly port: number | undefined;
-    readonly host: string;
-    readonly metricsToken: string | undefined;
-  };
-}
-
-/** AGENT_PROXY, PUBLIC_URL and the AGENT_PROXY_* / AGENT_SOCKET_* limits. */
-export interface AgentProxyConfig {
-  /** Conversation and sandbox JSON name agents by this service's origin, which forwards their calls. */
-  readonly enabled: boolean;
-  /** The origin browsers reach this service at, for absolute agent URLs; undefined: relative URLs. */
-  readonly publicUrl: string | undefined;
-  readonly maxBodyBytes: number;
-  readonly timeoutMs: number;
-  readonly callsPerSecond: number;
-  readonly socketsPerUser: number;
-  readonly socketMessageBytes: number;
-  readonly socketMessagesPerSecond: number;
-}
-
-/** What the background sweep keeps (see docs/reliability.md). */
-export interface RetentionConfig {
-  /** Change log entries older than this are pruned (a watch resuming from an older revision gets OUT_OF_RANGE). */
-  readonly changeLogMs: number;
-  /** At most this many change log entries are kept, the newest. */
-  readonly changeLogMaxEntries: number;
-  /** READY and ERROR start tasks last updated longer ago than this are deleted. */
-  readonly startTaskMs: number;
-}
-
-/** Invalid configuration; `problems` lists every one found (the message joins them, one a line). */
-export class ConfigError extends Error {
-  override name = "ConfigError";
-  readonly problems: readonly string[];
-  constructor(problems: string | readonly string[]) {
-    const list = typeof problems === "string" ? [problems] : problems;
-    super(list.join("\n"));
-    this.problems = list;
-  }
-}
-
-/** Every environment variable the server reads, with its meaning (README and --help print this). */
-export const ENV_DOC: readonly [string, string][] = [
-  ["HOST", "interface to listen on (default 127.0.0.1)"],
-  ["PORT", "HTTP/1.1 port: REST, Connect, gRPC-Web; https with TLS_CERT_FILE (default 3000)"],
-  ["GRPC_PORT", "HTTP/2 port for gRPC: cleartext, or TLS with TLS_CERT_FILE (default 3001)"],
-  ...TLS_ENV_DOC,
-  ["WORKERS", "server processes sharing PORT and GRPC_PORT, 1-64 (default 1: no cluster; docs/workers.md)"],
-  ["DATA_DIR", "where SQLite, the key file and process sandboxes live (default ./data)"],
-  ["MONGODB_URI", "use MongoDB at this URI instead of SQLite"],
-  ["MONGODB_DB", "database name (default: from the URI, else agent_workspace)"],
-  ["SESSION_API_KEY", "a key of user 'default' (in addition to keys made with the CLI)"],
-  ["GIT_PROVIDER_VERIFY", "verify git tokens with the provider before storing (default true)"],
-  ["GIT_PROVIDER_TIMEOUT_MS", "timeout of one git provider call (default 5000)"],
-  [
-    "GIT_PROVIDER_ALLOWED_HOSTS",
-    "comma-separated provider hosts allowed besides public domain names: host, host:port, http://host:port (default none)",
-  ],
-  ["GIT_REPOSITORY_CACHE_SECONDS", "seconds a user's repository listing is cached (default 60; 0 disables)"],
-  ["ENCRYPTION_KEY", "32-byte key for secrets at rest, base64 or hex (default: key file)"],
-  ["ENCRYPTION_KEY_FILE", "key file, created with mode 0600 on first start (default DATA_DIR/secret.key)"],
-  ["RATE_LIMIT_PER_SECOND", "requests per second per API key (default 200; 0 disables)"],
-  ["RATE_LIMIT_BURST", "burst size per API key (default 400)"],
-  ["SANDBOX_RUNTIME", "process (default) or docker"],
-  ["MAX_RUNNING_SANDBOXES", "running sandboxes per user before the oldest is paused (default 5)"],
-  [
-    "MAX_SANDBOXES_PER_USER",
-    "sandboxes a user may have, any status; one more is refused with 409 (default 20)",
-  ],
-  [
-    "SWEEP_INTERVAL_MS",
-    "period of the background sweep: sandboxes reconciled with the runtime, crash leftovers and cut deletes finished, unsaved start-task ends saved, the change log and finished start tasks pruned, freed SQLite pages given back (default 30000; 0: off)",
-  ],
-  [
-    "CHANGE_LOG_RETENTION_MS",
-    "change log entries older than this are pruned; a watch resuming from an older revision gets OUT_OF_RANGE and watches again (default 3600000)",
-  ],
-  [
-    "CHANGE_LOG_MAX_ENTRIES",
-    "the change log keeps at most this many entries, the newest, whatever their age (default 10000)",
-  ],
-  [
-    "START_TASK_RETENTION_MS",
-    "finished (READY or ERROR) conversation start tasks are deleted this long after their last change (default 86400000)",
-  ],
-  [
-    "LEASE_MS",
-    "lease of a server on a conversation start it runs; renewed every third of it, and once it expires (the server died) another server sharing the store resumes the start (default 15000)",
-  ],
-  [
-    "SANDBOX_START_TIMEOUT_MS",
-    "time a sandbox may take to start before it is ERROR; also how old a crash's leftover sandbox record must be before it is cleaned up (default 120000)",
-  ],
-  ["SANDBOX_SPECS_FILE", "JSON file with the sandbox spec list (overrides the defaults)"],
-  ["DOCKER_SOCKET", "Docker socket path (default: DOCKER_HOST or /var/run/docker.sock)"],
-  ["DOCKER_NETWORK", "network of sandbox containers: bridge (default), host, none, or a network name"],
-  [
-    "DOCKER_IMAGE",
-    "image of the default docker spec (default ghcr.io/openhands/agent-server:5f62cee-python)",
-  ],
-  [
-    "SANDBOX_ISOLATION",
-    "process sandboxes: auto (default: bubblewrap when it works, else one user only), bwrap (required), none",
-  ],
-  ["SANDBOX_UID_BASE", "as root, isolated process sandboxes run as uids from this one (default 1000000000)"],
-  [
-    "LOCAL_REPOSITORY_ROOTS",
-    "comma-separated absolute folders a conversation may start from by local path or file:// URL, bound read-only into sandboxes (default none: local repositories are refused)",
-  ],
-  [
-    "SANDBOX_UID_LOCK_DIR",
-    "as root, the host-wide folder where sandbox uids are claimed, one file per uid, so that servers on one host (any DATA_DIR) never share a uid (default /var/lib/agent-workspace/sandbox-uids)",
-  ],
-  [
-    "SANDBOX_WARM_AGENTS",
-    "process sandboxes: built-in agents kept started ahead of need, so that a start does not wait for one to boot (default 2; 0: none)",
-  ],
-  [
-    "SANDBOX_WARM_CONTAINERS",
-    "docker sandboxes: containers per sandbox spec kept started and healthy ahead of need, so that a start does not wait for the agent-server to boot; each idle one costs its memory (default 1; 0: none; docs/warm-pool.md)",
-  ],
-  [
-    "SANDBOX_WARM_CLAIMS_PER_MINUTE",
-    "warm agents or containers one user may take per minute (at most that many at once); a start past that starts cold, so that one user's start/delete loop cannot keep the pool empty for others (default 6; 0: no limit)",
-  ],
-  [
-    "SANDBOX_DOCKER_USER",
-    "uid[:gid] of the processes in sandbox containers (default: the image's own user; 1000:1000 for a root image)",
-  ],
-  [
-    "SANDBOX_PIDS_LIMIT",
-    "processes of one sandbox, docker and process runtimes (default 2048; docs/sandbox-isolation.md)",
-  ],
-  ["SANDBOX_MEMORY_MB", "memory of one sandbox, docker and process runtimes (default 4096)"],
-  ["SANDBOX_CPUS", "CPUs of one sandbox, docker and process runtimes, e.g. 1.5 (default: no limit)"],
-  ["SANDBOX_TMP_MB", "process sandboxes: size of their private /tmp (default 512)"],
-  [
-    "SANDBOX_SHM_MB",
-    "size of a sandbox's /dev/shm, docker and process runtimes (default 512: Chromium's renderers)",
-  ],
-  [
-    "SANDBOX_DISK_MB",
-    "size of one workspace: process sandboxes, a loop-mounted filesystem where the host allows, else watched; docker sandboxes, an ext4 volume on a loop device where the host allows (root, a local engine), else not limited (default 10240; 0: no limit)",
-  ],
-  [
-    "SANDBOX_DISK_RESERVE_MB",
-    "process sandboxes: no new one starts while SANDBOX_ROOT's file system has less free (default 1024)",
-  ],
-  [
-    "SANDBOX_ROOT",
-    "folder of process sandboxes' workspaces (default DATA_DIR/sandboxes; best its own filesystem)",
-  ],
-  ["LOG_LEVEL", "fatal, error, warn, info (default), debug, trace, silent"],
-  ...WEB_ENV_DOC,
-  [
-    "MAX_MESSAGE_BYTES",
-    "largest request body or message on REST, Connect, gRPC-Web and gRPC (default 1048576)",
-  ],
-  ["MAX_STREAMS_PER_KEY", "open streaming calls per API key, all protocols (default 16)"],
-  ["MAX_STREAMS", "open streaming calls on the server (default 1000)"],
-  ["MAX_CONNECTIONS", "open connections per listener, HTTP and gRPC each (default 10000)"],
-  ["REQUEST_TIMEOUT_MS", "time for a whole HTTP request, headers and body, to arrive (default 30000)"],
-  ["HEADERS_TIMEOUT_MS", "time for an HTTP request's headers to arrive (default 10000)"],
-  ["MAX_SECRETS_PER_USER", "custom secrets a user may store; one more is refused with 409 (default 500)"],
-  [
-    "MAX_USER_DATA_BYTES",
-    "size of a user's stored settings, provider tokens and custom secrets together; a write beyond is refused with 409 (default 1048576)",
-  ],
-  [
-    "USER_DATA_WRITES_PER_SECOND",
-    "changes of one user's settings and secrets per second (burst twice that); beyond, 429 (default 10; 0 disables)",
-  ],
-  [
-    "MAX_EVENTS_PER_CONVERSATION",
-    "events stored per conversation; a webhook batch beyond is refused with 409 (default 50000)",
-  ],
-  [
-    "WEBHOOK_EVENTS_PER_SECOND",
-    "events a sandbox may post per second, sustained; beyond, 429 (default 200; 0 disables)",
-  ],
-  ["WEBHOOK_EVENTS_BURST", "events a sandbox may post at once above its rate (default 5000)"],
-  [
-    "ADMIN_PORT",
-    "serve /metrics, /docs and /openapi.json on this port only, off PORT (default: unset, they are on PORT and /metrics there wants an API key or METRICS_TOKEN)",
-  ],
-  ["ADMIN_HOST", "interface of the ADMIN_PORT listener (default 127.0.0.1)"],
-  [
-    "METRICS_TOKEN",
-    "bearer token for /metrics (Authorization: Bearer ...), at least 16 characters; on ADMIN_PORT the only way in when set (default none)",
-  ],
-  [
-    "WEBHOOK_MAX_BODY_BYTES",
-    "largest event batch an agent server may post to its webhook (default 33554432: 32 MiB)",
-  ],
-  [
-    "AGENT_PROXY",
-    "true (default): conversations name their agent by this service's own origin, which forwards the agent's HTTP routes and events websocket to the sandbox, so browsers on other machines need only this one port; false: the agent's direct loopback URL (docs/agent-proxy.md)",
-  ],
-  [
-    "PUBLIC_URL",
-    "the origin browsers reach this service at (https://agents.example.com); agent URLs are then absolute on it (default: relative, the origin the browser used)",
-  ],
-  ["AGENT_PROXY_MAX_BODY_MB", "largest request body (an upload) forwarded to an agent (default 64)"],
-  ["AGENT_PROXY_TIMEOUT_MS", "time an agent has to answer a forwarded call (default 120000)"],
-  [
-    "AGENT_PROXY_CALLS_PER_SECOND",
-    "forwarded HTTP calls per second per sandbox, burst twice that; beyond, 429 (default 100; 0 disables)",
-  ],
-  [
-    "AGENT_SOCKETS_PER_USER",
-    "open agent websockets per user on one server process; one more is refused with 429 (default 32)",
-  ],
-  [
-    "AGENT_SOCKET_MAX_MESSAGE_BYTES",
-    "largest websocket message a client may send to an agent; beyond, the socket closes with 1009 (default 1048576)",
-  ],
-  [
-    "AGENT_SOCKET_MESSAGES_PER_SECOND",
-    "messages a client may send per second on one agent websocket, burst twice that; beyond, it closes with 1008 (default 20; 0 disables)",
-  ],
-  [
-    "WEBHOOK_BASE_URL",
-    "this service's URL as sandboxes reach it, for their event webhooks (default http://<HOST>:<PORT>; with TLS, http://127.0.0.1:<WEBHOOK_PORT>)",
-  ],
-];
-
-type Env = Record<string, string | undefined>;
-
-/** Parses the environment once. Throws ConfigError with a clear message on any invalid value. */
 /** Default of SANDBOX_WARM_AGENTS: enough for one start after another while the next agent boots. */
 export const DEFAULT_WARM_AGENTS = 2;
 /**
@@ -369,36 +18,10 @@ export const DEFAULT_WARM_AGENTS = 2;
  */
 export const DEFAULT_WARM_CONTAINERS = 1;
 
+/** Parses the environment once. Throws ConfigError with a clear message on any invalid value. */
 export function loadConfig(env: Env = process.env, cwd: string = process.cwd()): Readonly<Config> {
   // Every value is checked and every problem reported at once: fixing them one start at a time is a slow loop.
-  const problems: string[] = [];
-  const fail = (message: string): void => {
-    problems.push(message);
-  };
-  const port = (name: string, fallback: number): number => {
-    const raw = env[name];
-    if (raw === undefined || raw === "") return fallback;
-    const n = Number(raw);
-    if (Number.isInteger(n) && n >= 0 && n <= 65535) return n;
-    fail(`${name} must be a port number 0-65535, got ${JSON.stringify(raw)}`);
-    return fallback;
-  };
-  const int = (name: string, fallback: number, min: number, max: number): number => {
-    const raw = env[name];
-    if (raw === undefined || raw === "") return fallback;
-    const n = Number(raw);
-    if (Number.isInteger(n) && n >= min && n <= max) return n;
-    fail(`${name} must be an integer ${min}-${max}, got ${JSON.stringify(raw)}`);
-    return fallback;
-  };
-  const flag = (name: string, fallback: boolean): boolean => {
-    const raw = env[name]?.trim().toLowerCase();
-    if (raw === undefined || raw === "") return fallback;
-    if (["1", "true", "yes", "on"].includes(raw)) return true;
-    if (["0", "false", "no", "off"].includes(raw)) return false;
-    fail(`${name} must be true or false, got ${JSON.stringify(env[name])}`);
-    return fallback;
-  };
+  const { problems, fail, port, int, flag } = envReader(env);
   const key = (raw: string | undefined): Buffer | undefined => {
     if (raw === undefined || raw === "") return undefined;
     const t = raw.trim();
@@ -407,13 +30,8 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     fail("ENCRYPTION_KEY must be 32 bytes, as 64 hex digits or base64");
     return undefined;
   };
-  const list = (raw: string | undefined): string[] =>
-    (raw ?? "")
-      .split(",")
-      .map((e) => e.trim())
-      .filter((e) => e !== "");
   const allowedHosts = (raw: string | undefined): readonly string[] => {
-    const entries = list(raw);
+    const entries = commaList(raw);
     try {
       new ProviderHostPolicy(entries);
     } catch {
@@ -425,7 +43,7 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     return Object.freeze(entries);
   };
   const localRepositoryRoots = (raw: string | undefined): readonly string[] => {
-    const roots = list(raw);
+    const roots = commaList(raw);
     const bad = roots.filter((r) => !isAbsolute(r));
     if (bad.length > 0) {
       fail(

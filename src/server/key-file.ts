@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { dirname } from "node:path";
-import { ConfigError } from "./config.ts";
+import { ConfigError } from "./config-types.ts";
 
 /**
  * The encryption key from its file, creating the file (32 random bytes, base64, mode 0600) on first start.

@@ -2,7 +2,7 @@ import { existsSync, mkdirSync } from "node:fs";
 import { dirname } from "node:path";
 import type { Storage } from "../ports/storage.ts";
 import { mongoDbName, mongoHosts } from "../storage/mongo/mongo-db-name.ts";
-import type { StorageConfig } from "./config.ts";
+import type { StorageConfig } from "./config-types.ts";
 
 /** Thrown by {@link openStorage} with `mustExist` when there is no database yet; nothing was created. */
 export class MissingDatabaseError extends Error {

@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { BUILTIN_AGENT_COMMAND } from "../sandbox-agent/builtin-agent.ts";
 import type { SandboxSpec } from "../services/sandboxes/sandbox-spec-service.ts";
-import { ConfigError, type RuntimeConfig } from "./config.ts";
+import { ConfigError, type RuntimeConfig } from "./config-types.ts";
 
 /** The reference's environment for its agent-server image. */
 const AGENT_SERVER_ENV: Record<string, string> = {

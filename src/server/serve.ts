@@ -9,7 +9,7 @@ import { HttpGitProviderVerifier } from "../integrations/http-git-provider-verif
 import type { DockerRuntime } from "../sandbox/docker/docker-runtime.ts";
 import type { ProcessIsolation, ProcessRuntime } from "../sandbox/process/process-runtime.ts";
 import { buildApp } from "./app.ts";
-import type { Config } from "./config.ts";
+import type { Config } from "./config-types.ts";
 import { loadOrCreateKeyFile } from "./key-file.ts";
 import { LogDestination } from "./log-destination.ts";
 import { openStorage } from "./open-storage.ts";

@@ -15,7 +15,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ENV_DOC } from "../../src/server/config.ts";
+import { ENV_DOC } from "../../src/server/env-doc.ts";
 import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
 
 const root = join(import.meta.dirname, "..", "..");

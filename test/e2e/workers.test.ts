@@ -10,7 +10,8 @@ import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SettingsService } from "../../src/gen/workspace/v1/settings_pb.js";
 import { grpcServiceDefinition } from "../../src/rpc/grpc-server.ts";
-import { ConfigError, loadConfig } from "../../src/server/config.ts";
+import { loadConfig } from "../../src/server/config.ts";
+import { ConfigError } from "../../src/server/config-types.ts";
 
 const root = join(import.meta.dirname, "..", "..");
 const cli = join(root, "src", "cli", "main.ts");

@@ -3,7 +3,9 @@ import { chmodSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { ConfigError, ENV_DOC, loadConfig } from "../../src/server/config.ts";
+import { loadConfig } from "../../src/server/config.ts";
+import { ConfigError } from "../../src/server/config-types.ts";
+import { ENV_DOC } from "../../src/server/env-doc.ts";
 import { loadOrCreateKeyFile } from "../../src/server/key-file.ts";
 import { defaultSpecs, loadSpecsFile } from "../../src/server/sandbox-specs.ts";
 

@@ -2,7 +2,8 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { ConfigError, loadConfig } from "../../src/server/config.ts";
+import { loadConfig } from "../../src/server/config.ts";
+import { ConfigError } from "../../src/server/config-types.ts";
 import { isLoopbackHost } from "../../src/server/web-config.ts";
 
 describe("web configuration", () => {
