@@ -1,10 +1,10 @@
 /**
  * The agent proxy's websocket half: `GET /sockets/events/{id}?session_api_key=<sandbox key>&…` upgraded on the
  * service's own listener is relayed to the same path on the agent the key's sandbox recorded, on the wire of
- * src/proxy/frame-relay.ts (the agent's frames passed through as read, the client's parsed and checked). The
- * agent's handshake comes first: the client's upgrade is accepted only once the agent accepted, so a refusal is an
- * HTTP answer with a JSON body, never a socket that opens and hangs; what the agent sends at once waits unread
- * until the relay listens.
+ * src/proxy/frame-relay.ts (the agent's frames passed through as read, the client's parsed and checked) after the
+ * handshakes of src/proxy/socket-handshake.ts. The agent's handshake comes first: the client's upgrade is accepted
+ * only once the agent accepted, so a refusal is an HTTP answer with a JSON body, never a socket that opens and
+ * hangs; what the agent sends at once waits unread until the relay listens.
  *
  * Bounds: a message from the client of at most maxMessageBytes (close 1009), messagesPerSecond per socket (close
  * 1008), socketsPerUser open sockets per sandbox owner on this server process (429), the agent's messages at most
@@ -18,14 +18,14 @@ import { RateLimiter } from "../core/rate-limiter.ts";
 import type { AgentTarget } from "../services/sandboxes/sandbox-service.ts";
 import { pathOf, SOCKET_PREFIX, socketKey } from "./agent-calls.ts";
 import { AgentCallError, type AgentProxyDeps, resolveAgent } from "./agent-http.ts";
+import { FrameRelay } from "./frame-relay.ts";
 import {
   type AgentWire,
   acceptClient,
   clientHandshakeProblem,
   connectAgent,
-  FrameRelay,
   type Refusal,
-} from "./frame-relay.ts";
+} from "./socket-handshake.ts";
 
 export interface AgentSocketLimits {
   /** Largest message a client may send (the agent's messages may be up to 64 times that). */
