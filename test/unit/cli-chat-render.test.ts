@@ -1,21 +1,17 @@
 /**
  * The terminal chat's renderer (src/cli/chat-render.ts) on events the built-in agent sent (recorded in
- * fixtures/chat-events.json) and on events shaped as the OpenHands agent-server's SDK defines them; its diff, output
- * cutting and text cleaning; and the start-task words and hints of src/cli/chat.ts.
+ * fixtures/chat-events.json) and on events shaped as the OpenHands agent-server's SDK defines them; its diff
+ * (chat-diff.ts), output cutting and text cleaning (chat-text.ts), status words and model failures
+ * (chat-vocabulary.ts); and the start-task words and hints of src/cli/chat-start.ts.
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { START_STEPS, startHint } from "../../src/cli/chat.ts";
-import {
-  ChatRenderer,
-  cleanText,
-  cutMiddle,
-  diffLines,
-  explainError,
-  statusWords,
-  unifiedDiff,
-} from "../../src/cli/chat-render.ts";
+import { diffLines, unifiedDiff } from "../../src/cli/chat-diff.ts";
+import { ChatRenderer } from "../../src/cli/chat-render.ts";
+import { START_STEPS, startHint } from "../../src/cli/chat-start.ts";
+import { cleanText, cutMiddle } from "../../src/cli/chat-text.ts";
+import { explainError, statusWords } from "../../src/cli/chat-vocabulary.ts";
 
 const recorded = JSON.parse(
   readFileSync(join(import.meta.dirname, "fixtures", "chat-events.json"), "utf8"),
