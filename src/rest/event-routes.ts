@@ -8,7 +8,7 @@ import { dateTime, uuidHex } from "../core/model-formats.ts";
 import { type Event, EventService, EventSortOrder } from "../gen/workspace/v1/event_pb.js";
 import type { RouteDocs } from "./openapi.ts";
 import { type RestInput, type RestRoute, route } from "./rest-route.ts";
-import { idsQuery, many, PAGE_QUERY, present, single } from "./v1-sandbox-routes.ts";
+import { idsQuery, many, PAGE_QUERY, present, single } from "./route-kit.ts";
 
 const SORT_ORDERS = ["TIMESTAMP", "TIMESTAMP_DESC"] as const;
 

@@ -21,7 +21,7 @@ import {
 import { ProviderType } from "../gen/workspace/v1/provider_pb.js";
 import type { RouteDocs } from "./openapi.ts";
 import { type RestInput, type RestRoute, route } from "./rest-route.ts";
-import { present, single } from "./v1-sandbox-routes.ts";
+import { present, single } from "./route-kit.ts";
 
 const PROVIDER_NAMES = ["github", "gitlab", "bitbucket", "azure_devops", "enterprise_sso"] as const;
 const BY_NAME: Record<string, ProviderType> = {

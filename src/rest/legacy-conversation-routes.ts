@@ -20,11 +20,10 @@ import { SandboxStatus } from "../gen/workspace/v1/sandbox_pb.js";
 import { providerFromName, providerName, triggerName } from "../services/conversations/conversation-json.ts";
 import { branchProblem, repositoryProblem } from "../services/conversations/workspace-commands.ts";
 import { PROVIDERS } from "../services/settings/settings-fields.ts";
-import { pathParam } from "./legacy-routes.ts";
 import type { JsonSchema } from "./openapi.ts";
 import { type RestInput, type RestRoute, route } from "./rest-route.ts";
+import { iso, PAGE_QUERY, pathParam, present, single } from "./route-kit.ts";
 import { bindUpdateConversation, updateConversationBodySchema } from "./v1-conversation-routes.ts";
-import { iso, PAGE_QUERY, present, single } from "./v1-sandbox-routes.ts";
 
 /**
  * The legacy conversation family (`/api/conversations`) over V1 conversations, as the reference's

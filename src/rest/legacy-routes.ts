@@ -1,5 +1,4 @@
 import { create, fromJson } from "@bufbuild/protobuf";
-import { invalid } from "../core/errors.ts";
 import { nullable, object } from "../core/model/containers.ts";
 import { str } from "../core/model/scalars.ts";
 import type { Schema } from "../core/model/schema.ts";
@@ -20,6 +19,7 @@ import { RESETTABLE_FIELDS, SECRET_FIELDS } from "../services/settings/settings-
 import { SETTINGS_RULES } from "../services/settings/settings-rules.ts";
 import type { JsonSchema, SchemaBuilder } from "./openapi.ts";
 import { type RestRoute, route } from "./rest-route.ts";
+import { pathParam } from "./route-kit.ts";
 
 const optStr = { schema: nullable(str()) };
 
@@ -252,9 +252,3 @@ export const legacyRoutes: RestRoute[] = [
     shape: message,
   }),
 ];
-
-export function pathParam(value: string | undefined, name: string): string {
-  if (value === undefined || value.length === 0)
-    throw invalid(["path", name], "Field required", "missing", null);
-  return value;
-}

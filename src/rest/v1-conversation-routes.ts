@@ -20,10 +20,9 @@ import {
 } from "../services/conversations/conversation-codecs.ts";
 import { START_TASK_SORT_ORDERS } from "../services/conversations/conversation-json.ts";
 import { MAX_TITLE, TITLE_MODEL } from "../services/conversations/title.ts";
-import { pathParam } from "./legacy-routes.ts";
 import type { JsonSchema, RouteDocs, SchemaBuilder } from "./openapi.ts";
 import { type RestInput, type RestRoute, route } from "./rest-route.ts";
-import { idsQuery, many, PAGE_QUERY, present, single } from "./v1-sandbox-routes.ts";
+import { idsQuery, many, PAGE_QUERY, pathParam, present, single } from "./route-kit.ts";
 
 /** Body of POST /api/v1/app-conversations and /stream-start. */
 export const startRequestBodySchema = startRequestCodec.model;

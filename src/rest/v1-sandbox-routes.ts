@@ -1,4 +1,3 @@
-import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { list, object } from "../core/model/containers.ts";
 import { int } from "../core/model/numbers.ts";
 import { str } from "../core/model/scalars.ts";
@@ -14,28 +13,19 @@ import {
   SandboxSpecInfoSchema,
   SandboxSpecService,
 } from "../gen/workspace/v1/sandbox_spec_pb.js";
-import { pathParam } from "./legacy-routes.ts";
-import type { RouteDocs } from "./openapi.ts";
 import { type RestInput, type RestRoute, route } from "./rest-route.ts";
+import { idsQuery, iso, many, PAGE_QUERY, pathParam, present, single } from "./route-kit.ts";
 
-/** Query parameters of every search. */
-export const PAGE_QUERY: NonNullable<RouteDocs["query"]> = {
-  page_id: { schema: { type: "string" }, description: "Opaque cursor from a previous next_page_id" },
-  limit: { schema: { type: "integer", minimum: 1, maximum: 100, default: 100 } },
-};
-
-/** A required, repeatable id parameter of a batch get (at most 100). */
-export const idsQuery = (name: string): NonNullable<RouteDocs["query"]> => ({
-  [name]: { schema: { type: "array", items: { type: "string" }, maxItems: 100 }, required: true },
-});
-
-/** Query of every search: page_id, limit (range checked by the service so RPC callers get the same rule). */
+/**
+ * Query of the spec and sandbox searches: page_id, limit (range checked by the service so RPC callers get the same
+ * rule).
+ */
 const pageQuery = object(
   { page_id: { schema: str() }, limit: { schema: int() } },
   { title: "PageQuery", extra: "ignore" },
 );
 
-export function bindPage(query: RestInput["query"]): { pageId?: string; limit?: number } {
+function bindPage(query: RestInput["query"]): { pageId?: string; limit?: number } {
   const q = validate(pageQuery, present({ page_id: single(query.page_id), limit: single(query.limit) }), [
     "query",
   ]);
@@ -45,32 +35,12 @@ export function bindPage(query: RestInput["query"]): { pageId?: string; limit?: 
   };
 }
 
-/** The entries whose value is not undefined (absent query parameters must stay absent for the model). */
-export function present<T extends Record<string, unknown>>(o: T): Partial<T> {
-  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
-}
-
-/** A query parameter that may be repeated: always a list. */
-export function many(value: string | string[] | undefined): string[] {
-  if (value === undefined) return [];
-  return Array.isArray(value) ? value : [value];
-}
-
-/** A single-valued query parameter: the last one wins (as FastAPI). */
-export function single(value: string | string[] | undefined): string | undefined {
-  return Array.isArray(value) ? value.at(-1) : value;
-}
-
 const ids = (name: string) => (q: RestInput["query"]) =>
   validate(list(str()), many(q[name]), ["query", name]);
 
-/** ISO-8601 with a trailing Z, as pydantic writes UTC. */
-export const iso = (t: { seconds: bigint; nanos: number } | undefined): string | null =>
-  t === undefined ? null : timestampDate(t as never).toISOString();
+const statusName = (s: SandboxStatus): string => SandboxStatus[s] ?? "MISSING";
 
-export const statusName = (s: SandboxStatus): string => SandboxStatus[s] ?? "MISSING";
-
-export function shapeSandbox(s: SandboxInfo) {
+function shapeSandbox(s: SandboxInfo) {
   const running = s.status === SandboxStatus.RUNNING;
   return {
     id: s.id,
@@ -83,7 +53,7 @@ export function shapeSandbox(s: SandboxInfo) {
   };
 }
 
-export function shapeSpec(s: SandboxSpecInfo) {
+function shapeSpec(s: SandboxSpecInfo) {
   return {
     id: s.id,
     command: s.command.length > 0 ? s.command : null,

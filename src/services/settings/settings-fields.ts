@@ -16,6 +16,8 @@ export const SETTINGS_FIELDS: readonly string[] = SettingsSchema.fields.map((f) 
 export const SECRET_FIELDS: readonly string[] = SettingsSchema.fields
   .filter((f) => fieldFacts(f).secret)
   .map((f) => f.name);
+const SECRET_FIELD_SET: ReadonlySet<string> = new Set(SECRET_FIELDS);
+export const isSecretField = (f: string): boolean => SECRET_FIELD_SET.has(f);
 
 /** Boolean fields that are never null (`[(behavior).default_bool = …]`): their defaults. */
 export const BOOLEAN_DEFAULTS: Readonly<Record<string, boolean>> = Object.freeze(
