@@ -30,7 +30,7 @@ import { parseArgs } from "node:util";
 import type { EventRecord } from "../../src/ports/event-repository.ts";
 import type { AgentProxySettings } from "../../src/proxy/agent-settings.ts";
 import { createProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
-import { BUILTIN_AGENT_COMMAND } from "../../src/sandbox-agent/builtin-agent.ts";
+import { BUILTIN_AGENT_COMMAND } from "../../agent/shared/builtin-agent.ts";
 import { buildApp } from "../../src/server/app.ts";
 import { DEFAULT_WARM_AGENTS } from "../../src/server/config.ts";
 import { DEFAULT_QUOTAS } from "../../src/server/container.ts";

@@ -5,7 +5,7 @@
  */
 import type { ContainerCreateOptions } from "dockerode";
 import type { ExposedPort, RuntimeHandle, RuntimeSpec } from "../../ports/sandbox-runtime.ts";
-import { isBuiltinAgentCommand } from "../../sandbox-agent/builtin-agent.ts";
+import { isBuiltinAgentCommand } from "../../../agent/shared/builtin-agent.ts";
 import { withPort } from "../free-port.ts";
 
 /** The user of a container whose image would run as root (and SANDBOX_DOCKER_USER is not set). */

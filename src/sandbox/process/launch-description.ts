@@ -5,7 +5,7 @@
  * disk, leases the network and spawns.
  */
 import type { RuntimeHandle, RuntimeSpec } from "../../ports/sandbox-runtime.ts";
-import { isBuiltinAgentCommand } from "../../sandbox-agent/builtin-agent.ts";
+import { isBuiltinAgentCommand } from "../../../agent/shared/builtin-agent.ts";
 import { withPort } from "../free-port.ts";
 import type { BwrapLayout, SandboxUser } from "./bwrap.ts";
 import type { ProcessHandleData } from "./process-table.ts";

@@ -26,8 +26,8 @@ import {
   BUILTIN_AGENT_MAIN,
   BUILTIN_AGENT_NODE_FLAGS,
   BUILTIN_AGENT_PACKAGES,
-} from "../../sandbox-agent/builtin-agent.ts";
-import { descendantsOf, type ProcStat, readProcStat, signal } from "../../sandbox-agent/proc-tree.ts";
+} from "../../../agent/shared/builtin-agent.ts";
+import { descendantsOf, type ProcStat, readProcStat, signal } from "../../../agent/shared/proc-tree.ts";
 import { pollAlive, probeAlive } from "../agent-health.ts";
 import { executeOnlyCopy } from "./agent-binary.ts";
 import { findTools, type IsolationSetting, probeBwrap, runningAsRoot, type SandboxUser } from "./bwrap.ts";
@@ -52,7 +52,7 @@ export interface ProcessRuntimeOptions {
   workspaceRoot: string;
   /**
    * Argv of the built-in agent (default: this Node binary with {@link BUILTIN_AGENT_NODE_FLAGS}, running
-   * src/sandbox-agent/main.ts).
+   * agent/main.ts).
    */
   agentCommand?: string[];
   /** Address the agent listens on and the host of its URL (default 127.0.0.1). */

@@ -3,7 +3,7 @@ import { isAbsolute, join, relative, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { failedPrecondition } from "../../core/errors.ts";
 import type { RuntimeHandle } from "../../ports/sandbox-runtime.ts";
-import { descendantsOf, type ProcStat, readProcStat, signal } from "../../sandbox-agent/proc-tree.ts";
+import { descendantsOf, type ProcStat, readProcStat, signal } from "../../../agent/shared/proc-tree.ts";
 import type { NetLease } from "./sandbox-network.ts";
 import { WORKSPACE_FOLDER } from "./warm-agents.ts";
 

@@ -12,7 +12,7 @@ import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import { delimiter, isAbsolute, join, relative, resolve } from "node:path";
 import type { Duplex } from "node:stream";
 import type { ConversationRuntime } from "./conversations.ts";
-import { killTree } from "./proc-tree.ts";
+import { killTree } from "./shared/proc-tree.ts";
 
 /** Options of {@link createAgentServer}. */
 export interface AgentServerOptions {

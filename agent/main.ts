@@ -1,5 +1,5 @@
 /**
- * Entry point of the built-in sandbox agent: `node src/sandbox-agent/main.ts [--port N]`.
+ * Entry point of the built-in sandbox agent: `node agent/main.ts [--port N]`.
  *
  * Environment: PORT (or `--port N`; default 8000), HOST (default 127.0.0.1; 0.0.0.0 in a container with its own
  * network), LISTEN_FD (an inherited listening socket to serve on instead of binding HOST:PORT), SESSION_API_KEY or OH_SESSION_API_KEYS_0 (required), WORKSPACE_DIR (default: the current directory),
@@ -19,7 +19,7 @@
 // First: the Node.js version check (an image or a host with an old Node gets one clear line and exit 1). A Node
 // too old for .ts files fails before this module runs: start the agent as `node --import <this folder>/
 // require-node.mjs main.ts` there (the Docker test image's command does).
-import "./require-node.mjs";
+import "./shared/require-node.mjs";
 import { mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { type ConnectionLimits, createAgentServer, type WebhookOptions } from "./agent-server.ts";

@@ -9,7 +9,7 @@ import { randomUUID } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { dirname, isAbsolute, join, relative } from "node:path";
 import type { Json } from "./agent-server.ts";
-import { killTree, listProcesses, signal } from "./proc-tree.ts";
+import { killTree, listProcesses, signal } from "./shared/proc-tree.ts";
 
 /** What a tool call produced: the observation (SDK shape, with `kind`) and whether the conversation ends. */
 export interface ToolResult {
