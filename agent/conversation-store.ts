@@ -17,7 +17,8 @@
 import { createCipheriv, createDecipheriv, hkdfSync, randomBytes } from "node:crypto";
 import { mkdirSync, readdirSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { type Json, REDACTED, redact } from "./agent-server.ts";
+import type { Json } from "./json.ts";
+import { REDACTED, redact } from "./redact.ts";
 import { readRegularFile, writeRegularFile } from "./regular-files.ts";
 
 /** A conversation read back from disk. */

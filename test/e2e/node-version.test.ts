@@ -90,12 +90,8 @@ describe.skipIf(skip !== "")(
 
     it("the sandbox agent from source, started as the Docker test image's command starts it", () => {
       const docker = readFileSync(join(root, ".ci", "docker.sh"), "utf8");
-      expect(docker).toContain(
-        '"--import", "/opt/agent/shared/require-node.mjs", "/opt/agent/main.ts"',
-      );
-      expectRefused(
-        withOldNode("node --import ./agent/shared/require-node.mjs agent/main.ts --port 0"),
-      );
+      expect(docker).toContain('"--import", "/opt/agent/shared/require-node.mjs", "/opt/agent/main.ts"');
+      expectRefused(withOldNode("node --import ./agent/shared/require-node.mjs agent/main.ts --port 0"));
     });
 
     it.skipIf(!existsSync(OLD_NPM))(

@@ -10,8 +10,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
-import { MODEL_VIEW_TURNS } from "../../agent/agent-loop.ts";
 import { createAgentServer } from "../../agent/agent-server.ts";
+import { MODEL_VIEW_TURNS } from "../../agent/model-view.ts";
 import { type FakeLlm, type FakeRequest, startFakeLlm } from "../helpers/fake-llm.ts";
 
 const KEY = "working-set-key";

@@ -91,7 +91,8 @@ describe("imports point down the layers", () => {
           crossing.push(`${relative(ROOT, file)} → ${relative(ROOT, imported)}`);
     for (const file of sources(AGENT_SHARED))
       for (const imported of relativeImports(file))
-        if (!inside(AGENT_SHARED, imported)) crossing.push(`${relative(ROOT, file)} → ${relative(ROOT, imported)}`);
+        if (!inside(AGENT_SHARED, imported))
+          crossing.push(`${relative(ROOT, file)} → ${relative(ROOT, imported)}`);
     expect(crossing).toEqual([]);
   });
 
