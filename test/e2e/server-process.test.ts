@@ -339,7 +339,7 @@ describe("npm start's build step (prestart: scripts/prestart.mjs)", () => {
         join(root, "agent", "shared", "require-node.mjs"),
         join(project, "agent", "shared", "require-node.mjs"),
       );
-      mkdirSync(join(project, "src", "cli"));
+      mkdirSync(join(project, "src", "cli"), { recursive: true });
       writeFileSync(
         join(project, "src", "cli", "main.ts"),
         'const n: number = 1;\nconsole.log("main", n);\n',
