@@ -46,6 +46,7 @@ export class ConversationStore {
 
   constructor(dir: string, sessionApiKey: string, log: (msg: string) => void = () => {}) {
     this.#dir = dir;
+    // The HKDF label is part of the key: another label would leave saved conversations' secrets unreadable.
     this.#key = Buffer.from(
       hkdfSync("sha256", sessionApiKey, "sandbox-agent conversations", "conversation secrets v1", 32),
     );

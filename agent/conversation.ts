@@ -4,6 +4,7 @@
  * view of model-view.ts) and runs the tools it calls (tools/).
  */
 import {
+  type ConversationStart,
   type ExecutionStatus,
   hasAnswered,
   hasNewInput,
@@ -21,13 +22,7 @@ import {
 } from "./events.ts";
 import type { Json } from "./json.ts";
 import { answerEvents } from "./model-answer.ts";
-import {
-  type CompleteChat,
-  describeLlmError,
-  type LlmSettings,
-  ModelClient,
-  readAnswer,
-} from "./model-client.ts";
+import { type CompleteChat, describeLlmError, ModelClient, readAnswer } from "./model-client.ts";
 import { modelMessages, systemPrompt } from "./model-view.ts";
 import { maskStrings, secretMasker } from "./secret-mask.ts";
 import { Terminal } from "./tools/terminal.ts";
@@ -52,15 +47,10 @@ export class Conversation {
   readonly events: Json[] = [];
   status: ExecutionStatus = "idle";
   readonly #host: ConversationHost;
-  readonly #llm: LlmSettings;
-  readonly #secrets: Map<string, string>;
-  readonly #confirm: boolean;
-  readonly #maxIterations: number;
-  readonly #systemSuffix: string | null;
+  /** What the start request set: the model, secrets, confirmation, iterations, tools, working folder, prompt. */
+  readonly #start: ConversationStart;
   /** Where the tools start: the request's `workspace.working_dir` when it is an existing folder in the workspace. */
   readonly workingDir: string;
-  /** The tool specs offered to the model: the request's `agent.tools` this agent has, plus think and finish. */
-  readonly #toolSpecs: Json[];
   #toolbox: Toolbox | undefined;
   /**
    * Actions of a model answer not run yet: waiting for the user's confirmation, or kept by a pause (the answer of a
@@ -80,16 +70,10 @@ export class Conversation {
   constructor(id: string, body: Json, host: ConversationHost) {
     this.id = id;
     this.#host = host;
-    const start = readStart(id, body, host.workspaceDir);
-    this.#llm = start.llm;
-    this.#model = new ModelClient(start.llm);
-    this.#secrets = start.secrets;
-    this.#confirm = start.confirm;
-    this.#maxIterations = start.maxIterations;
-    this.#toolSpecs = start.toolSpecs;
-    this.workingDir = start.workingDir;
-    this.#systemSuffix = start.systemSuffix;
-    this.record = start.record;
+    this.#start = readStart(id, body, host.workspaceDir);
+    this.#model = new ModelClient(this.#start.llm);
+    this.workingDir = this.#start.workingDir;
+    this.record = this.#start.record;
   }
 
   /**
@@ -107,7 +91,7 @@ export class Conversation {
     this.status = saved;
     if (saved === "paused" || saved === "waiting_for_confirmation") {
       this.#pending = open;
-      this.#pendingConfirmed = saved === "paused" && !this.#confirm;
+      this.#pendingConfirmed = saved === "paused" && !this.#start.confirm;
     } else if (saved === "running") {
       for (const action of open)
         this.emit(
@@ -156,7 +140,7 @@ export class Conversation {
     return stateUpdateEvent("full_state", {
       id: this.id,
       execution_status: this.status,
-      max_iterations: this.#maxIterations,
+      max_iterations: this.#start.maxIterations,
       confirmation_policy: this.record.confirmation_policy ?? { kind: "NeverConfirm" },
       agent: this.record.agent ?? null,
       workspace: this.record.workspace,
@@ -262,7 +246,7 @@ export class Conversation {
   #tools(): Toolbox {
     if (this.#toolbox === undefined) {
       const env = { ...(this.#host.commandEnv ?? (process.env as Record<string, string>)) };
-      for (const [name, value] of this.#secrets) env[name] = value;
+      for (const [name, value] of this.#start.secrets) env[name] = value;
       this.#toolbox = new Toolbox(
         new Terminal({
           shell: this.#host.shell,
@@ -281,8 +265,8 @@ export class Conversation {
   /** Replaces every secret value (and the model key), as it is and encoded, with `<secret-hidden>` (secret-mask.ts). */
   mask(s: string): string {
     if (this.#masker === undefined) {
-      const values = [...this.#secrets.values()];
-      if (this.#llm.apiKey) values.push(this.#llm.apiKey);
+      const values = [...this.#start.secrets.values()];
+      if (this.#start.llm.apiKey) values.push(this.#start.llm.apiKey);
       this.#masker = secretMasker(values);
     }
     return this.#masker(s);
@@ -294,7 +278,7 @@ export class Conversation {
     let iterations = 0;
     // Actions not run yet first: accepted by the user, or kept by a pause.
     if (this.#pending.length > 0) {
-      if (this.#confirm && !this.#pendingConfirmed) {
+      if (this.#start.confirm && !this.#pendingConfirmed) {
         this.#setStatus("waiting_for_confirmation");
         return;
       }
@@ -306,11 +290,11 @@ export class Conversation {
         this.#setStatus("paused");
         return;
       }
-      if (iterations >= this.#maxIterations) {
+      if (iterations >= this.#start.maxIterations) {
         this.emit(
           this.#conversationError(
             "MaxIterationsReached",
-            `The agent stopped after ${this.#maxIterations} iterations (max_iterations). Send a message to continue.`,
+            `The agent stopped after ${this.#start.maxIterations} iterations (max_iterations). Send a message to continue.`,
           ),
         );
         this.#setStatus("error");
@@ -331,7 +315,7 @@ export class Conversation {
         this.#pendingConfirmed = false;
         return;
       }
-      if (this.#confirm && runnable.length > 0) {
+      if (this.#start.confirm && runnable.length > 0) {
         this.#pending = runnable;
         this.#pendingConfirmed = false;
         this.#setStatus("waiting_for_confirmation");
@@ -399,7 +383,7 @@ export class Conversation {
     this.#abort = abort;
     let completion: Awaited<ReturnType<CompleteChat>>;
     try {
-      completion = await complete(this.#messages(), this.#toolSpecs, abort.signal);
+      completion = await complete(this.#messages(), this.#start.toolSpecs, abort.signal);
     } catch (e: unknown) {
       if (this.#closed) return null;
       const { code, detail } = describeLlmError(e);
@@ -409,7 +393,7 @@ export class Conversation {
     } finally {
       this.#abort = undefined;
     }
-    const answer = answerEvents(readAnswer(completion), this.#toolSpecs, (s) => this.mask(s));
+    const answer = answerEvents(readAnswer(completion), this.#start.toolSpecs, (s) => this.mask(s));
     for (const event of answer.events) this.emit(event);
     return { message: answer.message, actions: answer.actions };
   }
@@ -419,8 +403,8 @@ export class Conversation {
     const system = systemPrompt({
       workingDir: this.workingDir,
       workspaceDir: this.#host.workspaceDir,
-      secretNames: [...this.#secrets.keys()],
-      suffix: this.#systemSuffix,
+      secretNames: [...this.#start.secrets.keys()],
+      suffix: this.#start.systemSuffix,
     });
     return modelMessages(this.events, system);
   }

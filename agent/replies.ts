@@ -20,6 +20,7 @@ export interface Reply {
   headers?: Record<string, string>;
 }
 
+/** Thrown by a route (or what it calls) to answer with its reply instead of a 500. */
 export class RequestError extends Error {
   readonly reply: Reply;
   constructor(reply: Reply) {
@@ -28,10 +29,13 @@ export class RequestError extends Error {
   }
 }
 
+/** A reply of `{"detail": message}`. */
 export const detail = (status: number, message: string): Reply => ({ status, body: { detail: message } });
+/** 422 with FastAPI/pydantic's list of violations. */
 export const unprocessable = (violations: AgentViolation[]): RequestError =>
   new RequestError({ status: 422, body: { detail: violations } });
 
+/** 413 for a body over `limit` bytes. */
 export const tooLarge = (limit: number): RequestError =>
   new RequestError({
     status: 413,
