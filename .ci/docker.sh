@@ -6,7 +6,7 @@
 #   and no iptables rules (sandbox containers use `--network host` or `none`; nothing talks to bridge addresses).
 # - Images cannot be pulled here, so the test image is made offline with `docker import` of a rootfs assembled from
 #   this host: the running Node binary (the agent needs Node >= 22.18 for type stripping), bash/dash and a few
-#   coreutils, each with the shared libraries `ldd` lists and the dynamic loader, plus a copy of src/sandbox-agent.
+#   coreutils, each with the shared libraries `ldd` lists and the dynamic loader, plus a copy of agent/.
 #   Copying the agent into the image (rather than bind-mounting the checkout) keeps the image self-contained, so the
 #   runtime needs no host paths; the image is rebuilt on every CI run, so it cannot go stale there. The image has no
 #   ENTRYPOINT and CMD = the built-in agent, so a spec with an empty command runs the agent, and any other command
@@ -16,7 +16,7 @@
 #
 # Every step checks its own result: functions called as `docker_up || ...` run with `set -e` suspended.
 
-DOCKER_TEST_IMAGE_NAME="${DOCKER_TEST_IMAGE_NAME:-workspace-test/sandbox-agent:local}"
+DOCKER_TEST_IMAGE_NAME="${DOCKER_TEST_IMAGE_NAME:-workspace-test/builtin-agent:local}"
 DOCKER_STANDIN_IMAGE_NAME="${DOCKER_STANDIN_IMAGE_NAME:-workspace-test/agent-server-standin:local}"
 DOCKER_TEST_BRIDGE="${DOCKER_TEST_BRIDGE:-awsdock0}"
 DOCKER_TEST_BRIDGE_CIDR="${DOCKER_TEST_BRIDGE_CIDR:-172.31.250.1/24}"
@@ -41,7 +41,7 @@ _docker_copy_with_libs() {
 _docker_build_image() {
   local root=$1 rootfs="$_docker_dir/rootfs" node bin f
   node=$(command -v node) || return 1
-  rm -rf "$rootfs" && mkdir -p "$rootfs"/{bin,usr/bin,usr/local/bin,etc,tmp,root,workspace,opt/sandbox-agent} || return 1
+  rm -rf "$rootfs" && mkdir -p "$rootfs"/{bin,usr/bin,usr/local/bin,etc,tmp,root,workspace,opt/agent} || return 1
   chmod 1777 "$rootfs/tmp"
   _docker_copy_with_libs "$rootfs" "$node" /usr/local/bin/node || return 1
   if command -v bash >/dev/null; then _docker_copy_with_libs "$rootfs" "$(command -v bash)" /bin/bash || return 1; fi
@@ -60,19 +60,18 @@ _docker_build_image() {
   # Sandbox containers run as 1000:1000 (SANDBOX_DOCKER_USER's default): a new workspace volume takes the owner
   # of the image's folder it is mounted on.
   chown 1000:1000 "$rootfs/workspace" || return 1
-  for f in "$root"/src/sandbox-agent/*.ts "$root"/src/sandbox-agent/*.mjs; do
-    case $f in *.test.ts) ;; *) cp "$f" "$rootfs/opt/sandbox-agent/" || return 1 ;; esac
-  done
-  printf '{"type":"module"}\n' >"$rootfs/opt/sandbox-agent/package.json"
+  # The agent's folder as it is (its modules only, in subfolders too): it imports nothing from outside it.
+  cp -R "$root/agent/." "$rootfs/opt/agent/" || return 1
+  printf '{"type":"module"}\n' >"$rootfs/opt/agent/package.json"
   # The packages the agent loads on its first conversation (the events websocket and the model client), without
   # their type declarations, source maps and TypeScript sources.
-  mkdir -p "$rootfs/opt/sandbox-agent/node_modules" || return 1
+  mkdir -p "$rootfs/opt/agent/node_modules" || return 1
   tar -C "$root/node_modules" --exclude='*.d.ts' --exclude='*.d.mts' --exclude='*.d.cts' --exclude='*.map' \
-    --exclude='openai/src' -c ws openai | tar -C "$rootfs/opt/sandbox-agent/node_modules" -x || return 1
+    --exclude='openai/src' -c ws openai | tar -C "$rootfs/opt/agent/node_modules" -x || return 1
   tar -C "$rootfs" -c . | docker import \
     --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin' \
     --change 'WORKDIR /workspace' \
-    --change 'CMD ["/usr/local/bin/node", "--import", "/opt/sandbox-agent/require-node.mjs", "/opt/sandbox-agent/main.ts"]' \
+    --change 'CMD ["/usr/local/bin/node", "--import", "/opt/agent/shared/require-node.mjs", "/opt/agent/main.ts"]' \
     - "$DOCKER_TEST_IMAGE_NAME" >/dev/null || return 1
   rm -rf "$rootfs"
 }

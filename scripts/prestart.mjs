@@ -4,7 +4,7 @@
 //
 // Plain JavaScript (not TypeScript): the version check must run before anything an old Node.js cannot parse, and the
 // import below runs it first (docs/getting-started-notes.md, "Node.js version").
-import "../src/sandbox-agent/require-node.mjs";
+import "../agent/shared/require-node.mjs";
 import { spawnSync } from "node:child_process";
 import {
   closeSync,
@@ -24,8 +24,8 @@ const dist = join(root, "dist");
 /** Written when a build made here succeeded, with the time that build started as its modification time. */
 const stamp = join(dist, ".build-stamp");
 const buildInfo = join(dist, ".tsbuildinfo");
-/** What tsconfig.build.json compiles (src, bench), and the files that change how it compiles. */
-const SOURCE_DIRS = ["src", "bench"];
+/** What tsconfig.build.json compiles (src, agent, bench), and the files that change how it compiles. */
+const SOURCE_DIRS = ["src", "agent", "bench"];
 const CONFIG_FILES = ["tsconfig.json", "tsconfig.build.json", "package.json", "package-lock.json"];
 const SOURCE = /\.(ts|mts|cts|js|mjs|cjs)$/;
 

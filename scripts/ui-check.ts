@@ -38,7 +38,7 @@ import { createRequire } from "node:module";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { BUILTIN_AGENT_COMMAND } from "../src/sandbox-agent/builtin-agent.ts";
+import { BUILTIN_AGENT_COMMAND } from "../agent/shared/builtin-agent.ts";
 import { startFakeLlm } from "../test/helpers/fake-llm.ts";
 import { makeNetNs } from "../test/helpers/netns.ts";
 

@@ -1,7 +1,7 @@
 /**
  * The built-in agent's conversation latencies and its idle memory, with a scripted fake model server that answers at
  * once (test/helpers/fake-llm.ts, in this process). The agent runs as a sandbox runs it: its own Node process
- * (`node src/sandbox-agent/main.ts`), here without bubblewrap, talked to over loopback as the UI does (the events
+ * (`node agent/main.ts`), here without bubblewrap, talked to over loopback as the UI does (the events
  * websocket with the key in the query).
  *
  * - user message → first event: the time from sending a message on the websocket (as the UI's chat box does) to the
@@ -63,7 +63,7 @@ interface Agent {
 async function startAgent(): Promise<Agent> {
   const port = await freePort();
   const workspace = mkdtempSync(join(tmpdir(), "bench-agent-"));
-  const child = spawn(process.execPath, [join(ROOT, "src", "sandbox-agent", "main.ts")], {
+  const child = spawn(process.execPath, [join(ROOT, "agent", "main.ts")], {
     cwd: workspace,
     env: {
       PATH: process.env.PATH ?? "/usr/bin:/bin",

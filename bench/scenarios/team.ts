@@ -320,7 +320,7 @@ function sandboxesUnder(servicePid: number): SandboxProcesses[] {
     const agent =
       pids.find((pid) => {
         const argv = table.get(pid)?.argv ?? [];
-        return /(^|\/)node$/.test(argv[0] ?? "") && argv.some((a) => a.includes("sandbox-agent"));
+        return /(^|\/)node$/.test(argv[0] ?? "") && argv.some((a) => a.includes("agent/main"));
       }) ?? null;
     out.push({ pids, agent, text: pids.map((p) => table.get(p)?.argv.join(" ") ?? "").join("\n") });
   }

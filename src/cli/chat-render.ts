@@ -5,7 +5,7 @@
  * It keeps what the chat needs to know from the events: the current status, whether confirmation is on, and the
  * actions still waiting for a result (what a confirmation is asked for).
  *
- * Both agents' shapes are read: the built-in agent's (src/sandbox-agent) and the OpenHands agent-server's, also the
+ * Both agents' shapes are read: the built-in agent's (agent/) and the OpenHands agent-server's, also the
  * older names of its terminal (ExecuteBashAction/Observation, before SDK 1.5) and file editor. An event of a kind
  * this file does not know is a short line with its kind. Text from the sandbox is shown without terminal escape
  * sequences and control characters: a command's output cannot move the cursor or recolour the terminal.

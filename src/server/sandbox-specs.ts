@@ -1,5 +1,5 @@
 import { readFileSync } from "node:fs";
-import { BUILTIN_AGENT_COMMAND } from "../sandbox-agent/builtin-agent.ts";
+import { BUILTIN_AGENT_COMMAND } from "../../agent/shared/builtin-agent.ts";
 import type { SandboxSpec } from "../services/sandboxes/sandbox-spec-service.ts";
 import { ConfigError, type RuntimeConfig } from "./config-types.ts";
 

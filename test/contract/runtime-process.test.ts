@@ -15,10 +15,10 @@ import {
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it, vi } from "vitest";
+import { BUILTIN_AGENT_COMMAND, BUILTIN_AGENT_MAIN } from "../../agent/shared/builtin-agent.ts";
+import { listProcesses, readProcStat } from "../../agent/shared/proc-tree.ts";
 import type { RuntimeHandle, RuntimeSpec } from "../../src/ports/sandbox-runtime.ts";
 import { createProcessRuntime, type ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
-import { BUILTIN_AGENT_COMMAND, BUILTIN_AGENT_MAIN } from "../../src/sandbox-agent/builtin-agent.ts";
-import { listProcesses, readProcStat } from "../../src/sandbox-agent/proc-tree.ts";
 import {
   type ContractSpecKind,
   describeRuntimeContract,

@@ -10,9 +10,9 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { BUILTIN_AGENT_COMMAND } from "../../agent/shared/builtin-agent.ts";
 import type { RuntimeHandle } from "../../src/ports/sandbox-runtime.ts";
 import { createProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
-import { BUILTIN_AGENT_COMMAND } from "../../src/sandbox-agent/builtin-agent.ts";
 
 const root = mkdtempSync(join(tmpdir(), "hostile-agent-memory-"));
 const runtime = createProcessRuntime({ workspaceRoot: root, stopGraceMs: 500 });
@@ -77,7 +77,7 @@ describe("the agent's memory, from the commands it runs (issue 38, F7)", () => {
   it("is not readable: no /proc/<agent>/mem, environ or maps for its uid, and the key is not found", async (ctx) => {
     if (skip !== null) return ctx.skip(skip);
     // The command's parent is the agent (a command's shell is its child).
-    expect(await run("tr '\\0' ' ' < /proc/$PPID/cmdline")).toContain("sandbox-agent/main");
+    expect(await run("tr '\\0' ' ' < /proc/$PPID/cmdline")).toContain("agent/main");
     expect(await run(`${process.execPath} -e '${SCAN}' $PPID ${key}`)).toBe("EACCES\n");
     expect(await run("cat /proc/$PPID/environ >/dev/null 2>&1 && echo readable || echo refused")).toBe(
       "refused\n",

@@ -61,7 +61,7 @@ describe.skipIf(skip !== "")(
       // prestart.mjs imports the check before anything else (then builds dist/ when a source changed).
       expect(scripts.prestart).toBe("node scripts/prestart.mjs");
       expect(readFileSync(join(root, "scripts", "prestart.mjs"), "utf8")).toMatch(
-        /^import "\.\.\/src\/sandbox-agent\/require-node\.mjs";$/m,
+        /^import "\.\.\/agent\/shared\/require-node\.mjs";$/m,
       );
       expectRefused(withOldNode(scripts.prestart ?? ""));
       // The compiled tree, as `npm run build` makes it (in a folder of its own, not the shared dist/).
@@ -82,7 +82,7 @@ describe.skipIf(skip !== "")(
         expect(scripts.start).toBe("node --expose-gc dist/src/cli/main.js serve");
         expectRefused(withOldNode((scripts.start ?? "").replace("dist/", `${out}/`)));
         // The compiled sandbox agent too (the process runtime runs it from dist/ under npm start).
-        expectRefused(withOldNode(`node ${out}/src/sandbox-agent/main.js`));
+        expectRefused(withOldNode(`node ${out}/agent/main.js`));
       } finally {
         rmSync(out, { recursive: true, force: true });
       }
@@ -90,12 +90,8 @@ describe.skipIf(skip !== "")(
 
     it("the sandbox agent from source, started as the Docker test image's command starts it", () => {
       const docker = readFileSync(join(root, ".ci", "docker.sh"), "utf8");
-      expect(docker).toContain(
-        '"--import", "/opt/sandbox-agent/require-node.mjs", "/opt/sandbox-agent/main.ts"',
-      );
-      expectRefused(
-        withOldNode("node --import ./src/sandbox-agent/require-node.mjs src/sandbox-agent/main.ts --port 0"),
-      );
+      expect(docker).toContain('"--import", "/opt/agent/shared/require-node.mjs", "/opt/agent/main.ts"');
+      expectRefused(withOldNode("node --import ./agent/shared/require-node.mjs agent/main.ts --port 0"));
     });
 
     it.skipIf(!existsSync(OLD_NPM))(
@@ -111,7 +107,7 @@ describe.skipIf(skip !== "")(
           readFileSync(join(root, "scripts", "node-version-check", "package.json"), "utf8"),
         ) as { name: string; scripts: Record<string, string> };
         expect(checkPkg.name).toBe(CHECK);
-        expect(checkPkg.scripts.preinstall).toBe("node ../../src/sandbox-agent/require-node.mjs");
+        expect(checkPkg.scripts.preinstall).toBe("node ../../agent/shared/require-node.mjs");
         const npmrc = readFileSync(join(root, ".npmrc"), "utf8");
         expect(npmrc).toMatch(/^install-links=true$/m);
         expect(npmrc).not.toMatch(/^engine-strict=true$/m);
@@ -128,10 +124,10 @@ describe.skipIf(skip !== "")(
               recursive: true,
             },
           );
-          mkdirSync(join(project, "src", "sandbox-agent"), { recursive: true });
+          mkdirSync(join(project, "agent", "shared"), { recursive: true });
           cpSync(
-            join(root, "src", "sandbox-agent", "require-node.mjs"),
-            join(project, "src", "sandbox-agent", "require-node.mjs"),
+            join(root, "agent", "shared", "require-node.mjs"),
+            join(project, "agent", "shared", "require-node.mjs"),
           );
           mkdirSync(join(project, "native"));
           writeFileSync(
@@ -198,7 +194,7 @@ describe.skipIf(skip !== "")(
     );
 
     it("the current Node passes the check silently", () => {
-      const r = spawnSync(process.execPath, [join(root, "src", "sandbox-agent", "require-node.mjs")], {
+      const r = spawnSync(process.execPath, [join(root, "agent", "shared", "require-node.mjs")], {
         encoding: "utf8",
       });
       expect(r).toMatchObject({ status: 0, stdout: "", stderr: "" });

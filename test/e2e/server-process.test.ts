@@ -334,12 +334,12 @@ describe("npm start's build step (prestart: scripts/prestart.mjs)", () => {
     try {
       mkdirSync(join(project, "scripts"));
       copyFileSync(join(root, "scripts", "prestart.mjs"), join(project, "scripts", "prestart.mjs"));
-      mkdirSync(join(project, "src", "sandbox-agent"), { recursive: true });
+      mkdirSync(join(project, "agent", "shared"), { recursive: true });
       copyFileSync(
-        join(root, "src", "sandbox-agent", "require-node.mjs"),
-        join(project, "src", "sandbox-agent", "require-node.mjs"),
+        join(root, "agent", "shared", "require-node.mjs"),
+        join(project, "agent", "shared", "require-node.mjs"),
       );
-      mkdirSync(join(project, "src", "cli"));
+      mkdirSync(join(project, "src", "cli"), { recursive: true });
       writeFileSync(
         join(project, "src", "cli", "main.ts"),
         'const n: number = 1;\nconsole.log("main", n);\n',

@@ -1,6 +1,6 @@
 import { expect } from "vitest";
+import { readProcText } from "../../agent/shared/proc-tree.ts";
 import { findSandboxProcesses } from "../../src/sandbox/process/sandbox-processes.ts";
-import { readProcText } from "../../src/sandbox-agent/proc-tree.ts";
 
 /** A process's command line, its arguments joined by spaces ("" once the process is gone). */
 export const cmdline = (pid: number): string =>
@@ -13,7 +13,7 @@ export const cmdline = (pid: number): string =>
 export const agentProcesses = (workspace: string) =>
   findSandboxProcesses(workspace).filter((p) => {
     const argv = cmdline(p.pid);
-    return /sandbox-agent\/main\.ts/.test(argv) && !/^\S*(bwrap|prlimit|setpriv|sh)\s/.test(argv);
+    return /agent\/main\.ts/.test(argv) && !/^\S*(bwrap|prlimit|setpriv|sh)\s/.test(argv);
   });
 
 /** kill -9 of the workspace's agent process, which must be exactly one. */

@@ -1,5 +1,5 @@
 import Docker from "dockerode";
-import { BUILTIN_AGENT_COMMAND } from "../../src/sandbox-agent/builtin-agent.ts";
+import { BUILTIN_AGENT_COMMAND } from "../../agent/shared/builtin-agent.ts";
 import type { SandboxSpec } from "../../src/services/sandboxes/sandbox-spec-service.ts";
 
 /** Engine client for DOCKER_HOST (unix:// or tcp://), else /var/run/docker.sock. */

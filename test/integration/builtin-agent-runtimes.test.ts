@@ -9,10 +9,10 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
+import { BUILTIN_AGENT_COMMAND } from "../../agent/shared/builtin-agent.ts";
 import type { RuntimeHandle, RuntimeSpec, SandboxRuntime } from "../../src/ports/sandbox-runtime.ts";
 import { createDockerRuntime } from "../../src/sandbox/docker/docker-runtime.ts";
 import { createProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
-import { BUILTIN_AGENT_COMMAND } from "../../src/sandbox-agent/builtin-agent.ts";
 import { dockerFromEnv, findDocker } from "../helpers/docker-env.ts";
 import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
 

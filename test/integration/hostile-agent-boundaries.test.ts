@@ -31,10 +31,10 @@ import {
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { BUILTIN_AGENT_COMMAND } from "../../agent/shared/builtin-agent.ts";
+import { listProcesses, readProcStat } from "../../agent/shared/proc-tree.ts";
 import type { RuntimeHandle, RuntimeSpec } from "../../src/ports/sandbox-runtime.ts";
 import { createProcessRuntime, type ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
-import { BUILTIN_AGENT_COMMAND } from "../../src/sandbox-agent/builtin-agent.ts";
-import { listProcesses, readProcStat } from "../../src/sandbox-agent/proc-tree.ts";
 import { connectProbe, directAgentUrl, gatewayOf, UNREACHABLE } from "../helpers/agent-address.ts";
 import { agentProcesses, cmdline } from "../helpers/agent-processes.ts";
 

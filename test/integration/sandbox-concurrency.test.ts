@@ -3,6 +3,7 @@ import { existsSync } from "node:fs";
 import { basename, join } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { readProcStat } from "../../agent/shared/proc-tree.ts";
 import {
   SandboxService,
   SandboxStatus,
@@ -12,7 +13,6 @@ import type { SandboxRecord } from "../../src/ports/sandbox-repository.ts";
 import type { RuntimeHandle } from "../../src/ports/sandbox-runtime.ts";
 import { probeAlive } from "../../src/sandbox/agent-health.ts";
 import { createProcessRuntime, type ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
-import { readProcStat } from "../../src/sandbox-agent/proc-tree.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
 import { type WriteFaults, withWriteFaults } from "../helpers/faulty-storage.ts";
 import { connectClient, grpcClient } from "../helpers/rpc-clients.ts";

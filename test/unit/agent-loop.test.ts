@@ -8,8 +8,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
-import { createAgentServer } from "../../src/sandbox-agent/agent-server.ts";
-import { Terminal } from "../../src/sandbox-agent/agent-tools.ts";
+import { createAgentServer } from "../../agent/agent-server.ts";
+import { Terminal } from "../../agent/tools/terminal.ts";
 import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
 
 const KEY = "loop-test-key";

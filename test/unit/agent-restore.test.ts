@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
-import { createAgentServer } from "../../src/sandbox-agent/agent-server.ts";
+import { createAgentServer } from "../../agent/agent-server.ts";
 import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
 
 type Ev = { kind: string; id: string; key?: string; value?: unknown; [k: string]: unknown };

@@ -7,8 +7,8 @@ import { createServer, type Server } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createAgentServer } from "../../src/sandbox-agent/agent-server.ts";
-import { SECRET_MASK, secretForms, secretMasker } from "../../src/sandbox-agent/secret-mask.ts";
+import { createAgentServer } from "../../agent/agent-server.ts";
+import { SECRET_MASK, secretForms, secretMasker } from "../../agent/secret-mask.ts";
 import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
 
 const KEY = "secrets-test-key";

@@ -12,8 +12,8 @@ import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createAgentServer } from "../../src/sandbox-agent/agent-server.ts";
-import { parseProcStat, readProcStat } from "../../src/sandbox-agent/proc-tree.ts";
+import { createAgentServer } from "../../agent/agent-server.ts";
+import { parseProcStat, readProcStat } from "../../agent/shared/proc-tree.ts";
 
 const KEY = "unit-test-key";
 const workspace = mkdtempSync(join(tmpdir(), "agent-server-"));

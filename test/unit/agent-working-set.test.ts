@@ -10,8 +10,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
-import { MODEL_VIEW_TURNS } from "../../src/sandbox-agent/agent-loop.ts";
-import { createAgentServer } from "../../src/sandbox-agent/agent-server.ts";
+import { createAgentServer } from "../../agent/agent-server.ts";
+import { MODEL_VIEW_TURNS } from "../../agent/model-view.ts";
 import { type FakeLlm, type FakeRequest, startFakeLlm } from "../helpers/fake-llm.ts";
 
 const KEY = "working-set-key";
@@ -137,7 +137,7 @@ describe("built-in agent: bounded working set", () => {
     async () => {
       const home = mkdtempSync(join(tmpdir(), "agent-working-set-proc-"));
       const port = 20000 + Math.floor(Math.random() * 20000);
-      const child = spawn(process.execPath, [join(import.meta.dirname, "../../src/sandbox-agent/main.ts")], {
+      const child = spawn(process.execPath, [join(import.meta.dirname, "../../agent/main.ts")], {
         cwd: home,
         env: {
           PATH: process.env.PATH ?? "/usr/bin:/bin",

@@ -16,7 +16,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
-import { ConversationStore } from "../../src/sandbox-agent/conversation-store.ts";
+import { ConversationStore } from "../../agent/conversation-store.ts";
 
 const root = mkdtempSync(join(tmpdir(), "conversation-store-"));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -95,9 +95,7 @@ describe("ConversationStore", () => {
 });
 
 describe("ConversationStore: files the sandbox's user replaced (issue 38, F10)", () => {
-  const storeModule = fileURLToPath(
-    new URL("../../src/sandbox-agent/conversation-store.ts", import.meta.url),
-  );
+  const storeModule = fileURLToPath(new URL("../../agent/conversation-store.ts", import.meta.url));
   /**
    * Runs `script` against a store on `dir` in a child process (a FIFO would block this one for good), with a
    * timeout: what it prints, or null when it did not finish in time.

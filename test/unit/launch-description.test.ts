@@ -18,9 +18,9 @@ const settings = (over: Partial<LaunchSettings> = {}): LaunchSettings => ({
   urlHost: "127.0.0.1",
   baseEnv: { PATH: "/usr/bin:/bin", LANG: "C.UTF-8" },
   compileCacheDir: "/root/ws/.cache",
-  agentCommand: [NODE, "--flag", "/app/sandbox-agent/main.ts"],
+  agentCommand: [NODE, "--flag", "/app/agent/main.ts"],
   agentBinary: "/root/ws/.node/node",
-  agentFiles: ["/app/sandbox-agent", "/app/package.json"],
+  agentFiles: ["/app/agent", "/app/package.json"],
   readOnlyPaths: [NODE, "/srv/tools"],
   asRoot: true,
   ...over,
@@ -135,7 +135,7 @@ describe("a process sandbox's launch", () => {
     expect(d.command).toEqual([
       "/root/ws/.node/node",
       "--flag",
-      "/app/sandbox-agent/main.ts",
+      "/app/agent/main.ts",
       "--port=41000",
       "--host=127.0.0.1",
     ]);
@@ -145,7 +145,7 @@ describe("a process sandbox's launch", () => {
       readOnly: [
         NODE,
         "/srv/tools",
-        "/app/sandbox-agent",
+        "/app/agent",
         "/app/package.json",
         "/root/ws/.node/node",
         "/root/ws/.cache",
@@ -160,7 +160,7 @@ describe("a process sandbox's launch", () => {
   });
 
   it("runs the agent command as given when not root, not isolated, without a copy, or run by another Node", () => {
-    const plain = [NODE, "--flag", "/app/sandbox-agent/main.ts"];
+    const plain = [NODE, "--flag", "/app/agent/main.ts"];
     for (const [s, r] of [
       [settings({ asRoot: false }), request()],
       [settings(), request({ isolation: null })],

@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { readProcText } from "../../src/sandbox-agent/proc-tree.ts";
+import { readProcText } from "../../agent/shared/proc-tree.ts";
 
 describe("readProcText (one reusable buffer for /proc files)", () => {
   const dir = mkdtempSync(join(tmpdir(), "proc-text-"));

@@ -2,7 +2,7 @@ import { mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { inWorkspace, realInWorkspace } from "../../src/sandbox-agent/workspace-routes.ts";
+import { inWorkspace, realInWorkspace } from "../../agent/workspace-paths.ts";
 
 // The built-in agent's mapping of the UI's paths into the workspace, on the real file system: the check the workspace
 // routes (git changes and diff, upload) make whatever the runtime's isolation, so also without bubblewrap.

@@ -13,6 +13,13 @@ import {
 import { isIPv4 } from "node:net";
 import { basename, dirname, isAbsolute, join, relative, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
+import {
+  BUILTIN_AGENT_COMMAND,
+  BUILTIN_AGENT_MAIN,
+  BUILTIN_AGENT_NODE_FLAGS,
+  BUILTIN_AGENT_PACKAGES,
+} from "../../../agent/shared/builtin-agent.ts";
+import { descendantsOf, type ProcStat, readProcStat, signal } from "../../../agent/shared/proc-tree.ts";
 import { failedPrecondition } from "../../core/errors.ts";
 import type {
   RuntimeHandle,
@@ -21,13 +28,6 @@ import type {
   RuntimeState,
   SandboxRuntime,
 } from "../../ports/sandbox-runtime.ts";
-import {
-  BUILTIN_AGENT_COMMAND,
-  BUILTIN_AGENT_MAIN,
-  BUILTIN_AGENT_NODE_FLAGS,
-  BUILTIN_AGENT_PACKAGES,
-} from "../../sandbox-agent/builtin-agent.ts";
-import { descendantsOf, type ProcStat, readProcStat, signal } from "../../sandbox-agent/proc-tree.ts";
 import { pollAlive, probeAlive } from "../agent-health.ts";
 import { executeOnlyCopy } from "./agent-binary.ts";
 import { findTools, type IsolationSetting, probeBwrap, runningAsRoot, type SandboxUser } from "./bwrap.ts";
@@ -52,7 +52,7 @@ export interface ProcessRuntimeOptions {
   workspaceRoot: string;
   /**
    * Argv of the built-in agent (default: this Node binary with {@link BUILTIN_AGENT_NODE_FLAGS}, running
-   * src/sandbox-agent/main.ts).
+   * agent/main.ts).
    */
   agentCommand?: string[];
   /** Address the agent listens on and the host of its URL (default 127.0.0.1). */

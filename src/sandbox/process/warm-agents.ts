@@ -3,7 +3,7 @@
  * for a Node process to boot (most of a cold start). A warm agent runs exactly as a sandbox does (same bwrap
  * layout, its own uid and workspace folder, its own listening socket) but has no session key, serves nothing and
  * holds no user data. Claiming it writes the sandbox's environment and working directory to its stdin (see
- * src/sandbox-agent/main.ts); from then on it is that sandbox, and its workspace folder keeps its own name.
+ * agent/main.ts); from then on it is that sandbox, and its workspace folder keeps its own name.
  *
  * The folders under the workspace root say who is what, so that any server on the same root can clean up after
  * one that died:
@@ -15,8 +15,8 @@
  */
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { readProcStat } from "../../../agent/shared/proc-tree.ts";
 import { base62 } from "../../core/ids.ts";
-import { readProcStat } from "../../sandbox-agent/proc-tree.ts";
 
 /** An agent started ahead of need, as the runtime spawned it. */
 export interface WarmAgent {

@@ -2,7 +2,7 @@
  * Reading Linux `/proc`: one process's status line and the tree of processes below a pid.
  * Shared by the agent (to kill a timed-out command's whole tree) and the process runtime (to signal a sandbox's
  * processes and to recognise its pid after a server restart). Only Node built-ins: the agent folder is copied
- * into container images on its own.
+ * into container images on its own, and the service imports this module without loading the agent.
  */
 import { closeSync, openSync, readdirSync, readSync } from "node:fs";
 

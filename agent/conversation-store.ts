@@ -17,7 +17,8 @@
 import { createCipheriv, createDecipheriv, hkdfSync, randomBytes } from "node:crypto";
 import { mkdirSync, readdirSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { type Json, REDACTED, redact } from "./agent-server.ts";
+import type { Json } from "./json.ts";
+import { REDACTED, redact } from "./redact.ts";
 import { readRegularFile, writeRegularFile } from "./regular-files.ts";
 
 /** A conversation read back from disk. */
@@ -45,6 +46,7 @@ export class ConversationStore {
 
   constructor(dir: string, sessionApiKey: string, log: (msg: string) => void = () => {}) {
     this.#dir = dir;
+    // The HKDF label is part of the key: another label would leave saved conversations' secrets unreadable.
     this.#key = Buffer.from(
       hkdfSync("sha256", sessionApiKey, "sandbox-agent conversations", "conversation secrets v1", 32),
     );

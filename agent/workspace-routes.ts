@@ -9,24 +9,32 @@
  * the file itself: the routes answer 400 for one, and open the file without following it (O_NOFOLLOW).
  */
 import { execFile } from "node:child_process";
-import { existsSync, lstatSync, mkdirSync, readdirSync, realpathSync, statSync } from "node:fs";
+import { existsSync, lstatSync, mkdirSync, readdirSync, statSync } from "node:fs";
 import type { IncomingMessage } from "node:http";
-import { dirname, isAbsolute, join, relative, resolve } from "node:path";
-import { detail, type Reply, RequestError, readBody, tooLarge } from "./agent-server.ts";
-import type { RuntimeContext } from "./conversations.ts";
+import { dirname, join, relative } from "node:path";
 import { NotRegularFile, readRegularFile, writeRegularFile } from "./regular-files.ts";
+import { detail, type Reply, RequestError, tooLarge } from "./replies.ts";
+import { readBody } from "./request-body.ts";
+import { realInWorkspace } from "./workspace-paths.ts";
 
 const GIT_TIMEOUT_MS = 30_000;
 const MAX_DIFF_FILE_BYTES = 5 * 1024 * 1024;
 /** git's empty tree: the base to compare against in a repository without commits. */
 const EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
 
+/** What the workspace routes need of the server. */
+export interface WorkspaceContext {
+  workspaceDir: string;
+  /** Largest file accepted by an upload in bytes; larger gets 413. */
+  maxUploadBytes: number;
+}
+
 export async function workspaceRoute(
   req: IncomingMessage,
   url: URL,
   path: string,
   method: string,
-  ctx: RuntimeContext,
+  ctx: WorkspaceContext,
 ): Promise<Reply | null> {
   if (path === "/api/vscode/url") {
     if (method !== "GET") return detail(405, "Method Not Allowed");
@@ -52,45 +60,6 @@ export async function workspaceRoute(
   if (method !== "GET") return detail(405, "Method Not Allowed");
   if (m[1] === "git/changes") return { status: 200, body: await gitChanges(target) };
   return { status: 200, body: await gitDiff(target) };
-}
-
-/** The absolute path inside the workspace that `raw` names, or null. */
-export function inWorkspace(raw: string, workspaceDir: string): string | null {
-  const inside = (p: string): boolean => {
-    const rel = relative(workspaceDir, p);
-    return !rel.startsWith("..") && !isAbsolute(rel);
-  };
-  const direct = resolve(raw);
-  if (inside(direct)) return direct;
-  for (const prefix of ["/workspace/project", "/workspace"]) {
-    if (raw === prefix || raw.startsWith(`${prefix}/`)) {
-      const mapped = resolve(workspaceDir, `.${raw.slice(prefix.length)}`);
-      return inside(mapped) ? mapped : null;
-    }
-  }
-  return null;
-}
-
-/**
- * {@link inWorkspace}, also once symlinks are followed: the real path of the deepest entry on the way that exists
- * (a symlink counts as existing, and one that leads nowhere is refused) must lie inside the workspace's real path
- * (a link in the workspace to `/` or to another folder names no file here, nor does a dangling one, which a write
- * would create where it points). These routes answer the UI; the agent's own tools (shell, file editor) are
- * bounded by the sandbox, not by this check.
- */
-export function realInWorkspace(raw: string, workspaceDir: string): string | null {
-  const target = inWorkspace(raw, workspaceDir);
-  if (target === null) return null;
-  try {
-    const base = realpathSync(workspaceDir);
-    let existing = target;
-    while (!entryExists(existing) && existing !== dirname(existing)) existing = dirname(existing);
-    // Throws for a symlink that leads nowhere (or in a loop): refused.
-    const rel = relative(base, realpathSync(existing));
-    return rel.startsWith("..") || isAbsolute(rel) ? null : target;
-  } catch {
-    return null;
-  }
 }
 
 async function upload(
@@ -221,16 +190,6 @@ async function gitDiff(file: string): Promise<{ modified: string | null; origina
     }
   }
   return { modified, original };
-}
-
-/** True when `path` names an entry, a symlink included (existsSync follows links, and says no for a dangling one). */
-function entryExists(path: string): boolean {
-  try {
-    lstatSync(path);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 function isSymlink(path: string): boolean {

@@ -1,5 +1,5 @@
 /**
- * Entry point of the built-in sandbox agent: `node src/sandbox-agent/main.ts [--port N]`.
+ * Entry point of the built-in sandbox agent: `node agent/main.ts [--port N]`.
  *
  * Environment: PORT (or `--port N`; default 8000), HOST (default 127.0.0.1; 0.0.0.0 in a container with its own
  * network), LISTEN_FD (an inherited listening socket to serve on instead of binding HOST:PORT), SESSION_API_KEY or OH_SESSION_API_KEYS_0 (required), WORKSPACE_DIR (default: the current directory),
@@ -7,7 +7,7 @@
  * OH_WEBHOOKS_0_FLUSH_DELAY and OH_WEBHOOKS_0_RETRY_DELAY (seconds) and OH_WEBHOOKS_0_NUM_RETRIES,
  * OH_ALLOW_CORS_ORIGINS_0, _1, … (browser origins allowed to call it; default any localhost/127.0.0.1 origin),
  * SANDBOX_AGENT_MAX_CONNECTIONS (default 256), SANDBOX_AGENT_HEADERS_TIMEOUT_MS (10000) and
- * SANDBOX_AGENT_IDLE_TIMEOUT_MS (30000): what one client may hold of its server (ConnectionLimits in agent-server.ts).
+ * SANDBOX_AGENT_IDLE_TIMEOUT_MS (30000): what one client may hold of its server (ConnectionLimits in connection-limits.ts).
  * Exits 0 on SIGTERM/SIGINT after closing the listener and killing running commands; 2 on bad configuration.
  *
  * SANDBOX_AGENT_CLAIM=stdin starts a warm agent (see src/sandbox/process/warm-agents.ts): it loads its modules, then
@@ -19,10 +19,12 @@
 // First: the Node.js version check (an image or a host with an old Node gets one clear line and exit 1). A Node
 // too old for .ts files fails before this module runs: start the agent as `node --import <this folder>/
 // require-node.mjs main.ts` there (the Docker test image's command does).
-import "./require-node.mjs";
+import "./shared/require-node.mjs";
 import { mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { type ConnectionLimits, createAgentServer, type WebhookOptions } from "./agent-server.ts";
+import { createAgentServer } from "./agent-server.ts";
+import type { ConnectionLimits } from "./connection-limits.ts";
+import type { WebhookOptions } from "./webhook.ts";
 
 // SIGUSR1 would open Node's inspector on the loopback, where other sandboxes reach it: a listener of its own keeps
 // it closed (the process runtime starts the agent with --disable-sigusr1 too, which also covers Node's start).
@@ -205,7 +207,7 @@ function envInt(name: string, min: number, max: number): number | undefined {
     fail(`${name} must be a whole number from ${min} to ${max}, got ${JSON.stringify(process.env[name])}`);
   return n;
 }
-// SANDBOX_AGENT_MAX_CONNECTIONS, _HEADERS_TIMEOUT_MS, _IDLE_TIMEOUT_MS: see ConnectionLimits in agent-server.ts.
+// SANDBOX_AGENT_MAX_CONNECTIONS, _HEADERS_TIMEOUT_MS, _IDLE_TIMEOUT_MS: see ConnectionLimits in connection-limits.ts.
 const connections: Partial<ConnectionLimits> = {
   ...defined("maxConnections", envInt("SANDBOX_AGENT_MAX_CONNECTIONS", 1, 1_000_000)),
   ...defined("headersTimeoutMs", envInt("SANDBOX_AGENT_HEADERS_TIMEOUT_MS", 100, 300_000)),

@@ -7,19 +7,14 @@ import { randomUUID } from "node:crypto";
 import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import type { WebSocket, WebSocketServer } from "ws";
-import { Conversation } from "./agent-loop.ts";
-import {
-  type AgentViolation,
-  detail,
-  firstUserText,
-  type Json,
-  normaliseId,
-  parseMessage,
-  type Reply,
-  unprocessable,
-  type Webhook,
-} from "./agent-server.ts";
+import { Conversation } from "./conversation.ts";
+import { normaliseId, parseMessage } from "./conversation-requests.ts";
+import { firstUserText } from "./conversation-state.ts";
 import { ConversationStore } from "./conversation-store.ts";
+import { MAX_PAGE, searchEvents } from "./event-search.ts";
+import type { Json } from "./json.ts";
+import { detail, type Reply, unprocessable } from "./replies.ts";
+import type { Webhook } from "./webhook.ts";
 import { workspaceRoute } from "./workspace-routes.ts";
 
 /** What the agent server hands the conversation side. */
@@ -47,7 +42,6 @@ export interface ConversationRuntime {
   close(): void;
 }
 
-const MAX_PAGE = 100;
 /**
  * V8 keeps the garbage of a conversation's turns in its old space until that reaches its limit (several times what
  * is live), and its memory reducer does not run for a heap this small: once every conversation has been idle this
@@ -159,56 +153,6 @@ export function createConversationRuntime(ctx: RuntimeContext): ConversationRunt
     return { status: 200, body: conversation.record };
   }
 
-  function searchEvents(conversation: Conversation, q: URLSearchParams): Json {
-    const violations: AgentViolation[] = [];
-    const limitRaw = q.get("limit");
-    let limit = MAX_PAGE;
-    if (limitRaw !== null) {
-      const n = Number(limitRaw);
-      if (!Number.isInteger(n) || n < 1 || n > MAX_PAGE)
-        violations.push({
-          type: "int_range",
-          loc: ["query", "limit"],
-          msg: `Input should be an integer from 1 to ${MAX_PAGE}`,
-          input: limitRaw,
-        });
-      else limit = n;
-    }
-    const order = q.get("sort_order") ?? "TIMESTAMP";
-    if (order !== "TIMESTAMP" && order !== "TIMESTAMP_DESC")
-      violations.push({
-        type: "enum",
-        loc: ["query", "sort_order"],
-        msg: "Input should be 'TIMESTAMP' or 'TIMESTAMP_DESC'",
-        input: order,
-      });
-    const gte = parseTime(q.get("timestamp__gte"), "timestamp__gte", violations);
-    const lt = parseTime(q.get("timestamp__lt"), "timestamp__lt", violations);
-    if (violations.length > 0) throw unprocessable(violations);
-    const kind = q.get("kind");
-    const source = q.get("source");
-    const body = q.get("body")?.toLowerCase() ?? null;
-    let list = conversation.events.filter((e) => {
-      if (kind !== null && e.kind !== kind && !kind.endsWith(`.${String(e.kind)}`)) return false;
-      if (source !== null && e.source !== source) return false;
-      const t = Date.parse(`${String(e.timestamp)}Z`);
-      if (gte !== null && t < gte) return false;
-      if (lt !== null && t >= lt) return false;
-      if (body !== null && !JSON.stringify(e).toLowerCase().includes(body)) return false;
-      return true;
-    });
-    if (order === "TIMESTAMP_DESC") list = list.slice().reverse();
-    const pageId = q.get("page_id");
-    let from = 0;
-    if (pageId !== null) {
-      from = list.findIndex((e) => e.id === pageId);
-      if (from < 0) from = list.length;
-    }
-    const items = list.slice(from, from + limit);
-    const next = list[from + limit];
-    return { items, next_page_id: next ? next.id : null };
-  }
-
   async function route(req: IncomingMessage, url: URL, path: string, method: string): Promise<Reply | null> {
     if (!path.startsWith("/api/conversations")) return workspaceRoute(req, url, path, method, ctx);
     if (path === "/api/conversations") {
@@ -282,19 +226,19 @@ export function createConversationRuntime(ctx: RuntimeContext): ConversationRunt
         });
       case "events/search":
         if (method !== "GET") return detail(405, "Method Not Allowed");
-        return { status: 200, body: searchEvents(conversation, url.searchParams) };
+        return { status: 200, body: searchEvents(conversation.events, url.searchParams) };
       case "events/count": {
         if (method !== "GET") return detail(405, "Method Not Allowed");
         const q = new URLSearchParams(url.searchParams);
         q.delete("page_id");
         q.set("limit", String(MAX_PAGE));
         let count = 0;
-        for (let page: Json | null = searchEvents(conversation, q); page !== null; ) {
+        for (let page: Json | null = searchEvents(conversation.events, q); page !== null; ) {
           count += (page.items as Json[]).length;
           const next = page.next_page_id;
           if (typeof next !== "string") break;
           q.set("page_id", next);
-          page = searchEvents(conversation, q);
+          page = searchEvents(conversation.events, q);
         }
         return { status: 200, body: count };
       }
@@ -390,20 +334,4 @@ export function createConversationRuntime(ctx: RuntimeContext): ConversationRunt
       void wss?.then((server) => server.close()).catch(() => {});
     },
   };
-}
-
-function parseTime(raw: string | null, field: string, violations: AgentViolation[]): number | null {
-  if (raw === null) return null;
-  const hasOffset = /(Z|[+-]\d\d:?\d\d)$/i.test(raw);
-  const t = Date.parse(hasOffset ? raw : `${raw}Z`);
-  if (Number.isNaN(t)) {
-    violations.push({
-      type: "datetime_parsing",
-      loc: ["query", field],
-      msg: "Input should be a valid datetime",
-      input: raw,
-    });
-    return null;
-  }
-  return t;
 }

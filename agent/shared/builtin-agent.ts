@@ -1,16 +1,21 @@
+/**
+ * What the service knows of the built-in agent: the spec marker that asks for it, its entry's path, how Node starts
+ * it and the npm packages it loads. With proc-tree.ts and require-node.mjs, the only part of agent/ the service
+ * imports: it imports nothing else of the agent, so the service never loads the agent's code.
+ */
 import { fileURLToPath } from "node:url";
 
 /**
  * Marker a sandbox spec can give as its command (alone, or followed by extra arguments) to run the built-in agent
- * server: the process runtime starts `node src/sandbox-agent/main.ts`, the Docker runtime the image's default
- * command. An empty command means the same.
+ * server: the process runtime starts `node agent/main.ts`, the Docker runtime the image's default command. An
+ * empty command means the same.
  */
 export const BUILTIN_AGENT_COMMAND = "@builtin/sandbox-agent";
 
 /** Absolute path of the built-in agent's entry point (run it with `process.execPath`). */
 export const BUILTIN_AGENT_MAIN = fileURLToPath(
   // The same extension as this module: main.ts when run from source, main.js when compiled (npm start).
-  new URL(import.meta.url.endsWith(".ts") ? "./main.ts" : "./main.js", import.meta.url),
+  new URL(import.meta.url.endsWith(".ts") ? "../main.ts" : "../main.js", import.meta.url),
 );
 
 /**

@@ -1,7 +1,8 @@
 // The Node.js version check every entry point runs first (the CLI and server, `npm start`, the built-in sandbox
 // agent): plain JavaScript that any Node.js parses, so that an old Node prints one clear line and exits 1 instead
-// of failing later on TypeScript files or native modules (a stack trace, a segmentation fault). It lives with the
-// sandbox agent because that folder is the only part of the tree a process sandbox sees.
+// of failing later on TypeScript files or native modules (a stack trace, a segmentation fault). It lives in the
+// agent's shared leaf (agent/shared/): the agent's folder is the only part of the tree a process sandbox sees, and
+// the service's entry points may import that leaf of it.
 //
 // Imported for its effect (`import "./require-node.mjs"`), preloaded (`node --import ./…/require-node.mjs x.ts`,
 // which runs before Node even looks at the .ts entry), or run alone (`node …/require-node.mjs`: exit 0 or 1).

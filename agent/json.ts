@@ -1,0 +1,2 @@
+/** The JSON objects the agent passes around: request bodies, events, conversation records. */
+export type Json = Record<string, unknown>;
