@@ -22,7 +22,7 @@
  * browser on a second host), RUNTIME=docker (sandboxes as containers of DOCKER_IMAGE on Docker's bridge; start the
  * engine with `source .ci/docker.sh && docker_up`).
  */
-import { type ChildProcess, spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import {
   chmodSync,
   existsSync,
@@ -41,6 +41,7 @@ import { join, resolve } from "node:path";
 import { BUILTIN_AGENT_COMMAND } from "../agent/shared/builtin-agent.ts";
 import { startFakeLlm } from "../test/helpers/fake-llm.ts";
 import { makeNetNs } from "../test/helpers/netns.ts";
+import { BUILT_CLI, type ServerProcess, spawnServer } from "../test/helpers/server-process.ts";
 
 const root = resolve(import.meta.dirname, "..");
 const uiDir = process.env.UI_DIR;
@@ -161,10 +162,13 @@ writeFileSync(
   JSON.stringify([{ id: dockerImage, command: [BUILTIN_AGENT_COMMAND], working_dir: "/workspace/project" }]),
 );
 const base = `http://${serviceHost}:${port}`;
-let serviceOut = "";
+/** Every start of the service, in order: what they printed makes service.log. */
+const services: ServerProcess[] = [];
+const serviceOut = (): string => services.map((s) => s.output()).join("");
 /** Starts the service as `npm start` runs it (the built dist/), on the same port and DATA_DIR each time. */
-function startService(): ChildProcess {
-  const child = spawn(process.execPath, [join(root, "dist/src/cli/main.js"), "serve"], {
+function startService(): ServerProcess {
+  const service = spawnServer({
+    entry: BUILT_CLI,
     cwd: root,
     env: {
       ...process.env,
@@ -190,21 +194,9 @@ function startService(): ChildProcess {
       SANDBOX_HOST_PORTS: new URL(llm.url).port,
       LOG_LEVEL: process.env.LOG_LEVEL ?? "info",
     },
-    stdio: ["ignore", "pipe", "pipe"],
   });
-  child.stdout?.on("data", (d: Buffer) => {
-    serviceOut += d.toString();
-  });
-  child.stderr?.on("data", (d: Buffer) => {
-    serviceOut += d.toString();
-  });
-  return child;
-}
-async function stopService(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise((r) => child.once("exit", r));
-  child.kill("SIGTERM");
-  await exited;
+  services.push(service);
+  return service;
 }
 /** Resolves once the service answers /health. */
 async function serviceUp(): Promise<void> {
@@ -215,7 +207,7 @@ async function serviceUp(): Promise<void> {
     } catch {
       // not yet
     }
-    if (Date.now() > deadline) throw new Error(`the service did not come up:\n${serviceOut.slice(-2000)}`);
+    if (Date.now() > deadline) throw new Error(`the service did not come up:\n${serviceOut().slice(-2000)}`);
     await new Promise((r) => setTimeout(r, 200));
   }
 }
@@ -268,9 +260,9 @@ const records: Recorded[] = [];
 const t0 = Date.now();
 try {
   const key = await new Promise<string>((res, rej) => {
-    const deadline = setTimeout(() => rej(new Error(`service printed no key:\n${serviceOut}`)), 30_000);
+    const deadline = setTimeout(() => rej(new Error(`service printed no key:\n${serviceOut()}`)), 30_000);
     const check = (): void => {
-      const m = /X-Session-API-Key: (\S+)/.exec(serviceOut);
+      const m = /X-Session-API-Key: (\S+)/.exec(serviceOut());
       if (m?.[1]) {
         clearTimeout(deadline);
         res(m[1]);
@@ -541,7 +533,7 @@ try {
   await screenshot("resumed");
 
   // 10. The service restarts (as `npm start` again): the page reloaded shows the conversation's history.
-  await stopService(service);
+  await service.stop();
   service = startService();
   await serviceUp();
   step("service restarted");
@@ -731,11 +723,11 @@ try {
   step(`FAIL: ${failed}`);
 } finally {
   writeFileSync(join(outDir, "requests.json"), JSON.stringify(records, null, 1));
-  writeFileSync(join(outDir, "service.log"), serviceOut);
+  writeFileSync(join(outDir, "service.log"), serviceOut());
   writeFileSync(join(outDir, "steps.log"), log.join("\n"));
   writeFileSync(join(outDir, "llm-requests.json"), JSON.stringify(llm.requests, null, 1));
   await browser?.close().catch(() => {});
-  await stopService(service);
+  await service.stop();
   if (docker && process.env.KEEP !== "1")
     spawnSync(process.execPath, [join(root, "dist/src/cli/main.js"), "sandboxes", "purge"], {
       cwd: root,

@@ -12,6 +12,7 @@ import type { Cursor, Page } from "../../src/ports/page.ts";
 import type { SandboxRecord } from "../../src/ports/sandbox-repository.ts";
 import type { Storage } from "../../src/ports/storage.ts";
 import type { UserData, UserDataRepository } from "../../src/ports/user-data-repository.ts";
+import { conversationRecord } from "../helpers/conversation-fixtures.ts";
 
 // ---- record builders -------------------------------------------------------------------------------------------
 
@@ -66,10 +67,9 @@ function conversation(
   createdAt: Date,
   overrides: Partial<ConversationRecord> = {},
 ): ConversationRecord {
-  return {
-    id: hex(),
+  // Every field set, so that each one's round trip is checked.
+  return conversationRecord({
     ownerId,
-    sandboxId: hex(),
     selectedRepository: "octo/repo",
     selectedBranch: "main",
     gitProvider: "github",
@@ -78,12 +78,9 @@ function conversation(
     prNumber: [12, 34],
     llmModel: "anthropic/claude-sonnet",
     metrics: { accumulated_cost: 0.25, token_usage: { prompt_tokens: 10, completion_tokens: 3 }, costs: [] },
-    parentConversationId: null,
-    subConversationIds: [],
     createdAt,
-    updatedAt: createdAt,
     ...overrides,
-  };
+  });
 }
 
 function startTask(

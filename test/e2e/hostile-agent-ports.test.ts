@@ -13,24 +13,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
-import { connectProbe, directAgentUrl, gatewayOf, UNREACHABLE } from "../helpers/agent-address.ts";
-import { agentProcesses } from "../helpers/agent-processes.ts";
-import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
-import { until } from "../helpers/until.ts";
-
-interface Party {
-  key: string;
-  id: string;
-  sandboxKey: string;
-  agent: string;
-  workspace: string;
-}
-interface SandboxJson {
-  id: string;
-  status: string;
-  session_api_key: string | null;
-  exposed_urls: { name: string; url: string }[] | null;
-}
+import { directAgentUrl, gatewayOf, UNREACHABLE } from "../helpers/agent-address.ts";
+import { agentPid, bash, type Party, party, probe, sandboxOf } from "../helpers/sandbox-parties.ts";
+import { startTestApp, type TestApp } from "../helpers/test-app.ts";
 
 const root = mkdtempSync(join(tmpdir(), "hostile-agent-ports-"));
 let t: TestApp;
@@ -39,50 +24,14 @@ let alice: Party;
 let bob: Party;
 const node = process.execPath;
 
-const sandbox = async (key: string, id: string): Promise<SandboxJson | undefined> =>
-  ((await call(t.url, key, "GET", `/api/v1/sandboxes?id=${id}`)).body as SandboxJson[])[0];
-
-async function party(user: string): Promise<Party> {
-  const key = await t.keyFor(user);
-  const created = await call(t.url, key, "POST", "/api/v1/sandboxes");
-  expect(created.status).toBe(200);
-  const id = (created.body as SandboxJson).id;
-  const running = await until(
-    async () => sandbox(key, id),
-    (s) => s?.status === "RUNNING" || s?.status === "ERROR",
-  );
-  expect(running?.status).toBe("RUNNING");
-  const agent = running?.exposed_urls?.find((u) => u.name === "AGENT_SERVER_DIRECT")?.url ?? "";
-  expect(agent).toMatch(directAgentUrl((t.runtime as ProcessRuntime).network));
-  const record = await t.storage.sandboxes.get(id);
-  const workspace = String(
-    (record?.handle as { data?: { workspace?: string } } | undefined)?.data?.workspace,
-  );
-  return { key, id, sandboxKey: running?.session_api_key ?? "", agent, workspace };
+/** The user's party, its agent at the direct URL the runtime's network gives. */
+async function directParty(user: string): Promise<Party> {
+  const p = await party(t, user);
+  expect(p.agent).toMatch(directAgentUrl((t.runtime as ProcessRuntime).network));
+  return p;
 }
-
-/** Runs a command in the party's sandbox through its agent. */
-async function bash(p: Party, command: string): Promise<{ exit_code: number; stdout: string }> {
-  const res = await fetch(`${p.agent}/api/bash/execute_bash_command`, {
-    method: "POST",
-    headers: { "x-session-api-key": p.sandboxKey, "content-type": "application/json" },
-    body: JSON.stringify({ command, timeout: 60 }),
-  });
-  expect(res.status).toBe(200);
-  return (await res.json()) as { exit_code: number; stdout: string };
-}
-
-/** What a TCP connect from inside the party's sandbox to host:port gives ("connected", an error code, "timeout"). */
-const probe = async (p: Party, host: string, port: number | string): Promise<string> =>
-  (await bash(p, `${node} -e '${connectProbe(host, port)}'`)).stdout.trim();
 
 const isolated = (): boolean => (t.runtime as ProcessRuntime).network.mode === "isolated";
-
-const agentPid = (p: Party): number => {
-  const [agent] = agentProcesses(p.workspace);
-  if (agent === undefined) throw new Error(`no agent in ${p.workspace}`);
-  return agent.pid;
-};
 
 beforeAll(async () => {
   t = await startTestApp({ dir: root, sweepIntervalMs: 0 });
@@ -94,8 +43,8 @@ beforeAll(async () => {
     console.log(`hostile agent ports: skipped: ${skip}`);
     return;
   }
-  alice = await party("alice");
-  bob = await party("bob");
+  alice = await directParty("alice");
+  bob = await directParty("bob");
 }, 60_000);
 
 afterAll(async () => {
@@ -129,7 +78,7 @@ describe("one user's sandbox against another's agent (issue 38)", () => {
         expect(await probe(bob, host, port), `${host}:${port} from bob's sandbox`).toMatch(UNREACHABLE);
     }
     await t.app.sweep();
-    expect((await sandbox(alice.key, alice.id))?.status).toBe("RUNNING");
+    expect((await sandboxOf(t, alice.key, alice.id))?.status).toBe("RUNNING");
   });
 
   it("F4: another user's 1500 idle connections leave the agent under its cap; the service's health probe passes", async (ctx) => {
@@ -154,7 +103,7 @@ describe("one user's sandbox against another's agent (issue 38)", () => {
     }).length;
     expect(sockets).toBeLessThanOrEqual(256 + 8);
     await t.app.sweep();
-    expect((await sandbox(alice.key, alice.id))?.status).toBe("RUNNING");
+    expect((await sandboxOf(t, alice.key, alice.id))?.status).toBe("RUNNING");
     // alice's own calls still go through.
     expect((await bash(alice, "echo still-mine")).stdout).toBe("still-mine\n");
   }, 60_000);

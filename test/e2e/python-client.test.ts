@@ -3,15 +3,15 @@
 // the real server process: stores and reads settings, starts, pauses, resumes and deletes a sandbox. The settings are
 // then checked over REST. .ci/python-client.sh installs the toolchain in CI; without it the test skips and says why.
 // /usr/bin/python3 is used explicitly: a `python3` earlier on PATH (e.g. pyenv's) does not see Debian's packages.
-import { type ChildProcess, spawn, spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { directAgentUrl, networkFromServerLog } from "../helpers/agent-address.ts";
+import { CLI, killServers, serviceEnv, spawnServer } from "../helpers/server-process.ts";
 
 const root = join(import.meta.dirname, "..", "..");
-const cli = join(root, "src", "cli", "main.ts");
 const generate = join(root, "clients", "python", "generate.sh");
 const example = join(root, "clients", "python", "example.py");
 const python = "/usr/bin/python3";
@@ -61,17 +61,8 @@ describe.skipIf(skipReason !== null)(
     let dir = "";
     let gen = "";
     let dataDir = "";
-    let server: ChildProcess | undefined;
-    let serverOut = "";
 
-    const baseEnv = (): NodeJS.ProcessEnv => ({
-      PATH: process.env.PATH ?? "",
-      HOME: process.env.HOME ?? "/tmp",
-      DATA_DIR: dataDir,
-      PORT: "0",
-      GRPC_PORT: "0",
-      GIT_PROVIDER_VERIFY: "false",
-    });
+    const baseEnv = () => serviceEnv(dataDir);
 
     beforeAll(() => {
       dir = mkdtempSync(join(tmpdir(), "aws-python-"));
@@ -80,7 +71,7 @@ describe.skipIf(skipReason !== null)(
     });
 
     afterAll(() => {
-      if (server && server.exitCode === null && server.signalCode === null) server.kill("SIGKILL");
+      killServers();
       rmSync(dir, { recursive: true, force: true });
     });
 
@@ -98,7 +89,7 @@ describe.skipIf(skipReason !== null)(
 
     it("example.py stores and reads settings and starts, pauses, resumes and deletes a sandbox over gRPC", async () => {
       // A key of its own user, made by the CLI (printed alone on the last line).
-      const created = spawnSync(process.execPath, [cli, "keys", "create", "--init", "--user", "python"], {
+      const created = spawnSync(process.execPath, [CLI, "keys", "create", "--init", "--user", "python"], {
         env: baseEnv(),
         encoding: "utf8",
       });
@@ -106,26 +97,8 @@ describe.skipIf(skipReason !== null)(
       const key = created.stdout.trim().split("\n").at(-1) ?? "";
       expect(key).toMatch(/^ws_/);
 
-      const proc = spawn(process.execPath, [cli, "serve"], {
-        env: baseEnv(),
-        stdio: ["ignore", "pipe", "pipe"],
-      });
-      server = proc;
-      proc.stdout?.on("data", (d: Buffer) => {
-        serverOut += d.toString();
-      });
-      proc.stderr?.on("data", (d: Buffer) => {
-        serverOut += d.toString();
-      });
-      const deadline = Date.now() + 20_000;
-      let listening: { http: string; grpc: string } | undefined;
-      while (listening === undefined) {
-        if (Date.now() > deadline || proc.exitCode !== null)
-          throw new Error(`server did not start:\n${serverOut}`);
-        const line = serverOut.split("\n").find((l) => l.includes('"agent workspace service listening"'));
-        if (line) listening = JSON.parse(line) as { http: string; grpc: string };
-        else await new Promise((r) => setTimeout(r, 25));
-      }
+      const server = spawnServer({ env: baseEnv() });
+      const listening = await server.listening(20_000);
 
       const r = await run(python, [example, "--grpc", listening.grpc, "--key", key, "--gen", gen], {
         PATH: "/usr/bin:/bin",
@@ -150,7 +123,7 @@ describe.skipIf(skipReason !== null)(
         "done",
       ]);
       const direct = /AGENT_SERVER_DIRECT=(\S+)\)$/.exec(lines[3] ?? "")?.[1] ?? "";
-      expect(direct).toMatch(directAgentUrl(networkFromServerLog(serverOut)));
+      expect(direct).toMatch(directAgentUrl(networkFromServerLog(server.output())));
       const sandboxId = /^StartSandbox: (\S+)/.exec(lines[2] ?? "")?.[1] ?? "";
       expect(sandboxId).not.toBe("");
 
@@ -169,10 +142,7 @@ describe.skipIf(skipReason !== null)(
       expect(await batch.json()).toEqual([null]);
       expect(existsSync(join(dataDir, "sandboxes", sandboxId))).toBe(false);
 
-      const exit = await new Promise<number | null>((resolve) => {
-        proc.once("exit", (code) => resolve(code));
-        proc.kill("SIGTERM");
-      });
+      const { code: exit, output: serverOut } = await server.stop();
       expect(exit).toBe(0);
       expect(serverOut).not.toContain("sk-example-python-client");
     }, 120_000);

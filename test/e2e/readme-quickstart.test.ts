@@ -9,7 +9,7 @@
 // git token check is on, as on every default server: the made-up token is refused (401 from GitHub, or 503 where
 // GitHub cannot be reached, as here), which the README's `# →` line covers. Every `# → ...` comment of a block is an
 // expected answer: its parts between `...` must appear, in order, in what that block printed.
-import { type ChildProcess, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -17,9 +17,9 @@ import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ENV_DOC } from "../../src/server/env-doc.ts";
 import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
+import { LISTENING, type ServerProcess, spawnServer } from "../helpers/server-process.ts";
 
 const root = join(import.meta.dirname, "..", "..");
-const cli = join(root, "src", "cli", "main.ts");
 
 /** The `sh` blocks of the README's marked quick-start section, in order. */
 function quickstartBlocks(markdown: string): string[] {
@@ -99,8 +99,7 @@ describe("the README's configuration", () => {
 
 describe("the README's quick start", () => {
   let dir = "";
-  let server: ChildProcess | undefined;
-  let output = "";
+  let server: ServerProcess | undefined;
   let base = "";
   let grpc = "";
   let key = "";
@@ -113,7 +112,7 @@ describe("the README's quick start", () => {
     const [port, grpcPort] = [await freePort(), await freePort()];
     base = `http://127.0.0.1:${port}`;
     grpc = `http://127.0.0.1:${grpcPort}`;
-    server = spawn(process.execPath, [cli, "serve"], {
+    server = spawnServer({
       env: {
         PATH: process.env.PATH ?? "",
         HOME: process.env.HOME ?? "/tmp",
@@ -123,27 +122,15 @@ describe("the README's quick start", () => {
         // The default (Ollama's 11434) and the fake model's port, which stands in for it.
         SANDBOX_HOST_PORTS: `11434,${new URL(llm.url).port}`,
       },
-      stdio: ["ignore", "pipe", "pipe"],
     });
-    server.stdout?.on("data", (d: Buffer) => {
-      output += d.toString();
-    });
-    server.stderr?.on("data", (d: Buffer) => {
-      output += d.toString();
-    });
-    const deadline = Date.now() + 60_000;
-    while (!output.includes('"agent workspace service listening"')) {
-      if (Date.now() > deadline || server.exitCode !== null)
-        throw new Error(`server did not start:\n${output}`);
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    key = /X-Session-API-Key: (ws_\S+)/.exec(output)?.[1] ?? "";
+    await server.waitFor(LISTENING, 60_000);
+    key = /X-Session-API-Key: (ws_\S+)/.exec(server.output())?.[1] ?? "";
     expect(key, "the first start prints a key").not.toBe("");
   }, 90_000);
 
   afterAll(async () => {
     // Sandboxes outlive their server: delete what the quick start started, then stop the server.
-    if (server !== undefined && server.exitCode === null && key !== "") {
+    if (server !== undefined && server.proc.exitCode === null && key !== "") {
       const headers = { "x-session-api-key": key };
       try {
         const page = (await (await fetch(`${base}/api/v1/sandboxes/search`, { headers })).json()) as {
@@ -155,12 +142,7 @@ describe("the README's quick start", () => {
         // the test already failed; the suite's leftover check reports what remains
       }
     }
-    if (server !== undefined && server.exitCode === null) {
-      const exited = new Promise((r) => server?.once("exit", r));
-      server.kill("SIGTERM");
-      await Promise.race([exited, new Promise((r) => setTimeout(r, 15_000))]);
-      if (server.exitCode === null) server.kill("SIGKILL");
-    }
+    await server?.stop({ killAfterMs: 15_000 });
     rmSync(dir, { recursive: true, force: true });
     await llm?.close();
   }, 60_000);
@@ -206,7 +188,7 @@ describe("the README's quick start", () => {
     const failed = [...out.matchAll(/@@begin (\d+)@@/g)].map((m) => Number(m[1])).at(-1) ?? 0;
     expect(
       code,
-      `block ${failed} failed:\n${all[failed]}\n--- output ---\n${out}\n--- server ---\n${output}`,
+      `block ${failed} failed:\n${all[failed]}\n--- output ---\n${out}\n--- server ---\n${server?.output()}`,
     ).toBe(0);
     all.forEach((block, i) => {
       const printed = out.slice(out.indexOf(`@@begin ${i}@@`), out.indexOf(`@@end ${i}@@`));

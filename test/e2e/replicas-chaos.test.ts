@@ -8,6 +8,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { SandboxService, SandboxStatus } from "../../src/gen/workspace/v1/sandbox_pb.js";
 import { freeFixedPorts, killProcessesUnder, Replica, SandboxProcessScanner } from "../helpers/replicas.ts";
 import { connectClient } from "../helpers/rpc-clients.ts";
+import { CLI } from "../helpers/server-process.ts";
 
 // A bounded chaos test of three replicas (`serve` processes) sharing one SQLite data store: replica 0 runs
 // throughout, replicas 1 and 2 are SIGKILLed in turn every 2-3 s and restarted on the same ports 0.5-1 s later
@@ -21,9 +22,6 @@ import { connectClient } from "../helpers/rpc-clients.ts";
 // Set CHAOS_LOG_DIR to keep, after the run, the replicas' logs (JSON lines, one file per replica, each line
 // prefixed with its incarnation), a copy of the store taken before the final deletes, and harness.json (tasks,
 // kill times, runtime samples, watch events, what the test did to each sandbox; times in ms since the epoch).
-
-const ROOT = join(import.meta.dirname, "..", "..");
-const CLI = join(ROOT, "src", "cli", "main.ts");
 
 const USERS = 5;
 const STARTS_PER_USER = 20;

@@ -8,8 +8,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { freeFixedPorts, killProcessesUnder, Replica } from "../helpers/replicas.ts";
+import { CLI } from "../helpers/server-process.ts";
 
-const CLI = join(import.meta.dirname, "..", "..", "src", "cli", "main.ts");
 const tmp = mkdtempSync(join(tmpdir(), "aws-slots-replicas-"));
 const dataDir = join(tmp, "data");
 mkdirSync(dataDir, { recursive: true });

@@ -1,94 +1,45 @@
-import { type ChildProcess, spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { directAgentUrl, networkFromServerLog } from "../helpers/agent-address.ts";
+import {
+  CLI,
+  killServers,
+  type StartedServer as Server,
+  serviceEnv,
+  startServer as startServerProcess,
+} from "../helpers/server-process.ts";
 
 // A hostile user's view of the process runtime: the real server (CLI `serve`) with two users, each with a sandbox
 // whose agent runs the commands below. Whatever bob's sandbox tries against the server, its data and alice's
 // sandbox must fail. Needs bubblewrap: where it is not installed the isolated part is skipped and says so (CI
 // installs it); the fallback part (no bwrap: one user only) runs everywhere.
 
-const root = join(import.meta.dirname, "..", "..");
-const cli = join(root, "src", "cli", "main.ts");
 const bwrapMissing = spawnSync("bwrap", ["--version"]).error;
 const skipReason = bwrapMissing ? `bubblewrap (bwrap) is not installed: ${bwrapMissing.message}` : null;
 if (skipReason) console.log(`sandbox isolation tests skipped: ${skipReason}`);
 const asRoot = process.getuid?.() === 0;
 
 const dirs: string[] = [];
-const children: ChildProcess[] = [];
 afterAll(() => {
-  for (const c of children) if (c.exitCode === null) c.kill("SIGTERM");
+  killServers("SIGTERM");
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
 });
 
-interface Server {
-  proc: ChildProcess;
-  url: string;
-  dir: string;
-  output: () => string;
-  stop(): Promise<number | null>;
-}
-
-function env(dir: string, extra: Record<string, string>): Record<string, string> {
-  return {
-    PATH: process.env.PATH ?? "/usr/bin:/bin",
-    HOME: process.env.HOME ?? "/tmp",
-    DATA_DIR: dir,
-    PORT: "0",
-    GRPC_PORT: "0",
-    GIT_PROVIDER_VERIFY: "false",
-    ...extra,
-  };
-}
-
 function createKey(dir: string, user: string, extra: Record<string, string> = {}): string {
-  const r = spawnSync(process.execPath, [cli, "keys", "create", "--init", "--user", user], {
-    env: env(dir, extra),
+  const r = spawnSync(process.execPath, [CLI, "keys", "create", "--init", "--user", user], {
+    env: serviceEnv(dir, extra),
     encoding: "utf8",
   });
   expect(r.status, r.stderr).toBe(0);
   return r.stdout.trim().split("\n").at(-1) ?? "";
 }
 
-async function startServer(dir: string, extra: Record<string, string>): Promise<Server> {
-  const proc = spawn(process.execPath, [cli, "serve"], {
-    env: env(dir, extra),
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  children.push(proc);
-  let out = "";
-  proc.stdout?.on("data", (d: Buffer) => {
-    out += d.toString();
-  });
-  proc.stderr?.on("data", (d: Buffer) => {
-    out += d.toString();
-  });
-  const deadline = Date.now() + 20_000;
-  for (;;) {
-    const line = out.split("\n").find((l) => l.includes('"agent workspace service listening"'));
-    if (line) {
-      const { http } = JSON.parse(line) as { http: string };
-      return {
-        proc,
-        url: http,
-        dir,
-        output: () => out,
-        stop: () =>
-          new Promise((resolve) => {
-            if (proc.exitCode !== null) return resolve(proc.exitCode);
-            proc.once("exit", (code) => resolve(code));
-            proc.kill("SIGTERM");
-          }),
-      };
-    }
-    if (Date.now() > deadline || proc.exitCode !== null) throw new Error(`server did not start:\n${out}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
+const startServer = (dir: string, extra: Record<string, string>): Promise<Server> =>
+  startServerProcess({ env: serviceEnv(dir, extra) });
 
 interface Sandbox {
   id: string;
@@ -218,7 +169,7 @@ describe.skipIf(skipReason !== null)(
     afterAll(async () => {
       if (!s) return;
       await deleteSandboxes(s);
-      expect(await s.stop()).toBe(0);
+      expect((await s.stop()).code).toBe(0);
     }, 60_000);
 
     /** A sandbox's workspace: `<sandboxes>/<id>`, or the warm agent's folder it was started from (`.claimed/<id>`). */
@@ -492,8 +443,8 @@ describe("process sandboxes where bubblewrap cannot run", () => {
   it("SANDBOX_ISOLATION=bwrap refuses to start", async () => {
     const dir = mkdtempSync(join(tmpdir(), "aws-isolation-"));
     dirs.push(dir);
-    const r = spawnSync(process.execPath, [cli, "serve"], {
-      env: env(dir, { PATH: nodeOnlyPath, SANDBOX_ISOLATION: "bwrap" }),
+    const r = spawnSync(process.execPath, [CLI, "serve"], {
+      env: serviceEnv(dir, { PATH: nodeOnlyPath, SANDBOX_ISOLATION: "bwrap" }),
       encoding: "utf8",
       timeout: 20_000,
     });
@@ -525,7 +476,7 @@ describe("process sandboxes where bubblewrap cannot run", () => {
       expect(((await list.json()) as { items: unknown[] }).items).toEqual([]);
     } finally {
       await deleteSandboxes(s);
-      expect(await s.stop()).toBe(0);
+      expect((await s.stop()).code).toBe(0);
     }
     // Still one user after a restart.
     const again = await startServer(dir, { PATH: nodeOnlyPath });
@@ -536,7 +487,7 @@ describe("process sandboxes where bubblewrap cannot run", () => {
       });
       expect(refused.status).toBe(409);
     } finally {
-      expect(await again.stop()).toBe(0);
+      expect((await again.stop()).code).toBe(0);
     }
   }, 90_000);
 
@@ -552,7 +503,7 @@ describe("process sandboxes where bubblewrap cannot run", () => {
       await startSandbox(s, bobKey);
     } finally {
       await deleteSandboxes(s);
-      expect(await s.stop()).toBe(0);
+      expect((await s.stop()).code).toBe(0);
     }
   }, 90_000);
 });

@@ -17,27 +17,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
-import { agentProcesses } from "../helpers/agent-processes.ts";
+import { gatewayOf } from "../helpers/agent-address.ts";
 import { settle } from "../helpers/app-conversations.ts";
 import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
 import { makeNetNs, type NetNs } from "../helpers/netns.ts";
+import { agentPid, bash, type Party, party, probe } from "../helpers/sandbox-parties.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
 import { until } from "../helpers/until.ts";
-
-interface Party {
-  key: string;
-  id: string;
-  sandboxKey: string;
-  /** The agent's own URL (AGENT_SERVER_DIRECT). */
-  agent: string;
-  workspace: string;
-}
-interface SandboxJson {
-  id: string;
-  status: string;
-  session_api_key: string | null;
-  exposed_urls: { name: string; url: string }[] | null;
-}
 
 const root = mkdtempSync(join(tmpdir(), "sandbox-network-"));
 const node = process.execPath;
@@ -58,53 +44,7 @@ const portOf = (s: Server): number => {
   return typeof a === "object" && a !== null ? a.port : 0;
 };
 
-async function party(user: string): Promise<Party> {
-  const key = await t.keyFor(user);
-  const created = await call(t.url, key, "POST", "/api/v1/sandboxes");
-  expect(created.status).toBe(200);
-  const id = (created.body as SandboxJson).id;
-  const running = await until(
-    async () => ((await call(t.url, key, "GET", `/api/v1/sandboxes?id=${id}`)).body as SandboxJson[])[0],
-    (s) => s?.status === "RUNNING" || s?.status === "ERROR",
-  );
-  expect(running?.status).toBe("RUNNING");
-  const agent = running?.exposed_urls?.find((u) => u.name === "AGENT_SERVER_DIRECT")?.url ?? "";
-  const record = await t.storage.sandboxes.get(id);
-  const workspace = String(
-    (record?.handle as { data?: { workspace?: string } } | undefined)?.data?.workspace,
-  );
-  return { key, id, sandboxKey: running?.session_api_key ?? "", agent, workspace };
-}
-
-/** Runs a shell command in the party's sandbox through its agent. */
-async function bash(p: Party, command: string, timeout = 60): Promise<{ exit_code: number; stdout: string }> {
-  const res = await fetch(`${p.agent}/api/bash/execute_bash_command`, {
-    method: "POST",
-    headers: { "x-session-api-key": p.sandboxKey, "content-type": "application/json" },
-    body: JSON.stringify({ command, timeout }),
-  });
-  expect(res.status).toBe(200);
-  return (await res.json()) as { exit_code: number; stdout: string };
-}
-
-/** What a TCP connect from inside the sandbox gives: connected, or the error code (ECONNREFUSED, timeout…). */
-async function probe(p: Party, host: string, port: number | string): Promise<string> {
-  const script = `const s = require("net").connect(${JSON.stringify(port)}, ${JSON.stringify(host)}); s.setTimeout(2000, () => { console.log("timeout"); process.exit(); }); s.on("connect", () => { console.log("connected"); process.exit(); }).on("error", (e) => { console.log(e.code); process.exit(); });`;
-  return (await bash(p, `${node} -e '${script}'`)).stdout.trim();
-}
-
-const gatewayOf = (p: Party): string => {
-  const address = new URL(p.agent).hostname.split(".").map(Number);
-  return [address[0], address[1], address[2], (address[3] ?? 2) - 1].join(".");
-};
-
 const netnsOf = (pid: number | "self"): string => readlinkSync(`/proc/${pid}/ns/net`);
-
-function agentPid(p: Party): number {
-  const [agent] = agentProcesses(p.workspace);
-  if (agent === undefined) throw new Error(`no agent in ${p.workspace}`);
-  return agent.pid;
-}
 
 const listen = (handler: Parameters<typeof createServer>[1]): Promise<Server> =>
   new Promise((resolve) => {
@@ -129,8 +69,8 @@ beforeAll(async () => {
   grpcPort = Number(t.grpcAddress.split(":").at(-1));
   llm = await startFakeLlm();
   runtime.reachHost(llm.url);
-  alice = await party("alice");
-  bob = await party("bob");
+  alice = await party(t, "alice");
+  bob = await party(t, "bob");
 }, 90_000);
 
 afterAll(async () => {
@@ -161,7 +101,7 @@ describe("process sandboxes each in a network of their own (issue 38)", () => {
     // Its own agent, as a control: reachable inside its namespace.
     expect(await probe(alice, "127.0.0.1", 8000)).toBe("connected");
     // The other's agent is not at the gateway either (the gateway is the host).
-    expect(await probe(bob, gatewayOf(bob), 8000)).not.toBe("connected");
+    expect(await probe(bob, gatewayOf(bob.agent), 8000)).not.toBe("connected");
     // The victim is unharmed.
     expect((await bash(alice, "echo still-mine")).stdout).toBe("still-mine\n");
   }, 60_000);
@@ -183,7 +123,7 @@ describe("process sandboxes each in a network of their own (issue 38)", () => {
 
   it("the host's loopback is closed but for the ports allowed to sandboxes, reached at their gateway", async (ctx) => {
     if (skip !== null) return ctx.skip(skip);
-    const gw = gatewayOf(bob);
+    const gw = gatewayOf(bob.agent);
     // A host service on loopback: not at the gateway, not at the sandbox's own loopback.
     expect(await probe(bob, gw, closedPort)).toBe("ECONNREFUSED");
     expect(await probe(bob, "127.0.0.1", closedPort)).toBe("ECONNREFUSED");

@@ -1,4 +1,4 @@
-import { type ChildProcess, spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import {
   copyFileSync,
   existsSync,
@@ -17,95 +17,35 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { SettingsService } from "../../src/gen/workspace/v1/settings_pb.js";
 import { grpcClient } from "../helpers/rpc-clients.ts";
+import {
+  BUILT_CLI,
+  CLI,
+  killServers,
+  serviceEnv,
+  spawnServer,
+  startServer as startServerProcess,
+} from "../helpers/server-process.ts";
 
 const root = join(import.meta.dirname, "..", "..");
-const cli = join(root, "src", "cli", "main.ts");
 const dir = mkdtempSync(join(tmpdir(), "aws-e2e-"));
-const children: ChildProcess[] = [];
-
 afterAll(() => {
-  for (const c of children) c.kill("SIGKILL");
+  killServers();
   rmSync(dir, { recursive: true, force: true });
 });
 
-const baseEnv = (extra: Record<string, string> = {}) => ({
-  PATH: process.env.PATH ?? "",
-  HOME: process.env.HOME ?? "/tmp",
-  DATA_DIR: dir,
-  PORT: "0",
-  GRPC_PORT: "0",
-  GIT_PROVIDER_VERIFY: "false",
-  ...extra,
-});
+const baseEnv = (extra: Record<string, string> = {}) => serviceEnv(dir, extra);
 
-interface Running {
-  proc: ChildProcess;
-  url: string;
-  grpc: string;
-  stdout: () => string;
-  stop(): Promise<{ code: number | null; out: string }>;
-}
-
-async function startServer(extra: Record<string, string> = {}, entry: string = cli): Promise<Running> {
-  const proc = spawn(process.execPath, [entry, "serve"], {
-    env: baseEnv(extra),
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  children.push(proc);
-  let out = "";
-  proc.stdout?.on("data", (d: Buffer) => {
-    out += d.toString();
-  });
-  proc.stderr?.on("data", (d: Buffer) => {
-    out += d.toString();
-  });
-  const deadline = Date.now() + 15_000;
-  let listening: { http: string; grpc: string } | undefined;
-  while (listening === undefined) {
-    if (Date.now() > deadline || proc.exitCode !== null) throw new Error(`server did not start:\n${out}`);
-    const line = out.split("\n").find((l) => l.includes('"agent workspace service listening"'));
-    if (line) listening = JSON.parse(line) as { http: string; grpc: string };
-    else await new Promise((r) => setTimeout(r, 25));
-  }
-  return {
-    proc,
-    url: listening.http,
-    grpc: listening.grpc,
-    stdout: () => out,
-    stop: () =>
-      new Promise((resolve) => {
-        proc.once("exit", (code) => resolve({ code, out }));
-        proc.kill("SIGTERM");
-      }),
-  };
-}
+const startServer = (extra: Record<string, string> = {}, entry: string = CLI) =>
+  startServerProcess({ env: baseEnv(extra), entry }, 15_000);
 
 /** Runs `serve` until it exits by itself (a start that fails); its stdout and stderr together. */
-async function runServe(extra: Record<string, string>): Promise<{ code: number | null; out: string }> {
-  const proc = spawn(process.execPath, [cli, "serve"], {
-    env: baseEnv(extra),
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  children.push(proc);
-  let out = "";
-  proc.stdout?.on("data", (d: Buffer) => {
-    out += d.toString();
-  });
-  proc.stderr?.on("data", (d: Buffer) => {
-    out += d.toString();
-  });
-  const code = await new Promise<number | null>((resolve) => {
-    const timer = setTimeout(() => resolve(-1), 30_000);
-    proc.once("exit", (c) => {
-      clearTimeout(timer);
-      resolve(c);
-    });
-  });
-  return { code, out };
+async function runServe(extra: Record<string, string>): Promise<{ code: number | null; output: string }> {
+  const proc = spawnServer({ env: baseEnv(extra) });
+  return { code: await proc.exited(30_000), output: proc.output() };
 }
 
 function runCli(args: string[], extra: Record<string, string> = {}) {
-  const r = spawnSync(process.execPath, [cli, ...args], { env: baseEnv(extra), encoding: "utf8" });
+  const r = spawnSync(process.execPath, [CLI, ...args], { env: baseEnv(extra), encoding: "utf8" });
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
@@ -117,7 +57,7 @@ describe("the server as users run it", () => {
 
   it("first start: creates the key file (0600), prints a generated key once, serves REST and gRPC; SIGTERM stops cleanly", async () => {
     const s = await startServer();
-    const m = /X-Session-API-Key: (\S+)/.exec(s.stdout());
+    const m = /X-Session-API-Key: (\S+)/.exec(s.output());
     expect(m).not.toBeNull();
     firstKey = m?.[1] ?? "";
     expect(statSync(join(dir, "secret.key")).mode & 0o777).toBe(0o600);
@@ -132,7 +72,7 @@ describe("the server as users run it", () => {
     const viaGrpc = await g.unary<{ settings?: { agent?: string } }>("GetSettings", {}, firstKey);
     expect(viaGrpc.settings?.agent).toBe("persisted");
     g.close();
-    const { code, out } = await s.stop();
+    const { code, output: out } = await s.stop();
     expect(code).toBe(0);
     expect(out).toContain("shutting down");
     expect(out).not.toContain("sk-1");
@@ -140,7 +80,7 @@ describe("the server as users run it", () => {
 
   it("restart: no new key printed, the old key and the data survive", async () => {
     const s = await startServer();
-    expect(s.stdout()).not.toContain("X-Session-API-Key:");
+    expect(s.output()).not.toContain("X-Session-API-Key:");
     const r = await get(s.url, firstKey);
     expect(r.status).toBe(200);
     expect(((await r.json()) as { agent: string; llm_api_key_set: boolean }).agent).toBe("persisted");
@@ -155,8 +95,8 @@ describe("the server as users run it", () => {
     const started = await startSandbox(s.url);
     const stopped = await s.stop();
     expect(stopped.code).toBe(0);
-    const line = stopped.out.split("\n").find((l) => l.includes('"runningSandboxes"'));
-    expect(line, stopped.out).toBeDefined();
+    const line = stopped.output.split("\n").find((l) => l.includes('"runningSandboxes"'));
+    expect(line, stopped.output).toBeDefined();
     const purge = `DATA_DIR=${dir} npm run cli -- sandboxes purge`;
     expect(JSON.parse(line ?? "{}")).toMatchObject({
       runningSandboxes: 1,
@@ -171,7 +111,7 @@ describe("the server as users run it", () => {
     const del = await fetch(`${next.url}/api/v1/sandboxes/${started.id}`, { method: "DELETE", headers });
     expect(del.status).toBe(200);
     const [a, b] = [await startSandbox(next.url), await startSandbox(next.url)];
-    const out = (await next.stop()).out;
+    const out = (await next.stop()).output;
     const left = JSON.parse(out.split("\n").find((l) => l.includes('"runningSandboxes"')) ?? "{}") as {
       runningSandboxes: number;
       sandboxes: { id: string }[];
@@ -195,7 +135,7 @@ describe("the server as users run it", () => {
       items: unknown[];
     };
     expect(none.items).toEqual([]);
-    expect((await last.stop()).out).not.toContain('"runningSandboxes"');
+    expect((await last.stop()).output).not.toContain('"runningSandboxes"');
     // Without a store it creates none.
     const empty = runCli(["sandboxes", "purge"], { DATA_DIR: join(dir, "nothing-here") });
     expect(empty.code).toBe(1);
@@ -239,7 +179,7 @@ describe("the server as users run it", () => {
       },
     );
     expect(build.status, build.stdout + build.stderr).toBe(0);
-    const s = await startServer({}, join(root, "dist", "src", "cli", "main.js"));
+    const s = await startServer({}, BUILT_CLI);
     const headers = { "x-session-api-key": firstKey };
     expect((await fetch(`${s.url}/api/settings`, { headers })).status).toBe(200);
     const started = (await (
@@ -263,23 +203,9 @@ describe("the server as users run it", () => {
     await new Promise<void>((resolve) => taken.listen(0, "127.0.0.1", resolve));
     const port = (taken.address() as { port: number }).port;
     try {
-      const proc = spawn(process.execPath, [cli, "serve"], {
-        env: baseEnv({ GRPC_PORT: String(port) }),
-        stdio: ["ignore", "pipe", "pipe"],
-      });
-      children.push(proc);
-      let err = "";
-      proc.stderr?.on("data", (d: Buffer) => {
-        err += d.toString();
-      });
-      proc.stdout?.resume();
-      const code = await new Promise<number | null>((resolve) => {
-        const timer = setTimeout(() => resolve(-1), 30_000);
-        proc.once("exit", (c) => {
-          clearTimeout(timer);
-          resolve(c);
-        });
-      });
+      const proc = spawnServer({ env: baseEnv({ GRPC_PORT: String(port) }) });
+      const code = await proc.exited(30_000);
+      const err = proc.stderr();
       expect(code).toBe(1);
       expect(err).toContain("EADDRINUSE");
       expect(err).toContain(`the gRPC listener cannot listen on port ${port} (GRPC_PORT)`);
@@ -296,8 +222,8 @@ describe("the server as users run it", () => {
     try {
       const failed = await runServe({ DATA_DIR: fresh, PORT: String(port) });
       expect(failed.code).toBe(1);
-      expect(failed.out).toContain(`the HTTP listener cannot listen on port ${port} (PORT)`);
-      expect(failed.out).not.toContain("X-Session-API-Key:");
+      expect(failed.output).toContain(`the HTTP listener cannot listen on port ${port} (PORT)`);
+      expect(failed.output).not.toContain("X-Session-API-Key:");
       // Nothing was issued, so nothing was lost.
       const listed = runCli(["keys", "list", "--json"], { DATA_DIR: fresh });
       expect(listed.code, listed.stderr).toBe(0);
@@ -306,7 +232,7 @@ describe("the server as users run it", () => {
       taken.close();
     }
     const s = await startServer({ DATA_DIR: fresh });
-    const key = /X-Session-API-Key: (\S+)/.exec(s.stdout())?.[1] ?? "";
+    const key = /X-Session-API-Key: (\S+)/.exec(s.output())?.[1] ?? "";
     expect(key).toMatch(/^ws_/);
     expect((await get(s.url, key)).status).toBe(404); // authenticated: user default has no settings yet
     expect((await s.stop()).code).toBe(0);

@@ -1,7 +1,7 @@
 // WORKERS=2 as users run it: `serve` as a real process (a cluster primary and its workers) on free loopback ports,
 // observed from outside: which worker answered comes from the worker's own access log line (its pino `pid`, found
 // by the request id we sent), the process tree from /proc, gRPC connections per worker from /proc/net/tcp.
-import { type ChildProcess, spawn, spawnSync } from "node:child_process";
+import { type ChildProcess, spawnSync } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from "node:fs";
 import { get as httpGet } from "node:http";
 import { tmpdir } from "node:os";
@@ -12,9 +12,8 @@ import { SettingsService } from "../../src/gen/workspace/v1/settings_pb.js";
 import { grpcServiceDefinition } from "../../src/rpc/grpc-server.ts";
 import { loadConfig } from "../../src/server/config.ts";
 import { ConfigError } from "../../src/server/config-types.ts";
+import { CLI, serviceEnv, spawnServer } from "../helpers/server-process.ts";
 
-const root = join(import.meta.dirname, "..", "..");
-const cli = join(root, "src", "cli", "main.ts");
 const dir = mkdtempSync(join(tmpdir(), "aws-workers-"));
 const spawned = new Set<number>();
 
@@ -35,33 +34,21 @@ let workers: number[] = [];
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function startCluster(): Cluster {
-  const proc = spawn(process.execPath, [cli, "serve"], {
-    env: {
-      PATH: process.env.PATH ?? "",
-      HOME: process.env.HOME ?? "/tmp",
-      DATA_DIR: dir,
-      PORT: "0",
-      GRPC_PORT: "0",
-      GIT_PROVIDER_VERIFY: "false",
+  const server = spawnServer({
+    env: serviceEnv(dir, {
       WORKERS: "2",
       // The request loops below go as fast as they can with one key: no rate limiter in the way.
       RATE_LIMIT_PER_SECOND: "0",
-    },
-    stdio: ["ignore", "pipe", "pipe"],
+    }),
   });
+  const proc = server.proc;
   if (proc.pid !== undefined) spawned.add(proc.pid);
-  let out = "";
-  proc.stdout?.on("data", (d: Buffer) => {
-    out += d.toString();
-  });
-  proc.stderr?.on("data", (d: Buffer) => {
-    out += d.toString();
-  });
   return {
     proc,
-    out: () => out,
+    out: server.output,
     lines: () =>
-      out
+      server
+        .output()
         .split("\n")
         .filter((l) => l.startsWith("{"))
         .map((l) => {
@@ -394,7 +381,7 @@ describe("WORKERS configuration", () => {
     expect(loadConfig({ WORKERS: "8" }, "/srv").workers).toBe(8);
     for (const bad of ["0", "65", "two", "1.5"])
       expect(() => loadConfig({ WORKERS: bad }, "/srv")).toThrow(ConfigError);
-    const help = spawnSync(process.execPath, [cli, "--help"], { encoding: "utf8" });
+    const help = spawnSync(process.execPath, [CLI, "--help"], { encoding: "utf8" });
     expect(help.stdout).toMatch(/WORKERS\s+server processes sharing PORT and GRPC_PORT/);
   });
 });

@@ -1,11 +1,12 @@
 // Several server processes ("replicas") on one data store, killed and restarted by a test, and an independent view
 // of the process sandboxes they run, read from /proc (not through the product's own process-finding code).
-import { type ChildProcess, spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { appendFileSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
 import { createServer } from "node:net";
 import { join } from "node:path";
 import { WORKSPACE_FOLDER } from "../../src/sandbox/process/warm-agents.ts";
 import { unmountUnder } from "./mounts.ts";
+import { LISTENING, spawnServer } from "./server-process.ts";
 
 /** What one replica runs: `node <entry> serve` with this environment (PORT and GRPC_PORT are added). */
 export interface ReplicaSpec {
@@ -17,8 +18,6 @@ export interface ReplicaSpec {
   /** Every line of every incarnation is appended here, prefixed with `[incarnation]`. */
   logFile: string;
 }
-
-const LISTENING = '"agent workspace service listening"';
 
 /**
  * One replica: at most one process (an "incarnation") at a time, always on the same ports. `up` is true from the
@@ -49,69 +48,48 @@ export class Replica {
   }
 
   /** Spawns a new incarnation; resolves once it listens, rejects when it exits first or after `timeoutMs`. */
-  start(timeoutMs = 20_000): Promise<void> {
-    if (this.proc !== null) return Promise.reject(new Error(`replica ${this.index} is already running`));
+  async start(timeoutMs = 20_000): Promise<void> {
+    if (this.proc !== null) throw new Error(`replica ${this.index} is already running`);
     const inc = ++this.incarnation;
-    const proc = spawn(process.execPath, [this.#spec.entry, "serve"], {
-      env: { ...this.#spec.env, PORT: String(this.port), GRPC_PORT: String(this.grpcPort) },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    this.proc = proc;
-    const spawnedAt = Date.now();
     const log = (line: string) => {
       this.lines.push(line);
       appendFileSync(this.#spec.logFile, `[${inc}] ${line}\n`);
     };
-    log(`harness: incarnation ${inc} spawned (pid ${proc.pid}) at ${spawnedAt}`);
-    return new Promise<void>((resolve, reject) => {
-      let settled = false;
-      const timer = setTimeout(() => {
-        if (settled) return;
-        settled = true;
-        log(`harness: incarnation ${inc} did not listen within ${timeoutMs} ms: SIGKILL`);
-        if (this.proc === proc) {
-          this.proc = null;
-          this.up = false;
-        }
-        proc.kill("SIGKILL");
-        reject(new Error(`replica ${this.index} (incarnation ${inc}) did not listen within ${timeoutMs} ms`));
-      }, timeoutMs);
-      const reader = () => {
-        let rest = "";
-        return (d: Buffer) => {
-          const parts = (rest + d.toString()).split("\n");
-          rest = parts.pop() ?? "";
-          for (const line of parts) {
-            log(line);
-            if (!settled && line.includes(LISTENING) && this.proc === proc) {
-              settled = true;
-              clearTimeout(timer);
-              this.up = true;
-              this.startupMs.push(Date.now() - spawnedAt);
-              resolve();
-            }
-          }
-        };
-      };
-      proc.stdout?.on("data", reader());
-      proc.stderr?.on("data", reader());
-      proc.once("exit", (code, signal) => {
-        log(`harness: incarnation ${inc} exited (code ${code}, signal ${signal})`);
-        if (this.proc === proc) {
-          this.proc = null;
-          this.up = false;
-        }
-        if (!settled) {
-          settled = true;
-          clearTimeout(timer);
-          reject(
-            new Error(
-              `replica ${this.index} (incarnation ${inc}) exited before listening (${code ?? signal})`,
-            ),
-          );
-        }
-      });
+    const server = spawnServer({
+      entry: this.#spec.entry,
+      env: { ...this.#spec.env, PORT: String(this.port), GRPC_PORT: String(this.grpcPort) },
+      onLine: log,
     });
+    const proc = server.proc;
+    this.proc = proc;
+    const spawnedAt = Date.now();
+    log(`harness: incarnation ${inc} spawned (pid ${proc.pid}) at ${spawnedAt}`);
+    proc.once("exit", (code, signal) => {
+      log(`harness: incarnation ${inc} exited (code ${code}, signal ${signal})`);
+      if (this.proc === proc) {
+        this.proc = null;
+        this.up = false;
+      }
+    });
+    try {
+      await server.waitFor(LISTENING, timeoutMs);
+    } catch {
+      if (proc.exitCode !== null || proc.signalCode !== null)
+        throw new Error(
+          `replica ${this.index} (incarnation ${inc}) exited before listening (${proc.exitCode ?? proc.signalCode})`,
+        );
+      log(`harness: incarnation ${inc} did not listen within ${timeoutMs} ms: SIGKILL`);
+      if (this.proc === proc) {
+        this.proc = null;
+        this.up = false;
+      }
+      proc.kill("SIGKILL");
+      throw new Error(`replica ${this.index} (incarnation ${inc}) did not listen within ${timeoutMs} ms`);
+    }
+    if (this.proc === proc) {
+      this.up = true;
+      this.startupMs.push(Date.now() - spawnedAt);
+    }
   }
 
   /** SIGKILL to the current incarnation (if any); resolves once it has exited. */

@@ -13,6 +13,7 @@ import {
   stopConversationApp,
   type Task,
 } from "../helpers/app-conversations.ts";
+import { conversationRecord } from "../helpers/conversation-fixtures.ts";
 import { grpcClient } from "../helpers/rpc-clients.ts";
 import type { TestApp } from "../helpers/test-app.ts";
 
@@ -32,23 +33,15 @@ describe("paging and filters", () => {
   beforeAll(async () => {
     key = await t.keyFor(owner);
     for (let i = 0; i < 250; i++) {
-      const c: ConversationRecord = {
-        id: newHexId(),
+      const c = conversationRecord({
         ownerId: owner,
         sandboxId: "no-such-sandbox",
-        selectedRepository: null,
-        selectedBranch: null,
         gitProvider: i % 2 === 0 ? "github" : null,
         title: i % 10 === 0 ? `Deploy ${i}` : `Conversation ${i}`,
-        trigger: null,
-        prNumber: [],
-        llmModel: null,
-        metrics: null,
         parentConversationId: i % 25 === 1 ? (convs[0]?.id ?? null) : null,
-        subConversationIds: [],
         createdAt: at(i),
         updatedAt: at(1000 - i),
-      };
+      });
       convs.push(c);
       await t.storage.conversations.insert(c);
     }

@@ -3,7 +3,6 @@
 
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { newHexId } from "../../src/core/ids.ts";
-import type { ConversationRecord } from "../../src/ports/conversation-repository.ts";
 import {
   api,
   type Conversation,
@@ -17,6 +16,7 @@ import {
   stopConversationApp,
   type Task,
 } from "../helpers/app-conversations.ts";
+import { conversationRecord } from "../helpers/conversation-fixtures.ts";
 import type { TestApp } from "../helpers/test-app.ts";
 
 let t: TestApp;
@@ -136,24 +136,12 @@ describe("reusing sandboxes and sub-conversations", () => {
       if (Date.now() > deadline) throw new Error("sandbox did not start");
       await new Promise((r) => setTimeout(r, 10));
     }
-    const now = new Date();
-    const record: ConversationRecord = {
-      id: newHexId(),
+    const record = conversationRecord({
       ownerId: "dave",
       sandboxId: sb.id,
-      selectedRepository: null,
-      selectedBranch: null,
-      gitProvider: null,
       title: "hung",
-      trigger: null,
-      prNumber: [],
-      llmModel: null,
       metrics: { model_name: "m", accumulated_cost: 1.5, accumulated_token_usage: { prompt_tokens: 10 } },
-      parentConversationId: null,
-      subConversationIds: [],
-      createdAt: now,
-      updatedAt: now,
-    };
+    });
     await t.storage.conversations.insert(record);
     const t0 = Date.now();
     const c = await getConversation(key, record.id);

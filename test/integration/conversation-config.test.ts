@@ -4,7 +4,7 @@
 
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { newHexId } from "../../src/core/ids.ts";
-import type { ConversationRecord } from "../../src/ports/conversation-repository.ts";
+import { conversationRecord } from "../helpers/conversation-fixtures.ts";
 import { FakeSandboxRuntime } from "../helpers/fakes/sandbox-runtime.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
 
@@ -14,23 +14,12 @@ let bob: string;
 const runtime = new FakeSandboxRuntime();
 /** Settles the fake sandboxes' health checks, which hang until then (a start stays WAITING_FOR_SANDBOX). */
 let settleHealth: (ok: boolean) => void = () => {};
-const conversation: ConversationRecord = {
-  id: newHexId(),
+const conversation = conversationRecord({
   ownerId: "alice",
-  sandboxId: newHexId(),
-  selectedRepository: null,
-  selectedBranch: null,
-  gitProvider: null,
   title: "Mine",
   trigger: "gui",
-  prNumber: [],
-  llmModel: null,
-  metrics: null,
-  parentConversationId: null,
-  subConversationIds: [],
   createdAt: new Date("2025-11-28T10:00:00Z"),
-  updatedAt: new Date("2025-11-28T10:00:00Z"),
-};
+});
 const dashed = (id: string) =>
   `${id.slice(0, 8)}-${id.slice(8, 12)}-${id.slice(12, 16)}-${id.slice(16, 20)}-${id.slice(20)}`;
 

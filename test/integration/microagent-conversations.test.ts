@@ -4,10 +4,10 @@
 // newest first, without those whose last pull request the provider reports closed or merged.
 
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { newHexId } from "../../src/core/ids.ts";
 import { ProviderHostPolicy } from "../../src/core/provider-host.ts";
 import { AppConversationService } from "../../src/gen/workspace/v1/app_conversation_pb.js";
 import type { ConversationRecord } from "../../src/ports/conversation-repository.ts";
+import { conversationRecord } from "../helpers/conversation-fixtures.ts";
 import { type FakeGitProvider, startFakeGitProvider } from "../helpers/fake-git-providers.ts";
 import { connectClient } from "../helpers/rpc-clients.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
@@ -31,25 +31,16 @@ function conversation(
   minute: number,
   over: Partial<ConversationRecord> = {},
 ): ConversationRecord {
-  const at = new Date(base + minute * 60_000);
-  return {
-    id: newHexId(),
+  return conversationRecord({
     ownerId,
-    sandboxId: newHexId(),
     selectedRepository: "alice/app",
     selectedBranch: "main",
     gitProvider: "github",
     title: `Microagent ${minute}`,
     trigger: "microagent_management",
-    prNumber: [],
-    llmModel: null,
-    metrics: null,
-    parentConversationId: null,
-    subConversationIds: [],
-    createdAt: at,
-    updatedAt: at,
+    createdAt: new Date(base + minute * 60_000),
     ...over,
-  };
+  });
 }
 
 // alice/app, oldest first.

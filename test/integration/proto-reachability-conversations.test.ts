@@ -14,6 +14,7 @@ import {
   StartAppConversationRequestSchema,
   type StartAppConversationResponse,
 } from "../../src/gen/workspace/v1/app_conversation_pb.js";
+import { conversationRecord } from "../helpers/conversation-fixtures.ts";
 import { FakeSandboxRuntime } from "../helpers/fakes/sandbox-runtime.ts";
 import { grpcClient } from "../helpers/rpc-clients.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
@@ -121,23 +122,9 @@ beforeAll(async () => {
   key = await t.keyFor("reach");
   g = grpcClient(AppConversationService, t.grpcAddress);
   const at = new Date("2025-11-28T10:00:00Z");
-  await t.storage.conversations.insert({
-    id: PARENT,
-    ownerId: "reach",
-    sandboxId: newHexId(),
-    selectedRepository: null,
-    selectedBranch: null,
-    gitProvider: null,
-    title: "Parent",
-    trigger: "gui",
-    prNumber: [],
-    llmModel: null,
-    metrics: null,
-    parentConversationId: null,
-    subConversationIds: [],
-    createdAt: at,
-    updatedAt: at,
-  });
+  await t.storage.conversations.insert(
+    conversationRecord({ id: PARENT, ownerId: "reach", title: "Parent", trigger: "gui", createdAt: at }),
+  );
 });
 afterAll(async () => {
   settleHealth(false);

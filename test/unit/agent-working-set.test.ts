@@ -3,7 +3,6 @@
 // events, after a note with the user's first message), and the bounded view keeps every tool result next to its call,
 // as the chat-completions API requires; and the agent as its own process (main.ts) holds at most twice its idle
 // private memory after 200 turns.
-import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import type { Server } from "node:http";
 import { tmpdir } from "node:os";
@@ -13,6 +12,7 @@ import WebSocket from "ws";
 import { createAgentServer } from "../../agent/agent-server.ts";
 import { MODEL_VIEW_TURNS } from "../../agent/model-view.ts";
 import { type FakeLlm, type FakeRequest, startFakeLlm } from "../helpers/fake-llm.ts";
+import { spawnServer } from "../helpers/server-process.ts";
 
 const KEY = "working-set-key";
 const workspace = mkdtempSync(join(tmpdir(), "agent-working-set-"));
@@ -137,7 +137,9 @@ describe("built-in agent: bounded working set", () => {
     async () => {
       const home = mkdtempSync(join(tmpdir(), "agent-working-set-proc-"));
       const port = 20000 + Math.floor(Math.random() * 20000);
-      const child = spawn(process.execPath, [join(import.meta.dirname, "../../agent/main.ts")], {
+      const agent = spawnServer({
+        entry: join(import.meta.dirname, "../../agent/main.ts"),
+        args: [],
         cwd: home,
         env: {
           PATH: process.env.PATH ?? "/usr/bin:/bin",
@@ -146,7 +148,6 @@ describe("built-in agent: bounded working set", () => {
           SESSION_API_KEY: KEY,
           WORKSPACE_DIR: home,
         },
-        stdio: ["ignore", "ignore", "inherit"],
       });
       const agentBase = `http://127.0.0.1:${port}`;
       try {
@@ -156,11 +157,11 @@ describe("built-in agent: bounded working set", () => {
           } catch {
             // not yet
           }
-          if (Date.now() > deadline) throw new Error("the agent did not start");
+          if (Date.now() > deadline) throw new Error(`the agent did not start:\n${agent.output()}`);
           await new Promise((r) => setTimeout(r, 20));
         }
         await new Promise((r) => setTimeout(r, 2000));
-        const idle = privateMiB(child.pid as number);
+        const idle = privateMiB(agent.proc.pid as number);
         const started = await fetch(`${agentBase}/api/conversations`, {
           method: "POST",
           headers: { "x-session-api-key": KEY, "content-type": "application/json" },
@@ -195,15 +196,13 @@ describe("built-in agent: bounded working set", () => {
         }
         ws.close();
         await new Promise((r) => setTimeout(r, 5000)); // idle past IDLE_COLLECT_MS, as the benchmark measures it
-        const after = privateMiB(child.pid as number);
+        const after = privateMiB(agent.proc.pid as number);
         expect(
           after,
           `idle ${idle.toFixed(1)} MiB, after 200 turns ${after.toFixed(1)} MiB`,
         ).toBeLessThanOrEqual(2 * idle);
       } finally {
-        const exited = new Promise((r) => child.once("exit", r));
-        if (child.exitCode === null) child.kill("SIGTERM");
-        await exited.catch(() => {});
+        await agent.stop();
         rmSync(home, { recursive: true, force: true });
       }
     },

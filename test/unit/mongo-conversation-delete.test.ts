@@ -3,6 +3,7 @@
 import type { Db } from "mongodb";
 import { describe, expect, it } from "vitest";
 import { createMongoStorageFromDb } from "../../src/storage/mongo/mongo-storage.ts";
+import { conversationRecord } from "../helpers/conversation-fixtures.ts";
 import { createMongoStandin } from "../helpers/mongo-standin.ts";
 
 const hex = (c: string) => c.repeat(32);
@@ -13,23 +14,10 @@ describe("MongoDB conversation delete cut short", () => {
     const storage = await createMongoStorageFromDb(standin as unknown as Db);
     const owner = "crash-owner";
     const now = new Date();
-    const base = {
-      ownerId: owner,
-      sandboxId: "s",
-      selectedRepository: null,
-      selectedBranch: null,
-      gitProvider: null,
-      title: null,
-      trigger: null,
-      prNumber: [],
-      llmModel: null,
-      metrics: null,
-      subConversationIds: [],
-      createdAt: now,
-      updatedAt: now,
-    };
-    await storage.conversations.insert({ ...base, id: hex("a"), parentConversationId: null });
-    await storage.conversations.insert({ ...base, id: hex("b"), parentConversationId: hex("a") });
+    await storage.conversations.insert(conversationRecord({ id: hex("a"), ownerId: owner }));
+    await storage.conversations.insert(
+      conversationRecord({ id: hex("b"), ownerId: owner, parentConversationId: hex("a") }),
+    );
     const ev = (conversationId: string, id: string) => ({
       ownerId: owner,
       conversationId,

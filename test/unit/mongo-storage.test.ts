@@ -15,6 +15,7 @@ import type { Storage } from "../../src/ports/storage.ts";
 import { escapeRegExp, toConversationFilter } from "../../src/storage/mongo/mongo-conversation-repository.ts";
 import { COLLECTIONS, MONGO_INDEXES } from "../../src/storage/mongo/mongo-indexes.ts";
 import { createMongoStorage, createMongoStorageFromDb } from "../../src/storage/mongo/mongo-storage.ts";
+import { conversationRecord } from "../helpers/conversation-fixtures.ts";
 import { createMongoStandin, type MongoStandinDb, type StandinDoc } from "../helpers/mongo-standin.ts";
 
 /**
@@ -267,23 +268,9 @@ describe("writes", () => {
     await storage.sandboxes.insert(sbx);
     await storage.sandboxes.update("s", { status: "PAUSED" });
     await storage.sandboxes.delete("s");
-    await storage.conversations.insert({
-      id: "c",
-      ownerId: "u",
-      sandboxId: "s",
-      selectedRepository: null,
-      selectedBranch: null,
-      gitProvider: null,
-      title: null,
-      trigger: null,
-      prNumber: [],
-      llmModel: null,
-      metrics: null,
-      parentConversationId: null,
-      subConversationIds: [],
-      createdAt: T,
-      updatedAt: T,
-    });
+    await storage.conversations.insert(
+      conversationRecord({ id: "c", ownerId: "u", sandboxId: "s", createdAt: T }),
+    );
     await storage.conversations.addSubConversation("c", "d", T);
     await storage.startTasks.insert({
       id: "t",

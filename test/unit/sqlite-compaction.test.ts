@@ -6,6 +6,7 @@ import { join } from "node:path";
 import Database from "better-sqlite3";
 import { afterAll, describe, expect, it } from "vitest";
 import { createSqliteStorage, sqliteDatabaseOf } from "../../src/storage/sqlite/sqlite-storage.ts";
+import { conversationRecord } from "../helpers/conversation-fixtures.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "aws-compact-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -43,24 +44,7 @@ describe("SQLite space given back", () => {
     const baseline = size(path);
     const owner = "compact-owner";
     const conversationId = "c".repeat(32);
-    const now = new Date();
-    await storage.conversations.insert({
-      id: conversationId,
-      ownerId: owner,
-      sandboxId: "s",
-      selectedRepository: null,
-      selectedBranch: null,
-      gitProvider: null,
-      title: null,
-      trigger: null,
-      prNumber: [],
-      llmModel: null,
-      metrics: null,
-      parentConversationId: null,
-      subConversationIds: [],
-      createdAt: now,
-      updatedAt: now,
-    });
+    await storage.conversations.insert(conversationRecord({ id: conversationId, ownerId: owner }));
     const body = JSON.stringify({ text: "x".repeat(2000) });
     for (let batch = 0; batch < 20; batch++)
       await storage.events.append(

@@ -1,4 +1,3 @@
-import { spawn } from "node:child_process";
 import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -6,6 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { HttpAgentClient } from "../../src/integrations/http-agent-client.ts";
+import { spawnServer } from "../helpers/server-process.ts";
 import { readConfig } from "../standin-agent-server/config.ts";
 import { StandinServer } from "../standin-agent-server/server.ts";
 
@@ -708,28 +708,8 @@ describe("stand-in agent-server: webhooks", () => {
 });
 
 describe("stand-in agent-server: boot (child process)", () => {
-  const runMain = (
-    env: Record<string, string>,
-    args: string[],
-  ): { exit: Promise<number | null>; kill: () => void; output: () => string } => {
-    const child = spawn(process.execPath, [MAIN, ...args], {
-      env: { PATH: process.env.PATH ?? "", ...env },
-      cwd: tempDir(),
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let output = "";
-    child.stdout.on("data", (d: Buffer) => {
-      output += d.toString();
-    });
-    child.stderr.on("data", (d: Buffer) => {
-      output += d.toString();
-    });
-    return {
-      exit: new Promise((r) => child.on("exit", (code) => r(code))),
-      kill: () => child.kill("SIGTERM"),
-      output: () => output,
-    };
-  };
+  const runMain = (env: Record<string, string>, args: string[]) =>
+    spawnServer({ entry: MAIN, args, env: { PATH: process.env.PATH ?? "", ...env }, cwd: tempDir() });
   const freePort = async (): Promise<number> => {
     const srv = createServer();
     await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
@@ -745,7 +725,7 @@ describe("stand-in agent-server: boot (child process)", () => {
       { STANDIN_BOOT_DELAY_MS: "0", OH_CONVERSATIONS_PATH: join(blocker, "conversations") },
       ["--host", "127.0.0.1", "--port", String(await freePort())],
     );
-    expect(await run.exit).toBe(3);
+    expect(await run.exited()).toBe(3);
     expect(run.output()).toContain("Application startup failed");
   });
 
@@ -773,14 +753,13 @@ describe("stand-in agent-server: boot (child process)", () => {
       expect(Date.now() - started).toBeGreaterThanOrEqual(1200);
       expect(run.output()).toContain(`Starting OpenHands Agent Server on 127.0.0.1:${port}`);
     } finally {
-      run.kill();
-      await run.exit;
+      await run.stop();
     }
   });
 
   it("refuses a bad --port like argparse (status 2)", async () => {
     const run = runMain({ STANDIN_BOOT_DELAY_MS: "0" }, ["--port", "eighty"]);
-    expect(await run.exit).toBe(2);
+    expect(await run.exited()).toBe(2);
     expect(run.output()).toContain("argument --port: invalid int value: 'eighty'");
   });
 });

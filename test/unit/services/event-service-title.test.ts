@@ -6,6 +6,7 @@ import { newHexId } from "../../../src/core/ids.ts";
 import type { ConversationRecord } from "../../../src/ports/conversation-repository.ts";
 import type { SandboxRecord } from "../../../src/ports/sandbox-repository.ts";
 import { EventService } from "../../../src/services/events/event-service.ts";
+import { conversationRecord } from "../../helpers/conversation-fixtures.ts";
 import {
   InMemoryConversationRepository,
   InMemoryEventRepository,
@@ -69,24 +70,14 @@ function setup(): Setup {
 }
 
 function record(s: Setup, id: string, title: string | null = `Conversation ${id}`): ConversationRecord {
-  const now = new Date("2025-11-28T10:00:00Z");
-  return {
+  return conversationRecord({
     id,
     ownerId: OWNER,
     sandboxId: s.sandboxId,
-    selectedRepository: null,
-    selectedBranch: null,
-    gitProvider: null,
     title,
     trigger: "gui",
-    prNumber: [],
-    llmModel: null,
-    metrics: null,
-    parentConversationId: null,
-    subConversationIds: [],
-    createdAt: now,
-    updatedAt: now,
-  };
+    createdAt: new Date("2025-11-28T10:00:00Z"),
+  });
 }
 
 const userMessage = (id: string, text: string, at = "2025-11-28T10:00:01") => ({

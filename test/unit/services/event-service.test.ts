@@ -13,6 +13,7 @@ import {
 import type { ConversationRecord } from "../../../src/ports/conversation-repository.ts";
 import type { SandboxRecord } from "../../../src/ports/sandbox-repository.ts";
 import { type EventLimits, EventService } from "../../../src/services/events/event-service.ts";
+import { conversationRecord } from "../../helpers/conversation-fixtures.ts";
 import {
   callAs,
   InMemoryConversationRepository,
@@ -64,24 +65,14 @@ function world(limits: EventLimits = { maxPerConversation: 1000, perSecond: 0, b
 }
 
 function conversationIn(w: World, sandboxId: string): ConversationRecord {
-  const now = new Date("2025-11-28T10:00:00Z");
-  return {
+  return conversationRecord({
     id: w.conversation,
     ownerId: OWNER,
     sandboxId,
-    selectedRepository: null,
-    selectedBranch: null,
-    gitProvider: null,
     title: "Named already",
     trigger: "gui",
-    prNumber: [],
-    llmModel: null,
-    metrics: null,
-    parentConversationId: null,
-    subConversationIds: [],
-    createdAt: now,
-    updatedAt: now,
-  };
+    createdAt: new Date("2025-11-28T10:00:00Z"),
+  });
 }
 
 const action = (id: string, second: number) => ({
