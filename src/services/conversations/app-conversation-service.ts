@@ -49,7 +49,7 @@ import type {
 } from "../../ports/conversation-repository.ts";
 import type { EventRepository } from "../../ports/event-repository.ts";
 import { checkBatch, readPage } from "../paging.ts";
-import type { LiveSandbox } from "../sandboxes/sandbox-service.ts";
+import type { LiveSandbox } from "../sandboxes/sandbox-state.ts";
 import { startRequestFromJson } from "./conversation-codecs.ts";
 import {
   executionStatusFromName,
@@ -58,7 +58,7 @@ import {
   toPbTaskStatus,
   triggerFromName,
 } from "./conversation-json.ts";
-import type { ConversationSandboxes, StartSandboxes } from "./ports.ts";
+import type { ConversationSandboxes } from "./ports.ts";
 import { checkStartRequest } from "./start-request.ts";
 import { StartTaskRunner, type StartTaskRunnerOptions } from "./start-task-runner.ts";
 import { titleViolation } from "./title.ts";
@@ -66,7 +66,8 @@ import { titleViolation } from "./title.ts";
 export { TOO_MANY_ATTEMPTS_DETAIL } from "./start-task-runner.ts";
 
 export interface AppConversationServiceOptions extends StartTaskRunnerOptions {
-  sandboxes: ConversationSandboxes & StartSandboxes;
+  /** What the conversation RPCs need of the sandboxes (SandboxService; the starts' needs are sandboxStarts). */
+  sandboxes: ConversationSandboxes;
   tokens: PageTokens;
   /** How long a listing waits for an agent server's execution status (default 1000 ms). */
   liveStatusTimeoutMs?: number;
@@ -446,10 +447,7 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
     const starting = await this.#startingIn(userId, record.sandboxId);
     if (others === 0 && !starting) {
       try {
-        await this.#o.sandboxes.deleteSandbox(
-          { $typeName: "workspace.v1.DeleteSandboxRequest", sandboxId: record.sandboxId },
-          ctx,
-        );
+        await this.#o.sandboxes.delete(userId, record.sandboxId);
         sandboxDeleted = true;
       } catch (err) {
         if (!(err instanceof ConnectError && err.code === Code.NotFound)) throw err;

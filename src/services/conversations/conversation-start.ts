@@ -21,7 +21,8 @@ import type {
 } from "../../ports/conversation-repository.ts";
 import type { LocalRepositoryCatalog, LocalRepositoryRecord } from "../../ports/local-repositories.ts";
 import { ACTIVE_STATUSES } from "../../ports/sandbox-repository.ts";
-import type { LiveSandbox, SlotWait } from "../sandboxes/sandbox-service.ts";
+import type { SlotWait } from "../sandboxes/sandbox-lifecycle.ts";
+import type { LiveSandbox } from "../sandboxes/sandbox-state.ts";
 import { PROVIDERS } from "../settings/settings-fields.ts";
 import type { ConversationConfig } from "../settings/settings-service.ts";
 import {
