@@ -56,7 +56,11 @@ export interface ProcessRuntimeParts {
   log: (msg: string, data?: object) => void;
 }
 
-/** Sandboxes as local child processes (see createProcessRuntime). */
+/**
+ * Sandboxes as local child processes (see createProcessRuntime). Its SandboxRuntime methods are bound fields, own
+ * properties of the runtime as those of an object literal are: whoever wraps it by spreading it or by deriving from
+ * it (to count or gate some calls, as tests do) gets methods that still work.
+ */
 export class ProcessSandboxRuntime implements ProcessRuntime {
   readonly kind = "process";
   readonly isolation: ProcessIsolation;
@@ -71,11 +75,11 @@ export class ProcessSandboxRuntime implements ProcessRuntime {
     this.limits = parts.limitsReport;
   }
 
-  admit(ownerId: string): void {
+  readonly admit = (ownerId: string): void => {
     this.#checkSingleUser(ownerId);
-  }
+  };
 
-  reachHost(url: string): void {
+  readonly reachHost = (url: string): void => {
     const { network, log } = this.#p;
     if (network === null) return;
     let parsed: URL;
@@ -98,9 +102,9 @@ export class ProcessSandboxRuntime implements ProcessRuntime {
           log("sandboxes cannot be let reach a host name that does not resolve", { url, error: String(e) }),
       );
     if (this.network.mode === "isolated") this.network.hostPorts = network.allowedPorts;
-  }
+  };
 
-  async start(request: RuntimeStartRequest): Promise<RuntimeHandle> {
+  readonly start = async (request: RuntimeStartRequest): Promise<RuntimeHandle> => {
     const { sandboxId, spec, sessionApiKey } = request;
     if (!WORKSPACE_FOLDER.test(sandboxId))
       throw new Error(`invalid sandbox id for a folder name: ${sandboxId}`);
@@ -116,9 +120,9 @@ export class ProcessSandboxRuntime implements ProcessRuntime {
         rel,
       });
     return (await launcher.launch(sandboxId, sandboxId, spec, rel, sessionApiKey)).handle;
-  }
+  };
 
-  async waitHealthy(handle: RuntimeHandle, timeoutMs: number): Promise<boolean> {
+  readonly waitHealthy = async (handle: RuntimeHandle, timeoutMs: number): Promise<boolean> => {
     const data = parseHandleData(handle.data);
     if (!data) return false;
     const healthy = await pollAlive(handle.agentUrl, timeoutMs, {
@@ -128,9 +132,9 @@ export class ProcessSandboxRuntime implements ProcessRuntime {
     // A claimed warm agent is serving: now its replacement may start (see WarmPool.take).
     if (data.sandboxId !== undefined) this.#p.warm?.refillSoon();
     return healthy;
-  }
+  };
 
-  async inspect(handle: RuntimeHandle, options?: { probe?: boolean }): Promise<RuntimeState> {
+  readonly inspect = async (handle: RuntimeHandle, options?: { probe?: boolean }): Promise<RuntimeState> => {
     const { procs } = this.#p;
     const data = parseHandleData(handle.data);
     if (!data) return "missing";
@@ -155,24 +159,24 @@ export class ProcessSandboxRuntime implements ProcessRuntime {
     if (stat.state === "T" || stat.state === "t") return "paused";
     if (options?.probe === false) return "running";
     return (await probeAlive(handle.agentUrl, this.#p.probeTimeoutMs)) ? "running" : "starting";
-  }
+  };
 
-  async pause(handle: RuntimeHandle): Promise<void> {
+  readonly pause = async (handle: RuntimeHandle): Promise<void> => {
     const { procs } = this.#p;
     const data = procs.requireLive(handle);
     procs.signal(data, "SIGSTOP");
     await procs.settle(data, (state) => state === "T" || state === "t");
-  }
+  };
 
-  async resume(handle: RuntimeHandle): Promise<RuntimeHandle> {
+  readonly resume = async (handle: RuntimeHandle): Promise<RuntimeHandle> => {
     const { procs } = this.#p;
     const data = procs.requireLive(handle);
     procs.signal(data, "SIGCONT");
     await procs.settle(data, (state) => state !== "T" && state !== "t");
     return handle;
-  }
+  };
 
-  async restart(handle: RuntimeHandle, request: RuntimeStartRequest): Promise<RuntimeHandle> {
+  readonly restart = async (handle: RuntimeHandle, request: RuntimeStartRequest): Promise<RuntimeHandle> => {
     const { procs, workspaces, launcher } = this.#p;
     const data = parseHandleData(handle.data);
     const workspace = data && procs.workspaceOf(data);
@@ -196,9 +200,9 @@ export class ProcessSandboxRuntime implements ProcessRuntime {
     return folder === request.sandboxId
       ? fresh
       : { ...fresh, data: { ...fresh.data, sandboxId: request.sandboxId } };
-  }
+  };
 
-  async remove(handle: RuntimeHandle): Promise<void> {
+  readonly remove = async (handle: RuntimeHandle): Promise<void> => {
     const { procs, workspaceRoot, log } = this.#p;
     const data = parseHandleData(handle.data);
     if (!data) return;
@@ -210,9 +214,9 @@ export class ProcessSandboxRuntime implements ProcessRuntime {
     if (workspace) await this.#p.workspaces.remove(relative(workspaceRoot, workspace));
     if (data.sandboxId) forgetClaim(workspaceRoot, data.sandboxId);
     if (procs.own(data)) procs.children.delete(data.pid);
-  }
+  };
 
-  async removeBySandboxId(sandboxId: string): Promise<number> {
+  readonly removeBySandboxId = async (sandboxId: string): Promise<number> => {
     const { workspaceRoot, workspaces, log } = this.#p;
     if (!WORKSPACE_FOLDER.test(sandboxId)) return 0;
     const stopped = await workspaces.removeWithProcesses(
@@ -221,37 +225,37 @@ export class ProcessSandboxRuntime implements ProcessRuntime {
     forgetClaim(workspaceRoot, sandboxId);
     if (stopped > 0) log("sandbox processes removed by sandbox id", { sandboxId, processes: stopped });
     return stopped;
-  }
+  };
 
-  async ping(): Promise<void> {
+  readonly ping = async (): Promise<void> => {
     mkdirSync(this.#p.workspaceRoot, { recursive: true });
     accessSync(this.#p.workspaceRoot, constants.W_OK);
-  }
+  };
 
-  async close(): Promise<void> {
+  readonly close = async (): Promise<void> => {
     // Sandboxes keep running; the exit listeners hold no reference that keeps Node alive (children are unref'd).
     // Warm agents are not sandboxes: they go.
     await this.#stopBackground();
     this.#p.cgroups?.release();
     this.#p.network?.close();
-  }
+  };
 
-  warmReady(): number {
+  readonly warmReady = (): number => {
     return this.#p.warm?.ready ?? 0;
-  }
+  };
 
-  failureReason(handle: RuntimeHandle): string | null {
+  readonly failureReason = (handle: RuntimeHandle): string | null => {
     const data = parseHandleData(handle.data);
     const workspace = data && this.#p.procs.workspaceOf(data);
     if (!workspace) return null;
     return this.#p.workspaces.failureReason(relative(this.#p.workspaceRoot, workspace));
-  }
+  };
 
-  async killAll(): Promise<void> {
+  readonly killAll = async (): Promise<void> => {
     await this.#stopBackground();
     await Promise.all([...this.#p.procs.children.values()].map((own) => this.remove(own.handle)));
     this.#p.cgroups?.release();
-  }
+  };
 
   /** Stops the disk watch and the leftover sweep (a sweep in progress ends first) and the warm agents. */
   async #stopBackground(): Promise<void> {
