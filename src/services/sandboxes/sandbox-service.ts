@@ -65,9 +65,10 @@ export interface SandboxServiceParts {
  * Reads (search, get, watch) reconcile with the runtime but write nothing: the status changes they observe are
  * persisted by {@link reconcileAll} (at start-up and periodically), always as compare-and-set transitions.
  *
- * This class is the RPC face and the reads; it delegates each other job to a collaborator behind a small interface:
- * lifecycle and slots ({@link SandboxLifecycle}), the reconciler ({@link SandboxReconciler}), warm claims
- * ({@link WarmClaims}), all sharing the sandbox states ({@link SandboxStates}).
+ * This class is the RPC face and the reads; it delegates each other job to a collaborator it is given by name
+ * ({@link SandboxServiceParts}, composed by createSandboxService in src/server/container.ts): lifecycle and slots
+ * (SandboxLifecycle, which takes warm sandboxes through WarmClaims), the reconciler (SandboxReconciler), all sharing
+ * the sandbox states (SandboxStates) and reading the one frozen SandboxLimits.
  */
 export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
   readonly #p: SandboxServiceParts;
