@@ -20,6 +20,7 @@ import { createLocalRepositoryCatalog } from "../integrations/local-repositories
 import type { AgentClient } from "../ports/agent-client.ts";
 import type { GitProviderClients } from "../ports/git-provider.ts";
 import type { GitProviderVerifier } from "../ports/git-provider-verifier.ts";
+import type { SandboxRepository } from "../ports/sandbox-repository.ts";
 import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
 import type { Storage } from "../ports/storage.ts";
 import { legacyRoutes } from "../rest/legacy-routes.ts";
@@ -33,8 +34,17 @@ import { ConversationFactBus } from "../services/conversations/ports.ts";
 import { DEFAULT_EVENT_LIMITS, type EventLimits, EventService } from "../services/events/event-service.ts";
 import { GitService } from "../services/git/git-service.ts";
 import { ApiKeyService, DEFAULT_USER } from "../services/keys/api-key-service.ts";
-import { SandboxService, type SandboxServiceOptions } from "../services/sandboxes/sandbox-service.ts";
+import { AgentTargets } from "../services/sandboxes/agent-targets.ts";
+import type { SpecCatalog } from "../services/sandboxes/ports.ts";
+import { type AgentUrls, SandboxInfos } from "../services/sandboxes/sandbox-info.ts";
+import { SandboxLifecycle } from "../services/sandboxes/sandbox-lifecycle.ts";
+import { type SandboxLimits, sandboxLimits } from "../services/sandboxes/sandbox-limits.ts";
+import { SandboxReconciler } from "../services/sandboxes/sandbox-reconciler.ts";
+import { SandboxService } from "../services/sandboxes/sandbox-service.ts";
 import { type SandboxSpec, SandboxSpecService } from "../services/sandboxes/sandbox-spec-service.ts";
+import { SandboxStates } from "../services/sandboxes/sandbox-state.ts";
+import { sealedSessionKeys } from "../services/sandboxes/session-keys.ts";
+import { WarmClaims } from "../services/sandboxes/warm-claims.ts";
 import { SecretsService } from "../services/secrets/secrets-service.ts";
 import { SettingsService } from "../services/settings/settings-service.ts";
 import { DEFAULT_USER_DATA_LIMITS, type UserDataLimits, UserDataStore } from "../services/user-data-store.ts";
@@ -98,8 +108,8 @@ export interface ContainerDeps {
     singleUser?: boolean;
     sessionMaxAgeSeconds?: number;
   };
-  /** How sandbox and conversation JSON name agents (SandboxServiceOptions.agentUrls; default: proxied). */
-  agentUrls?: SandboxServiceOptions["agentUrls"];
+  /** How sandbox and conversation JSON name agents (SandboxServiceDeps.agentUrls; default: proxied). */
+  agentUrls?: AgentUrls;
 }
 
 /** The services of one server, wired together, with what every transport needs to serve them. */
@@ -187,17 +197,19 @@ export function createContainer(deps: ContainerDeps): Container {
   });
   const secrets = new SecretsService({ store, box });
   const specs = new SandboxSpecService(deps.specs, pageTokens);
-  const sandboxes = new SandboxService({
+  const sandboxes = createSandboxService({
     webhookBaseUrl: deps.webhookBaseUrl,
     repo: storage.sandboxes,
     runtime: deps.runtime,
     specs,
     box,
     tokens: pageTokens,
-    maxRunning: deps.maxRunningSandboxes,
-    maxPerUser: deps.maxSandboxesPerUser,
-    ...(deps.warmClaimsPerMinute === undefined ? {} : { warmClaimsPerMinute: deps.warmClaimsPerMinute }),
-    ...(deps.sandboxStartTimeoutMs === undefined ? {} : { startTimeoutMs: deps.sandboxStartTimeoutMs }),
+    limits: sandboxLimits({
+      maxRunning: deps.maxRunningSandboxes,
+      maxPerUser: deps.maxSandboxesPerUser,
+      ...(deps.warmClaimsPerMinute === undefined ? {} : { warmClaimsPerMinute: deps.warmClaimsPerMinute }),
+      ...(deps.sandboxStartTimeoutMs === undefined ? {} : { startTimeoutMs: deps.sandboxStartTimeoutMs }),
+    }),
     changes,
     log: deps.log,
     // Sandboxes used by unfinished conversation starts (of any server sharing the store) keep their slot.
@@ -210,6 +222,7 @@ export function createContainer(deps: ContainerDeps): Container {
     conversations: storage.conversations,
     startTasks: storage.startTasks,
     sandboxes,
+    sandboxStarts: sandboxes,
     settings,
     secrets,
     agent,
@@ -317,6 +330,71 @@ export function createContainer(deps: ContainerDeps): Container {
     keyOf: (method, header) => sessions.keyOf(method, header),
     streams,
   };
+}
+
+/** What the sandbox service's jobs are composed from (see {@link createSandboxService}). */
+export interface SandboxServiceDeps {
+  repo: SandboxRepository;
+  /** The store's change feed: status changes are published there and watches follow it (every server's). */
+  changes: ChangeFeed;
+  runtime: SandboxRuntime;
+  /** The configured specs (the SandboxSpecService). */
+  specs: SpecCatalog;
+  /** Seals the sandboxes' session keys at rest. */
+  box: SecretBox;
+  tokens: PageTokens;
+  /** The limits, frozen (sandboxLimits), shared by every job. */
+  limits: SandboxLimits;
+  log?: (msg: string, data?: Record<string, unknown>) => void;
+  /**
+   * Base URL of this service as sandboxes reach it (e.g. http://127.0.0.1:3000), read at each start; when set,
+   * the agent gets OH_WEBHOOKS_0_BASE_URL = <base>/api/v1/webhooks/<sandbox id> to report its events.
+   */
+  webhookBaseUrl?: () => string | undefined;
+  /**
+   * The user's sandboxes in use by a conversation start that has not ended (any server's): the running limit
+   * never pauses them, as it never pauses a STARTING one. Default: none.
+   */
+  inUseByStarts?: (userId: string) => Promise<readonly string[]>;
+  /** How sandbox JSON names the agent (docs/agent-proxy.md; AgentUrls). Default: proxied. */
+  agentUrls?: AgentUrls;
+}
+
+/**
+ * The sandbox service composed from its jobs: sandbox states, warm claims, the lifecycle, the reconciler, the
+ * API's sandbox infos and the agent proxy's targets, each given the small interfaces it needs and the one frozen
+ * limits object.
+ */
+export function createSandboxService(deps: SandboxServiceDeps): SandboxService {
+  const { repo, runtime, changes, limits, log } = deps;
+  const keys = sealedSessionKeys(deps.box);
+  const states = new SandboxStates({ repo, runtime, changes, limits, log });
+  const warm = new WarmClaims({ pool: runtime, records: repo, limits, log });
+  const lifecycle = new SandboxLifecycle({
+    repo,
+    runtime,
+    specs: deps.specs,
+    warm,
+    states,
+    changes,
+    keys,
+    limits,
+    inUseByStarts: deps.inUseByStarts ?? (async () => []),
+    webhookBaseUrl: deps.webhookBaseUrl,
+    log,
+  });
+  const reconciler = new SandboxReconciler({ repo, runtime, states, lifecycle, limits, log });
+  return new SandboxService({
+    records: repo,
+    changes,
+    tokens: deps.tokens,
+    keys,
+    states,
+    lifecycle,
+    reconciler,
+    infos: new SandboxInfos({ keys, agentUrls: deps.agentUrls ?? { proxied: true } }),
+    agentTargets: new AgentTargets({ records: repo, keys }),
+  });
 }
 
 /** The RPC methods that write the caller's user document: those of the REST routes marked `writesUserData`. */

@@ -40,7 +40,8 @@ export interface ChildProcessEntry {
 /**
  * The sandbox processes of one runtime as the kernel shows them: this server's own children by pid, the live
  * process behind a handle (pid reuse detected by its start time), its workspace folder, signals to a sandbox's
- * group and descendants and the wait until they take effect, and the wait for a leader to be gone.
+ * group and descendants and the wait until they take effect, the wait for a leader to be gone, and stopping a
+ * sandbox's processes.
  */
 export class ProcessTable<C extends ChildProcessEntry> {
   /** This server's own sandbox processes, by pid. */
@@ -136,6 +137,37 @@ export class ProcessTable<C extends ChildProcessEntry> {
       await sleep(5);
     }
     return true;
+  }
+
+  /**
+   * Stops a live sandbox's processes: SIGTERM (and SIGCONT, so a paused sandbox can act on it) to its group and
+   * its descendants, SIGKILL after `graceMs` and to whatever is left. Whether the leader ended within the grace.
+   */
+  async stop(data: ProcessHandleData, graceMs: number): Promise<boolean> {
+    // Remember the descendants (with their start times) now: they are re-parented once the leader exits.
+    const descendants = descendantsOf(data.pid)
+      .map((pid) => readProcStat(pid))
+      .filter((s): s is ProcStat => s !== null);
+    const signalDescendants = (sig: NodeJS.Signals, skip?: (pid: number) => boolean): void => {
+      for (const d of descendants)
+        if (readProcStat(d.pid)?.startTime === d.startTime && !skip?.(d.pid)) signal(d.pid, sig);
+    };
+    // Under bwrap the leader and the nested bwrap that refuses user namespaces are bwrap monitors, which
+    // SIGTERM would kill at once (the exit handler then SIGKILLs the rest): only the processes they run get
+    // SIGTERM, and the monitors end when those have.
+    if (data.isolation !== "bwrap") signal(-data.pgid, "SIGTERM");
+    signalDescendants(
+      "SIGTERM",
+      data.isolation === "bwrap" ? (pid: number) => this.isBwrapMonitor(pid) : undefined,
+    );
+    signal(-data.pgid, "SIGCONT");
+    signalDescendants("SIGCONT");
+    const graceful = await this.waitLeaderGone(data, graceMs);
+    // A group id is not reused while the group has members, so members left behind are still ours.
+    if (!graceful || signal(-data.pgid, 0)) signal(-data.pgid, "SIGKILL");
+    signalDescendants("SIGKILL");
+    if (!graceful) await this.waitLeaderGone(data, 1000);
+    return graceful;
   }
 }
 

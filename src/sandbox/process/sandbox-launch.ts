@@ -73,7 +73,7 @@ export interface LaunchContext extends LaunchSettings {
 /**
  * Starts sandbox processes for the process runtime: a sandbox's environment and working directory, and the spawn
  * itself (workspace folder, uid, disk, cgroup and rlimits, bubblewrap, the built-in agent's listening socket), for
- * a cold start and for a warm agent alike. The runtime's lifecycle is in process-runtime.ts; claiming a warm agent
+ * a cold start and for a warm agent alike. The runtime's lifecycle is in process-sandbox-runtime.ts; claiming a warm agent
  * in warm-claim.ts.
  */
 export class SandboxLauncher {

@@ -1,17 +1,18 @@
-import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+/**
+ * The AppConversationService RPCs, each a thin step over the service's jobs: starts run by a StartTaskRunner
+ * (start-task-runner.ts), conversations shown with their live status (conversation-views.ts), renames and deletes
+ * (conversation-writes.ts), the requests' ids and filters (conversation-filters.ts).
+ */
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { type Clock, systemClock } from "../../core/clock.ts";
 import { requireCaller } from "../../core/context.ts";
-import { type FieldViolation, notFound, ValidationError } from "../../core/errors.ts";
-import { newHexId, parseHexId } from "../../core/ids.ts";
+import { ValidationError } from "../../core/errors.ts";
+import { newHexId } from "../../core/ids.ts";
 import { valueError } from "../../core/model/schema.ts";
-import { uuidViolation } from "../../core/model-formats.ts";
 import type { PageTokens } from "../../core/page-token.ts";
 import { localRepositoryFolder } from "../../core/repository-names.ts";
 import {
-  type AppConversation,
   type AppConversationService as AppConversationServiceDesc,
-  type AppConversationStartTask,
   AppConversationStartTaskSortOrder,
   type BatchGetAppConversationsRequest,
   type BatchGetAppConversationsResponse,
@@ -38,27 +39,14 @@ import {
   type UpdateAppConversationRequest,
   type UpdateAppConversationResponse,
 } from "../../gen/workspace/v1/app_conversation_pb.js";
-import { SandboxStatus } from "../../gen/workspace/v1/sandbox_pb.js";
-import type { AgentClient, AgentEndpoint } from "../../ports/agent-client.ts";
 import { parseStartTaskChange } from "../../ports/change-log.ts";
-import type {
-  ConversationFilter,
-  ConversationRecord,
-  StartTaskFilter,
-  StartTaskRecord,
-} from "../../ports/conversation-repository.ts";
+import type { StartTaskRecord } from "../../ports/conversation-repository.ts";
 import type { EventRepository } from "../../ports/event-repository.ts";
-import { checkBatch, readPage } from "../paging.ts";
-import type { LiveSandbox } from "../sandboxes/sandbox-service.ts";
-import { startRequestFromJson } from "./conversation-codecs.ts";
-import {
-  executionStatusFromName,
-  metricsFromJson,
-  providerFromName,
-  toPbTaskStatus,
-  triggerFromName,
-} from "./conversation-json.ts";
-import type { ConversationSandboxes, StartSandboxes } from "./ports.ts";
+import { readPage } from "../paging.ts";
+import { checkId, checkIds, conversationFilter, startTaskFilter } from "./conversation-filters.ts";
+import { ConversationViews, toTask } from "./conversation-views.ts";
+import { ConversationWrites } from "./conversation-writes.ts";
+import type { ConversationSandboxes } from "./ports.ts";
 import { checkStartRequest } from "./start-request.ts";
 import { StartTaskRunner, type StartTaskRunnerOptions } from "./start-task-runner.ts";
 import { titleViolation } from "./title.ts";
@@ -66,7 +54,8 @@ import { titleViolation } from "./title.ts";
 export { TOO_MANY_ATTEMPTS_DETAIL } from "./start-task-runner.ts";
 
 export interface AppConversationServiceOptions extends StartTaskRunnerOptions {
-  sandboxes: ConversationSandboxes & StartSandboxes;
+  /** What the conversation RPCs need of the sandboxes (SandboxService; the starts' needs are sandboxStarts). */
+  sandboxes: ConversationSandboxes;
   tokens: PageTokens;
   /** How long a listing waits for an agent server's execution status (default 1000 ms). */
   liveStatusTimeoutMs?: number;
@@ -97,8 +86,6 @@ const MICROAGENT_TRIGGER = "microagent_management";
 const MICROAGENT_PAGE = 20;
 
 const TERMINAL = new Set(["READY", "ERROR"]);
-/** Deadline of a delete or rename on the agent server (the reference's). */
-const AGENT_CALL_TIMEOUT_MS = 30_000;
 
 /**
  * The AppConversationService RPCs: starting conversations (an asynchronous start task per start, saved at every
@@ -111,12 +98,30 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
   readonly #log: (msg: string, data?: Record<string, unknown>) => void;
   /** The starts this server runs, their leases and takeovers. */
   readonly #starts: StartTaskRunner;
+  /** Conversations with their live status, as the reads answer them. */
+  readonly #views: ConversationViews;
+  /** Renames and deletes. */
+  readonly #writes: ConversationWrites;
 
   constructor(options: AppConversationServiceOptions) {
     this.#o = options;
     this.#clock = options.clock ?? systemClock;
     this.#log = options.log ?? (() => {});
     this.#starts = new StartTaskRunner({ ...options, clock: this.#clock, log: this.#log });
+    this.#views = new ConversationViews({
+      sandboxes: options.sandboxes,
+      agent: options.agent,
+      liveStatusTimeoutMs: options.liveStatusTimeoutMs ?? 1000,
+    });
+    this.#writes = new ConversationWrites({
+      conversations: options.conversations,
+      startTasks: options.startTasks,
+      sandboxes: options.sandboxes,
+      agent: options.agent,
+      events: options.events,
+      clock: this.#clock,
+      log: this.#log,
+    });
   }
 
   /**
@@ -230,7 +235,7 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
     const result = await this.#o.conversations.search(userId, conversationFilter(req), page);
     return {
       $typeName: "workspace.v1.SearchAppConversationsResponse",
-      items: await this.#withLiveStatus(userId, result.items),
+      items: await this.#views.withLiveStatus(userId, result.items),
       ...(result.next ? { nextPageId: this.#o.tokens.encode(result.next, scope) } : {}),
     };
   }
@@ -251,7 +256,7 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
     const { userId } = requireCaller(ctx);
     const ids = checkIds(req.ids);
     const records = await this.#o.conversations.getMany([...new Set(ids)], userId);
-    const live = await this.#withLiveStatus(userId, records);
+    const live = await this.#views.withLiveStatus(userId, records);
     const byId = new Map(live.map((c) => [c.id, c]));
     return {
       $typeName: "workspace.v1.BatchGetAppConversationsResponse",
@@ -316,7 +321,7 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
     const id = checkId(req.id, "id");
     const record = await this.#o.conversations.get(id, userId);
     if (record !== null) {
-      const [conversation] = await this.#withLiveStatus(userId, [record]);
+      const [conversation] = await this.#views.withLiveStatus(userId, [record]);
       return {
         $typeName: "workspace.v1.GetAppConversationResponse",
         ...(conversation ? { conversation } : {}),
@@ -366,7 +371,7 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
     const closed = new Set(checked.filter((_, i) => open[i] === false).map((r) => r.id));
     return {
       $typeName: "workspace.v1.SearchMicroagentConversationsResponse",
-      items: await this.#withLiveStatus(
+      items: await this.#views.withLiveStatus(
         userId,
         result.items.filter((r) => !closed.has(r.id)),
       ),
@@ -387,17 +392,8 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
       if (problem !== null) throw new ValidationError([problem]);
       patch.title = req.title.trim();
     }
-    if (!(await this.#o.conversations.update(id, userId, { ...patch, updatedAt: this.#clock.now() })))
-      throw notFound();
-    const record = await this.#o.conversations.get(id, userId);
-    if (record === null) throw notFound();
-    // The agent keeps a title of its own (as the reference, a failure there does not fail the rename).
-    const title = patch.title;
-    if (title !== undefined)
-      await this.#onAgent(record, "rename", (agent, endpoint, timeoutMs) =>
-        agent.updateConversationTitle?.(endpoint, id, title, timeoutMs),
-      );
-    const [conversation] = await this.#withLiveStatus(userId, [record]);
+    const record = await this.#writes.update(userId, id, patch);
+    const [conversation] = await this.#views.withLiveStatus(userId, [record]);
     return {
       $typeName: "workspace.v1.UpdateAppConversationResponse",
       ...(conversation ? { conversation } : {}),
@@ -414,209 +410,9 @@ export class AppConversationService implements ServiceImpl<typeof AppConversatio
   ): Promise<DeleteAppConversationResponse> {
     const { userId } = requireCaller(ctx);
     const id = checkId(req.id, "id");
-    const record = await this.#o.conversations.get(id, userId);
-    const none = {
-      $typeName: "workspace.v1.DeleteAppConversationResponse",
-      deleted: false,
-      sandboxDeleted: false,
-    } as const;
-    if (record === null) return none;
-    const doomed = [id, ...record.subConversationIds];
-    // The agent stops each conversation first (it would otherwise go on running, and spending, in a sandbox that
-    // stays); a failure there does not keep the records, as the reference's.
-    for (const cid of doomed) {
-      const r = cid === id ? record : await this.#o.conversations.get(cid, userId);
-      if (r !== null)
-        await this.#onAgent(r, "delete", (agent, endpoint, timeoutMs) =>
-          agent.deleteConversation?.(endpoint, cid, timeoutMs),
-        );
-    }
-    let deleted = false;
-    for (const cid of doomed) {
-      await this.#o.events?.deleteConversation(cid, userId);
-      const gone = await this.#o.conversations.delete(cid, userId);
-      if (cid === id) deleted = gone;
-    }
-    let sandboxDeleted = false;
-    const others = await this.#o.conversations.count(userId, {
-      includeSubConversations: true,
-      sandboxIdEq: record.sandboxId,
-    });
-    // A start still running in the sandbox will use it too.
-    const starting = await this.#startingIn(userId, record.sandboxId);
-    if (others === 0 && !starting) {
-      try {
-        await this.#o.sandboxes.deleteSandbox(
-          { $typeName: "workspace.v1.DeleteSandboxRequest", sandboxId: record.sandboxId },
-          ctx,
-        );
-        sandboxDeleted = true;
-      } catch (err) {
-        if (!(err instanceof ConnectError && err.code === Code.NotFound)) throw err;
-      }
-    }
-    return { ...none, deleted, sandboxDeleted };
-  }
-
-  /** Whether one of the user's unfinished starts is using the sandbox. */
-  /**
-   * Runs `call` against the agent of the conversation's sandbox when it runs; logs (and swallows) its failure.
-   */
-  async #onAgent(
-    record: ConversationRecord,
-    what: string,
-    call: (agent: AgentClient, endpoint: AgentEndpoint, timeoutMs: number) => Promise<void> | undefined,
-  ): Promise<void> {
-    const live = await this.#o.sandboxes.get(record.ownerId, record.sandboxId);
-    if (live === null || live.status !== "RUNNING" || live.handle === null) return;
-    const endpoint = { url: live.handle.agentUrl, sessionApiKey: this.#o.sandboxes.sessionKey(live.record) };
-    try {
-      await call(this.#o.agent, endpoint, AGENT_CALL_TIMEOUT_MS);
-    } catch (err) {
-      this.#log(`conversation ${what} on the agent server failed`, {
-        conversationId: record.id,
-        error: String(err),
-      });
-    }
-  }
-
-  async #startingIn(userId: string, sandboxId: string): Promise<boolean> {
-    // Any server's: unfinished tasks are few (they end within minutes).
-    const tasks = await this.#o.startTasks.listUnfinished();
-    return tasks.some((t) => t.ownerId === userId && t.sandboxId === sandboxId);
-  }
-
-  /** Stored conversations plus live sandbox status and, for RUNNING sandboxes, the agent's execution status. */
-  async #withLiveStatus(userId: string, records: ConversationRecord[]): Promise<AppConversation[]> {
-    if (records.length === 0) return [];
-    const sandboxes = await this.#o.sandboxes.getMany(userId, [...new Set(records.map((r) => r.sandboxId))]);
-    const execution = new Map<string, string | null>();
-    const timeoutMs = this.#o.liveStatusTimeoutMs ?? 1000;
-    await Promise.all(
-      [...sandboxes.values()].map(async (live) => {
-        if (live.status !== "RUNNING" || live.handle === null) return;
-        const ids = records.filter((r) => r.sandboxId === live.record.id).map((r) => r.id);
-        try {
-          const endpoint = {
-            url: live.handle.agentUrl,
-            sessionApiKey: this.#o.sandboxes.sessionKey(live.record),
-          };
-          const infos = await this.#o.agent.getConversations(endpoint, ids, timeoutMs);
-          infos.forEach((info, i) => {
-            const id = ids[i];
-            if (info && id !== undefined) execution.set(id, info.executionStatus);
-          });
-        } catch {
-          // A slow or failing agent never fails the listing: the status stays null.
-        }
-      }),
-    );
-    return records.map((r) =>
-      this.#toConversation(r, sandboxes.get(r.sandboxId), execution.get(r.id) ?? null),
-    );
-  }
-
-  #toConversation(
-    r: ConversationRecord,
-    live: LiveSandbox | undefined,
-    execution: string | null,
-  ): AppConversation {
-    const info = live ? this.#o.sandboxes.toInfo(live) : undefined;
-    const agentUrl = info?.exposedUrls.find((u) => u.name === "AGENT_SERVER")?.url;
-    const running = info?.status === SandboxStatus.RUNNING;
-    const executionStatus = running ? executionStatusFromName(execution) : undefined;
     return {
-      $typeName: "workspace.v1.AppConversation",
-      id: r.id,
-      createdByUserId: r.ownerId,
-      sandboxId: r.sandboxId,
-      ...(r.selectedRepository === null ? {} : { selectedRepository: r.selectedRepository }),
-      ...(r.selectedBranch === null ? {} : { selectedBranch: r.selectedBranch }),
-      gitProvider: providerFromName(r.gitProvider),
-      ...(r.title === null ? {} : { title: r.title }),
-      trigger: triggerFromName(r.trigger),
-      prNumber: [...r.prNumber],
-      ...(r.llmModel === null ? {} : { llmModel: r.llmModel }),
-      metrics: metricsFromJson(r.metrics),
-      ...(r.parentConversationId === null ? {} : { parentConversationId: r.parentConversationId }),
-      subConversationIds: [...r.subConversationIds],
-      createdAt: timestampFromDate(r.createdAt),
-      updatedAt: timestampFromDate(r.updatedAt),
-      sandboxStatus: info?.status ?? SandboxStatus.MISSING,
-      executionStatus,
-      ...(running && agentUrl !== undefined
-        ? { conversationUrl: `${agentUrl.replace(/\/$/, "")}/api/conversations/${r.id}` }
-        : {}),
-      ...(running && info?.sessionApiKey !== undefined ? { sessionApiKey: info.sessionApiKey } : {}),
+      $typeName: "workspace.v1.DeleteAppConversationResponse",
+      ...(await this.#writes.delete(userId, id)),
     };
   }
-}
-
-/** A stored task as a message. */
-export function toTask(r: StartTaskRecord): AppConversationStartTask {
-  return {
-    $typeName: "workspace.v1.AppConversationStartTask",
-    id: r.id,
-    createdByUserId: r.ownerId,
-    status: toPbTaskStatus(r.status),
-    ...(r.detail === null ? {} : { detail: r.detail }),
-    ...(r.appConversationId === null ? {} : { appConversationId: r.appConversationId }),
-    ...(r.sandboxId === null ? {} : { sandboxId: r.sandboxId }),
-    ...(r.agentServerUrl === null ? {} : { agentServerUrl: r.agentServerUrl }),
-    request: startRequestFromJson(r.request),
-    createdAt: timestampFromDate(r.createdAt),
-    updatedAt: timestampFromDate(r.updatedAt),
-  };
-}
-
-/** One id normalised to 32 hex, or INVALID_ARGUMENT located at `field`. */
-function checkId(raw: string, field: string): string {
-  const id = parseHexId(raw);
-  if (id === null) throw new ValidationError([uuidViolation([field], raw)]);
-  return id;
-}
-
-/** Normalised ids (32 hex) or INVALID_ARGUMENT listing every malformed one; at most 100. */
-function checkIds(ids: readonly string[]): string[] {
-  checkBatch(ids, "ids");
-  const issues: FieldViolation[] = [];
-  const out = ids.map((raw, i) => {
-    const id = parseHexId(raw);
-    if (id === null) issues.push(uuidViolation(["ids", i], raw));
-    return id ?? "";
-  });
-  if (issues.length > 0) throw new ValidationError(issues);
-  return out;
-}
-
-const date = (t: { seconds: bigint; nanos: number } | undefined): Date | undefined =>
-  t === undefined ? undefined : timestampDate(t as never);
-
-function conversationFilter(
-  req: CountAppConversationsRequest | SearchAppConversationsRequest,
-): ConversationFilter {
-  const f: ConversationFilter = { includeSubConversations: req.includeSubConversations ?? false };
-  if (req.titleContains !== undefined && req.titleContains !== "") f.titleContains = req.titleContains;
-  const set = (key: "createdAtGte" | "createdAtLt" | "updatedAtGte" | "updatedAtLt") => {
-    const d = date(req[key]);
-    if (d !== undefined) f[key] = d;
-  };
-  set("createdAtGte");
-  set("createdAtLt");
-  set("updatedAtGte");
-  set("updatedAtLt");
-  if (req.sandboxIdEq !== undefined && req.sandboxIdEq !== "") f.sandboxIdEq = req.sandboxIdEq;
-  return f;
-}
-
-function startTaskFilter(req: CountStartTasksRequest | SearchStartTasksRequest): StartTaskFilter {
-  const f: StartTaskFilter = {};
-  if (req.conversationIdEq !== undefined && req.conversationIdEq !== "") {
-    const id = parseHexId(req.conversationIdEq);
-    if (id === null) throw new ValidationError([uuidViolation(["conversation_id_eq"], req.conversationIdEq)]);
-    f.conversationIdEq = id;
-  }
-  const gte = date(req.createdAtGte);
-  if (gte !== undefined) f.createdAtGte = gte;
-  return f;
 }

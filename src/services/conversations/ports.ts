@@ -3,15 +3,11 @@
  * (src/server/container.ts) passes the services that implement them, tests pass fakes. No conversation module
  * imports another service's class.
  */
-import type { HandlerContext } from "@connectrpc/connect";
-import type {
-  DeleteSandboxRequest,
-  DeleteSandboxResponse,
-  SandboxInfo,
-} from "../../gen/workspace/v1/sandbox_pb.js";
+import type { SandboxInfo } from "../../gen/workspace/v1/sandbox_pb.js";
 import type { ConversationRecord } from "../../ports/conversation-repository.ts";
 import type { SandboxRecord, SandboxStatus } from "../../ports/sandbox-repository.ts";
-import type { LiveSandbox, SlotWait } from "../sandboxes/sandbox-service.ts";
+import type { SlotWait } from "../sandboxes/sandbox-lifecycle.ts";
+import type { LiveSandbox } from "../sandboxes/sandbox-state.ts";
 import type { ConversationConfig } from "../settings/settings-service.ts";
 
 /** Reading a user's sandboxes with their live state (SandboxService). */
@@ -26,7 +22,8 @@ export interface SandboxReader {
 
 /** What the conversation RPCs need of the sandboxes: reading them, and deleting one a deleted conversation leaves. */
 export interface ConversationSandboxes extends SandboxReader {
-  deleteSandbox(req: DeleteSandboxRequest, ctx: HandlerContext): Promise<DeleteSandboxResponse>;
+  /** Deletes the user's sandbox; NOT_FOUND when the user has none of that id. */
+  delete(userId: string, id: string): Promise<void>;
 }
 
 /** What a conversation start needs of the sandboxes: getting one RUNNING for the start, and pausing it on failure. */

@@ -36,7 +36,8 @@ export const TOO_MANY_ATTEMPTS_DETAIL =
 export interface StartTaskRunnerOptions {
   conversations: ConversationRepository;
   startTasks: StartTaskRepository;
-  sandboxes: StartSandboxes;
+  /** What the starts need of the sandboxes (SandboxService). */
+  sandboxStarts: StartSandboxes;
   settings: ConversationConfigSource;
   secrets: SecretSource;
   agent: AgentClient;
@@ -93,7 +94,7 @@ export class StartTaskRunner {
     this.#flow = {
       startTasks: options.startTasks,
       conversations: options.conversations,
-      sandboxes: options.sandboxes,
+      sandboxes: options.sandboxStarts,
       settings: options.settings,
       secrets: options.secrets,
       agent: options.agent,

@@ -13,6 +13,7 @@ import {
 } from "../../ports/sandbox-repository.ts";
 import type { RuntimeHandle, RuntimeSpec, SandboxRuntime } from "../../ports/sandbox-runtime.ts";
 import type { SessionKeys, SpecCatalog } from "./ports.ts";
+import type { SandboxLimits } from "./sandbox-limits.ts";
 import type { ReconcileLifecycle } from "./sandbox-reconciler.ts";
 import type { SandboxSpec } from "./sandbox-spec-service.ts";
 import {
@@ -41,14 +42,11 @@ export interface SlotWait {
 /** How often a start waiting for a running slot tries again. */
 const SLOT_POLL_MS = 200;
 
-/** The lifecycle's limits (see SandboxServiceOptions). */
-export interface LifecycleLimits {
-  readonly maxRunning: number;
-  readonly maxPerUser: number;
-  readonly inlineWaitMs: number;
-  readonly startTimeoutMs: number;
-  readonly slotWaitMs: number;
-}
+/** The lifecycle's limits (see SandboxLimitSettings). */
+export type LifecycleLimits = Pick<
+  SandboxLimits,
+  "maxRunning" | "maxPerUser" | "inlineWaitMs" | "startTimeoutMs" | "slotWaitMs"
+>;
 
 export interface SandboxLifecycleOptions {
   repo: Pick<
@@ -62,9 +60,9 @@ export interface SandboxLifecycleOptions {
   changes: ChangeSignal;
   keys: SessionKeys;
   limits: LifecycleLimits;
-  /** The user's sandboxes in use by a conversation start that has not ended (see SandboxServiceOptions). */
+  /** The user's sandboxes in use by a conversation start that has not ended (see SandboxServiceDeps in src/server/container.ts). */
   inUseByStarts: (userId: string) => Promise<readonly string[]>;
-  /** Base URL of this service as sandboxes reach it (see SandboxServiceOptions). */
+  /** Base URL of this service as sandboxes reach it (see SandboxServiceDeps in src/server/container.ts). */
   webhookBaseUrl?: (() => string | undefined) | undefined;
   log?: ((msg: string, data?: Record<string, unknown>) => void) | undefined;
 }

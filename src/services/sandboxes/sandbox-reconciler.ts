@@ -12,6 +12,7 @@ import type {
 } from "../../ports/sandbox-repository.ts";
 import { ACTIVE_STATUSES } from "../../ports/sandbox-repository.ts";
 import type { RuntimeHandle, SandboxRuntime } from "../../ports/sandbox-runtime.ts";
+import type { SandboxLimits } from "./sandbox-limits.ts";
 import {
   definiteEnd,
   handleOrNull,
@@ -32,11 +33,8 @@ export interface ReconcileLifecycle {
   removeAll(record: SandboxRecord): Promise<void>;
 }
 
-/** The reconciler's limits (see SandboxServiceOptions.orphanGraceMs and deleteGraceMs). */
-export interface ReconcileLimits {
-  readonly orphanGraceMs: number;
-  readonly deleteGraceMs: number;
-}
+/** The reconciler's limits (see SandboxLimitSettings.orphanGraceMs and deleteGraceMs). */
+export type ReconcileLimits = Pick<SandboxLimits, "orphanGraceMs" | "deleteGraceMs">;
 
 export interface SandboxReconcilerOptions {
   repo: Pick<SandboxRepository, "listAll" | "get" | "transition">;

@@ -2,7 +2,6 @@ import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@conn
 import { requireCaller } from "../../core/context.ts";
 import { invalid, notFound } from "../../core/errors.ts";
 import type { PageTokens } from "../../core/page-token.ts";
-import type { SecretBox } from "../../core/secret-box.ts";
 import type {
   BatchGetSandboxesRequest,
   BatchGetSandboxesResponse,
@@ -23,129 +22,33 @@ import type {
 } from "../../gen/workspace/v1/sandbox_pb.js";
 import { parseSandboxChange } from "../../ports/change-log.ts";
 import type { SandboxRecord, SandboxRepository, SandboxStatus } from "../../ports/sandbox-repository.ts";
-import type { SandboxRuntime } from "../../ports/sandbox-runtime.ts";
 import { type ChangeFeed, ChangeTooOldError } from "../change-feed.ts";
 import { checkBatch, readPage } from "../paging.ts";
-import { type AgentTarget, AgentTargets } from "./agent-targets.ts";
-import type { SessionKeys, SpecCatalog } from "./ports.ts";
-import { type AgentUrls, SandboxInfos } from "./sandbox-info.ts";
-import { type Lifecycle, SandboxLifecycle, type SlotWait } from "./sandbox-lifecycle.ts";
-import { type Reconciling, SandboxReconciler } from "./sandbox-reconciler.ts";
-import { handleOrNull, type LiveSandbox, type SandboxStateAccess, SandboxStates } from "./sandbox-state.ts";
-import { WarmClaims } from "./warm-claims.ts";
+import type { AgentTarget, AgentTargets } from "./agent-targets.ts";
+import type { SessionKeys } from "./ports.ts";
+import type { SandboxInfos } from "./sandbox-info.ts";
+import type { Lifecycle, SlotWait } from "./sandbox-lifecycle.ts";
+import type { Reconciling } from "./sandbox-reconciler.ts";
+import { handleOrNull, type LiveSandbox, type SandboxStateAccess } from "./sandbox-state.ts";
 
-export type { AgentTarget } from "./agent-targets.ts";
-export type { AgentUrls } from "./sandbox-info.ts";
-export { newSandboxId, type SlotWait } from "./sandbox-lifecycle.ts";
-export type { LiveSandbox } from "./sandbox-state.ts";
-
-export interface SandboxServiceOptions {
-  repo: SandboxRepository;
-  /** The store's change feed: status changes are published there and watches follow it (every server's). */
-  changes: ChangeFeed;
-  runtime: SandboxRuntime;
-  /** The configured specs (the SandboxSpecService). */
-  specs: SpecCatalog;
-  box: SecretBox;
+/** The collaborators of the sandbox service, one per job, composed by src/server/container.ts. */
+export interface SandboxServiceParts {
+  /** The sandbox registry, read by the RPC face (search, get, watch). */
+  records: Pick<SandboxRepository, "list" | "listAll" | "get" | "getMany">;
+  /** The store's change feed: watches follow it (every server's status changes). */
+  changes: Pick<ChangeFeed, "head" | "follow">;
   tokens: PageTokens;
-  /** Running sandboxes per user before the oldest is paused (default 5). */
-  maxRunning?: number;
-  /** Sandboxes (any status) a user may have; one more is refused with FAILED_PRECONDITION (default 20). */
-  maxPerUser?: number;
-  /**
-   * Warm sandboxes one user may take per minute, and at most that many at once (default 0: no limit; the server
-   * sets SANDBOX_WARM_CLAIMS_PER_MINUTE): a start past that starts cold, so that one user's start/delete loop
-   * cannot keep the pool empty for everyone.
-   */
-  warmClaimsPerMinute?: number;
-  /** How long start/resume wait inline for the agent before answering STARTING (default 2000 ms). */
-  inlineWaitMs?: number;
-  /** How long a background start may take before the sandbox is ERROR (default 120 s). */
-  startTimeoutMs?: number;
-  /**
-   * How old (since its last recorded change) a STARTING or PAUSED record without a runtime handle must be, and not
-   * being started by this server, before {@link SandboxService.reconcileAll} treats it as left by a crash: whatever
-   * the runtime runs for it is removed and it becomes ERROR (default: startTimeoutMs).
-   */
-  orphanGraceMs?: number;
-  /**
-   * How long a delete may take: a record marked deleting (status MISSING) for longer, not being deleted by this
-   * server, was left by a delete that did not finish, and {@link SandboxService.reconcileAll} finishes it
-   * (default: 15 s, at most orphanGraceMs).
-   */
-  deleteGraceMs?: number;
-  log?: (msg: string, data?: Record<string, unknown>) => void;
-  /**
-   * Base URL of this service as sandboxes reach it (e.g. http://127.0.0.1:3000), read at each start; when set,
-   * the agent gets OH_WEBHOOKS_0_BASE_URL = <base>/api/v1/webhooks/<sandbox id> to report its events.
-   */
-  webhookBaseUrl?: () => string | undefined;
-  /**
-   * The user's sandboxes in use by a conversation start that has not ended (any server's): the running limit
-   * never pauses them, as it never pauses a STARTING one. Default: none.
-   */
-  inUseByStarts?: (userId: string) => Promise<readonly string[]>;
-  /** How long start/resume wait for a running slot when every slot holder is starting (default 30 s). */
-  slotWaitMs?: number;
-  /**
-   * How long a RUNNING sandbox whose process is alive may fail its health probe (a loaded machine, a probe timing
-   * out) and still be reported RUNNING; past it, while it keeps failing, it reads ERROR (default 15 s). A process
-   * that ended reads ERROR at once whatever this says.
-   */
-  unansweredGraceMs?: number;
-  /**
-   * How sandbox JSON names the agent (docs/agent-proxy.md). `proxied` (the default): a sandbox whose session key
-   * names it is reached through this service's own origin, so its AGENT_SERVER URL is `publicUrl` (or `/`, the
-   * origin the client used) and its direct loopback URL is AGENT_SERVER_DIRECT; false: the direct URL only. The
-   * proxied entry's port is the one its URL reaches: `publicUrl`'s (explicit, else 443 or 80), else
-   * `servicePort()`, this service's listening port (0 while it has none).
-   */
-  agentUrls?: AgentUrls;
-}
-
-/**
- * The sandbox service's limits, with their defaults applied (see {@link SandboxServiceOptions} for each), frozen:
- * each job gets the ones it needs.
- */
-export interface SandboxLimits {
-  readonly maxRunning: number;
-  readonly maxPerUser: number;
-  readonly warmClaimsPerMinute: number;
-  readonly inlineWaitMs: number;
-  readonly startTimeoutMs: number;
-  readonly orphanGraceMs: number;
-  readonly deleteGraceMs: number;
-  readonly slotWaitMs: number;
-  readonly unansweredGraceMs: number;
-}
-
-/** The limits of `options` with their defaults, frozen. */
-export function sandboxLimits(options: SandboxServiceOptions): SandboxLimits {
-  const startTimeoutMs = options.startTimeoutMs ?? 120_000;
-  // Spread as the options always were: a limit passed as undefined stays undefined (the store's own default then).
-  const o = {
-    maxRunning: 5,
-    maxPerUser: 20,
-    warmClaimsPerMinute: 0,
-    inlineWaitMs: 2_000,
-    orphanGraceMs: startTimeoutMs,
-    slotWaitMs: 30_000,
-    unansweredGraceMs: 15_000,
-    deleteGraceMs: Math.min(15_000, options.orphanGraceMs ?? startTimeoutMs),
-    ...options,
-    startTimeoutMs,
-  };
-  return Object.freeze({
-    maxRunning: o.maxRunning,
-    maxPerUser: o.maxPerUser,
-    warmClaimsPerMinute: options.warmClaimsPerMinute ?? 0,
-    inlineWaitMs: o.inlineWaitMs,
-    startTimeoutMs: o.startTimeoutMs,
-    orphanGraceMs: o.orphanGraceMs,
-    deleteGraceMs: o.deleteGraceMs,
-    slotWaitMs: o.slotWaitMs,
-    unansweredGraceMs: o.unansweredGraceMs,
-  });
+  keys: Pick<SessionKeys, "open">;
+  /** Sandbox states: records observed against the runtime. */
+  states: Pick<SandboxStateAccess, "observe">;
+  /** Starting, pausing, resuming and deleting sandboxes within the user's slots. */
+  lifecycle: Lifecycle;
+  /** The reconciler of every recorded sandbox with the runtime. */
+  reconciler: Reconciling;
+  /** Sandboxes as the API shows them. */
+  infos: SandboxInfos;
+  /** Which sandbox a session key opens, for the agent proxy. */
+  agentTargets: AgentTargets;
 }
 
 /**
@@ -162,86 +65,28 @@ export function sandboxLimits(options: SandboxServiceOptions): SandboxLimits {
  * Reads (search, get, watch) reconcile with the runtime but write nothing: the status changes they observe are
  * persisted by {@link reconcileAll} (at start-up and periodically), always as compare-and-set transitions.
  *
- * This class is the RPC face and the reads; it delegates each other job to a collaborator behind a small interface:
- * lifecycle and slots ({@link SandboxLifecycle}), the reconciler ({@link SandboxReconciler}), warm claims
- * ({@link WarmClaims}), all sharing the sandbox states ({@link SandboxStates}).
+ * This class is the RPC face and the reads; it delegates each other job to a collaborator it is given by name
+ * ({@link SandboxServiceParts}, composed by createSandboxService in src/server/container.ts): lifecycle and slots
+ * (SandboxLifecycle, which takes warm sandboxes through WarmClaims), the reconciler (SandboxReconciler), all sharing
+ * the sandbox states (SandboxStates) and reading the one frozen SandboxLimits.
  */
 export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
-  readonly #repo: SandboxRepository;
-  readonly #changes: ChangeFeed;
-  readonly #tokens: PageTokens;
-  readonly #keys: SessionKeys;
-  /** Sandbox states: records observed against the runtime, compare-and-set status changes. */
-  readonly #states: SandboxStateAccess;
-  /** Starting, pausing, resuming and deleting sandboxes within the user's slots. */
-  readonly #lifecycle: Lifecycle;
-  /** The reconciler of every recorded sandbox with the runtime. */
-  readonly #reconciler: Reconciling;
-  /** Sandboxes as the API shows them. */
-  readonly #infos: SandboxInfos;
-  /** Which sandbox a session key opens, for the agent proxy. */
-  readonly #agentTargets: AgentTargets;
+  readonly #p: SandboxServiceParts;
 
-  constructor(options: SandboxServiceOptions) {
-    const limits = sandboxLimits(options);
-    const { repo, runtime, changes, box, log } = options;
-    this.#repo = repo;
-    this.#changes = changes;
-    this.#tokens = options.tokens;
-    this.#keys = {
-      seal: (ownerId, key) => box.seal(key, `${ownerId}:sandbox`),
-      open: (record) => box.open(record.sessionApiKey, `${record.ownerId}:sandbox`),
-    };
-    this.#infos = new SandboxInfos({ keys: this.#keys, agentUrls: options.agentUrls ?? { proxied: true } });
-    this.#agentTargets = new AgentTargets({ records: repo, keys: this.#keys });
-    const states = new SandboxStates({
-      repo,
-      runtime,
-      changes,
-      unansweredGraceMs: limits.unansweredGraceMs,
-      log,
-    });
-    this.#states = states;
-    const warm = new WarmClaims({
-      pool: runtime,
-      records: repo,
-      maxPerUser: limits.maxPerUser,
-      perMinute: limits.warmClaimsPerMinute,
-      log,
-    });
-    this.#lifecycle = new SandboxLifecycle({
-      repo,
-      runtime,
-      specs: options.specs,
-      warm,
-      states,
-      changes,
-      keys: this.#keys,
-      limits,
-      inUseByStarts: options.inUseByStarts ?? (async () => []),
-      webhookBaseUrl: options.webhookBaseUrl,
-      log,
-    });
-    this.#reconciler = new SandboxReconciler({
-      repo,
-      runtime,
-      states,
-      lifecycle: this.#lifecycle,
-      limits,
-      log,
-    });
+  constructor(parts: SandboxServiceParts) {
+    this.#p = parts;
   }
 
   async searchSandboxes(req: SearchSandboxesRequest, ctx: HandlerContext): Promise<SearchSandboxesResponse> {
     const { userId } = requireCaller(ctx);
     const scope = `sandboxes:${userId}`;
-    const page = readPage(this.#tokens, scope, req.pageId, req.limit);
-    const result = await this.#repo.list(userId, page);
-    const live = await Promise.all(result.items.map((r) => this.#states.observe(r)));
+    const page = readPage(this.#p.tokens, scope, req.pageId, req.limit);
+    const result = await this.#p.records.list(userId, page);
+    const live = await Promise.all(result.items.map((r) => this.#p.states.observe(r)));
     return {
       $typeName: "workspace.v1.SearchSandboxesResponse",
       items: live.map((l) => this.toInfo(l)),
-      ...(result.next ? { nextPageId: this.#tokens.encode(result.next, scope) } : {}),
+      ...(result.next ? { nextPageId: this.#p.tokens.encode(result.next, scope) } : {}),
     };
   }
 
@@ -281,7 +126,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
 
   async deleteSandbox(req: DeleteSandboxRequest, ctx: HandlerContext): Promise<DeleteSandboxResponse> {
     const { userId } = requireCaller(ctx);
-    await this.#lifecycle.delete(await this.#owned(userId, req.sandboxId));
+    await this.delete(userId, req.sandboxId);
     return { $typeName: "workspace.v1.DeleteSandboxResponse", success: true };
   }
 
@@ -305,11 +150,11 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     let from: number;
     if (req.afterRevision === undefined) {
       // The log position first, then the state: a change made in between is sent (again) rather than missed.
-      from = await this.#changes.head();
+      from = await this.#p.changes.head();
       const initial = filter
-        ? await this.#repo.getMany([...filter], userId)
-        : await this.#repo.listAll(userId);
-      for (const r of initial) yield wrap(await this.#states.observe(r), from);
+        ? await this.#p.records.getMany([...filter], userId)
+        : await this.#p.records.listAll(userId);
+      for (const r of initial) yield wrap(await this.#p.states.observe(r), from);
     } else {
       if (req.afterRevision < 0n || req.afterRevision > BigInt(Number.MAX_SAFE_INTEGER))
         throw invalid(
@@ -323,7 +168,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
     /** Per sandbox, when the change last sent was made: an older change arriving later is left out. */
     const sent = new Map<string, number>();
     try {
-      for await (const c of this.#changes.follow(
+      for await (const c of this.#p.changes.follow(
         from,
         (c) => c.topic === "sandbox" && c.ownerId === userId && (filter === null || filter.has(c.key)),
         ctx.signal,
@@ -352,7 +197,7 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
    * was adopted or removed; the pool fills in the background.
    */
   startWarmPool(): Promise<void> {
-    return this.#lifecycle.startWarmPool();
+    return this.#p.lifecycle.startWarmPool();
   }
 
   /**
@@ -360,27 +205,32 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
    * start): the id of a warm sandbox taken for it when the runtime has one ready, else a new id.
    */
   newSandboxId(userId: string, specId?: string): Promise<string> {
-    return this.#lifecycle.newSandboxId(userId, specId);
+    return this.#p.lifecycle.newSandboxId(userId, specId);
   }
 
   /** Starts a sandbox for the user (see {@link SandboxLifecycle.start}). */
   start(userId: string, specId: string | undefined, id?: string, wait: SlotWait = {}): Promise<LiveSandbox> {
-    return this.#lifecycle.start(userId, specId, id, wait);
+    return this.#p.lifecycle.start(userId, specId, id, wait);
   }
 
   /** Starts again a sandbox whose start was cut off (see {@link SandboxLifecycle.restartUnstarted}). */
   restartUnstarted(userId: string, id: string): Promise<LiveSandbox> {
-    return this.#lifecycle.restartUnstarted(userId, id);
+    return this.#p.lifecycle.restartUnstarted(userId, id);
   }
 
   /** Pauses (idempotent): the record first, then the runtime. */
   pause(userId: string, id: string): Promise<void> {
-    return this.#lifecycle.pause(userId, id);
+    return this.#p.lifecycle.pause(userId, id);
   }
 
   /** Resumes (idempotent) within the user's running slots (see {@link SandboxLifecycle.resume}). */
   resume(userId: string, id: string, wait: SlotWait = {}): Promise<LiveSandbox> {
-    return this.#lifecycle.resume(userId, id, wait);
+    return this.#p.lifecycle.resume(userId, id, wait);
+  }
+
+  /** Deletes the user's sandbox (see {@link SandboxLifecycle.delete}); NOT_FOUND when the user has none of that id. */
+  async delete(userId: string, id: string): Promise<void> {
+    await this.#p.lifecycle.delete(await this.#owned(userId, id));
   }
 
   /**
@@ -388,25 +238,25 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
    * does not answer its health probe (a loaded machine) to answer again; returns its reconciled state.
    */
   waitUntilSettled(userId: string, id: string, timeoutMs: number): Promise<LiveSandbox | null> {
-    return this.#lifecycle.waitUntilSettled(userId, id, timeoutMs);
+    return this.#p.lifecycle.waitUntilSettled(userId, id, timeoutMs);
   }
 
   /** The status recorded in the store (no runtime check) if the user owns the sandbox, else null. */
   async recordedStatus(userId: string, id: string): Promise<SandboxStatus | null> {
-    return (await this.#repo.get(id, userId))?.status ?? null;
+    return (await this.#p.records.get(id, userId))?.status ?? null;
   }
 
   /** The reconciled sandbox if the user owns it, else null. */
   async get(userId: string, id: string): Promise<LiveSandbox | null> {
-    const record = await this.#repo.get(id, userId);
-    return record === null ? null : this.#states.observe(record);
+    const record = await this.#p.records.get(id, userId);
+    return record === null ? null : this.#p.states.observe(record);
   }
 
   /** Reconciled sandboxes by id (owned by the user), for live conversation status. */
   async getMany(userId: string, ids: readonly string[]): Promise<Map<string, LiveSandbox>> {
-    const records = await this.#repo.getMany(ids, userId);
+    const records = await this.#p.records.getMany(ids, userId);
     return new Map(
-      await Promise.all(records.map(async (r) => [r.id, await this.#states.observe(r)] as const)),
+      await Promise.all(records.map(async (r) => [r.id, await this.#p.states.observe(r)] as const)),
     );
   }
 
@@ -416,12 +266,12 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
    * a wrong key; the record's status and runtime handle are returned as stored (no probe of the agent).
    */
   agentTarget(key: string): Promise<AgentTarget | null> {
-    return this.#agentTargets.target(key);
+    return this.#p.agentTargets.target(key);
   }
 
   /** The plaintext session key of a sandbox. */
   sessionKey(record: SandboxRecord): string {
-    return this.#keys.open(record);
+    return this.#p.keys.open(record);
   }
 
   /**
@@ -433,17 +283,17 @@ export class SandboxService implements ServiceImpl<typeof SandboxServiceDesc> {
    * Returns the resulting live statuses; concurrent calls share one run.
    */
   reconcileAll(): Promise<Record<SandboxStatus, number>> {
-    return this.#reconciler.reconcileAll();
+    return this.#p.reconciler.reconcileAll();
   }
 
   toInfo(l: LiveSandbox): SandboxInfo {
-    return this.#infos.toInfo(l);
+    return this.#p.infos.toInfo(l);
   }
 
   // ---- internals ----
 
   async #owned(userId: string, id: string): Promise<SandboxRecord> {
-    const record = id === "" ? null : await this.#repo.get(id, userId);
+    const record = id === "" ? null : await this.#p.records.get(id, userId);
     if (record === null) throw notFound();
     return record;
   }

@@ -11,6 +11,7 @@ import type {
 } from "../../ports/sandbox-repository.ts";
 import { ACTIVE_STATUSES } from "../../ports/sandbox-repository.ts";
 import type { RuntimeHandle, RuntimeState, SandboxRuntime } from "../../ports/sandbox-runtime.ts";
+import type { SandboxLimits } from "./sandbox-limits.ts";
 
 /** A sandbox as the service sees it: the record plus its reconciled status. */
 export interface LiveSandbox {
@@ -51,7 +52,7 @@ export interface SandboxStatesOptions {
   runtime: Pick<SandboxRuntime, "inspect" | "failureReason">;
   changes: ChangeSignal;
   /** How long a RUNNING sandbox whose process is alive may fail its health probe and still read RUNNING. */
-  unansweredGraceMs: number;
+  limits: Pick<SandboxLimits, "unansweredGraceMs">;
   log?: ((msg: string, data?: Record<string, unknown>) => void) | undefined;
 }
 
@@ -98,7 +99,7 @@ export class SandboxStates implements SandboxStateAccess {
         if (runtime === "STARTING" && record.status === "RUNNING") {
           const since = this.#unanswered.get(record.id) ?? Date.now();
           this.#unanswered.set(record.id, since);
-          status = Date.now() - since < this.#o.unansweredGraceMs ? "RUNNING" : "ERROR";
+          status = Date.now() - since < this.#o.limits.unansweredGraceMs ? "RUNNING" : "ERROR";
         } else {
           if (runtime !== "STARTING" && probe) this.#unanswered.delete(record.id);
           status = runtime;

@@ -5,6 +5,7 @@
 import { RateLimiter } from "../../core/rate-limiter.ts";
 import type { SandboxRecord } from "../../ports/sandbox-repository.ts";
 import type { RuntimeSpec, SandboxRuntime, WarmClaim } from "../../ports/sandbox-runtime.ts";
+import type { SandboxLimits } from "./sandbox-limits.ts";
 
 /**
  * How long a warm sandbox taken for a start counts against its user's cap before the start records it (a start that
@@ -25,10 +26,11 @@ export interface UserSandboxes {
 export interface WarmClaimsOptions {
   pool: WarmPool;
   records: UserSandboxes;
-  /** Sandboxes (any status) a user may have. */
-  maxPerUser: number;
-  /** Warm sandboxes one user may take per minute, and at most that many at once (0: no limit). */
-  perMinute: number;
+  /**
+   * Sandboxes (any status) a user may have (maxPerUser), and warm sandboxes one user may take per minute, and at
+   * most that many at once (warmClaimsPerMinute; 0: no limit).
+   */
+  limits: Pick<SandboxLimits, "maxPerUser" | "warmClaimsPerMinute">;
   log?: ((msg: string, data?: Record<string, unknown>) => void) | undefined;
 }
 
@@ -46,12 +48,13 @@ export class WarmClaims implements WarmClaiming {
    * and are not yet recorded: when, and the sandbox id taken (null while the claim is in progress).
    */
   readonly #taken = new Map<string, Map<symbol, { at: number; sandboxId: string | null }>>();
-  /** Each user's warm claims (perMinute). */
+  /** Each user's warm claims (warmClaimsPerMinute). */
   readonly #rate: RateLimiter;
 
   constructor(options: WarmClaimsOptions) {
     this.#o = options;
-    this.#rate = new RateLimiter(options.perMinute / 60, Math.max(1, options.perMinute));
+    const perMinute = options.limits.warmClaimsPerMinute;
+    this.#rate = new RateLimiter(perMinute / 60, Math.max(1, perMinute));
   }
 
   /**
@@ -59,7 +62,7 @@ export class WarmClaims implements WarmClaiming {
    * there: none). None when the user's sandbox cap would refuse the start anyway, counting their sandboxes and the
    * warm ones this server took for starts of theirs not yet recorded: a refused start removes what it took, so a
    * user at the cap could otherwise empty the pool for everyone with refused starts. None either past the user's
-   * claim rate (perMinute), which holds a start/delete loop within the cap. The start says {@link settled} once its
+   * claim rate (warmClaimsPerMinute), which holds a start/delete loop within the cap. The start says {@link settled} once its
    * record is created or refused.
    */
   async claim(spec: RuntimeSpec, userId: string): Promise<WarmClaim | null> {
@@ -80,7 +83,7 @@ export class WarmClaims implements WarmClaiming {
       }
       return n;
     };
-    const max = this.#o.maxPerUser;
+    const max = this.#o.limits.maxPerUser;
     let claim: WarmClaim | null = null;
     try {
       let records = (await this.#o.records.listAll(userId)).length;

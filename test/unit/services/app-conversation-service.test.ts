@@ -20,7 +20,7 @@ import {
   AppConversationService,
   TOO_MANY_ATTEMPTS_DETAIL,
 } from "../../../src/services/conversations/app-conversation-service.ts";
-import { SandboxService } from "../../../src/services/sandboxes/sandbox-service.ts";
+import type { SandboxService } from "../../../src/services/sandboxes/sandbox-service.ts";
 import { SandboxSpecService } from "../../../src/services/sandboxes/sandbox-spec-service.ts";
 import { SecretsService } from "../../../src/services/secrets/secrets-service.ts";
 import { SettingsService } from "../../../src/services/settings/settings-service.ts";
@@ -37,6 +37,7 @@ import {
   testChangeFeed,
   testCrypto,
 } from "../../helpers/fakes/index.ts";
+import { testSandboxService } from "../../helpers/sandbox-service.ts";
 
 const alice = callAs("alice");
 const bob = callAs("bob");
@@ -63,7 +64,7 @@ function world(): World {
   );
   const log = new InMemoryChangeLog();
   const changes = testChangeFeed(log);
-  const sandboxes = new SandboxService({
+  const sandboxes = testSandboxService({
     repo: new InMemorySandboxRepository(log),
     runtime,
     specs,
@@ -80,6 +81,7 @@ function world(): World {
     conversations,
     startTasks: tasks,
     sandboxes,
+    sandboxStarts: sandboxes,
     settings,
     secrets,
     agent,

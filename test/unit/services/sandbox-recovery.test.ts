@@ -7,7 +7,7 @@ import { beforeEach, describe, expect, it } from "vitest";
 import { failedPrecondition } from "../../../src/core/errors.ts";
 import { ResumeSandboxRequestSchema, SandboxStatus } from "../../../src/gen/workspace/v1/sandbox_pb.js";
 import type { RuntimeHandle, RuntimeStartRequest } from "../../../src/ports/sandbox-runtime.ts";
-import { SandboxService } from "../../../src/services/sandboxes/sandbox-service.ts";
+import type { SandboxService } from "../../../src/services/sandboxes/sandbox-service.ts";
 import { SandboxSpecService } from "../../../src/services/sandboxes/sandbox-spec-service.ts";
 import {
   callAs,
@@ -17,6 +17,7 @@ import {
   testChangeFeed,
   testCrypto,
 } from "../../helpers/fakes/index.ts";
+import { testSandboxService } from "../../helpers/sandbox-service.ts";
 
 /** The fake runtime with a restart: a new "process" on the same workspace (an ended one only). */
 class RestartableRuntime extends FakeSandboxRuntime {
@@ -46,7 +47,7 @@ function makeService(unansweredGraceMs?: number): SandboxService {
     [{ id: "default", command: ["agent"], initialEnv: {}, workingDir: "/w", createdAt: new Date(0) }],
     tokens,
   );
-  return new SandboxService({
+  return testSandboxService({
     repo,
     runtime,
     specs,

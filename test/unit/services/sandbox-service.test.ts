@@ -11,7 +11,7 @@ import {
   SearchSandboxesRequestSchema,
   StartSandboxRequestSchema,
 } from "../../../src/gen/workspace/v1/sandbox_pb.js";
-import { SandboxService } from "../../../src/services/sandboxes/sandbox-service.ts";
+import type { SandboxService } from "../../../src/services/sandboxes/sandbox-service.ts";
 import { SandboxSpecService } from "../../../src/services/sandboxes/sandbox-spec-service.ts";
 import {
   callAs,
@@ -21,6 +21,7 @@ import {
   testChangeFeed,
   testCrypto,
 } from "../../helpers/fakes/index.ts";
+import { testSandboxService } from "../../helpers/sandbox-service.ts";
 
 let repo: InMemorySandboxRepository;
 let log: InMemoryChangeLog;
@@ -43,7 +44,7 @@ function makeService(
     [{ id: "default", command: ["agent"], initialEnv: {}, workingDir: "/w", createdAt: new Date(0) }],
     tokens,
   );
-  return new SandboxService({ repo, runtime, specs, box, tokens, changes: testChangeFeed(log), ...options });
+  return testSandboxService({ repo, runtime, specs, box, tokens, changes: testChangeFeed(log), ...options });
 }
 
 const failure = (p: Promise<unknown>) =>

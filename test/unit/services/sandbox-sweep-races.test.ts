@@ -2,7 +2,6 @@
 // then the sweep's write. A user's action landing between the sweep's read and its write wins.
 import { describe, expect, it } from "vitest";
 import type { RuntimeHandle, RuntimeState } from "../../../src/ports/sandbox-runtime.ts";
-import { SandboxService } from "../../../src/services/sandboxes/sandbox-service.ts";
 import { SandboxSpecService } from "../../../src/services/sandboxes/sandbox-spec-service.ts";
 import {
   FakeSandboxRuntime,
@@ -11,6 +10,7 @@ import {
   testChangeFeed,
   testCrypto,
 } from "../../helpers/fakes/index.ts";
+import { testSandboxService } from "../../helpers/sandbox-service.ts";
 
 /** A gate a test opens: `reached` resolves when the code under test waits at it. */
 class Gate {
@@ -58,7 +58,7 @@ function setup() {
     [{ id: "default", command: ["agent"], initialEnv: {}, workingDir: "/w", createdAt: new Date(0) }],
     tokens,
   );
-  const service = new SandboxService({ repo, runtime, specs, box, tokens, changes: testChangeFeed(log) });
+  const service = testSandboxService({ repo, runtime, specs, box, tokens, changes: testChangeFeed(log) });
   return { repo, runtime, service };
 }
 

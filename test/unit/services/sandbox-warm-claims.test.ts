@@ -3,10 +3,7 @@
 // everyone), also when the user's starts come all at once or through a conversation start (newSandboxId).
 import { beforeEach, describe, expect, it } from "vitest";
 import type { RuntimeSpec, WarmClaim } from "../../../src/ports/sandbox-runtime.ts";
-import {
-  SandboxService,
-  type SandboxServiceOptions,
-} from "../../../src/services/sandboxes/sandbox-service.ts";
+import type { SandboxService } from "../../../src/services/sandboxes/sandbox-service.ts";
 import { SandboxSpecService } from "../../../src/services/sandboxes/sandbox-spec-service.ts";
 import {
   FakeSandboxRuntime,
@@ -15,6 +12,7 @@ import {
   testChangeFeed,
   testCrypto,
 } from "../../helpers/fakes/index.ts";
+import { type TestSandboxServiceOptions, testSandboxService } from "../../helpers/sandbox-service.ts";
 
 /** A fake runtime whose warm pool hands out w0, w1, … and records what was taken and removed. */
 class PoolRuntime extends FakeSandboxRuntime {
@@ -40,14 +38,14 @@ let runtime: PoolRuntime;
 let service: SandboxService;
 
 /** A service over a fresh registry and the current fake runtime: a cap of 2 sandboxes per user unless told. */
-function makeService(options: Partial<SandboxServiceOptions> = {}): SandboxService {
+function makeService(options: Partial<TestSandboxServiceOptions> = {}): SandboxService {
   const log = new InMemoryChangeLog();
   const { box, tokens } = testCrypto();
   const specs = new SandboxSpecService(
     [{ id: "default", command: ["agent"], initialEnv: {}, workingDir: "/w", createdAt: new Date(0) }],
     tokens,
   );
-  return new SandboxService({
+  return testSandboxService({
     repo: new InMemorySandboxRepository(log),
     runtime,
     specs,

@@ -1,14 +1,9 @@
-// The sandbox service's limits as one frozen object (sandboxLimits): each default as the option bag always had it,
+// The sandbox service's limits as one frozen object (sandboxLimits): each default as the settings always had it,
 // the grace periods derived from the start timeout, and nothing changes them after construction.
 import { describe, expect, it } from "vitest";
-import {
-  type SandboxServiceOptions,
-  sandboxLimits,
-} from "../../../src/services/sandboxes/sandbox-service.ts";
+import { type SandboxLimitSettings, sandboxLimits } from "../../../src/services/sandboxes/sandbox-limits.ts";
 
-/** Only the limits are read: the collaborators are not needed for them. */
-const options = (limits: Partial<SandboxServiceOptions> = {}): SandboxServiceOptions =>
-  limits as SandboxServiceOptions;
+const options = (limits: SandboxLimitSettings = {}): SandboxLimitSettings => limits;
 
 describe("sandboxLimits", () => {
   it("has the defaults: 5 running, 20 per user, no claim rate, 2 s inline, 120 s start, 30 s slot, 15 s grace", () => {
