@@ -1,3 +1,5 @@
+import { providerFromName, providerName, triggerName } from "../codec/conversation-json.ts";
+import { PROVIDERS } from "../codec/settings-fields.ts";
 import { notFound } from "../core/errors.ts";
 import { newHexId } from "../core/ids.ts";
 import { list, nullable, object } from "../core/model/containers.ts";
@@ -17,9 +19,7 @@ import {
   type MessageContent,
 } from "../gen/workspace/v1/app_conversation_pb.js";
 import { SandboxStatus } from "../gen/workspace/v1/sandbox_pb.js";
-import { providerFromName, providerName, triggerName } from "../services/conversations/conversation-json.ts";
 import { branchProblem, repositoryProblem } from "../services/conversations/workspace-commands.ts";
-import { PROVIDERS } from "../services/settings/settings-fields.ts";
 import type { JsonSchema } from "./openapi.ts";
 import { type RestInput, type RestRoute, route } from "./rest-route.ts";
 import { iso, PAGE_QUERY, pathParam, present, single } from "./route-kit.ts";

@@ -1,9 +1,12 @@
 import { create, fromJson } from "@bufbuild/protobuf";
+import { mcpConfigSchema } from "../codec/mcp-model.ts";
+import { compileRestCodec } from "../codec/rest-codec.ts";
+import { mcpMessageJson, providerTokensModel, REST_JSON_DIFFERENCES } from "../codec/rest-json.ts";
+import { RESETTABLE_FIELDS, SECRET_FIELDS } from "../codec/settings-fields.ts";
 import { nullable, object } from "../core/model/containers.ts";
 import { str } from "../core/model/scalars.ts";
 import type { Schema } from "../core/model/schema.ts";
 import { validate } from "../core/model/validate.ts";
-import { compileRestCodec } from "../core/rest-codec.ts";
 import { SecretsService } from "../gen/workspace/v1/secrets_pb.js";
 import {
   AddGitProvidersRequestSchema,
@@ -13,9 +16,6 @@ import {
   SettingsService,
   StoreSettingsRequestSchema,
 } from "../gen/workspace/v1/settings_pb.js";
-import { mcpMessageJson, providerTokensModel, REST_JSON_DIFFERENCES } from "../services/rest-json.ts";
-import { mcpConfigSchema } from "../services/settings/mcp-model.ts";
-import { RESETTABLE_FIELDS, SECRET_FIELDS } from "../services/settings/settings-fields.ts";
 import { SETTINGS_RULES } from "../services/settings/settings-rules.ts";
 import type { JsonSchema, SchemaBuilder } from "./openapi.ts";
 import { type RestRoute, route } from "./rest-route.ts";

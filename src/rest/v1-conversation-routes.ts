@@ -1,5 +1,6 @@
 import { fromJson } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { START_TASK_SORT_ORDERS } from "../codec/conversation-json.ts";
 import { object } from "../core/model/containers.ts";
 import { int } from "../core/model/numbers.ts";
 import { bool, enumOf, str } from "../core/model/scalars.ts";
@@ -18,7 +19,6 @@ import {
   startTaskCodec,
   startTaskJson,
 } from "../services/conversations/conversation-codecs.ts";
-import { START_TASK_SORT_ORDERS } from "../services/conversations/conversation-json.ts";
 import { MAX_TITLE, TITLE_MODEL } from "../services/conversations/title.ts";
 import type { JsonSchema, RouteDocs, SchemaBuilder } from "./openapi.ts";
 import { type RestInput, type RestRoute, route } from "./rest-route.ts";

@@ -1,7 +1,4 @@
 import { describe, expect, it } from "vitest";
-import type { FieldViolation } from "../../src/core/errors.ts";
-import { isValidationError } from "../../src/core/model/schema.ts";
-import { validate } from "../../src/core/model/validate.ts";
 import {
   MAX_MCP_ARGS,
   MAX_MCP_ENV,
@@ -13,7 +10,10 @@ import {
   shlexSplit,
   urlSplit,
   validateMcpUrl,
-} from "../../src/services/settings/mcp-model.ts";
+} from "../../src/codec/mcp-model.ts";
+import type { FieldViolation } from "../../src/core/errors.ts";
+import { isValidationError } from "../../src/core/model/schema.ts";
+import { validate } from "../../src/core/model/validate.ts";
 
 const LOC = ["body", "mcp_config"];
 

@@ -1,6 +1,7 @@
 // Table-driven validation of the REST body models: one table per model of (input, the 422 detail entries it
 // yields as type and loc). A valid input yields no entry; an invalid one yields exactly the listed entries, in order.
 import { describe, expect, it } from "vitest";
+import { mcpConfigSchema } from "../../src/codec/mcp-model.ts";
 import { isValidationError, type Schema } from "../../src/core/model/schema.ts";
 import { validate } from "../../src/core/model/validate.ts";
 import {
@@ -10,7 +11,6 @@ import {
   updateSecretBodySchema,
 } from "../../src/rest/legacy-routes.ts";
 import { startRequestBodySchema } from "../../src/rest/v1-conversation-routes.ts";
-import { mcpConfigSchema } from "../../src/services/settings/mcp-model.ts";
 
 type Row = [name: string, input: unknown, expected: [type: string, loc: (string | number)[]][]];
 

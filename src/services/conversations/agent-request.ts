@@ -5,12 +5,12 @@
  * policy, the workspace, the initial message and the secrets.
  */
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
+import { messageJson } from "../../codec/conversation-json.ts";
 import { viaGateway } from "../../core/loopback-url.ts";
 import type { AppConversationStartRequest } from "../../gen/workspace/v1/app_conversation_pb.js";
 import { AgentType } from "../../gen/workspace/v1/app_conversation_pb.js";
 import { parseMicroagent } from "../git/microagent-content.ts";
 import type { ConversationConfig } from "../settings/settings-service.ts";
-import { messageJson } from "./conversation-json.ts";
 
 /** The SDK's default preset: terminal, file editor, task tracker and the browser tools. */
 export const DEFAULT_TOOLS = ["terminal", "file_editor", "task_tracker", "browser_tool_set"] as const;

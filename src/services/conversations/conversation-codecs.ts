@@ -1,11 +1,12 @@
 /**
- * The JSON faces of the app-conversation messages, compiled once from their descriptors (src/core/rest-codec.ts)
+ * The JSON faces of the app-conversation messages, compiled once from their descriptors (src/codec/rest-codec.ts)
  * with the one table of the reference's differences (REST_JSON_DIFFERENCES) and the start request's rules. The
  * service stores a start task's request in this JSON and the REST routes answer with it, so both write the same
  * JSON and a field added to the proto reaches both without code here.
  */
 import { fromJson, type JsonObject } from "@bufbuild/protobuf";
-import { compileRestCodec } from "../../core/rest-codec.ts";
+import { compileRestCodec } from "../../codec/rest-codec.ts";
+import { REST_JSON_DIFFERENCES } from "../../codec/rest-json.ts";
 import {
   type AppConversation,
   AppConversationSchema,
@@ -14,7 +15,6 @@ import {
   type AppConversationStartTask,
   AppConversationStartTaskSchema,
 } from "../../gen/workspace/v1/app_conversation_pb.js";
-import { REST_JSON_DIFFERENCES } from "../rest-json.ts";
 import { START_REQUEST_RULES } from "./conversation-rules.ts";
 
 /**

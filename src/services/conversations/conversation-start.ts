@@ -6,6 +6,7 @@
  * workspace steps in start-workspace.ts.
  */
 import { ConnectError } from "@connectrpc/connect";
+import { providerName, triggerName } from "../../codec/conversation-json.ts";
 import type { Clock } from "../../core/clock.ts";
 import { StorageUnavailableError } from "../../core/errors.ts";
 import { newHexId, parseHexId } from "../../core/ids.ts";
@@ -22,7 +23,6 @@ import type { LocalRepositoryCatalog } from "../../ports/local-repositories.ts";
 import type { LiveSandbox } from "../sandboxes/sandbox-state.ts";
 import type { ConversationConfig } from "../settings/settings-service.ts";
 import { agentStartRequest } from "./agent-request.ts";
-import { providerName, triggerName } from "./conversation-json.ts";
 import type { ConversationConfigSource, SecretSource, StartSandboxes } from "./ports.ts";
 import { LeaseLostError, StartError, StartProgress, type StartResume } from "./start-progress.ts";
 import { StartSandbox } from "./start-sandbox.ts";

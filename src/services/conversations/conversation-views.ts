@@ -4,6 +4,13 @@
  * reads of the conversation RPCs (app-conversation-service.ts) answer through it.
  */
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import {
+  executionStatusFromName,
+  metricsFromJson,
+  providerFromName,
+  toPbTaskStatus,
+  triggerFromName,
+} from "../../codec/conversation-json.ts";
 import type {
   AppConversation,
   AppConversationStartTask,
@@ -13,13 +20,6 @@ import type { AgentClient } from "../../ports/agent-client.ts";
 import type { ConversationRecord, StartTaskRecord } from "../../ports/conversation-repository.ts";
 import type { LiveSandbox } from "../sandboxes/sandbox-state.ts";
 import { startRequestFromJson } from "./conversation-codecs.ts";
-import {
-  executionStatusFromName,
-  metricsFromJson,
-  providerFromName,
-  toPbTaskStatus,
-  triggerFromName,
-} from "./conversation-json.ts";
 import type { SandboxReader } from "./ports.ts";
 
 export interface ConversationViewsOptions {

@@ -4,10 +4,11 @@
  * step's state is saved before it runs, and a failure ends the start with a detail a person can act on. One job of
  * a start (see conversation-start.ts).
  */
+
+import { PROVIDERS } from "../../codec/settings-fields.ts";
 import { localRepositoryFolder } from "../../core/repository-names.ts";
 import type { AgentCommandResult } from "../../ports/agent-client.ts";
 import type { LocalRepositoryCatalog, LocalRepositoryRecord } from "../../ports/local-repositories.ts";
-import { PROVIDERS } from "../settings/settings-fields.ts";
 import type { ConversationConfig } from "../settings/settings-service.ts";
 import { parseSkillFiles, type SkillJson, skillFilesCommand, workHostsSkill } from "./agent-request.ts";
 import type { Effective, StartFlowTimeouts } from "./conversation-start.ts";

@@ -5,11 +5,11 @@
  */
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { isProvider, PROVIDERS } from "../../codec/settings-fields.ts";
 import type { FieldViolation } from "../../core/errors.ts";
 import type { ProviderHostPolicy } from "../../core/provider-host.ts";
 import type { GitProviderVerifier } from "../../ports/git-provider-verifier.ts";
 import type { StoredProviderToken } from "../../ports/user-data-repository.ts";
-import { isProvider, PROVIDERS } from "./settings-fields.ts";
 
 /** One provider's entry of a request, as checked (plaintext token; empty or null keeps the stored one). */
 export interface IncomingToken {

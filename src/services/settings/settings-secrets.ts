@@ -4,13 +4,13 @@
  * MCP keys. Merged in sealed when settings are stored, opened for starting conversations and for the git routes.
  */
 import type { JsonObject } from "@bufbuild/protobuf";
+import type { McpConfigInput } from "../../codec/mcp-model.ts";
+import type { StoredMcp } from "../../codec/settings-document.ts";
+import { MASK } from "../../codec/settings-fields.ts";
 import { setOwn } from "../../core/model/schema.ts";
 import type { SecretBox } from "../../core/secret-box.ts";
 import type { StoredProviderToken, UserData } from "../../ports/user-data-repository.ts";
-import type { McpConfigInput } from "./mcp-model.ts";
 import type { IncomingToken } from "./provider-tokens.ts";
-import type { StoredMcp } from "./settings-document.ts";
-import { MASK } from "./settings-fields.ts";
 
 export class SettingsSecrets {
   readonly #box: SecretBox;

@@ -7,6 +7,14 @@
  */
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { mcpConfigSchema } from "../../codec/mcp-model.ts";
+import { mcpConfigJson, type StoredMcp, settingsJson, settingsView } from "../../codec/settings-document.ts";
+import {
+  isSecretField,
+  RESETTABLE_FIELDS,
+  SECRETS_STORE_FIELD,
+  SETTINGS_FIELDS,
+} from "../../codec/settings-fields.ts";
 import { callerKey, requireCaller } from "../../core/context.ts";
 import { type FieldViolation, notFound, unauthenticated, ValidationError } from "../../core/errors.ts";
 import { parseModel } from "../../core/model/validate.ts";
@@ -24,10 +32,7 @@ import type {
 } from "../../gen/workspace/v1/settings_pb.js";
 import type { GitProviderVerifier } from "../../ports/git-provider-verifier.ts";
 import type { UserDataStore } from "../user-data-store.ts";
-import { mcpConfigSchema } from "./mcp-model.ts";
 import { validateProviderKeys, verifyProviderTokens } from "./provider-tokens.ts";
-import { mcpConfigJson, type StoredMcp, settingsJson, settingsView } from "./settings-document.ts";
-import { isSecretField, RESETTABLE_FIELDS, SECRETS_STORE_FIELD, SETTINGS_FIELDS } from "./settings-fields.ts";
 import { checkSettingsRules } from "./settings-rules.ts";
 import { SettingsSecrets } from "./settings-secrets.ts";
 

@@ -2,6 +2,7 @@
 import { create, fromJson, type JsonObject, toJson } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { beforeEach, describe, expect, it } from "vitest";
+import { MASK } from "../../../src/codec/settings-fields.ts";
 import { ValidationError } from "../../../src/core/errors.ts";
 import {
   AddGitProvidersRequestSchema,
@@ -9,7 +10,6 @@ import {
   SettingsSchema,
   StoreSettingsRequestSchema,
 } from "../../../src/gen/workspace/v1/settings_pb.js";
-import { MASK } from "../../../src/services/settings/settings-fields.ts";
 import { SettingsService } from "../../../src/services/settings/settings-service.ts";
 import { UserDataStore } from "../../../src/services/user-data-store.ts";
 import {

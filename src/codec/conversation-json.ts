@@ -4,7 +4,7 @@
  * from the descriptors (conversation-codecs.ts).
  */
 import { create, type JsonObject } from "@bufbuild/protobuf";
-import { enumNames } from "../../core/enum-names.ts";
+import { enumNames } from "../core/enum-names.ts";
 import {
   AppConversationStartTaskSortOrderSchema,
   AppConversationStartTaskStatus,
@@ -16,9 +16,9 @@ import {
   type MetricsSnapshot,
   MetricsSnapshotSchema,
   type SendMessageRequest,
-} from "../../gen/workspace/v1/app_conversation_pb.js";
-import { ProviderType } from "../../gen/workspace/v1/provider_pb.js";
-import type { StartTaskStatus } from "../../ports/conversation-repository.ts";
+} from "../gen/workspace/v1/app_conversation_pb.js";
+import { ProviderType } from "../gen/workspace/v1/provider_pb.js";
+import type { StartTaskStatus } from "../ports/conversation-repository.ts";
 
 /** A protobuf-es enum object: name → number and number → name. */
 type PbEnum = Record<string, string | number>;

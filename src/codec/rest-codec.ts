@@ -7,14 +7,14 @@ import {
   ScalarType,
 } from "@bufbuild/protobuf";
 import { FeatureSet_FieldPresence, type Timestamp, timestampDate } from "@bufbuild/protobuf/wkt";
-import { unprefixedName } from "./enum-names.ts";
-import type { FieldViolation } from "./errors.ts";
-import { fieldFacts } from "./field-behavior.ts";
-import { dict, list, nullable, object } from "./model/containers.ts";
-import { float, int } from "./model/numbers.ts";
-import { anyValue, bool, enumOf, str } from "./model/scalars.ts";
-import { INVALID, type Schema } from "./model/schema.ts";
-import { dateTime } from "./model-formats.ts";
+import { unprefixedName } from "../core/enum-names.ts";
+import type { FieldViolation } from "../core/errors.ts";
+import { fieldFacts } from "../core/field-behavior.ts";
+import { dict, list, nullable, object } from "../core/model/containers.ts";
+import { float, int } from "../core/model/numbers.ts";
+import { anyValue, bool, enumOf, str } from "../core/model/scalars.ts";
+import { INVALID, type Schema } from "../core/model/schema.ts";
+import { dateTime } from "../core/model-formats.ts";
 
 /**
  * One place where the reference's JSON for a field differs from what the codec derives from the field's type (see

@@ -4,17 +4,17 @@
  * document (`settingsView`: secrets left out, MCP secrets masked). `StoredMcp` is how an MCP config is stored.
  */
 import { create, fromJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
-import { setOwn } from "../../core/model/schema.ts";
-import { toWellFormedJson } from "../../core/model/well-formed.ts";
-import { LOCAL_REPOSITORY_PROVIDER } from "../../core/repository-names.ts";
-import type { McpConfig } from "../../gen/workspace/v1/mcp_pb.js";
+import { setOwn } from "../core/model/schema.ts";
+import { toWellFormedJson } from "../core/model/well-formed.ts";
+import { LOCAL_REPOSITORY_PROVIDER } from "../core/repository-names.ts";
+import type { McpConfig } from "../gen/workspace/v1/mcp_pb.js";
 import {
   type GetSettingsResponse,
   GetSettingsResponseSchema,
   type Settings,
   SettingsSchema,
-} from "../../gen/workspace/v1/settings_pb.js";
-import type { UserData } from "../../ports/user-data-repository.ts";
+} from "../gen/workspace/v1/settings_pb.js";
+import type { UserData } from "../ports/user-data-repository.ts";
 import { BOOLEAN_DEFAULTS, isSecretField, MASK, SETTINGS_FIELDS } from "./settings-fields.ts";
 
 /** An MCP config as the settings document stores it (secrets sealed). */

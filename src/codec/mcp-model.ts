@@ -13,12 +13,12 @@
  * reference iterates strings character by character and crashes on null); keys of an `env` object are validated
  * with the same rule as keys in the string form; lists are capped (servers, args, env entries).
  */
-import { dict, list, nullable, object } from "../../core/model/containers.ts";
-import { int } from "../../core/model/numbers.ts";
-import { pyFalsy, pyRepr, pyStrip } from "../../core/model/py-text.ts";
-import { str } from "../../core/model/scalars.ts";
-import { type Schema, ValueError } from "../../core/model/schema.ts";
-import { before, refine, transform } from "../../core/model/validators.ts";
+import { dict, list, nullable, object } from "../core/model/containers.ts";
+import { int } from "../core/model/numbers.ts";
+import { pyFalsy, pyRepr, pyStrip } from "../core/model/py-text.ts";
+import { str } from "../core/model/scalars.ts";
+import { type Schema, ValueError } from "../core/model/schema.ts";
+import { before, refine, transform } from "../core/model/validators.ts";
 
 export const MAX_MCP_SERVERS = 100;
 export const MAX_MCP_ARGS = 100;

@@ -2,14 +2,14 @@ import type { JsonObject } from "@bufbuild/protobuf";
 import { dict, list, nullable, object, taggedUnion } from "../core/model/containers.ts";
 import { anyValue, bool, enumOf, literal, str } from "../core/model/scalars.ts";
 import type { Infer } from "../core/model/schema.ts";
-import type { RestJsonTable } from "../core/rest-codec.ts";
 import type { SendMessageRequest } from "../gen/workspace/v1/app_conversation_pb.js";
 import type { McpConfig } from "../gen/workspace/v1/mcp_pb.js";
 import type { SecretsStore } from "../gen/workspace/v1/provider_pb.js";
 import type { ProviderTokenSet } from "../gen/workspace/v1/settings_pb.js";
-import { dashedUuid, messageJson, ROLE_NAMES } from "./conversations/conversation-json.ts";
-import { mcpConfigSchema } from "./settings/mcp-model.ts";
-import { PROVIDERS } from "./settings/settings-fields.ts";
+import { dashedUuid, messageJson, ROLE_NAMES } from "./conversation-json.ts";
+import { mcpConfigSchema } from "./mcp-model.ts";
+import type { RestJsonTable } from "./rest-codec.ts";
+import { PROVIDERS } from "./settings-fields.ts";
 
 const providerToken = object(
   {

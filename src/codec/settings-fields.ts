@@ -1,7 +1,7 @@
-import { enumNames } from "../../core/enum-names.ts";
-import { fieldFacts } from "../../core/field-behavior.ts";
-import { ProviderTypeSchema } from "../../gen/workspace/v1/provider_pb.js";
-import { SettingsSchema } from "../../gen/workspace/v1/settings_pb.js";
+import { enumNames } from "../core/enum-names.ts";
+import { fieldFacts } from "../core/field-behavior.ts";
+import { ProviderTypeSchema } from "../gen/workspace/v1/provider_pb.js";
+import { SettingsSchema } from "../gen/workspace/v1/settings_pb.js";
 
 /**
  * Field names of the settings record, from its descriptor: declared in the reference's order (the REST answer
