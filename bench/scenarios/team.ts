@@ -40,7 +40,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { join } from "node:path";
 import WebSocket from "ws";
-import { ApiKeyService } from "../../src/services/keys/api-key-service.ts";
+import { ApiKeyService } from "../../src/domain/keys/api-key-service.ts";
 import { createSqliteStorage } from "../../src/storage/sqlite/sqlite-storage.ts";
 import { Browser } from "../../test/helpers/browser.ts";
 import { cpuSeconds, median, percentile, rssMiB, type ServerChild } from "../lib/bench-util.ts";

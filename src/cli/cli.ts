@@ -1,12 +1,12 @@
 // Admin CLI: serve, keys create|list|revoke, and a user's sandboxes and settings through a running server. Exit
 // codes: 0 ok, 1 failure, 2 usage error, 3 server unreachable. Started by main.ts after the Node.js version check.
 import { parseArgs } from "node:util";
+import { ApiKeyService } from "../domain/keys/api-key-service.ts";
 import { runServer } from "../server/cluster.ts";
 import { loadConfig } from "../server/config.ts";
 import { ConfigError } from "../server/config-types.ts";
 import { ENV_DOC } from "../server/env-doc.ts";
 import { describeStorage, MissingDatabaseError, openStorage } from "../server/open-storage.ts";
-import { ApiKeyService } from "../services/keys/api-key-service.ts";
 import { ApiError, ConnectionError, createApiClient, parseAssignment, table } from "./api-client.ts";
 
 const HELP = `Agent Workspace Service

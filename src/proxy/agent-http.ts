@@ -9,7 +9,7 @@ import { Transform } from "node:stream";
 import replyFrom from "@fastify/reply-from";
 import Fastify, { type FastifyBaseLogger, LogController } from "fastify";
 import { RateLimiter } from "../core/rate-limiter.ts";
-import type { AgentTarget } from "../services/sandboxes/agent-targets.ts";
+import type { AgentTarget } from "../domain/sandboxes/agent-targets.ts";
 import {
   agentCallKey,
   agentRequestHeaders,

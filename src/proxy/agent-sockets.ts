@@ -15,7 +15,7 @@
 import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import { RateLimiter } from "../core/rate-limiter.ts";
-import type { AgentTarget } from "../services/sandboxes/agent-targets.ts";
+import type { AgentTarget } from "../domain/sandboxes/agent-targets.ts";
 import { pathOf, SOCKET_PREFIX, socketKey } from "./agent-calls.ts";
 import { AgentCallError, type AgentProxyDeps, resolveAgent } from "./agent-http.ts";
 import { FrameRelay } from "./frame-relay.ts";

@@ -8,6 +8,7 @@ import { anyValue, bool, str } from "../core/model/scalars.ts";
 import { validate } from "../core/model/validate.ts";
 import { refine } from "../core/model/validators.ts";
 import { uuidHex } from "../core/model-formats.ts";
+import { branchProblem, repositoryProblem } from "../domain/conversations/workspace-commands.ts";
 import {
   type AppConversation,
   AppConversationService,
@@ -19,7 +20,6 @@ import {
   type MessageContent,
 } from "../gen/workspace/v1/app_conversation_pb.js";
 import { SandboxStatus } from "../gen/workspace/v1/sandbox_pb.js";
-import { branchProblem, repositoryProblem } from "../services/conversations/workspace-commands.ts";
 import type { JsonSchema } from "./openapi.ts";
 import { type RestInput, type RestRoute, route } from "./rest-route.ts";
 import { iso, PAGE_QUERY, pathParam, present, single } from "./route-kit.ts";

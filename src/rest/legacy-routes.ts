@@ -7,6 +7,7 @@ import { nullable, object } from "../core/model/containers.ts";
 import { str } from "../core/model/scalars.ts";
 import type { Schema } from "../core/model/schema.ts";
 import { validate } from "../core/model/validate.ts";
+import { SETTINGS_RULES } from "../domain/settings/settings-rules.ts";
 import { SecretsService } from "../gen/workspace/v1/secrets_pb.js";
 import {
   AddGitProvidersRequestSchema,
@@ -16,7 +17,6 @@ import {
   SettingsService,
   StoreSettingsRequestSchema,
 } from "../gen/workspace/v1/settings_pb.js";
-import { SETTINGS_RULES } from "../services/settings/settings-rules.ts";
 import type { JsonSchema, SchemaBuilder } from "./openapi.ts";
 import { type RestRoute, route } from "./rest-route.ts";
 import { pathParam } from "./route-kit.ts";

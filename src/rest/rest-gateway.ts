@@ -4,7 +4,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Caller } from "../core/context.ts";
 import type { FieldViolation } from "../core/errors.ts";
 import { resourceExhausted, unauthenticated, ValidationError } from "../core/errors.ts";
-import { TOO_MANY_WRITES } from "../services/user-data-store.ts";
+import { TOO_MANY_WRITES } from "../domain/user-data-store.ts";
 import { type Admission, callValues } from "../transport/admission.ts";
 import { endSessionCookies, headerKeyOf, type KeyOf, nodeHeaders } from "../transport/browser-session.ts";
 import { isInternal } from "../transport/errors.ts";

@@ -1,6 +1,8 @@
 import type { Server as NodeServer } from "node:http";
 import type * as grpc from "@grpc/grpc-js";
 import type { FastifyInstance, FastifyServerOptions } from "fastify";
+import type { ApiKeyService } from "../domain/keys/api-key-service.ts";
+import type { SandboxSpec } from "../domain/sandboxes/sandbox-spec-service.ts";
 import type { AgentClient } from "../ports/agent-client.ts";
 import type { GitProviderVerifier } from "../ports/git-provider-verifier.ts";
 import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
@@ -10,8 +12,6 @@ import type { OptionsLists } from "../rest/options-routes.ts";
 import type { RestRoute } from "../rest/rest-route.ts";
 import { createGrpcServer, type GrpcListener, listenGrpc } from "../rpc/grpc-server.ts";
 import { addReflection } from "../rpc/reflection.ts";
-import type { ApiKeyService } from "../services/keys/api-key-service.ts";
-import type { SandboxSpec } from "../services/sandboxes/sandbox-spec-service.ts";
 import { ConnectionGuard } from "../transport/connection-guard.ts";
 import { DEFAULT_LIMITS, type TransportLimits } from "../transport/limits.ts";
 import type { ServiceBinding } from "../transport/service-binding.ts";

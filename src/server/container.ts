@@ -7,6 +7,30 @@ import { PageTokens } from "../core/page-token.ts";
 import { ProviderHostPolicy } from "../core/provider-host.ts";
 import { RateLimiter } from "../core/rate-limiter.ts";
 import { SecretBox } from "../core/secret-box.ts";
+import { ChangeFeed } from "../domain/change-feed.ts";
+import {
+  AppConversationService,
+  type AppConversationServiceOptions,
+} from "../domain/conversations/app-conversation-service.ts";
+import { ConversationRecords } from "../domain/conversations/conversation-records.ts";
+import { ConversationFactBus } from "../domain/conversations/ports.ts";
+import { DEFAULT_EVENT_LIMITS, type EventLimits, EventService } from "../domain/events/event-service.ts";
+import { GitService } from "../domain/git/git-service.ts";
+import { ApiKeyService, DEFAULT_USER } from "../domain/keys/api-key-service.ts";
+import { AgentTargets } from "../domain/sandboxes/agent-targets.ts";
+import type { SpecCatalog } from "../domain/sandboxes/ports.ts";
+import { type AgentUrls, SandboxInfos } from "../domain/sandboxes/sandbox-info.ts";
+import { SandboxLifecycle } from "../domain/sandboxes/sandbox-lifecycle.ts";
+import { type SandboxLimits, sandboxLimits } from "../domain/sandboxes/sandbox-limits.ts";
+import { SandboxReconciler } from "../domain/sandboxes/sandbox-reconciler.ts";
+import { SandboxService } from "../domain/sandboxes/sandbox-service.ts";
+import { type SandboxSpec, SandboxSpecService } from "../domain/sandboxes/sandbox-spec-service.ts";
+import { SandboxStates } from "../domain/sandboxes/sandbox-state.ts";
+import { sealedSessionKeys } from "../domain/sandboxes/session-keys.ts";
+import { WarmClaims } from "../domain/sandboxes/warm-claims.ts";
+import { SecretsService } from "../domain/secrets/secrets-service.ts";
+import { SettingsService } from "../domain/settings/settings-service.ts";
+import { DEFAULT_USER_DATA_LIMITS, type UserDataLimits, UserDataStore } from "../domain/user-data-store.ts";
 import { AppConversationService as AppConversationServiceDesc } from "../gen/workspace/v1/app_conversation_pb.js";
 import { EventService as EventServiceDesc } from "../gen/workspace/v1/event_pb.js";
 import { GitService as GitServiceDesc } from "../gen/workspace/v1/git_pb.js";
@@ -24,30 +48,6 @@ import type { SandboxRepository } from "../ports/sandbox-repository.ts";
 import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
 import type { Storage } from "../ports/storage.ts";
 import { legacyRoutes } from "../rest/legacy-routes.ts";
-import { ChangeFeed } from "../services/change-feed.ts";
-import {
-  AppConversationService,
-  type AppConversationServiceOptions,
-} from "../services/conversations/app-conversation-service.ts";
-import { ConversationRecords } from "../services/conversations/conversation-records.ts";
-import { ConversationFactBus } from "../services/conversations/ports.ts";
-import { DEFAULT_EVENT_LIMITS, type EventLimits, EventService } from "../services/events/event-service.ts";
-import { GitService } from "../services/git/git-service.ts";
-import { ApiKeyService, DEFAULT_USER } from "../services/keys/api-key-service.ts";
-import { AgentTargets } from "../services/sandboxes/agent-targets.ts";
-import type { SpecCatalog } from "../services/sandboxes/ports.ts";
-import { type AgentUrls, SandboxInfos } from "../services/sandboxes/sandbox-info.ts";
-import { SandboxLifecycle } from "../services/sandboxes/sandbox-lifecycle.ts";
-import { type SandboxLimits, sandboxLimits } from "../services/sandboxes/sandbox-limits.ts";
-import { SandboxReconciler } from "../services/sandboxes/sandbox-reconciler.ts";
-import { SandboxService } from "../services/sandboxes/sandbox-service.ts";
-import { type SandboxSpec, SandboxSpecService } from "../services/sandboxes/sandbox-spec-service.ts";
-import { SandboxStates } from "../services/sandboxes/sandbox-state.ts";
-import { sealedSessionKeys } from "../services/sandboxes/session-keys.ts";
-import { WarmClaims } from "../services/sandboxes/warm-claims.ts";
-import { SecretsService } from "../services/secrets/secrets-service.ts";
-import { SettingsService } from "../services/settings/settings-service.ts";
-import { DEFAULT_USER_DATA_LIMITS, type UserDataLimits, UserDataStore } from "../services/user-data-store.ts";
 import { type Admission, type Admit, type Authenticate, createAdmission } from "../transport/admission.ts";
 import { BrowserSessions, type KeyOf } from "../transport/browser-session.ts";
 import type { TransportLimits } from "../transport/limits.ts";

@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { BUILTIN_AGENT_COMMAND } from "../../agent/shared/builtin-agent.ts";
-import type { SandboxSpec } from "../services/sandboxes/sandbox-spec-service.ts";
+import type { SandboxSpec } from "../domain/sandboxes/sandbox-spec-service.ts";
 import { ConfigError, type RuntimeConfig } from "./config-types.ts";
 
 /** The reference's environment for its agent-server image. */

@@ -1,6 +1,6 @@
 import Docker from "dockerode";
 import { BUILTIN_AGENT_COMMAND } from "../../agent/shared/builtin-agent.ts";
-import type { SandboxSpec } from "../../src/services/sandboxes/sandbox-spec-service.ts";
+import type { SandboxSpec } from "../../src/domain/sandboxes/sandbox-spec-service.ts";
 
 /** Engine client for DOCKER_HOST (unix:// or tcp://), else /var/run/docker.sock. */
 export function dockerFromEnv(host: string | undefined = process.env.DOCKER_HOST): Docker {

@@ -1,8 +1,9 @@
 // A sandbox service composed as the server composes it (createSandboxService), from its collaborators and limit
 // settings given in one object, for tests that set a few limits beside the fakes.
+
+import { type SandboxLimitSettings, sandboxLimits } from "../../src/domain/sandboxes/sandbox-limits.ts";
+import type { SandboxService } from "../../src/domain/sandboxes/sandbox-service.ts";
 import { createSandboxService, type SandboxServiceDeps } from "../../src/server/container.ts";
-import { type SandboxLimitSettings, sandboxLimits } from "../../src/services/sandboxes/sandbox-limits.ts";
-import type { SandboxService } from "../../src/services/sandboxes/sandbox-service.ts";
 
 /** The sandbox service's collaborators, and its limit settings (their defaults where left out). */
 export type TestSandboxServiceOptions = Omit<SandboxServiceDeps, "limits"> & SandboxLimitSettings;

@@ -12,6 +12,7 @@ import {
 } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { fieldFacts } from "../../src/core/field-behavior.ts";
+import { SETTINGS_RULES } from "../../src/domain/settings/settings-rules.ts";
 import {
   type GetSettingsResponse,
   GetSettingsResponseSchema,
@@ -20,7 +21,6 @@ import {
   StoreSettingsRequestSchema,
 } from "../../src/gen/workspace/v1/settings_pb.js";
 import { settingsCodec } from "../../src/rest/legacy-routes.ts";
-import { SETTINGS_RULES } from "../../src/services/settings/settings-rules.ts";
 import { connectClient, grpcClient } from "../helpers/rpc-clients.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
 

@@ -8,9 +8,9 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { TOO_MANY_WRITES } from "../../src/domain/user-data-store.ts";
 import { CreateSecretRequestSchema, SecretsService } from "../../src/gen/workspace/v1/secrets_pb.js";
 import { DEFAULT_QUOTAS } from "../../src/server/container.ts";
-import { TOO_MANY_WRITES } from "../../src/services/user-data-store.ts";
 import { connectClient } from "../helpers/rpc-clients.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
 

@@ -5,18 +5,18 @@ import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { afterAll, describe, expect, it } from "vitest";
 import {
-  AgentType,
-  AppConversationStartRequestSchema,
-} from "../../src/gen/workspace/v1/app_conversation_pb.js";
-import { errorSummary } from "../../src/integrations/http-agent-client.ts";
-import {
   agentStartRequest,
   parseSkillFiles,
   skillFilesCommand,
   toMcpServers,
   workHostsSkill,
-} from "../../src/services/conversations/agent-request.ts";
-import type { ConversationConfig } from "../../src/services/settings/settings-service.ts";
+} from "../../src/domain/conversations/agent-request.ts";
+import type { ConversationConfig } from "../../src/domain/settings/settings-service.ts";
+import {
+  AgentType,
+  AppConversationStartRequestSchema,
+} from "../../src/gen/workspace/v1/app_conversation_pb.js";
+import { errorSummary } from "../../src/integrations/http-agent-client.ts";
 
 const config = (over: Partial<ConversationConfig> = {}): ConversationConfig => ({
   llmModel: "anthropic/claude-sonnet-4-5",

@@ -1,7 +1,7 @@
 import { describe, expect, it, vi } from "vitest";
+import { ChangeFeed, ChangeTooOldError } from "../../src/domain/change-feed.ts";
 import type { ChangeRecord } from "../../src/ports/change-log.ts";
 import { parseSandboxChange } from "../../src/ports/change-log.ts";
-import { ChangeFeed, ChangeTooOldError } from "../../src/services/change-feed.ts";
 import { createMongoChangeLog } from "../../src/storage/mongo/mongo-change-log.ts";
 import { COLLECTIONS } from "../../src/storage/mongo/mongo-indexes.ts";
 import { createMongoStorageFromDb } from "../../src/storage/mongo/mongo-storage.ts";

@@ -4,17 +4,17 @@
 import { create, equals } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import {
+  startRequestCodec,
+  startRequestFromJson,
+  startRequestJson,
+} from "../../src/domain/conversations/conversation-codecs.ts";
+import {
   AgentType,
   AppConversationStartRequestSchema,
   ConversationTrigger,
   MessageRole,
 } from "../../src/gen/workspace/v1/app_conversation_pb.js";
 import { ProviderType } from "../../src/gen/workspace/v1/provider_pb.js";
-import {
-  startRequestCodec,
-  startRequestFromJson,
-  startRequestJson,
-} from "../../src/services/conversations/conversation-codecs.ts";
 
 const ID = "0123456789abcdef0123456789abcdef";
 

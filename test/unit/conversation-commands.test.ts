@@ -14,7 +14,7 @@ import {
   repositoryProblem,
   shellQuote,
   withoutCredentials,
-} from "../../src/services/conversations/workspace-commands.ts";
+} from "../../src/domain/conversations/workspace-commands.ts";
 
 describe("clone URLs", () => {
   it("embeds the token as the reference does, per provider, on the stored or public host", () => {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { ValidationError } from "../../src/core/errors.ts";
-import { checkEventBatch, parseTimestampUs } from "../../src/services/events/event-json.ts";
-import { fallbackTitle } from "../../src/services/events/event-service.ts";
+import { checkEventBatch, parseTimestampUs } from "../../src/domain/events/event-json.ts";
+import { fallbackTitle } from "../../src/domain/events/event-service.ts";
 
 const us = (iso: string) => Date.parse(iso) * 1000;
 

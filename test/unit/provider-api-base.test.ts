@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { ProviderHostPolicy } from "../../src/core/provider-host.ts";
+import { parseMicroagent } from "../../src/domain/git/microagent-content.ts";
 import { providerApiBase } from "../../src/integrations/git/provider-clients.ts";
 import { sameOriginLinks } from "../../src/integrations/git/provider-http.ts";
-import { parseMicroagent } from "../../src/services/git/microagent-content.ts";
 
 /** The API roots the provider clients call, computed only: nothing here opens a connection. */
 describe("providerApiBase", () => {

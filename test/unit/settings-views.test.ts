@@ -11,14 +11,14 @@ import type { Db } from "mongodb";
 import { afterAll, describe, expect, it } from "vitest";
 import { callerValues } from "../../src/core/context.ts";
 import { SecretBox } from "../../src/core/secret-box.ts";
+import { SettingsService } from "../../src/domain/settings/settings-service.ts";
+import { UserDataStore } from "../../src/domain/user-data-store.ts";
 import {
   GetSettingsRequestSchema,
   SettingsService as SettingsDesc,
   StoreSettingsRequestSchema,
 } from "../../src/gen/workspace/v1/settings_pb.js";
 import type { Storage } from "../../src/ports/storage.ts";
-import { SettingsService } from "../../src/services/settings/settings-service.ts";
-import { UserDataStore } from "../../src/services/user-data-store.ts";
 import { createMongoStorageFromDb } from "../../src/storage/mongo/mongo-storage.ts";
 import { createSqliteStorage } from "../../src/storage/sqlite/sqlite-storage.ts";
 import { createMongoStandin } from "../helpers/mongo-standin.ts";

@@ -3,8 +3,8 @@ import { createHandlerContext, type HandlerContext } from "@connectrpc/connect";
 import { callerValues } from "../../../src/core/context.ts";
 import { PageTokens } from "../../../src/core/page-token.ts";
 import { SecretBox } from "../../../src/core/secret-box.ts";
+import { ChangeFeed } from "../../../src/domain/change-feed.ts";
 import { SettingsService as SettingsServiceDesc } from "../../../src/gen/workspace/v1/settings_pb.js";
-import { ChangeFeed } from "../../../src/services/change-feed.ts";
 import { InMemoryChangeLog } from "./change-log.ts";
 
 export { FakeAgentClient } from "./agent-client.ts";

@@ -1,7 +1,7 @@
 // ApiKeyService over an in-memory api-key repository.
 import { createHash } from "node:crypto";
 import { beforeEach, describe, expect, it } from "vitest";
-import { ApiKeyService, DEFAULT_USER, ENV_KEY_LABEL } from "../../../src/services/keys/api-key-service.ts";
+import { ApiKeyService, DEFAULT_USER, ENV_KEY_LABEL } from "../../../src/domain/keys/api-key-service.ts";
 import { InMemoryApiKeyRepository } from "../../helpers/fakes/index.ts";
 
 let repo: InMemoryApiKeyRepository;

@@ -5,6 +5,15 @@ import { Code, type ConnectError } from "@connectrpc/connect";
 import { beforeEach, describe, expect, it } from "vitest";
 import { ValidationError } from "../../../src/core/errors.ts";
 import {
+  AppConversationService,
+  TOO_MANY_ATTEMPTS_DETAIL,
+} from "../../../src/domain/conversations/app-conversation-service.ts";
+import type { SandboxService } from "../../../src/domain/sandboxes/sandbox-service.ts";
+import { SandboxSpecService } from "../../../src/domain/sandboxes/sandbox-spec-service.ts";
+import { SecretsService } from "../../../src/domain/secrets/secrets-service.ts";
+import { SettingsService } from "../../../src/domain/settings/settings-service.ts";
+import { UserDataStore } from "../../../src/domain/user-data-store.ts";
+import {
   AppConversationStartRequestSchema,
   AppConversationStartTaskStatus,
   BatchGetAppConversationsRequestSchema,
@@ -16,15 +25,6 @@ import {
 } from "../../../src/gen/workspace/v1/app_conversation_pb.js";
 import { SandboxStatus } from "../../../src/gen/workspace/v1/sandbox_pb.js";
 import { SettingsSchema, StoreSettingsRequestSchema } from "../../../src/gen/workspace/v1/settings_pb.js";
-import {
-  AppConversationService,
-  TOO_MANY_ATTEMPTS_DETAIL,
-} from "../../../src/services/conversations/app-conversation-service.ts";
-import type { SandboxService } from "../../../src/services/sandboxes/sandbox-service.ts";
-import { SandboxSpecService } from "../../../src/services/sandboxes/sandbox-spec-service.ts";
-import { SecretsService } from "../../../src/services/secrets/secrets-service.ts";
-import { SettingsService } from "../../../src/services/settings/settings-service.ts";
-import { UserDataStore } from "../../../src/services/user-data-store.ts";
 import {
   callAs,
   FakeAgentClient,

@@ -3,9 +3,9 @@
 
 import { describe, expect, it } from "vitest";
 import { newHexId } from "../../../src/core/ids.ts";
+import { EventService } from "../../../src/domain/events/event-service.ts";
 import type { ConversationRecord } from "../../../src/ports/conversation-repository.ts";
 import type { SandboxRecord } from "../../../src/ports/sandbox-repository.ts";
-import { EventService } from "../../../src/services/events/event-service.ts";
 import { conversationRecord } from "../../helpers/conversation-fixtures.ts";
 import {
   InMemoryConversationRepository,

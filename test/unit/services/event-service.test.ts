@@ -5,6 +5,7 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { beforeEach, describe, expect, it } from "vitest";
 import { newHexId } from "../../../src/core/ids.ts";
+import { type EventLimits, EventService } from "../../../src/domain/events/event-service.ts";
 import {
   BatchGetEventsRequestSchema,
   CountEventsRequestSchema,
@@ -12,7 +13,6 @@ import {
 } from "../../../src/gen/workspace/v1/event_pb.js";
 import type { ConversationRecord } from "../../../src/ports/conversation-repository.ts";
 import type { SandboxRecord } from "../../../src/ports/sandbox-repository.ts";
-import { type EventLimits, EventService } from "../../../src/services/events/event-service.ts";
 import { conversationRecord } from "../../helpers/conversation-fixtures.ts";
 import {
   callAs,

@@ -5,6 +5,7 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { beforeEach, describe, expect, it } from "vitest";
+import { GitService } from "../../../src/domain/git/git-service.ts";
 import {
   ListBranchesRequestSchema,
   ListRepositoriesRequestSchema,
@@ -17,7 +18,6 @@ import {
   type GitProviderName,
   type RepositoryRecord,
 } from "../../../src/ports/git-provider.ts";
-import { GitService } from "../../../src/services/git/git-service.ts";
 import { callAs } from "../../helpers/fakes/index.ts";
 
 type StoredTokens = Record<string, { token: string; host: string | null }>;

@@ -1,7 +1,7 @@
 // The sandbox service's limits as one frozen object (sandboxLimits): each default as the settings always had it,
 // the grace periods derived from the start timeout, and nothing changes them after construction.
 import { describe, expect, it } from "vitest";
-import { type SandboxLimitSettings, sandboxLimits } from "../../../src/services/sandboxes/sandbox-limits.ts";
+import { type SandboxLimitSettings, sandboxLimits } from "../../../src/domain/sandboxes/sandbox-limits.ts";
 
 const options = (limits: SandboxLimitSettings = {}): SandboxLimitSettings => limits;
 

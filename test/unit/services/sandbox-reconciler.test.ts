@@ -2,14 +2,14 @@
 // runtime's removal/pause/warm sweep, the states' observe/transition, the lifecycle's in-progress work): what it
 // persists of each observed sandbox, what it leaves to this server's own starts and deletes, and what it removes.
 import { describe, expect, it } from "vitest";
-import type { SandboxRecord, SandboxStatus } from "../../../src/ports/sandbox-repository.ts";
-import type { RuntimeHandle } from "../../../src/ports/sandbox-runtime.ts";
-import { sandboxLimits } from "../../../src/services/sandboxes/sandbox-limits.ts";
+import { sandboxLimits } from "../../../src/domain/sandboxes/sandbox-limits.ts";
 import {
   type ReconcileLifecycle,
   SandboxReconciler,
-} from "../../../src/services/sandboxes/sandbox-reconciler.ts";
-import type { Observed, SandboxStateAccess } from "../../../src/services/sandboxes/sandbox-state.ts";
+} from "../../../src/domain/sandboxes/sandbox-reconciler.ts";
+import type { Observed, SandboxStateAccess } from "../../../src/domain/sandboxes/sandbox-state.ts";
+import type { SandboxRecord, SandboxStatus } from "../../../src/ports/sandbox-repository.ts";
+import type { RuntimeHandle } from "../../../src/ports/sandbox-runtime.ts";
 
 const HANDLE: RuntimeHandle = { data: { pid: 1 }, agentUrl: "http://127.0.0.1:1", port: 1 };
 const LONG_AGO = new Date(Date.now() - 3_600_000);

@@ -5,10 +5,10 @@ import { create } from "@bufbuild/protobuf";
 import { Code, type ConnectError } from "@connectrpc/connect";
 import { beforeEach, describe, expect, it } from "vitest";
 import { failedPrecondition } from "../../../src/core/errors.ts";
+import type { SandboxService } from "../../../src/domain/sandboxes/sandbox-service.ts";
+import { SandboxSpecService } from "../../../src/domain/sandboxes/sandbox-spec-service.ts";
 import { ResumeSandboxRequestSchema, SandboxStatus } from "../../../src/gen/workspace/v1/sandbox_pb.js";
 import type { RuntimeHandle, RuntimeStartRequest } from "../../../src/ports/sandbox-runtime.ts";
-import type { SandboxService } from "../../../src/services/sandboxes/sandbox-service.ts";
-import { SandboxSpecService } from "../../../src/services/sandboxes/sandbox-spec-service.ts";
 import {
   callAs,
   FakeSandboxRuntime,

@@ -3,6 +3,8 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { create } from "@bufbuild/protobuf";
 import { Code, type ConnectError } from "@connectrpc/connect";
 import { beforeEach, describe, expect, it } from "vitest";
+import type { SandboxService } from "../../../src/domain/sandboxes/sandbox-service.ts";
+import { SandboxSpecService } from "../../../src/domain/sandboxes/sandbox-spec-service.ts";
 import {
   BatchGetSandboxesRequestSchema,
   DeleteSandboxRequestSchema,
@@ -11,8 +13,6 @@ import {
   SearchSandboxesRequestSchema,
   StartSandboxRequestSchema,
 } from "../../../src/gen/workspace/v1/sandbox_pb.js";
-import type { SandboxService } from "../../../src/services/sandboxes/sandbox-service.ts";
-import { SandboxSpecService } from "../../../src/services/sandboxes/sandbox-spec-service.ts";
 import {
   callAs,
   FakeSandboxRuntime,

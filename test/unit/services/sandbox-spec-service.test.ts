@@ -3,14 +3,11 @@ import { create } from "@bufbuild/protobuf";
 import { Code, type ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { ValidationError } from "../../../src/core/errors.ts";
+import { type SandboxSpec, SandboxSpecService } from "../../../src/domain/sandboxes/sandbox-spec-service.ts";
 import {
   BatchGetSandboxSpecsRequestSchema,
   SearchSandboxSpecsRequestSchema,
 } from "../../../src/gen/workspace/v1/sandbox_spec_pb.js";
-import {
-  type SandboxSpec,
-  SandboxSpecService,
-} from "../../../src/services/sandboxes/sandbox-spec-service.ts";
 import { callAs, testCrypto } from "../../helpers/fakes/index.ts";
 
 const spec = (id: string): SandboxSpec => ({

@@ -3,14 +3,14 @@
 // that stops answering, and compare-and-set transitions that update the record and wake watches only on success.
 import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
+import { sandboxLimits } from "../../../src/domain/sandboxes/sandbox-limits.ts";
+import { SandboxStates } from "../../../src/domain/sandboxes/sandbox-state.ts";
 import type {
   SandboxRecord,
   SandboxStatus,
   TransitionOptions,
 } from "../../../src/ports/sandbox-repository.ts";
 import type { RuntimeHandle, RuntimeState } from "../../../src/ports/sandbox-runtime.ts";
-import { sandboxLimits } from "../../../src/services/sandboxes/sandbox-limits.ts";
-import { SandboxStates } from "../../../src/services/sandboxes/sandbox-state.ts";
 
 const HANDLE: RuntimeHandle = { data: { pid: 1 }, agentUrl: "http://127.0.0.1:1", port: 1 };
 

@@ -1,8 +1,8 @@
 // The background sweep against users' actions, interleaved deterministically: the sweep's read, the user's action,
 // then the sweep's write. A user's action landing between the sweep's read and its write wins.
 import { describe, expect, it } from "vitest";
+import { SandboxSpecService } from "../../../src/domain/sandboxes/sandbox-spec-service.ts";
 import type { RuntimeHandle, RuntimeState } from "../../../src/ports/sandbox-runtime.ts";
-import { SandboxSpecService } from "../../../src/services/sandboxes/sandbox-spec-service.ts";
 import {
   FakeSandboxRuntime,
   InMemoryChangeLog,

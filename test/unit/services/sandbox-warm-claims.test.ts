@@ -2,9 +2,9 @@
 // runtime with a pool: a start the cap refuses takes no warm sandbox (a user at the cap cannot empty the pool for
 // everyone), also when the user's starts come all at once or through a conversation start (newSandboxId).
 import { beforeEach, describe, expect, it } from "vitest";
+import type { SandboxService } from "../../../src/domain/sandboxes/sandbox-service.ts";
+import { SandboxSpecService } from "../../../src/domain/sandboxes/sandbox-spec-service.ts";
 import type { RuntimeSpec, WarmClaim } from "../../../src/ports/sandbox-runtime.ts";
-import type { SandboxService } from "../../../src/services/sandboxes/sandbox-service.ts";
-import { SandboxSpecService } from "../../../src/services/sandboxes/sandbox-spec-service.ts";
 import {
   FakeSandboxRuntime,
   InMemoryChangeLog,

@@ -3,13 +3,13 @@ import { create } from "@bufbuild/protobuf";
 import { Code, type ConnectError } from "@connectrpc/connect";
 import { beforeEach, describe, expect, it } from "vitest";
 import { ValidationError } from "../../../src/core/errors.ts";
+import { SecretsService } from "../../../src/domain/secrets/secrets-service.ts";
+import { UserDataStore } from "../../../src/domain/user-data-store.ts";
 import {
   CreateSecretRequestSchema,
   DeleteSecretRequestSchema,
   UpdateSecretRequestSchema,
 } from "../../../src/gen/workspace/v1/secrets_pb.js";
-import { SecretsService } from "../../../src/services/secrets/secrets-service.ts";
-import { UserDataStore } from "../../../src/services/user-data-store.ts";
 import { callAs, InMemoryUserDataRepository, testCrypto } from "../../helpers/fakes/index.ts";
 
 let repo: InMemoryUserDataRepository;

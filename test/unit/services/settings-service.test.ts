@@ -4,14 +4,14 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { beforeEach, describe, expect, it } from "vitest";
 import { MASK } from "../../../src/codec/settings-fields.ts";
 import { ValidationError } from "../../../src/core/errors.ts";
+import { SettingsService } from "../../../src/domain/settings/settings-service.ts";
+import { UserDataStore } from "../../../src/domain/user-data-store.ts";
 import {
   AddGitProvidersRequestSchema,
   GetSettingsRequestSchema,
   SettingsSchema,
   StoreSettingsRequestSchema,
 } from "../../../src/gen/workspace/v1/settings_pb.js";
-import { SettingsService } from "../../../src/services/settings/settings-service.ts";
-import { UserDataStore } from "../../../src/services/user-data-store.ts";
 import {
   callAs,
   FakeGitVerifier,

@@ -2,10 +2,10 @@
 // is taken only within the user's sandbox cap, counting the ones taken for starts not yet recorded, and within the
 // user's claim rate, which counts only what was taken.
 import { describe, expect, it } from "vitest";
+import { sandboxLimits } from "../../../src/domain/sandboxes/sandbox-limits.ts";
+import { WarmClaims, type WarmPool } from "../../../src/domain/sandboxes/warm-claims.ts";
 import type { SandboxRecord } from "../../../src/ports/sandbox-repository.ts";
 import type { RuntimeSpec, WarmClaim } from "../../../src/ports/sandbox-runtime.ts";
-import { sandboxLimits } from "../../../src/services/sandboxes/sandbox-limits.ts";
-import { WarmClaims, type WarmPool } from "../../../src/services/sandboxes/warm-claims.ts";
 
 const SPEC = { command: ["agent"] } as unknown as RuntimeSpec;
 
