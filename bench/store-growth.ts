@@ -10,9 +10,9 @@ import { mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
+import { createSqliteStorage, sqliteDatabaseOf } from "../src/adapters/storage/sqlite/sqlite-storage.ts";
 import { buildApp } from "../src/server/app.ts";
 import { defaultSpecs } from "../src/server/sandbox-specs.ts";
-import { createSqliteStorage, sqliteDatabaseOf } from "../src/storage/sqlite/sqlite-storage.ts";
 import { FakeAgentClient, FakeSandboxRuntime } from "../test/helpers/fakes/index.ts";
 
 const USAGE = `usage: node bench/store-growth.ts [options]

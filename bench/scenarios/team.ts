@@ -40,8 +40,8 @@ import { readdirSync, readFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { join } from "node:path";
 import WebSocket from "ws";
+import { createSqliteStorage } from "../../src/adapters/storage/sqlite/sqlite-storage.ts";
 import { ApiKeyService } from "../../src/domain/keys/api-key-service.ts";
-import { createSqliteStorage } from "../../src/storage/sqlite/sqlite-storage.ts";
 import { Browser } from "../../test/helpers/browser.ts";
 import { cpuSeconds, median, percentile, rssMiB, type ServerChild } from "../lib/bench-util.ts";
 import {

@@ -28,6 +28,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { BUILTIN_AGENT_COMMAND } from "../../agent/shared/builtin-agent.ts";
+import { createSqliteStorage, sqliteDatabaseOf } from "../../src/adapters/storage/sqlite/sqlite-storage.ts";
 import type { EventRecord } from "../../src/ports/event-repository.ts";
 import type { AgentProxySettings } from "../../src/proxy/agent-settings.ts";
 import { createProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
@@ -36,7 +37,6 @@ import { DEFAULT_WARM_AGENTS } from "../../src/server/config.ts";
 import { DEFAULT_QUOTAS } from "../../src/server/container.ts";
 import { LogDestination } from "../../src/server/log-destination.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
-import { createSqliteStorage, sqliteDatabaseOf } from "../../src/storage/sqlite/sqlite-storage.ts";
 import { syntheticConversation } from "../../test/helpers/conversation-fixtures.ts";
 import { benchEventConversation, EVENTS_PER_CONVERSATION } from "./fixture.ts";
 

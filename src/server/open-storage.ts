@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync } from "node:fs";
 import { dirname } from "node:path";
+import { mongoDbName, mongoHosts } from "../adapters/storage/mongo/mongo-db-name.ts";
 import type { Storage } from "../ports/storage.ts";
-import { mongoDbName, mongoHosts } from "../storage/mongo/mongo-db-name.ts";
 import type { StorageConfig } from "./config-types.ts";
 
 /** Thrown by {@link openStorage} with `mustExist` when there is no database yet; nothing was created. */
@@ -21,7 +21,9 @@ export async function openStorage(
   options: { mustExist?: boolean } = {},
 ): Promise<Storage> {
   if (config.kind === "mongo") {
-    const { createMongoStorage, MissingStoreError } = await import("../storage/mongo/mongo-storage.ts");
+    const { createMongoStorage, MissingStoreError } = await import(
+      "../adapters/storage/mongo/mongo-storage.ts"
+    );
     try {
       return await createMongoStorage({
         uri: config.uri,
@@ -36,7 +38,7 @@ export async function openStorage(
   if (options.mustExist === true && !existsSync(config.path))
     throw new MissingDatabaseError(`no SQLite database at ${config.path}`);
   mkdirSync(dirname(config.path), { recursive: true, mode: 0o700 });
-  const { createSqliteStorage } = await import("../storage/sqlite/sqlite-storage.ts");
+  const { createSqliteStorage } = await import("../adapters/storage/sqlite/sqlite-storage.ts");
   return createSqliteStorage({ path: config.path });
 }
 

@@ -1,7 +1,10 @@
 import { randomUUID } from "node:crypto";
 import { type Db, MongoClient } from "mongodb";
 import { afterAll } from "vitest";
-import { createMongoStorage, createMongoStorageFromDb } from "../../src/storage/mongo/mongo-storage.ts";
+import {
+  createMongoStorage,
+  createMongoStorageFromDb,
+} from "../../src/adapters/storage/mongo/mongo-storage.ts";
 import { createMongoStandin } from "../helpers/mongo-standin.ts";
 import { describeStorageContract } from "./storage-contract.ts";
 

@@ -4,11 +4,11 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { buildEventQuery } from "../../src/adapters/storage/sqlite/sqlite-event-repository.ts";
+import { createSqliteStorage, sqliteDatabaseOf } from "../../src/adapters/storage/sqlite/sqlite-storage.ts";
 import { newHexId } from "../../src/core/ids.ts";
 import type { EventCursor, EventFilter } from "../../src/ports/event-repository.ts";
 import type { Storage } from "../../src/ports/storage.ts";
-import { buildEventQuery } from "../../src/storage/sqlite/sqlite-event-repository.ts";
-import { createSqliteStorage, sqliteDatabaseOf } from "../../src/storage/sqlite/sqlite-storage.ts";
 
 const T0 = Date.UTC(2025, 10, 28) * 1000;
 

@@ -4,13 +4,13 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { buildConversationQuery } from "../../src/adapters/storage/sqlite/sqlite-conversation-repository.ts";
+import { buildStartTaskQuery } from "../../src/adapters/storage/sqlite/sqlite-start-task-repository.ts";
+import { createSqliteStorage, sqliteDatabaseOf } from "../../src/adapters/storage/sqlite/sqlite-storage.ts";
 import { newHexId } from "../../src/core/ids.ts";
 import type { ConversationFilter } from "../../src/ports/conversation-repository.ts";
 import type { Cursor, PageQuery } from "../../src/ports/page.ts";
 import type { Storage } from "../../src/ports/storage.ts";
-import { buildConversationQuery } from "../../src/storage/sqlite/sqlite-conversation-repository.ts";
-import { buildStartTaskQuery } from "../../src/storage/sqlite/sqlite-start-task-repository.ts";
-import { createSqliteStorage, sqliteDatabaseOf } from "../../src/storage/sqlite/sqlite-storage.ts";
 import { SYNTHETIC_T0, syntheticConversation } from "../helpers/conversation-fixtures.ts";
 
 const ROWS = 100_000;

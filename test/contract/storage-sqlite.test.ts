@@ -3,11 +3,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import { afterAll, describe, expect, it } from "vitest";
+import { SQLITE_SCHEMA_VERSION } from "../../src/adapters/storage/sqlite/sqlite-schema.ts";
+import { createSqliteStorage, sqliteDatabaseOf } from "../../src/adapters/storage/sqlite/sqlite-storage.ts";
 import { StorageUnavailableError } from "../../src/core/errors.ts";
 import { DEFAULT_USER_DATA_LIMITS, UserDataStore } from "../../src/domain/user-data-store.ts";
 import type { UserData } from "../../src/ports/user-data-repository.ts";
-import { SQLITE_SCHEMA_VERSION } from "../../src/storage/sqlite/sqlite-schema.ts";
-import { createSqliteStorage, sqliteDatabaseOf } from "../../src/storage/sqlite/sqlite-storage.ts";
 import { describeStorageContract } from "./storage-contract.ts";
 
 /**

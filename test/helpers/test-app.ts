@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { createSqliteStorage } from "../../src/adapters/storage/sqlite/sqlite-storage.ts";
 import type { SandboxSpec } from "../../src/domain/sandboxes/sandbox-spec-service.ts";
 import type { GitProviderVerifier } from "../../src/ports/git-provider-verifier.ts";
 import type { SandboxRuntime } from "../../src/ports/sandbox-runtime.ts";
@@ -10,7 +11,6 @@ import { createProcessRuntime, type ProcessRuntime } from "../../src/sandbox/pro
 import { type App, type AppDeps, buildApp } from "../../src/server/app.ts";
 import { DEFAULT_QUOTAS } from "../../src/server/container.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
-import { createSqliteStorage } from "../../src/storage/sqlite/sqlite-storage.ts";
 import { startFakeLlm } from "./fake-llm.ts";
 
 export interface TestApp {

@@ -1,10 +1,10 @@
 import { describe, expect, it, vi } from "vitest";
+import { createMongoChangeLog } from "../../src/adapters/storage/mongo/mongo-change-log.ts";
+import { COLLECTIONS } from "../../src/adapters/storage/mongo/mongo-indexes.ts";
+import { createMongoStorageFromDb } from "../../src/adapters/storage/mongo/mongo-storage.ts";
 import { ChangeFeed, ChangeTooOldError } from "../../src/domain/change-feed.ts";
 import type { ChangeRecord } from "../../src/ports/change-log.ts";
 import { parseSandboxChange } from "../../src/ports/change-log.ts";
-import { createMongoChangeLog } from "../../src/storage/mongo/mongo-change-log.ts";
-import { COLLECTIONS } from "../../src/storage/mongo/mongo-indexes.ts";
-import { createMongoStorageFromDb } from "../../src/storage/mongo/mongo-storage.ts";
 import { InMemoryChangeLog } from "../helpers/fakes/index.ts";
 import { createMongoStandin } from "../helpers/mongo-standin.ts";
 

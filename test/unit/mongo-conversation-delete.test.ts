@@ -2,7 +2,7 @@
 // finishDeletes completes it: events, finished start tasks, sub-conversations and the conversation go.
 import type { Db } from "mongodb";
 import { describe, expect, it } from "vitest";
-import { createMongoStorageFromDb } from "../../src/storage/mongo/mongo-storage.ts";
+import { createMongoStorageFromDb } from "../../src/adapters/storage/mongo/mongo-storage.ts";
 import { conversationRecord } from "../helpers/conversation-fixtures.ts";
 import { createMongoStandin } from "../helpers/mongo-standin.ts";
 

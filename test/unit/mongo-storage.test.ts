@@ -10,11 +10,17 @@ import {
   MongoTopologyClosedError,
 } from "mongodb";
 import { describe, expect, it, vi } from "vitest";
+import {
+  escapeRegExp,
+  toConversationFilter,
+} from "../../src/adapters/storage/mongo/mongo-conversation-repository.ts";
+import { COLLECTIONS, MONGO_INDEXES } from "../../src/adapters/storage/mongo/mongo-indexes.ts";
+import {
+  createMongoStorage,
+  createMongoStorageFromDb,
+} from "../../src/adapters/storage/mongo/mongo-storage.ts";
 import { StorageUnavailableError } from "../../src/core/errors.ts";
 import type { Storage } from "../../src/ports/storage.ts";
-import { escapeRegExp, toConversationFilter } from "../../src/storage/mongo/mongo-conversation-repository.ts";
-import { COLLECTIONS, MONGO_INDEXES } from "../../src/storage/mongo/mongo-indexes.ts";
-import { createMongoStorage, createMongoStorageFromDb } from "../../src/storage/mongo/mongo-storage.ts";
 import { conversationRecord } from "../helpers/conversation-fixtures.ts";
 import { createMongoStandin, type MongoStandinDb, type StandinDoc } from "../helpers/mongo-standin.ts";
 

@@ -9,6 +9,8 @@ import { create } from "@bufbuild/protobuf";
 import { createHandlerContext } from "@connectrpc/connect";
 import type { Db } from "mongodb";
 import { afterAll, describe, expect, it } from "vitest";
+import { createMongoStorageFromDb } from "../../src/adapters/storage/mongo/mongo-storage.ts";
+import { createSqliteStorage } from "../../src/adapters/storage/sqlite/sqlite-storage.ts";
 import { callerValues } from "../../src/core/context.ts";
 import { SecretBox } from "../../src/core/secret-box.ts";
 import { SettingsService } from "../../src/domain/settings/settings-service.ts";
@@ -19,8 +21,6 @@ import {
   StoreSettingsRequestSchema,
 } from "../../src/gen/workspace/v1/settings_pb.js";
 import type { Storage } from "../../src/ports/storage.ts";
-import { createMongoStorageFromDb } from "../../src/storage/mongo/mongo-storage.ts";
-import { createSqliteStorage } from "../../src/storage/sqlite/sqlite-storage.ts";
 import { createMongoStandin } from "../helpers/mongo-standin.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "settings-views-"));

@@ -6,8 +6,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import { afterAll, describe, expect, it } from "vitest";
+import { createSqliteStorage, sqliteDatabaseOf } from "../../src/adapters/storage/sqlite/sqlite-storage.ts";
 import type { UserData } from "../../src/ports/user-data-repository.ts";
-import { createSqliteStorage, sqliteDatabaseOf } from "../../src/storage/sqlite/sqlite-storage.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "user-data-reads-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -7,10 +7,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import { afterAll, describe, expect, it, vi } from "vitest";
+import { createSqliteStorage, sqliteDatabaseOf } from "../../src/adapters/storage/sqlite/sqlite-storage.ts";
+import { type WalFileOps, WalSync } from "../../src/adapters/storage/sqlite/sqlite-wal-sync.ts";
 import { StorageUnavailableError } from "../../src/core/errors.ts";
 import type { UserData } from "../../src/ports/user-data-repository.ts";
-import { createSqliteStorage, sqliteDatabaseOf } from "../../src/storage/sqlite/sqlite-storage.ts";
-import { type WalFileOps, WalSync } from "../../src/storage/sqlite/sqlite-wal-sync.ts";
 
 type Cb = (err: NodeJS.ErrnoException | null) => void;
 const errno = (code: string): NodeJS.ErrnoException => Object.assign(new Error(code), { code });

@@ -1,5 +1,5 @@
 import type { Db, Filter } from "mongodb";
-import type { ConversationFilter, ConversationRepository } from "../../ports/conversation-repository.ts";
+import type { ConversationFilter, ConversationRepository } from "../../../ports/conversation-repository.ts";
 import { checkPageLimit, toKeysetPage } from "../keyset-page.ts";
 import { guarded } from "./mongo-errors.ts";
 import { COLLECTIONS } from "./mongo-indexes.ts";

@@ -1,5 +1,5 @@
 import type { Db } from "mongodb";
-import type { ApiKeyRepository } from "../../ports/api-key-repository.ts";
+import type { ApiKeyRepository } from "../../../ports/api-key-repository.ts";
 import { guarded } from "./mongo-errors.ts";
 import { COLLECTIONS } from "./mongo-indexes.ts";
 import { type ApiKeyDoc, fromApiKeyDoc, toApiKeyDoc } from "./mongo-mappers.ts";

@@ -1,4 +1,4 @@
-import type { Cursor, Page } from "../ports/page.ts";
+import type { Cursor, Page } from "../../ports/page.ts";
 
 /**
  * Checks a page size given to a repository: a positive safe integer (services bound it further, e.g. 1..100).

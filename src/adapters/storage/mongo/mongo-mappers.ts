@@ -1,11 +1,11 @@
-import type { ApiKeyRecord } from "../../ports/api-key-repository.ts";
+import type { ApiKeyRecord } from "../../../ports/api-key-repository.ts";
 import type {
   ConversationRecord,
   StartTaskPlan,
   StartTaskRecord,
-} from "../../ports/conversation-repository.ts";
-import type { SandboxRecord } from "../../ports/sandbox-repository.ts";
-import type { UserData, Versioned } from "../../ports/user-data-repository.ts";
+} from "../../../ports/conversation-repository.ts";
+import type { SandboxRecord } from "../../../ports/sandbox-repository.ts";
+import type { UserData, Versioned } from "../../../ports/user-data-repository.ts";
 
 /**
  * `user_data` document. The value is kept as JSON text: it is opaque to storage (secrets inside are sealed) and

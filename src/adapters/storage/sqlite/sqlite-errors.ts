@@ -1,4 +1,4 @@
-import { StorageUnavailableError } from "../../core/errors.ts";
+import { StorageUnavailableError } from "../../../core/errors.ts";
 
 // Codes meaning "the database cannot be used right now" rather than "this request is wrong".
 const UNAVAILABLE = /^SQLITE_(BUSY|LOCKED|CANTOPEN|IOERR|FULL|READONLY)/;

@@ -1,5 +1,5 @@
 import type Database from "better-sqlite3";
-import type { ChangeEntry, ChangeLog, ChangeRecord } from "../../ports/change-log.ts";
+import type { ChangeEntry, ChangeLog, ChangeRecord } from "../../../ports/change-log.ts";
 import { attempt } from "./sqlite-errors.ts";
 
 interface ChangeRow {

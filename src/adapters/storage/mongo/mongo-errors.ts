@@ -9,7 +9,7 @@ import {
   MongoServerSelectionError,
   MongoTopologyClosedError,
 } from "mongodb";
-import { StorageUnavailableError } from "../../core/errors.ts";
+import { StorageUnavailableError } from "../../../core/errors.ts";
 
 /** Driver errors meaning "no usable server right now" (network, server selection, closed client). */
 const UNAVAILABLE_CLASSES = [

@@ -1,10 +1,10 @@
-import type { ApiKeyRecord } from "../../ports/api-key-repository.ts";
+import type { ApiKeyRecord } from "../../../ports/api-key-repository.ts";
 import type {
   ConversationRecord,
   StartTaskRecord,
   StartTaskStatus,
-} from "../../ports/conversation-repository.ts";
-import type { SandboxRecord, SandboxStatus } from "../../ports/sandbox-repository.ts";
+} from "../../../ports/conversation-repository.ts";
+import type { SandboxRecord, SandboxStatus } from "../../../ports/sandbox-repository.ts";
 
 /** Row of `api_keys`. */
 export interface ApiKeyRow {

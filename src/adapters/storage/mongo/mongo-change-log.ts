@@ -1,5 +1,5 @@
 import type { ChangeStream, Db } from "mongodb";
-import type { ChangeEntry, ChangeLog, ChangeRecord } from "../../ports/change-log.ts";
+import type { ChangeEntry, ChangeLog, ChangeRecord } from "../../../ports/change-log.ts";
 import { guarded } from "./mongo-errors.ts";
 import { COLLECTIONS } from "./mongo-indexes.ts";
 import { DURABLE_WRITE } from "./mongo-write-concern.ts";

@@ -1,15 +1,15 @@
 import { randomUUID } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Db, Filter } from "mongodb";
-import { StorageUnavailableError } from "../../core/errors.ts";
-import { type ChangeLog, sandboxChange } from "../../ports/change-log.ts";
+import { StorageUnavailableError } from "../../../core/errors.ts";
+import { type ChangeLog, sandboxChange } from "../../../ports/change-log.ts";
 import {
   ACTIVE_STATUSES,
   type SandboxRecord,
   type SandboxRepository,
   type SandboxStatus,
   type TransitionOptions,
-} from "../../ports/sandbox-repository.ts";
+} from "../../../ports/sandbox-repository.ts";
 import { checkPageLimit, toKeysetPage } from "../keyset-page.ts";
 import { guarded, isDuplicateKeyError } from "./mongo-errors.ts";
 import { COLLECTIONS } from "./mongo-indexes.ts";

@@ -1,5 +1,5 @@
 import type { Db } from "mongodb";
-import type { UserDataRepository } from "../../ports/user-data-repository.ts";
+import type { UserDataRepository } from "../../../ports/user-data-repository.ts";
 import { guarded, isDuplicateKeyError } from "./mongo-errors.ts";
 import { COLLECTIONS } from "./mongo-indexes.ts";
 import { fromUserDataDoc, toUserDataValue, type UserDataDoc } from "./mongo-mappers.ts";

@@ -1,6 +1,6 @@
 import type Database from "better-sqlite3";
-import type { ConversationFilter, ConversationRepository } from "../../ports/conversation-repository.ts";
-import type { PageQuery } from "../../ports/page.ts";
+import type { ConversationFilter, ConversationRepository } from "../../../ports/conversation-repository.ts";
+import type { PageQuery } from "../../../ports/page.ts";
 import { checkPageLimit, toKeysetPage } from "../keyset-page.ts";
 import { attempt } from "./sqlite-errors.ts";
 import {

@@ -1,5 +1,5 @@
 import type Database from "better-sqlite3";
-import type { UserData, UserDataRepository, Versioned } from "../../ports/user-data-repository.ts";
+import type { UserData, UserDataRepository, Versioned } from "../../../ports/user-data-repository.ts";
 import { attempt } from "./sqlite-errors.ts";
 import { createGroupCommit } from "./sqlite-group-commit.ts";
 import type { WalSync } from "./sqlite-wal-sync.ts";

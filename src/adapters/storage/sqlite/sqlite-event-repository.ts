@@ -1,6 +1,11 @@
 import type Database from "better-sqlite3";
-import { type ChangeEntry, eventsChanges } from "../../ports/change-log.ts";
-import type { EventCursor, EventFilter, EventRecord, EventRepository } from "../../ports/event-repository.ts";
+import { type ChangeEntry, eventsChanges } from "../../../ports/change-log.ts";
+import type {
+  EventCursor,
+  EventFilter,
+  EventRecord,
+  EventRepository,
+} from "../../../ports/event-repository.ts";
 import { checkPageLimit } from "../keyset-page.ts";
 import { attempt } from "./sqlite-errors.ts";
 import { createGroupCommit } from "./sqlite-group-commit.ts";

@@ -1,6 +1,11 @@
 import type { Db, Filter } from "mongodb";
-import { type ChangeLog, eventsChanges } from "../../ports/change-log.ts";
-import type { EventCursor, EventFilter, EventRecord, EventRepository } from "../../ports/event-repository.ts";
+import { type ChangeLog, eventsChanges } from "../../../ports/change-log.ts";
+import type {
+  EventCursor,
+  EventFilter,
+  EventRecord,
+  EventRepository,
+} from "../../../ports/event-repository.ts";
 import { checkPageLimit } from "../keyset-page.ts";
 import { guarded, isDuplicateKeyError } from "./mongo-errors.ts";
 import { COLLECTIONS } from "./mongo-indexes.ts";

@@ -1,4 +1,4 @@
-import type { Cursor } from "../../ports/page.ts";
+import type { Cursor } from "../../../ports/page.ts";
 
 /** Sort of newest-first listings (createdAt desc, id desc). */
 export const NEWEST_FIRST = { createdAt: -1, _id: -1 } as const;

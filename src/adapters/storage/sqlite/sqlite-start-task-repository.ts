@@ -1,12 +1,12 @@
 import type Database from "better-sqlite3";
-import { type ChangeEntry, startTaskChange } from "../../ports/change-log.ts";
+import { type ChangeEntry, startTaskChange } from "../../../ports/change-log.ts";
 import type {
   ClaimedStartTask,
   StartTaskFilter,
   StartTaskPlan,
   StartTaskRepository,
-} from "../../ports/conversation-repository.ts";
-import type { PageQuery } from "../../ports/page.ts";
+} from "../../../ports/conversation-repository.ts";
+import type { PageQuery } from "../../../ports/page.ts";
 import { checkPageLimit, toKeysetPage } from "../keyset-page.ts";
 import { attempt } from "./sqlite-errors.ts";
 import { fromStartTaskRow, type StartTaskRow, toStartTaskRow } from "./sqlite-rows.ts";

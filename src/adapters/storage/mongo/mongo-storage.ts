@@ -1,6 +1,6 @@
 import { hostname } from "node:os";
 import { type Db, MongoClient } from "mongodb";
-import type { Storage } from "../../ports/storage.ts";
+import type { Storage } from "../../../ports/storage.ts";
 import { createMongoApiKeyRepository } from "./mongo-api-key-repository.ts";
 import { createMongoChangeLog } from "./mongo-change-log.ts";
 import { createMongoConversationRepository } from "./mongo-conversation-repository.ts";

@@ -1,5 +1,5 @@
 import type Database from "better-sqlite3";
-import type { ApiKeyRepository } from "../../ports/api-key-repository.ts";
+import type { ApiKeyRepository } from "../../../ports/api-key-repository.ts";
 import { attempt } from "./sqlite-errors.ts";
 import { type ApiKeyRow, fromApiKeyRow, toApiKeyRow } from "./sqlite-rows.ts";
 

@@ -1,12 +1,12 @@
 import type { Db, Filter } from "mongodb";
-import { type ChangeLog, startTaskChange } from "../../ports/change-log.ts";
+import { type ChangeLog, startTaskChange } from "../../../ports/change-log.ts";
 import type {
   ClaimedStartTask,
   StartTaskFilter,
   StartTaskPatch,
   StartTaskRepository,
   StartTaskStatus,
-} from "../../ports/conversation-repository.ts";
+} from "../../../ports/conversation-repository.ts";
 import { checkPageLimit, toKeysetPage } from "../keyset-page.ts";
 import { guarded } from "./mongo-errors.ts";
 import { COLLECTIONS } from "./mongo-indexes.ts";

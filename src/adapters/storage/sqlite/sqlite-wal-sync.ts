@@ -1,5 +1,5 @@
 import * as fs from "node:fs";
-import { StorageUnavailableError } from "../../core/errors.ts";
+import { StorageUnavailableError } from "../../../core/errors.ts";
 
 /** The file operations a WalSync uses (node:fs's; tests pass their own to watch or fail them). */
 export interface WalFileOps {

@@ -1,10 +1,10 @@
 import type Database from "better-sqlite3";
-import { type ChangeEntry, sandboxChange } from "../../ports/change-log.ts";
+import { type ChangeEntry, sandboxChange } from "../../../ports/change-log.ts";
 import {
   ACTIVE_STATUSES,
   type SandboxRecord,
   type SandboxRepository,
-} from "../../ports/sandbox-repository.ts";
+} from "../../../ports/sandbox-repository.ts";
 import { checkPageLimit, toKeysetPage } from "../keyset-page.ts";
 import { attempt } from "./sqlite-errors.ts";
 import { fromSandboxRow, type SandboxRow, toSandboxRow } from "./sqlite-rows.ts";
