@@ -10,7 +10,7 @@
  * SANDBOX_AGENT_IDLE_TIMEOUT_MS (30000): what one client may hold of its server (ConnectionLimits in connection-limits.ts).
  * Exits 0 on SIGTERM/SIGINT after closing the listener and killing running commands; 2 on bad configuration.
  *
- * SANDBOX_AGENT_CLAIM=stdin starts a warm agent (see src/sandbox/process/warm-agents.ts): it loads its modules, then
+ * SANDBOX_AGENT_CLAIM=stdin starts a warm agent (see src/adapters/runtimes/process/warm-agents.ts): it loads its modules, then
  * waits for one line on stdin, the JSON object `{"env": {...}, "cwd": "..."}`, which becomes its whole environment
  * and working directory before it reads the configuration above and serves. It exits 0 when stdin ends without one.
  * SANDBOX_AGENT_CLAIM=now reads that line at once (the process runtime's cold start: the session key then never is

@@ -36,7 +36,7 @@ export async function agentServerBenchmarks(bench: Bench): Promise<Row[]> {
     );
     return rows;
   }
-  const { createDockerRuntime } = await import("../../src/sandbox/docker/docker-runtime.ts");
+  const { createDockerRuntime } = await import("../../src/adapters/runtimes/docker/docker-runtime.ts");
   const { defaultSpecs } = await import("../../src/server/sandbox-specs.ts");
   const [spec] = defaultSpecs({ kind: "docker", image: image as string }, new Date());
   const runtime = benchDockerRuntime(createDockerRuntime, docker);

@@ -16,7 +16,7 @@ export async function dockerBenchmarks(bench: Bench): Promise<Row[]> {
     : "/var/run/docker.sock";
   const image = process.env.WORKSPACE_TEST_DOCKER_IMAGE;
   const { default: Docker } = await import("dockerode");
-  const { createDockerRuntime } = await import("../../src/sandbox/docker/docker-runtime.ts");
+  const { createDockerRuntime } = await import("../../src/adapters/runtimes/docker/docker-runtime.ts");
   const docker = new Docker({ socketPath: socket });
   const unavailable = (why: string) =>
     rows.push({

@@ -28,10 +28,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { BUILTIN_AGENT_COMMAND } from "../../agent/shared/builtin-agent.ts";
+import { createProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime.ts";
 import { createSqliteStorage, sqliteDatabaseOf } from "../../src/adapters/storage/sqlite/sqlite-storage.ts";
 import type { EventRecord } from "../../src/ports/event-repository.ts";
 import type { AgentProxySettings } from "../../src/proxy/agent-settings.ts";
-import { createProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { buildApp } from "../../src/server/app.ts";
 import { DEFAULT_WARM_AGENTS } from "../../src/server/config.ts";
 import { DEFAULT_QUOTAS } from "../../src/server/container.ts";
@@ -74,7 +74,7 @@ const runtime =
     : await (async () => {
         const [{ default: Docker }, { createDockerRuntime }] = await Promise.all([
           import("dockerode"),
-          import("../../src/sandbox/docker/docker-runtime.ts"),
+          import("../../src/adapters/runtimes/docker/docker-runtime.ts"),
         ]);
         return createDockerRuntime({
           docker: new Docker(

@@ -2,12 +2,12 @@ import { chmodSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { createHandlerContext, type HandlerContext } from "@connectrpc/connect";
 import type { FastifyBaseLogger, FastifyServerOptions } from "fastify";
+import type { DockerRuntime } from "../adapters/runtimes/docker/docker-runtime.ts";
+import type { ProcessIsolation, ProcessRuntime } from "../adapters/runtimes/process/process-runtime.ts";
 import { callerValues } from "../core/context.ts";
 import { ProviderHostPolicy } from "../core/provider-host.ts";
 import { SandboxService as SandboxServiceDesc } from "../gen/workspace/v1/sandbox_pb.js";
 import { HttpGitProviderVerifier } from "../integrations/http-git-provider-verifier.ts";
-import type { DockerRuntime } from "../sandbox/docker/docker-runtime.ts";
-import type { ProcessIsolation, ProcessRuntime } from "../sandbox/process/process-runtime.ts";
 import { buildApp } from "./app.ts";
 import type { Config } from "./config-types.ts";
 import { loadOrCreateKeyFile } from "./key-file.ts";
@@ -316,7 +316,7 @@ async function openRuntime(
   if (config.runtime.kind === "docker") {
     const [{ default: Docker }, { createDockerRuntime }] = await Promise.all([
       import("dockerode"),
-      import("../sandbox/docker/docker-runtime.ts"),
+      import("../adapters/runtimes/docker/docker-runtime.ts"),
     ]);
     return createDockerRuntime({
       docker: new Docker(config.runtime.socketPath ? { socketPath: config.runtime.socketPath } : undefined),
@@ -336,7 +336,7 @@ async function openRuntime(
       log,
     });
   }
-  const { createProcessRuntime } = await import("../sandbox/process/process-runtime.ts");
+  const { createProcessRuntime } = await import("../adapters/runtimes/process/process-runtime.ts");
   return createProcessRuntime({
     workspaceRoot: config.sandboxRoot,
     isolation: config.sandboxIsolation,

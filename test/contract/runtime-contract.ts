@@ -1,12 +1,12 @@
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { probeAlive } from "../../src/adapters/runtimes/agent-health.ts";
 import type {
   RuntimeHandle,
   RuntimeSpec,
   RuntimeState,
   SandboxRuntime,
 } from "../../src/ports/sandbox-runtime.ts";
-import { probeAlive } from "../../src/sandbox/agent-health.ts";
 
 /** Specs the suite needs from each runtime. */
 export type ContractSpecKind =

@@ -4,9 +4,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { BUILTIN_AGENT_COMMAND } from "../../agent/shared/builtin-agent.ts";
+import { probeAlive } from "../../src/adapters/runtimes/agent-health.ts";
+import {
+  createDockerRuntime,
+  type DockerRuntime,
+} from "../../src/adapters/runtimes/docker/docker-runtime.ts";
 import type { RuntimeHandle, RuntimeSpec } from "../../src/ports/sandbox-runtime.ts";
-import { probeAlive } from "../../src/sandbox/agent-health.ts";
-import { createDockerRuntime, type DockerRuntime } from "../../src/sandbox/docker/docker-runtime.ts";
 import { dockerFromEnv, findDocker } from "../helpers/docker-env.ts";
 import { describeRuntimeContract } from "./runtime-contract.ts";
 

@@ -17,8 +17,11 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it, vi } from "vitest";
 import { BUILTIN_AGENT_COMMAND, BUILTIN_AGENT_MAIN } from "../../agent/shared/builtin-agent.ts";
 import { listProcesses, readProcStat } from "../../agent/shared/proc-tree.ts";
+import {
+  createProcessRuntime,
+  type ProcessRuntime,
+} from "../../src/adapters/runtimes/process/process-runtime.ts";
 import type { RuntimeHandle, RuntimeSpec } from "../../src/ports/sandbox-runtime.ts";
-import { createProcessRuntime, type ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import {
   type ContractSpecKind,
   describeRuntimeContract,
@@ -393,7 +396,7 @@ describe("warm agents", () => {
   const claims = join(base, "uid-claims");
   const warmServer = async (root: string, warmAgents: number): Promise<ChildProcess> => {
     const script = [
-      `import { createProcessRuntime } from ${JSON.stringify(join(process.cwd(), "src/sandbox/process/process-runtime.ts"))};`,
+      `import { createProcessRuntime } from ${JSON.stringify(join(process.cwd(), "src/adapters/runtimes/process/process-runtime.ts"))};`,
       `const r = createProcessRuntime({ workspaceRoot: ${JSON.stringify(root)}, warmAgents: ${warmAgents}, uidLockDir: ${JSON.stringify(claims)} });`,
       `const t = setInterval(() => { if (r.warmReady() === ${warmAgents}) { clearInterval(t); console.log('ready'); } }, 10);`,
       "process.stdin.resume(); process.stdin.on('end', async () => { await r.killAll(); process.exit(0); });",

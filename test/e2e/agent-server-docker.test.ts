@@ -1,6 +1,9 @@
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createDockerRuntime, type DockerRuntime } from "../../src/sandbox/docker/docker-runtime.ts";
+import {
+  createDockerRuntime,
+  type DockerRuntime,
+} from "../../src/adapters/runtimes/docker/docker-runtime.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
 import { settle } from "../helpers/app-conversations.ts";
 import { dockerFromEnv, findAgentServerImage } from "../helpers/docker-env.ts";

@@ -9,7 +9,7 @@ import { readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import WebSocket from "ws";
-import { findSandboxProcesses } from "../../src/sandbox/process/sandbox-processes.ts";
+import { findSandboxProcesses } from "../../src/adapters/runtimes/process/sandbox-processes.ts";
 import { agentProcesses, cmdline, killAgent } from "../helpers/agent-processes.ts";
 import { useBuiltinAgentApp } from "../helpers/builtin-agent-app.ts";
 import { uiAgentBase, uiSocketUrl } from "../helpers/ui-urls.ts";

@@ -8,7 +8,10 @@
  */
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createDockerRuntime, type DockerRuntime } from "../../src/sandbox/docker/docker-runtime.ts";
+import {
+  createDockerRuntime,
+  type DockerRuntime,
+} from "../../src/adapters/runtimes/docker/docker-runtime.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
 import { ChatProcess } from "../helpers/chat-process.ts";
 import { dockerFromEnv, findAgentServerImage } from "../helpers/docker-env.ts";

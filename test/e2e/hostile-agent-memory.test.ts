@@ -11,8 +11,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BUILTIN_AGENT_COMMAND } from "../../agent/shared/builtin-agent.ts";
+import { createProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime.ts";
 import type { RuntimeHandle } from "../../src/ports/sandbox-runtime.ts";
-import { createProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 
 const root = mkdtempSync(join(tmpdir(), "hostile-agent-memory-"));
 const runtime = createProcessRuntime({ workspaceRoot: root, stopGraceMs: 500 });

@@ -11,8 +11,14 @@ import { chmodSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createDockerRuntime, type DockerRuntime } from "../../src/sandbox/docker/docker-runtime.ts";
-import { createProcessRuntime, type ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
+import {
+  createDockerRuntime,
+  type DockerRuntime,
+} from "../../src/adapters/runtimes/docker/docker-runtime.ts";
+import {
+  createProcessRuntime,
+  type ProcessRuntime,
+} from "../../src/adapters/runtimes/process/process-runtime.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
 import { createRepository, type Task } from "../helpers/app-conversations.ts";
 import { dockerFromEnv, findAgentServerImage } from "../helpers/docker-env.ts";

@@ -15,8 +15,11 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createDockerRuntime, type DockerRuntime } from "../../src/sandbox/docker/docker-runtime.ts";
-import type { ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
+import {
+  createDockerRuntime,
+  type DockerRuntime,
+} from "../../src/adapters/runtimes/docker/docker-runtime.ts";
+import type { ProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
 import { directAgentUrl } from "../helpers/agent-address.ts";
 import { dockerFromEnv, findAgentServerImage } from "../helpers/docker-env.ts";

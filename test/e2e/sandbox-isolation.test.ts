@@ -219,7 +219,7 @@ describe.skipIf(skipReason !== null)(
         expect(r.stdout + r.stderr).not.toContain(key);
       }
       // DATA_DIR is only the empty path down to its own workspace, the agents' compile cache (read-only) and, as
-      // root, the execute-only copy of Node the built-in agent runs from (src/sandbox/process/agent-binary.ts).
+      // root, the execute-only copy of Node the built-in agent runs from (src/adapters/runtimes/process/agent-binary.ts).
       const listed = await run(bob, `ls -A ${dir}; ls -A ${join(dir, "sandboxes")}`);
       expect(listed.stdout).toBe(
         `sandboxes\n.cache\n${asRoot ? ".node\n" : ""}${basename(workspaceOf(bob.id))}\n`,

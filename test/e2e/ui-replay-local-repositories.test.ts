@@ -10,8 +10,11 @@ import { chmodSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  createProcessRuntime,
+  type ProcessRuntime,
+} from "../../src/adapters/runtimes/process/process-runtime.ts";
 import { ProviderHostPolicy } from "../../src/core/provider-host.ts";
-import { createProcessRuntime, type ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { createRepository, type Task } from "../helpers/app-conversations.ts";
 import { Browser } from "../helpers/browser.ts";
 import { startTestApp, type TestApp } from "../helpers/test-app.ts";

@@ -1,6 +1,6 @@
 import { expect } from "vitest";
 import { readProcText } from "../../agent/shared/proc-tree.ts";
-import { findSandboxProcesses } from "../../src/sandbox/process/sandbox-processes.ts";
+import { findSandboxProcesses } from "../../src/adapters/runtimes/process/sandbox-processes.ts";
 
 /** A process's command line, its arguments joined by spaces ("" once the process is gone). */
 export const cmdline = (pid: number): string =>

@@ -7,8 +7,11 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "vitest";
+import {
+  createProcessRuntime,
+  type ProcessRuntime,
+} from "../../src/adapters/runtimes/process/process-runtime.ts";
 import { ProviderHostPolicy } from "../../src/core/provider-host.ts";
-import { createProcessRuntime, type ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
 import { type FakeLlm, startFakeLlm } from "./fake-llm.ts";
 import { call, startTestApp, type TestApp } from "./test-app.ts";

@@ -1,5 +1,5 @@
 // Mounts a test may leave behind: process sandboxes' workspaces are loop-mounted file systems where the host allows
-// (src/sandbox/process/workspace-disk.ts). A test that kills a server and deletes its DATA_DIR without deleting its
+// (src/adapters/runtimes/process/workspace-disk.ts). A test that kills a server and deletes its DATA_DIR without deleting its
 // sandboxes first leaves them mounted: these unmount them (lazily), so that the folder can be deleted.
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";

@@ -4,7 +4,7 @@ import type { ChildProcess } from "node:child_process";
 import { appendFileSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
 import { createServer } from "node:net";
 import { join } from "node:path";
-import { WORKSPACE_FOLDER } from "../../src/sandbox/process/warm-agents.ts";
+import { WORKSPACE_FOLDER } from "../../src/adapters/runtimes/process/warm-agents.ts";
 import { unmountUnder } from "./mounts.ts";
 import { LISTENING, spawnServer } from "./server-process.ts";
 

@@ -2,12 +2,15 @@ import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import {
+  createProcessRuntime,
+  type ProcessRuntime,
+} from "../../src/adapters/runtimes/process/process-runtime.ts";
 import { createSqliteStorage } from "../../src/adapters/storage/sqlite/sqlite-storage.ts";
 import type { SandboxSpec } from "../../src/domain/sandboxes/sandbox-spec-service.ts";
 import type { GitProviderVerifier } from "../../src/ports/git-provider-verifier.ts";
 import type { SandboxRuntime } from "../../src/ports/sandbox-runtime.ts";
 import type { Storage } from "../../src/ports/storage.ts";
-import { createProcessRuntime, type ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { type App, type AppDeps, buildApp } from "../../src/server/app.ts";
 import { DEFAULT_QUOTAS } from "../../src/server/container.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";

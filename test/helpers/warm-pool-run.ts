@@ -10,7 +10,7 @@ import {
   createDockerRuntime,
   type DockerRuntime,
   type DockerRuntimeOptions,
-} from "../../src/sandbox/docker/docker-runtime.ts";
+} from "../../src/adapters/runtimes/docker/docker-runtime.ts";
 import { builtinImageSpec } from "./docker-env.ts";
 import { call, startTestApp, type TestApp, type TestAppOptions } from "./test-app.ts";
 

@@ -12,7 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
-import { createProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
+import { createProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
 import { until } from "../helpers/until.ts";
 

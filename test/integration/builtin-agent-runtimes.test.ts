@@ -10,9 +10,9 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { BUILTIN_AGENT_COMMAND } from "../../agent/shared/builtin-agent.ts";
+import { createDockerRuntime } from "../../src/adapters/runtimes/docker/docker-runtime.ts";
+import { createProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime.ts";
 import type { RuntimeHandle, RuntimeSpec, SandboxRuntime } from "../../src/ports/sandbox-runtime.ts";
-import { createDockerRuntime } from "../../src/sandbox/docker/docker-runtime.ts";
-import { createProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { dockerFromEnv, findDocker } from "../helpers/docker-env.ts";
 import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
 

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
-import { createDockerRuntime } from "../../src/sandbox/docker/docker-runtime.ts";
+import { createDockerRuntime } from "../../src/adapters/runtimes/docker/docker-runtime.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
 import { settle } from "../helpers/app-conversations.ts";
 import { dockerFromEnv, findAgentServerImage, findDocker } from "../helpers/docker-env.ts";

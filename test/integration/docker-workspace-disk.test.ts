@@ -5,8 +5,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { BUILTIN_AGENT_COMMAND } from "../../agent/shared/builtin-agent.ts";
+import { createDockerRuntime } from "../../src/adapters/runtimes/docker/docker-runtime.ts";
 import type { RuntimeHandle } from "../../src/ports/sandbox-runtime.ts";
-import { createDockerRuntime } from "../../src/sandbox/docker/docker-runtime.ts";
 import { dockerFromEnv, findDocker } from "../helpers/docker-env.ts";
 
 // SANDBOX_DISK_MB on the Docker runtime: the workspace volume is an ext4 file system of that size on a loop device,

@@ -12,8 +12,11 @@ import {
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { createDockerRuntime, type DockerRuntime } from "../../src/sandbox/docker/docker-runtime.ts";
-import { findExecutable } from "../../src/sandbox/process/bwrap.ts";
+import {
+  createDockerRuntime,
+  type DockerRuntime,
+} from "../../src/adapters/runtimes/docker/docker-runtime.ts";
+import { findExecutable } from "../../src/adapters/runtimes/process/bwrap.ts";
 import { builtinImageSpec, dockerFromEnv, findDocker } from "../helpers/docker-env.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
 

@@ -4,6 +4,11 @@ import { basename, join } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { readProcStat } from "../../agent/shared/proc-tree.ts";
+import { probeAlive } from "../../src/adapters/runtimes/agent-health.ts";
+import {
+  createProcessRuntime,
+  type ProcessRuntime,
+} from "../../src/adapters/runtimes/process/process-runtime.ts";
 import {
   SandboxService,
   SandboxStatus,
@@ -11,8 +16,6 @@ import {
 } from "../../src/gen/workspace/v1/sandbox_pb.js";
 import type { SandboxRecord } from "../../src/ports/sandbox-repository.ts";
 import type { RuntimeHandle } from "../../src/ports/sandbox-runtime.ts";
-import { probeAlive } from "../../src/sandbox/agent-health.ts";
-import { createProcessRuntime, type ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
 import { type WriteFaults, withWriteFaults } from "../helpers/faulty-storage.ts";
 import { connectClient, grpcClient } from "../helpers/rpc-clients.ts";

@@ -8,7 +8,7 @@ import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { SandboxNetwork } from "../../src/sandbox/process/sandbox-network.ts";
+import { SandboxNetwork } from "../../src/adapters/runtimes/process/sandbox-network.ts";
 
 const roots: string[] = [];
 const make = (): SandboxNetwork | string => {

@@ -3,7 +3,10 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { createProcessRuntime, type ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
+import {
+  createProcessRuntime,
+  type ProcessRuntime,
+} from "../../src/adapters/runtimes/process/process-runtime.ts";
 import { directAgentUrl } from "../helpers/agent-address.ts";
 import { call, startTestApp } from "../helpers/test-app.ts";
 

@@ -1,11 +1,11 @@
 import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { ProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime.ts";
 import {
   SandboxService,
   SandboxStatus,
   type WatchSandboxesResponse,
 } from "../../src/gen/workspace/v1/sandbox_pb.js";
-import type { ProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { directAgentUrl } from "../helpers/agent-address.ts";
 import { connectClient, grpcClient } from "../helpers/rpc-clients.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";

@@ -4,8 +4,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { createProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime.ts";
 import type { RuntimeHandle, RuntimeState, SandboxRuntime } from "../../src/ports/sandbox-runtime.ts";
-import { createProcessRuntime } from "../../src/sandbox/process/process-runtime.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "aws-sweep-race-"));

@@ -1,8 +1,7 @@
-// The Docker runtime's container description (src/sandbox/docker/container-description.ts), without Docker: the
+// The Docker runtime's container description (src/adapters/runtimes/docker/container-description.ts), without Docker: the
 // createContainer options and the handle made from a spec, the image's configuration, the ports chosen and the
 // runtime's settings. The runtime-docker contract suite checks the same containers on a real engine.
 import { describe, expect, it } from "vitest";
-import type { RuntimeSpec } from "../../src/ports/sandbox-runtime.ts";
 import {
   type ContainerRequest,
   containerFingerprint,
@@ -13,7 +12,8 @@ import {
   DEFAULT_SHM_BYTES,
   describeContainer,
   viaHostGateway,
-} from "../../src/sandbox/docker/container-description.ts";
+} from "../../src/adapters/runtimes/docker/container-description.ts";
+import type { RuntimeSpec } from "../../src/ports/sandbox-runtime.ts";
 
 const PORTS = [
   { name: "AGENT_SERVER", port: 41000 },

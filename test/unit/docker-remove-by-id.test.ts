@@ -2,7 +2,7 @@
 // removed with their volume, against a fake engine (the runtime-docker contract suite runs it on a real one).
 import type Docker from "dockerode";
 import { describe, expect, it } from "vitest";
-import { createDockerRuntime } from "../../src/sandbox/docker/docker-runtime.ts";
+import { createDockerRuntime } from "../../src/adapters/runtimes/docker/docker-runtime.ts";
 
 function fakeEngine() {
   const calls: string[] = [];

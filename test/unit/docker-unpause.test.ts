@@ -1,6 +1,6 @@
 // The Docker runtime's unpause: the states in which the container is already not paused count as done.
 import { describe, expect, it } from "vitest";
-import { unpause } from "../../src/sandbox/docker/docker-runtime.ts";
+import { unpause } from "../../src/adapters/runtimes/docker/docker-runtime.ts";
 
 /** An error shaped as docker-modem makes them (statusCode plus "(HTTP code N) …" message). */
 const engineError = (statusCode: number, message: string) =>

@@ -1,15 +1,15 @@
-// A process sandbox's launch described without I/O (src/sandbox/process/launch-description.ts): its environment,
+// A process sandbox's launch described without I/O (src/adapters/runtimes/process/launch-description.ts): its environment,
 // command, bubblewrap layout, network prefix, stdin and handle, from the spec and what the launcher chose. The
 // process runtime's contract suite and the isolation tests run the same launches for real.
 import { describe, expect, it } from "vitest";
-import type { RuntimeSpec } from "../../src/ports/sandbox-runtime.ts";
 import {
   describeLaunch,
   type LaunchRequest,
   type LaunchSettings,
   launchedHandle,
   sandboxEnv,
-} from "../../src/sandbox/process/launch-description.ts";
+} from "../../src/adapters/runtimes/process/launch-description.ts";
+import type { RuntimeSpec } from "../../src/ports/sandbox-runtime.ts";
 
 const NODE = "/opt/node/bin/node";
 

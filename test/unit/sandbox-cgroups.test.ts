@@ -17,7 +17,7 @@ import {
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { limitedArgv, SandboxCgroups } from "../../src/sandbox/process/sandbox-limits.ts";
+import { limitedArgv, SandboxCgroups } from "../../src/adapters/runtimes/process/sandbox-limits.ts";
 
 let root: string;
 beforeEach(() => {

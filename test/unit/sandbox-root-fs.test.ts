@@ -18,12 +18,17 @@ import {
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { chownTreeAt, LinkRefused, makeDirsAt, openAppendAt } from "../../src/sandbox/process/no-follow.ts";
+import {
+  chownTreeAt,
+  LinkRefused,
+  makeDirsAt,
+  openAppendAt,
+} from "../../src/adapters/runtimes/process/no-follow.ts";
 import {
   type LaunchContext,
   SandboxLauncher,
   withoutInspector,
-} from "../../src/sandbox/process/sandbox-launch.ts";
+} from "../../src/adapters/runtimes/process/sandbox-launch.ts";
 
 const asRoot = process.getuid?.() === 0;
 const root = mkdtempSync(join(tmpdir(), "sandbox-root-fs-"));

@@ -23,7 +23,7 @@ import {
 } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { signal } from "../../../agent/shared/proc-tree.ts";
+import { signal } from "../../../../agent/shared/proc-tree.ts";
 import { afterTrial, rootTools, runTool } from "../host-tools.ts";
 
 export type DiskMode = "loop" | "watch" | "off";

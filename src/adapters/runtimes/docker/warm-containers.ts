@@ -18,8 +18,8 @@
 import { createHash } from "node:crypto";
 import type Docker from "dockerode";
 import type { ContainerInfo, ContainerInspectInfo } from "dockerode";
-import { base62, newSessionKey } from "../../core/ids.ts";
-import type { RuntimeHandle, RuntimeSpec, WarmClaim, WarmPlan } from "../../ports/sandbox-runtime.ts";
+import { base62, newSessionKey } from "../../../core/ids.ts";
+import type { RuntimeHandle, RuntimeSpec, WarmClaim, WarmPlan } from "../../../ports/sandbox-runtime.ts";
 
 /** Stands for the sandbox id in the spec a warm container runs, when its configuration is compared. */
 const ID_PLACEHOLDER = "{sandbox_id}";

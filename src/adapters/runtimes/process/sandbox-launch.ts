@@ -3,10 +3,10 @@ import { chmodSync, closeSync, fchownSync, fstatSync, mkdirSync, writeSync } fro
 import type { Server } from "node:net";
 import { join, relative, resolve } from "node:path";
 import type { Writable } from "node:stream";
-import { isBuiltinAgentCommand } from "../../../agent/shared/builtin-agent.ts";
-import { readProcStat, signal } from "../../../agent/shared/proc-tree.ts";
-import { failedPrecondition } from "../../core/errors.ts";
-import type { RuntimeHandle, RuntimeSpec } from "../../ports/sandbox-runtime.ts";
+import { isBuiltinAgentCommand } from "../../../../agent/shared/builtin-agent.ts";
+import { readProcStat, signal } from "../../../../agent/shared/proc-tree.ts";
+import { failedPrecondition } from "../../../core/errors.ts";
+import type { RuntimeHandle, RuntimeSpec } from "../../../ports/sandbox-runtime.ts";
 import { freePort, listeningSocket } from "../free-port.ts";
 import { type BwrapTools, bwrapArgs, findExecutable, type SandboxUser } from "./bwrap.ts";
 import type { CompileCache } from "./compile-cache.ts";

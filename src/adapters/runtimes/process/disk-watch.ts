@@ -4,7 +4,7 @@
  * stay until it is deleted) and the reason is recorded for failureReason. One job of the process runtime.
  */
 import { relative } from "node:path";
-import { descendantsOf, signal } from "../../../agent/shared/proc-tree.ts";
+import { descendantsOf, signal } from "../../../../agent/shared/proc-tree.ts";
 import { type ProcessTable, parseHandleData } from "./process-table.ts";
 import type { OwnChild } from "./sandbox-launch.ts";
 import { usedBytes } from "./workspace-disk.ts";

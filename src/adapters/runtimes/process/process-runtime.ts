@@ -11,8 +11,8 @@ import {
   BUILTIN_AGENT_COMMAND,
   BUILTIN_AGENT_MAIN,
   BUILTIN_AGENT_NODE_FLAGS,
-} from "../../../agent/shared/builtin-agent.ts";
-import type { RuntimeHandle, SandboxRuntime } from "../../ports/sandbox-runtime.ts";
+} from "../../../../agent/shared/builtin-agent.ts";
+import type { RuntimeHandle, SandboxRuntime } from "../../../ports/sandbox-runtime.ts";
 import { executeOnlyCopy } from "./agent-binary.ts";
 import { findTools, type IsolationSetting, probeBwrap, runningAsRoot, type SandboxUser } from "./bwrap.ts";
 import { CompileCache } from "./compile-cache.ts";

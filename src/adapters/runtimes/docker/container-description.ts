@@ -4,8 +4,8 @@
  * imply. No I/O: the runtime (docker-runtime.ts) pulls the image, picks the ports and talks to the engine.
  */
 import type { ContainerCreateOptions } from "dockerode";
-import { isBuiltinAgentCommand } from "../../../agent/shared/builtin-agent.ts";
-import type { ExposedPort, RuntimeHandle, RuntimeSpec } from "../../ports/sandbox-runtime.ts";
+import { isBuiltinAgentCommand } from "../../../../agent/shared/builtin-agent.ts";
+import type { ExposedPort, RuntimeHandle, RuntimeSpec } from "../../../ports/sandbox-runtime.ts";
 import { withPort } from "../free-port.ts";
 
 /** The user of a container whose image would run as root (and SANDBOX_DOCKER_USER is not set). */

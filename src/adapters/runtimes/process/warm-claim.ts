@@ -1,5 +1,5 @@
-import { BUILTIN_AGENT_COMMAND, isBuiltinAgentCommand } from "../../../agent/shared/builtin-agent.ts";
-import type { RuntimeHandle, RuntimeSpec } from "../../ports/sandbox-runtime.ts";
+import { BUILTIN_AGENT_COMMAND, isBuiltinAgentCommand } from "../../../../agent/shared/builtin-agent.ts";
+import type { RuntimeHandle, RuntimeSpec } from "../../../ports/sandbox-runtime.ts";
 import type { SandboxUser } from "./bwrap.ts";
 import { type ProcessHandleData, parseHandleData } from "./process-table.ts";
 import type { SandboxLauncher, WarmChild } from "./sandbox-launch.ts";

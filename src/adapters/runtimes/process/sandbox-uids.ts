@@ -1,6 +1,6 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { basename, isAbsolute, join, resolve } from "node:path";
-import { failedPrecondition } from "../../core/errors.ts";
+import { failedPrecondition } from "../../../core/errors.ts";
 import type { SandboxUser } from "./bwrap.ts";
 import { chownTreeAt } from "./no-follow.ts";
 import { WORKSPACE_FOLDER } from "./warm-agents.ts";

@@ -6,7 +6,7 @@
  */
 import { rmSync } from "node:fs";
 import { join } from "node:path";
-import { signal } from "../../../agent/shared/proc-tree.ts";
+import { signal } from "../../../../agent/shared/proc-tree.ts";
 import type { ProcessTable } from "./process-table.ts";
 import type { RuntimeLimits } from "./runtime-limits.ts";
 import type { OwnChild } from "./sandbox-launch.ts";

@@ -15,8 +15,8 @@
  */
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { readProcStat } from "../../../agent/shared/proc-tree.ts";
-import { base62 } from "../../core/ids.ts";
+import { readProcStat } from "../../../../agent/shared/proc-tree.ts";
+import { base62 } from "../../../core/ids.ts";
 
 /** An agent started ahead of need, as the runtime spawned it. */
 export interface WarmAgent {

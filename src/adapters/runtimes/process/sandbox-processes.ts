@@ -14,7 +14,7 @@ import {
   readProcStat,
   readProcText,
   signal,
-} from "../../../agent/shared/proc-tree.ts";
+} from "../../../../agent/shared/proc-tree.ts";
 
 /** True when the process carries `workspace` (see the module comment); unreadable details count as no. */
 function carriesWorkspace(pid: number, workspace: string): boolean {

@@ -14,7 +14,7 @@
 import { execFileSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 
-export { isLoopbackHost, viaGateway } from "../core/loopback-url.ts";
+export { isLoopbackHost, viaGateway } from "../../core/loopback-url.ts";
 
 /** The chains shared by both runtimes' rules. */
 export const HOST_CHAINS = { in: "AWS-SBX-IN", pre: "AWS-SBX-PRE" } as const;

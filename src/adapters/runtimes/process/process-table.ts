@@ -1,9 +1,9 @@
 import { readlinkSync } from "node:fs";
 import { isAbsolute, join, relative, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { descendantsOf, type ProcStat, readProcStat, signal } from "../../../agent/shared/proc-tree.ts";
-import { failedPrecondition } from "../../core/errors.ts";
-import type { RuntimeHandle } from "../../ports/sandbox-runtime.ts";
+import { descendantsOf, type ProcStat, readProcStat, signal } from "../../../../agent/shared/proc-tree.ts";
+import { failedPrecondition } from "../../../core/errors.ts";
+import type { RuntimeHandle } from "../../../ports/sandbox-runtime.ts";
 import type { NetLease } from "./sandbox-network.ts";
 import { WORKSPACE_FOLDER } from "./warm-agents.ts";
 

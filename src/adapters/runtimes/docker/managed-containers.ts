@@ -6,8 +6,8 @@
 import type Docker from "dockerode";
 import type { ContainerInspectInfo } from "dockerode";
 import tar from "tar-stream";
-import { failedPrecondition } from "../../core/errors.ts";
-import type { RuntimeHandle } from "../../ports/sandbox-runtime.ts";
+import { failedPrecondition } from "../../../core/errors.ts";
+import type { RuntimeHandle } from "../../../ports/sandbox-runtime.ts";
 import type { ContainerDescription } from "./container-description.ts";
 import type { DockerDisks } from "./docker-disks.ts";
 

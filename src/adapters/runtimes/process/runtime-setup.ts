@@ -6,9 +6,9 @@
  */
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, isAbsolute, join, relative, resolve } from "node:path";
-import { BUILTIN_AGENT_MAIN, BUILTIN_AGENT_PACKAGES } from "../../../agent/shared/builtin-agent.ts";
-import { failedPrecondition } from "../../core/errors.ts";
-import type { RuntimeSpec } from "../../ports/sandbox-runtime.ts";
+import { BUILTIN_AGENT_MAIN, BUILTIN_AGENT_PACKAGES } from "../../../../agent/shared/builtin-agent.ts";
+import { failedPrecondition } from "../../../core/errors.ts";
+import type { RuntimeSpec } from "../../../ports/sandbox-runtime.ts";
 import type { IsolationSetting } from "./bwrap.ts";
 import type { ProcessIsolation, ProcessNetworkReport, ProcessRuntimeOptions } from "./process-runtime.ts";
 import { DEFAULT_PATH } from "./sandbox-launch.ts";

@@ -4,8 +4,8 @@
  * its stdin and the handle it gets. The launcher (sandbox-launch.ts) makes the folders, claims the uid, checks the
  * disk, leases the network and spawns.
  */
-import { isBuiltinAgentCommand } from "../../../agent/shared/builtin-agent.ts";
-import type { RuntimeHandle, RuntimeSpec } from "../../ports/sandbox-runtime.ts";
+import { isBuiltinAgentCommand } from "../../../../agent/shared/builtin-agent.ts";
+import type { RuntimeHandle, RuntimeSpec } from "../../../ports/sandbox-runtime.ts";
 import { withPort } from "../free-port.ts";
 import type { BwrapLayout, SandboxUser } from "./bwrap.ts";
 import type { ProcessHandleData } from "./process-table.ts";

@@ -1,5 +1,5 @@
 import Docker from "dockerode";
-import { failedPrecondition } from "../../core/errors.ts";
+import { failedPrecondition } from "../../../core/errors.ts";
 import type {
   ExposedPort,
   RuntimeHandle,
@@ -9,7 +9,7 @@ import type {
   SandboxRuntime,
   WarmClaim,
   WarmPlan,
-} from "../../ports/sandbox-runtime.ts";
+} from "../../../ports/sandbox-runtime.ts";
 import { pollAlive, probeAlive } from "../agent-health.ts";
 import { freePort } from "../free-port.ts";
 import {
