@@ -1,9 +1,9 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { HttpGitProviderVerifier } from "../../src/adapters/git-providers/http-git-provider-verifier.ts";
+import { HttpGitProviderClients } from "../../src/adapters/git-providers/provider-clients.ts";
 import { ProviderHostPolicy } from "../../src/core/provider-host.ts";
 import { SettingsService } from "../../src/gen/workspace/v1/settings_pb.js";
-import { HttpGitProviderClients } from "../../src/integrations/git/provider-clients.ts";
-import { HttpGitProviderVerifier } from "../../src/integrations/http-git-provider-verifier.ts";
 import { GitProviderError } from "../../src/ports/git-provider.ts";
 import { type FakeGitProvider, startFakeGitProvider } from "../helpers/fake-git-providers.ts";
 import { connectClient, grpcClient } from "../helpers/rpc-clients.ts";

@@ -1,10 +1,10 @@
 import { Writable } from "node:stream";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { HttpGitProviderVerifier } from "../../src/adapters/git-providers/http-git-provider-verifier.ts";
 import { ProviderHostPolicy } from "../../src/core/provider-host.ts";
 import { GitService } from "../../src/gen/workspace/v1/git_pb.js";
 import { ProviderType } from "../../src/gen/workspace/v1/provider_pb.js";
-import { HttpGitProviderVerifier } from "../../src/integrations/http-git-provider-verifier.ts";
 import {
   type FakeAccount,
   type FakeGitProvider,

@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { afterAll, describe, expect, it } from "vitest";
+import { errorSummary } from "../../src/adapters/agent-client/http-agent-client.ts";
 import {
   agentStartRequest,
   parseSkillFiles,
@@ -16,7 +17,6 @@ import {
   AgentType,
   AppConversationStartRequestSchema,
 } from "../../src/gen/workspace/v1/app_conversation_pb.js";
-import { errorSummary } from "../../src/integrations/http-agent-client.ts";
 
 const config = (over: Partial<ConversationConfig> = {}): ConversationConfig => ({
   llmModel: "anthropic/claude-sonnet-4-5",

@@ -1,7 +1,7 @@
 import { createServer } from "node:net";
 import { describe, expect, it } from "vitest";
+import { HttpGitProviderVerifier } from "../../src/adapters/git-providers/http-git-provider-verifier.ts";
 import { ProviderHostPolicy } from "../../src/core/provider-host.ts";
-import { HttpGitProviderVerifier } from "../../src/integrations/http-git-provider-verifier.ts";
 
 describe("HttpGitProviderVerifier: a provider it cannot reach", () => {
   it("answers unreachable and logs the provider, the host and the cause, never the token", async () => {

@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
+import { providerApiBase } from "../../src/adapters/git-providers/provider-clients.ts";
+import { sameOriginLinks } from "../../src/adapters/git-providers/provider-http.ts";
 import { ProviderHostPolicy } from "../../src/core/provider-host.ts";
 import { parseMicroagent } from "../../src/domain/git/microagent-content.ts";
-import { providerApiBase } from "../../src/integrations/git/provider-clients.ts";
-import { sameOriginLinks } from "../../src/integrations/git/provider-http.ts";
 
 /** The API roots the provider clients call, computed only: nothing here opens a connection. */
 describe("providerApiBase", () => {

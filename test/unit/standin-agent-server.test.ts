@@ -4,7 +4,7 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { HttpAgentClient } from "../../src/integrations/http-agent-client.ts";
+import { HttpAgentClient } from "../../src/adapters/agent-client/http-agent-client.ts";
 import { spawnServer } from "../helpers/server-process.ts";
 import { readConfig } from "../standin-agent-server/config.ts";
 import { StandinServer } from "../standin-agent-server/server.ts";

@@ -1,8 +1,8 @@
-import { ProviderHostPolicy } from "../core/provider-host.ts";
-import { GitProviderError } from "../ports/git-provider.ts";
-import type { GitProviderVerifier, VerifyOutcome } from "../ports/git-provider-verifier.ts";
-import { providerApiBase } from "./git/provider-clients.ts";
-import { ProviderHttp, RateLimitMemory } from "./git/provider-http.ts";
+import { ProviderHostPolicy } from "../../core/provider-host.ts";
+import { GitProviderError } from "../../ports/git-provider.ts";
+import type { GitProviderVerifier, VerifyOutcome } from "../../ports/git-provider-verifier.ts";
+import { providerApiBase } from "./provider-clients.ts";
+import { ProviderHttp, RateLimitMemory } from "./provider-http.ts";
 
 /** The "current user" endpoint under each provider's API root. */
 const PROBE: Record<string, string> = {

@@ -5,7 +5,7 @@ import {
   type AgentCommandResult,
   type AgentConversationInfo,
   type AgentEndpoint,
-} from "../ports/agent-client.ts";
+} from "../../ports/agent-client.ts";
 
 /** Extra time the HTTP call to run a command gets beyond the command's own timeout. */
 const COMMAND_MARGIN_MS = 15_000;

@@ -7,9 +7,9 @@
 import { execFile } from "node:child_process";
 import { readdir, readFile, stat } from "node:fs/promises";
 import { join, resolve } from "node:path";
-import { localRepositoryName } from "../core/repository-names.ts";
-import type { BranchRecord } from "../ports/git-provider.ts";
-import type { LocalRepositoryCatalog, LocalRepositoryRecord } from "../ports/local-repositories.ts";
+import { localRepositoryName } from "../../core/repository-names.ts";
+import type { BranchRecord } from "../../ports/git-provider.ts";
+import type { LocalRepositoryCatalog, LocalRepositoryRecord } from "../../ports/local-repositories.ts";
 
 export interface LocalRepositoryCatalogOptions {
   /** Absolute folders (LOCAL_REPOSITORY_ROOTS), in the order their repositories are listed. */
