@@ -1,7 +1,7 @@
 import type { FastifyReply } from "fastify";
 import { type FieldViolation, ValidationError } from "../core/errors.ts";
-import { type Dialect, type RestError, restDialectError } from "../transport/errors.ts";
-import { DEFAULT_LIMITS } from "../transport/limits.ts";
+import { type Dialect, type RestError, restDialectError } from "../transports/kit/errors.ts";
+import { DEFAULT_LIMITS } from "../transports/kit/limits.ts";
 
 export type { Dialect, RestError };
 

@@ -5,12 +5,17 @@ import type { Caller } from "../core/context.ts";
 import type { FieldViolation } from "../core/errors.ts";
 import { resourceExhausted, unauthenticated, ValidationError } from "../core/errors.ts";
 import { TOO_MANY_WRITES } from "../domain/user-data-store.ts";
-import { type Admission, callValues } from "../transport/admission.ts";
-import { endSessionCookies, headerKeyOf, type KeyOf, nodeHeaders } from "../transport/browser-session.ts";
-import { isInternal } from "../transport/errors.ts";
-import { abortOnClientGone, lazyHandlerContext } from "../transport/handler-context.ts";
-import type { ServiceBinding } from "../transport/service-binding.ts";
-import { closeIfBodyUnread } from "../transport/unread-body.ts";
+import { type Admission, callValues } from "../transports/kit/admission.ts";
+import {
+  endSessionCookies,
+  headerKeyOf,
+  type KeyOf,
+  nodeHeaders,
+} from "../transports/kit/browser-session.ts";
+import { isInternal } from "../transports/kit/errors.ts";
+import { abortOnClientGone, lazyHandlerContext } from "../transports/kit/handler-context.ts";
+import type { ServiceBinding } from "../transports/kit/service-binding.ts";
+import { closeIfBodyUnread } from "../transports/kit/unread-body.ts";
 import { NO_CACHE, restError, sendRestError, writeRestError } from "./rest-errors.ts";
 import type { RestRoute } from "./rest-route.ts";
 

@@ -6,13 +6,13 @@ import { unauthenticated } from "../core/errors.ts";
 import { object } from "../core/model/containers.ts";
 import { str } from "../core/model/scalars.ts";
 import { validate } from "../core/model/validate.ts";
-import type { Admit, Authenticate } from "../transport/admission.ts";
+import type { Admit, Authenticate } from "../transports/kit/admission.ts";
 import {
   type BrowserSessions,
   endSessionCookies,
   forbiddenOrigin,
   nodeHeaders,
-} from "../transport/browser-session.ts";
+} from "../transports/kit/browser-session.ts";
 import { NO_CACHE, restError, sendRestError, writeRestError } from "./rest-errors.ts";
 
 export interface SessionRoutesOptions {

@@ -18,11 +18,11 @@ import {
   universalResponseToNodeResponse,
 } from "@connectrpc/connect-node";
 import { type Caller, callerKey } from "../core/context.ts";
-import { type Admission, sessionKeyValue } from "../transport/admission.ts";
-import type { KeyOf } from "../transport/browser-session.ts";
-import { type CallObserver, errorCodeName } from "../transport/call-metrics.ts";
-import { INTERNAL_MESSAGE, isInternal, publicError } from "../transport/errors.ts";
-import type { ServiceBinding } from "../transport/service-binding.ts";
+import { type Admission, sessionKeyValue } from "../transports/kit/admission.ts";
+import type { KeyOf } from "../transports/kit/browser-session.ts";
+import { type CallObserver, errorCodeName } from "../transports/kit/call-metrics.ts";
+import { INTERNAL_MESSAGE, isInternal, publicError } from "../transports/kit/errors.ts";
+import type { ServiceBinding } from "../transports/kit/service-binding.ts";
 import { connectErrorAnswer, writeConnectError } from "./connect-errors.ts";
 import { fastConnectUnary, type UnaryMethod, unaryMethod } from "./connect-unary.ts";
 

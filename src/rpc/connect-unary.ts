@@ -13,11 +13,11 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { trailerMux } from "@connectrpc/connect/protocol-connect";
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import { type Caller, callerValues } from "../core/context.ts";
-import type { Admission } from "../transport/admission.ts";
-import { type KeyOf, nodeHeaders } from "../transport/browser-session.ts";
-import { type CallObserver, codeName } from "../transport/call-metrics.ts";
-import { isInternal } from "../transport/errors.ts";
-import { abortOnClientGone, LazyHandlerContext } from "../transport/handler-context.ts";
+import type { Admission } from "../transports/kit/admission.ts";
+import { type KeyOf, nodeHeaders } from "../transports/kit/browser-session.ts";
+import { type CallObserver, codeName } from "../transports/kit/call-metrics.ts";
+import { isInternal } from "../transports/kit/errors.ts";
+import { abortOnClientGone, LazyHandlerContext } from "../transports/kit/handler-context.ts";
 import { connectErrorAnswer } from "./connect-errors.ts";
 
 /** What the unary path needs of the transport kit. */

@@ -11,12 +11,12 @@ import {
 import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import type { Caller } from "../core/context.ts";
-import { type Admission, callValues } from "../transport/admission.ts";
-import { type CallObserver, codeName } from "../transport/call-metrics.ts";
-import type { ConnectionGuard } from "../transport/connection-guard.ts";
-import { grpcStatusOf, isInternal, publicError } from "../transport/errors.ts";
-import { lazyHandlerContext } from "../transport/handler-context.ts";
-import type { ServiceBinding } from "../transport/service-binding.ts";
+import { type Admission, callValues } from "../transports/kit/admission.ts";
+import { type CallObserver, codeName } from "../transports/kit/call-metrics.ts";
+import type { ConnectionGuard } from "../transports/kit/connection-guard.ts";
+import { grpcStatusOf, isInternal, publicError } from "../transports/kit/errors.ts";
+import { lazyHandlerContext } from "../transports/kit/handler-context.ts";
+import type { ServiceBinding } from "../transports/kit/service-binding.ts";
 import { encodeErrorDetails } from "./error-details.ts";
 import { GrpcCallTiming } from "./grpc-call-timing.ts";
 

@@ -12,9 +12,9 @@ import type { OptionsLists } from "../rest/options-routes.ts";
 import type { RestRoute } from "../rest/rest-route.ts";
 import { createGrpcServer, type GrpcListener, listenGrpc } from "../rpc/grpc-server.ts";
 import { addReflection } from "../rpc/reflection.ts";
-import { ConnectionGuard } from "../transport/connection-guard.ts";
-import { DEFAULT_LIMITS, type TransportLimits } from "../transport/limits.ts";
-import type { ServiceBinding } from "../transport/service-binding.ts";
+import { ConnectionGuard } from "../transports/kit/connection-guard.ts";
+import { DEFAULT_LIMITS, type TransportLimits } from "../transports/kit/limits.ts";
+import type { ServiceBinding } from "../transports/kit/service-binding.ts";
 import type { RetentionConfig } from "./config-types.ts";
 import {
   type Container,

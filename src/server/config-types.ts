@@ -2,7 +2,7 @@
  * The configuration the server is built from, parsed once from the environment by `loadConfig` (config.ts) and
  * frozen, and the error an invalid environment gives.
  */
-import type { TransportLimits } from "../transport/limits.ts";
+import type { TransportLimits } from "../transports/kit/limits.ts";
 import type { TlsConfig } from "./tls-config.ts";
 import type { WebConfig } from "./web-config.ts";
 

@@ -4,7 +4,7 @@
  */
 import { isAbsolute, resolve } from "node:path";
 import { ProviderHostPolicy } from "../core/provider-host.ts";
-import { DEFAULT_LIMITS } from "../transport/limits.ts";
+import { DEFAULT_LIMITS } from "../transports/kit/limits.ts";
 import { type Config, ConfigError } from "./config-types.ts";
 import { commaList, type Env, envReader } from "./env-reader.ts";
 import { loadTlsConfig, type TlsConfig } from "./tls-config.ts";

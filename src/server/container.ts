@@ -48,11 +48,16 @@ import type { SandboxRepository } from "../ports/sandbox-repository.ts";
 import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
 import type { Storage } from "../ports/storage.ts";
 import { legacyRoutes } from "../rest/legacy-routes.ts";
-import { type Admission, type Admit, type Authenticate, createAdmission } from "../transport/admission.ts";
-import { BrowserSessions, type KeyOf } from "../transport/browser-session.ts";
-import type { TransportLimits } from "../transport/limits.ts";
-import { bind, type ServiceBinding } from "../transport/service-binding.ts";
-import { StreamLimits } from "../transport/streams.ts";
+import {
+  type Admission,
+  type Admit,
+  type Authenticate,
+  createAdmission,
+} from "../transports/kit/admission.ts";
+import { BrowserSessions, type KeyOf } from "../transports/kit/browser-session.ts";
+import type { TransportLimits } from "../transports/kit/limits.ts";
+import { bind, type ServiceBinding } from "../transports/kit/service-binding.ts";
+import { StreamLimits } from "../transports/kit/streams.ts";
 import { instrumentStorage, Metrics } from "./metrics.ts";
 
 export interface ContainerDeps {

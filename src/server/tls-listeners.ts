@@ -7,7 +7,7 @@ import {
   type ServerResponse,
 } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
-import type { TransportLimits } from "../transport/limits.ts";
+import type { TransportLimits } from "../transports/kit/limits.ts";
 
 /** The certificate chain and private key a listener serves TLS with (PEM). */
 export interface ListenerTls {

@@ -7,7 +7,7 @@ import { createGrpcWebTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SecretBox } from "../../src/core/secret-box.ts";
 import { SettingsService } from "../../src/gen/workspace/v1/settings_pb.js";
-import { BrowserSessions, SESSION_COOKIE } from "../../src/transport/browser-session.ts";
+import { BrowserSessions, SESSION_COOKIE } from "../../src/transports/kit/browser-session.ts";
 import { Browser } from "../helpers/browser.ts";
 import { grpcClient } from "../helpers/rpc-clients.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";

@@ -8,8 +8,8 @@ import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SettingsService } from "../../src/gen/workspace/v1/settings_pb.js";
 import { createGrpcServer, type GrpcListener, listenGrpc } from "../../src/rpc/grpc-server.ts";
-import { ConnectionGuard } from "../../src/transport/connection-guard.ts";
-import { bind } from "../../src/transport/service-binding.ts";
+import { ConnectionGuard } from "../../src/transports/kit/connection-guard.ts";
+import { bind } from "../../src/transports/kit/service-binding.ts";
 import { connectClient, grpcClient } from "../helpers/rpc-clients.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
 

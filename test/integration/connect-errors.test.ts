@@ -12,9 +12,9 @@ import { SecretsService } from "../../src/gen/workspace/v1/secrets_pb.js";
 import { toRestError } from "../../src/rest/rest-errors.ts";
 import { connectPlugin } from "../../src/rpc/connect-plugin.ts";
 import { createGrpcServer, type GrpcListener, listenGrpc } from "../../src/rpc/grpc-server.ts";
-import { headerKeyOf } from "../../src/transport/browser-session.ts";
-import { ConnectionGuard } from "../../src/transport/connection-guard.ts";
-import { bind } from "../../src/transport/service-binding.ts";
+import { headerKeyOf } from "../../src/transports/kit/browser-session.ts";
+import { ConnectionGuard } from "../../src/transports/kit/connection-guard.ts";
+import { bind } from "../../src/transports/kit/service-binding.ts";
 import { grpcClient } from "../helpers/rpc-clients.ts";
 import { startTestApp, type TestApp } from "../helpers/test-app.ts";
 

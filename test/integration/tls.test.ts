@@ -15,7 +15,7 @@ import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SettingsService } from "../../src/gen/workspace/v1/settings_pb.js";
 import { grpcServiceDefinition } from "../../src/rpc/grpc-server.ts";
-import { SECURE_SESSION_COOKIE } from "../../src/transport/browser-session.ts";
+import { SECURE_SESSION_COOKIE } from "../../src/transports/kit/browser-session.ts";
 import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
 

@@ -5,7 +5,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { codeToHttpStatus } from "@connectrpc/connect/protocol-connect";
 import { describe, expect, it } from "vitest";
 import { connectErrorAnswer } from "../../src/rpc/connect-errors.ts";
-import { connectHttpStatusOf, INTERNAL_MESSAGE } from "../../src/transport/errors.ts";
+import { connectHttpStatusOf, INTERNAL_MESSAGE } from "../../src/transports/kit/errors.ts";
 
 const CODES = Object.values(Code).filter((c): c is Code => typeof c === "number");
 const json = (b: Uint8Array) => JSON.parse(Buffer.from(b).toString()) as Record<string, unknown>;

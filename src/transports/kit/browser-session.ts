@@ -1,6 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { parseCookie, stringifySetCookie } from "cookie";
-import type { SecretBox } from "../core/secret-box.ts";
+import type { SecretBox } from "../../core/secret-box.ts";
 
 /** Session cookie over plain HTTP, and its name when set over HTTPS (`__Host-`: Secure, Path=/, no Domain). */
 export const SESSION_COOKIE = "aws_session";

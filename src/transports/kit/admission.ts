@@ -1,7 +1,7 @@
 import type { DescMethod } from "@bufbuild/protobuf";
 import { type ContextValues, createContextKey } from "@connectrpc/connect";
-import { type Caller, callerValues } from "../core/context.ts";
-import { unauthenticated } from "../core/errors.ts";
+import { type Caller, callerValues } from "../../core/context.ts";
+import { unauthenticated } from "../../core/errors.ts";
 
 /** Resolves the caller of a session key (null: unknown or revoked); synchronously when no storage call is needed. */
 export type Authenticate = (key: string | undefined) => Caller | null | Promise<Caller | null>;

@@ -1,6 +1,6 @@
 import type { DescService } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
-import { wellFormedRequests } from "../core/well-formed-request.ts";
+import { wellFormedRequests } from "../../core/well-formed-request.ts";
 
 /** A service descriptor with its implementation: what every transport registers. */
 export interface ServiceBinding {

@@ -1,7 +1,7 @@
 import type { HandlerContext } from "@connectrpc/connect";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { requireCaller } from "../core/context.ts";
-import { resourceExhausted } from "../core/errors.ts";
+import { requireCaller } from "../../core/context.ts";
+import { resourceExhausted } from "../../core/errors.ts";
 import { type Authenticate, sessionKeyValue } from "./admission.ts";
 import { withSignal } from "./handler-context.ts";
 import type { ServiceBinding } from "./service-binding.ts";
