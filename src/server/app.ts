@@ -8,13 +8,13 @@ import type { GitProviderVerifier } from "../ports/git-provider-verifier.ts";
 import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
 import type { Storage } from "../ports/storage.ts";
 import { type AgentProxySettings, DEFAULT_AGENT_PROXY } from "../proxy/agent-settings.ts";
-import type { OptionsLists } from "../rest/options-routes.ts";
-import type { RestRoute } from "../rest/rest-route.ts";
 import { createGrpcServer, type GrpcListener, listenGrpc } from "../rpc/grpc-server.ts";
 import { addReflection } from "../rpc/reflection.ts";
 import { ConnectionGuard } from "../transports/kit/connection-guard.ts";
 import { DEFAULT_LIMITS, type TransportLimits } from "../transports/kit/limits.ts";
 import type { ServiceBinding } from "../transports/kit/service-binding.ts";
+import type { OptionsLists } from "../transports/rest/options-routes.ts";
+import type { RestRoute } from "../transports/rest/rest-route.ts";
 import type { RetentionConfig } from "./config-types.ts";
 import {
   type Container,

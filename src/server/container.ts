@@ -47,7 +47,6 @@ import type { GitProviderVerifier } from "../ports/git-provider-verifier.ts";
 import type { SandboxRepository } from "../ports/sandbox-repository.ts";
 import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
 import type { Storage } from "../ports/storage.ts";
-import { legacyRoutes } from "../rest/legacy-routes.ts";
 import {
   type Admission,
   type Admit,
@@ -58,6 +57,7 @@ import { BrowserSessions, type KeyOf } from "../transports/kit/browser-session.t
 import type { TransportLimits } from "../transports/kit/limits.ts";
 import { bind, type ServiceBinding } from "../transports/kit/service-binding.ts";
 import { StreamLimits } from "../transports/kit/streams.ts";
+import { legacyRoutes } from "../transports/rest/legacy-routes.ts";
 import { instrumentStorage, Metrics } from "./metrics.ts";
 
 export interface ContainerDeps {

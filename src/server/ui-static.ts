@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { realpathSync } from "node:fs";
 import { join, sep } from "node:path";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { NO_CACHE } from "../rest/rest-errors.ts";
+import { NO_CACHE } from "../transports/rest/rest-errors.ts";
 
 /** Hashed build assets: the name changes with the content, so they may be cached for good. */
 const IMMUTABLE = "public, max-age=31536000, immutable";

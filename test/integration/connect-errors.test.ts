@@ -9,12 +9,12 @@ import * as grpc from "@grpc/grpc-js";
 import Fastify, { type FastifyInstance } from "fastify";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SecretsService } from "../../src/gen/workspace/v1/secrets_pb.js";
-import { toRestError } from "../../src/rest/rest-errors.ts";
 import { connectPlugin } from "../../src/rpc/connect-plugin.ts";
 import { createGrpcServer, type GrpcListener, listenGrpc } from "../../src/rpc/grpc-server.ts";
 import { headerKeyOf } from "../../src/transports/kit/browser-session.ts";
 import { ConnectionGuard } from "../../src/transports/kit/connection-guard.ts";
 import { bind } from "../../src/transports/kit/service-binding.ts";
+import { toRestError } from "../../src/transports/rest/rest-errors.ts";
 import { grpcClient } from "../helpers/rpc-clients.ts";
 import { startTestApp, type TestApp } from "../helpers/test-app.ts";
 

@@ -1,8 +1,8 @@
 import { Ajv2020 } from "ajv/dist/2020.js";
 import addFormats from "ajv-formats";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { openApiPath } from "../../src/rest/openapi.ts";
-import { RPC_ONLY } from "../../src/rest/rest-route.ts";
+import { openApiPath } from "../../src/transports/rest/openapi.ts";
+import { RPC_ONLY } from "../../src/transports/rest/rest-route.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
 
 type Doc = {

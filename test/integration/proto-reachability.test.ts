@@ -20,7 +20,7 @@ import {
   SettingsService,
   StoreSettingsRequestSchema,
 } from "../../src/gen/workspace/v1/settings_pb.js";
-import { settingsCodec } from "../../src/rest/legacy-routes.ts";
+import { settingsCodec } from "../../src/transports/rest/legacy-routes.ts";
 import { connectClient, grpcClient } from "../helpers/rpc-clients.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
 

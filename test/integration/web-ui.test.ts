@@ -12,7 +12,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { OPENHANDS_UI_COMMIT } from "../../scripts/build-ui.ts";
-import { DEFAULT_MODELS } from "../../src/rest/options-routes.ts";
+import { DEFAULT_MODELS } from "../../src/transports/rest/options-routes.ts";
 import { Browser } from "../helpers/browser.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";
 

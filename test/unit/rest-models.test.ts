@@ -9,8 +9,8 @@ import {
   createSecretBodySchema,
   settingsBodySchema,
   updateSecretBodySchema,
-} from "../../src/rest/legacy-routes.ts";
-import { startRequestBodySchema } from "../../src/rest/v1-conversation-routes.ts";
+} from "../../src/transports/rest/legacy-routes.ts";
+import { startRequestBodySchema } from "../../src/transports/rest/v1-conversation-routes.ts";
 
 type Row = [name: string, input: unknown, expected: [type: string, loc: (string | number)[]][]];
 

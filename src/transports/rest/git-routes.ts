@@ -1,7 +1,7 @@
-import { object } from "../core/model/containers.ts";
-import { int } from "../core/model/numbers.ts";
-import { enumOf, str } from "../core/model/scalars.ts";
-import { validate } from "../core/model/validate.ts";
+import { object } from "../../core/model/containers.ts";
+import { int } from "../../core/model/numbers.ts";
+import { enumOf, str } from "../../core/model/scalars.ts";
+import { validate } from "../../core/model/validate.ts";
 import {
   type GetMicroagentContentResponse,
   type GetUserInfoResponse,
@@ -17,8 +17,8 @@ import {
   type SearchBranchesResponse,
   type SearchRepositoriesResponse,
   TaskType,
-} from "../gen/workspace/v1/git_pb.js";
-import { ProviderType } from "../gen/workspace/v1/provider_pb.js";
+} from "../../gen/workspace/v1/git_pb.js";
+import { ProviderType } from "../../gen/workspace/v1/provider_pb.js";
 import type { RouteDocs } from "./openapi.ts";
 import { type RestInput, type RestRoute, route } from "./rest-route.ts";
 import { present, single } from "./route-kit.ts";

@@ -3,7 +3,7 @@
  * FastAPI does, the OpenAPI docs of paged searches and batch gets, and timestamps as the reference writes them.
  */
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { invalid } from "../core/errors.ts";
+import { invalid } from "../../core/errors.ts";
 import type { RouteDocs } from "./openapi.ts";
 
 /** Query parameters of every search. */

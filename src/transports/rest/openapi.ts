@@ -1,5 +1,5 @@
 import { type DescEnum, type DescField, type DescMessage, ScalarType } from "@bufbuild/protobuf";
-import type { Schema } from "../core/model/schema.ts";
+import type { Schema } from "../../core/model/schema.ts";
 import type { RestRoute } from "./rest-route.ts";
 
 export type JsonSchema = Record<string, unknown>;

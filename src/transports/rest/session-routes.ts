@@ -1,18 +1,18 @@
 import { createHash } from "node:crypto";
 import { fastifyCookie } from "@fastify/cookie";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import type { Caller } from "../core/context.ts";
-import { unauthenticated } from "../core/errors.ts";
-import { object } from "../core/model/containers.ts";
-import { str } from "../core/model/scalars.ts";
-import { validate } from "../core/model/validate.ts";
-import type { Admit, Authenticate } from "../transports/kit/admission.ts";
+import type { Caller } from "../../core/context.ts";
+import { unauthenticated } from "../../core/errors.ts";
+import { object } from "../../core/model/containers.ts";
+import { str } from "../../core/model/scalars.ts";
+import { validate } from "../../core/model/validate.ts";
+import type { Admit, Authenticate } from "../kit/admission.ts";
 import {
   type BrowserSessions,
   endSessionCookies,
   forbiddenOrigin,
   nodeHeaders,
-} from "../transports/kit/browser-session.ts";
+} from "../kit/browser-session.ts";
 import { NO_CACHE, restError, sendRestError, writeRestError } from "./rest-errors.ts";
 
 export interface SessionRoutesOptions {

@@ -1,14 +1,14 @@
-import { providerFromName, providerName, triggerName } from "../codec/conversation-json.ts";
-import { PROVIDERS } from "../codec/settings-fields.ts";
-import { notFound } from "../core/errors.ts";
-import { newHexId } from "../core/ids.ts";
-import { list, nullable, object } from "../core/model/containers.ts";
-import { int } from "../core/model/numbers.ts";
-import { anyValue, bool, str } from "../core/model/scalars.ts";
-import { validate } from "../core/model/validate.ts";
-import { refine } from "../core/model/validators.ts";
-import { uuidHex } from "../core/model-formats.ts";
-import { branchProblem, repositoryProblem } from "../domain/conversations/workspace-commands.ts";
+import { providerFromName, providerName, triggerName } from "../../codec/conversation-json.ts";
+import { PROVIDERS } from "../../codec/settings-fields.ts";
+import { notFound } from "../../core/errors.ts";
+import { newHexId } from "../../core/ids.ts";
+import { list, nullable, object } from "../../core/model/containers.ts";
+import { int } from "../../core/model/numbers.ts";
+import { anyValue, bool, str } from "../../core/model/scalars.ts";
+import { validate } from "../../core/model/validate.ts";
+import { refine } from "../../core/model/validators.ts";
+import { uuidHex } from "../../core/model-formats.ts";
+import { branchProblem, repositoryProblem } from "../../domain/conversations/workspace-commands.ts";
 import {
   type AppConversation,
   AppConversationService,
@@ -18,8 +18,8 @@ import {
   ConversationExecutionStatus,
   ConversationTrigger,
   type MessageContent,
-} from "../gen/workspace/v1/app_conversation_pb.js";
-import { SandboxStatus } from "../gen/workspace/v1/sandbox_pb.js";
+} from "../../gen/workspace/v1/app_conversation_pb.js";
+import { SandboxStatus } from "../../gen/workspace/v1/sandbox_pb.js";
 import type { JsonSchema } from "./openapi.ts";
 import { type RestInput, type RestRoute, route } from "./rest-route.ts";
 import { iso, PAGE_QUERY, pathParam, present, single } from "./route-kit.ts";

@@ -1,18 +1,18 @@
-import { list, object } from "../core/model/containers.ts";
-import { int } from "../core/model/numbers.ts";
-import { str } from "../core/model/scalars.ts";
-import { validate } from "../core/model/validate.ts";
+import { list, object } from "../../core/model/containers.ts";
+import { int } from "../../core/model/numbers.ts";
+import { str } from "../../core/model/scalars.ts";
+import { validate } from "../../core/model/validate.ts";
 import {
   type SandboxInfo,
   SandboxInfoSchema,
   SandboxService,
   SandboxStatus,
-} from "../gen/workspace/v1/sandbox_pb.js";
+} from "../../gen/workspace/v1/sandbox_pb.js";
 import {
   type SandboxSpecInfo,
   SandboxSpecInfoSchema,
   SandboxSpecService,
-} from "../gen/workspace/v1/sandbox_spec_pb.js";
+} from "../../gen/workspace/v1/sandbox_spec_pb.js";
 import { type RestInput, type RestRoute, route } from "./rest-route.ts";
 import { idsQuery, iso, many, PAGE_QUERY, pathParam, present, single } from "./route-kit.ts";
 

@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
-import type { Caller } from "../core/context.ts";
-import { unauthenticated } from "../core/errors.ts";
+import type { Caller } from "../../core/context.ts";
+import { unauthenticated } from "../../core/errors.ts";
 import { NO_CACHE, sendRestError } from "./rest-errors.ts";
 
 /** Model names offered by /api/options/models unless configured ("provider/model", as the UI groups them). */

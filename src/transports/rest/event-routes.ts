@@ -1,11 +1,11 @@
 import type { JsonObject } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { list, object } from "../core/model/containers.ts";
-import { int } from "../core/model/numbers.ts";
-import { enumOf, str } from "../core/model/scalars.ts";
-import { validate } from "../core/model/validate.ts";
-import { dateTime, uuidHex } from "../core/model-formats.ts";
-import { type Event, EventService, EventSortOrder } from "../gen/workspace/v1/event_pb.js";
+import { list, object } from "../../core/model/containers.ts";
+import { int } from "../../core/model/numbers.ts";
+import { enumOf, str } from "../../core/model/scalars.ts";
+import { validate } from "../../core/model/validate.ts";
+import { dateTime, uuidHex } from "../../core/model-formats.ts";
+import { type Event, EventService, EventSortOrder } from "../../gen/workspace/v1/event_pb.js";
 import type { RouteDocs } from "./openapi.ts";
 import { type RestInput, type RestRoute, route } from "./rest-route.ts";
 import { idsQuery, many, PAGE_QUERY, present, single } from "./route-kit.ts";

@@ -1,14 +1,14 @@
 import { create, fromJson } from "@bufbuild/protobuf";
-import { mcpConfigSchema } from "../codec/mcp-model.ts";
-import { compileRestCodec } from "../codec/rest-codec.ts";
-import { mcpMessageJson, providerTokensModel, REST_JSON_DIFFERENCES } from "../codec/rest-json.ts";
-import { RESETTABLE_FIELDS, SECRET_FIELDS } from "../codec/settings-fields.ts";
-import { nullable, object } from "../core/model/containers.ts";
-import { str } from "../core/model/scalars.ts";
-import type { Schema } from "../core/model/schema.ts";
-import { validate } from "../core/model/validate.ts";
-import { SETTINGS_RULES } from "../domain/settings/settings-rules.ts";
-import { SecretsService } from "../gen/workspace/v1/secrets_pb.js";
+import { mcpConfigSchema } from "../../codec/mcp-model.ts";
+import { compileRestCodec } from "../../codec/rest-codec.ts";
+import { mcpMessageJson, providerTokensModel, REST_JSON_DIFFERENCES } from "../../codec/rest-json.ts";
+import { RESETTABLE_FIELDS, SECRET_FIELDS } from "../../codec/settings-fields.ts";
+import { nullable, object } from "../../core/model/containers.ts";
+import { str } from "../../core/model/scalars.ts";
+import type { Schema } from "../../core/model/schema.ts";
+import { validate } from "../../core/model/validate.ts";
+import { SETTINGS_RULES } from "../../domain/settings/settings-rules.ts";
+import { SecretsService } from "../../gen/workspace/v1/secrets_pb.js";
 import {
   AddGitProvidersRequestSchema,
   type GetSettingsResponse,
@@ -16,7 +16,7 @@ import {
   SettingsSchema,
   SettingsService,
   StoreSettingsRequestSchema,
-} from "../gen/workspace/v1/settings_pb.js";
+} from "../../gen/workspace/v1/settings_pb.js";
 import type { JsonSchema, SchemaBuilder } from "./openapi.ts";
 import { type RestRoute, route } from "./rest-route.ts";
 import { pathParam } from "./route-kit.ts";

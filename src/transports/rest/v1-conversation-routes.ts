@@ -1,25 +1,25 @@
 import { fromJson } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { START_TASK_SORT_ORDERS } from "../codec/conversation-json.ts";
-import { object } from "../core/model/containers.ts";
-import { int } from "../core/model/numbers.ts";
-import { bool, enumOf, str } from "../core/model/scalars.ts";
-import { validate } from "../core/model/validate.ts";
-import { dateTime, uuidHex } from "../core/model-formats.ts";
+import { START_TASK_SORT_ORDERS } from "../../codec/conversation-json.ts";
+import { object } from "../../core/model/containers.ts";
+import { int } from "../../core/model/numbers.ts";
+import { bool, enumOf, str } from "../../core/model/scalars.ts";
+import { validate } from "../../core/model/validate.ts";
+import { dateTime, uuidHex } from "../../core/model-formats.ts";
 import {
   conversationJson,
   startRequestCodec,
   startTaskCodec,
   startTaskJson,
-} from "../domain/conversations/conversation-codecs.ts";
-import { MAX_TITLE, TITLE_MODEL } from "../domain/conversations/title.ts";
+} from "../../domain/conversations/conversation-codecs.ts";
+import { MAX_TITLE, TITLE_MODEL } from "../../domain/conversations/title.ts";
 import {
   AppConversationSchema,
   AppConversationService,
   type AppConversationStartRequest,
   AppConversationStartRequestSchema,
   AppConversationStartTaskSortOrder,
-} from "../gen/workspace/v1/app_conversation_pb.js";
+} from "../../gen/workspace/v1/app_conversation_pb.js";
 import type { JsonSchema, RouteDocs, SchemaBuilder } from "./openapi.ts";
 import { type RestInput, type RestRoute, route } from "./rest-route.ts";
 import { idsQuery, many, PAGE_QUERY, pathParam, present, single } from "./route-kit.ts";

@@ -1,21 +1,16 @@
 import type { DescMethod } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import type { Caller } from "../core/context.ts";
-import type { FieldViolation } from "../core/errors.ts";
-import { resourceExhausted, unauthenticated, ValidationError } from "../core/errors.ts";
-import { TOO_MANY_WRITES } from "../domain/user-data-store.ts";
-import { type Admission, callValues } from "../transports/kit/admission.ts";
-import {
-  endSessionCookies,
-  headerKeyOf,
-  type KeyOf,
-  nodeHeaders,
-} from "../transports/kit/browser-session.ts";
-import { isInternal } from "../transports/kit/errors.ts";
-import { abortOnClientGone, lazyHandlerContext } from "../transports/kit/handler-context.ts";
-import type { ServiceBinding } from "../transports/kit/service-binding.ts";
-import { closeIfBodyUnread } from "../transports/kit/unread-body.ts";
+import type { Caller } from "../../core/context.ts";
+import type { FieldViolation } from "../../core/errors.ts";
+import { resourceExhausted, unauthenticated, ValidationError } from "../../core/errors.ts";
+import { TOO_MANY_WRITES } from "../../domain/user-data-store.ts";
+import { type Admission, callValues } from "../kit/admission.ts";
+import { endSessionCookies, headerKeyOf, type KeyOf, nodeHeaders } from "../kit/browser-session.ts";
+import { isInternal } from "../kit/errors.ts";
+import { abortOnClientGone, lazyHandlerContext } from "../kit/handler-context.ts";
+import type { ServiceBinding } from "../kit/service-binding.ts";
+import { closeIfBodyUnread } from "../kit/unread-body.ts";
 import { NO_CACHE, restError, sendRestError, writeRestError } from "./rest-errors.ts";
 import type { RestRoute } from "./rest-route.ts";
 

@@ -1,7 +1,7 @@
 import type { FastifyReply } from "fastify";
-import { type FieldViolation, ValidationError } from "../core/errors.ts";
-import { type Dialect, type RestError, restDialectError } from "../transports/kit/errors.ts";
-import { DEFAULT_LIMITS } from "../transports/kit/limits.ts";
+import { type FieldViolation, ValidationError } from "../../core/errors.ts";
+import { type Dialect, type RestError, restDialectError } from "../kit/errors.ts";
+import { DEFAULT_LIMITS } from "../kit/limits.ts";
 
 export type { Dialect, RestError };
 
