@@ -200,7 +200,7 @@ export async function settingsThroughput(bench: Bench): Promise<Row[]> {
         "req/s",
       );
       rows.push(ratioRow("connect", "Connect JSON GetSettings", alt, "bare connect-node", 0.9, "req/s"));
-      // The same call with the hand-written path off (every call on connect-node's handler, src/rpc/connect-handler.ts),
+      // The same call with the hand-written path off (every call on connect-node's handler, src/transports/connect/connect-handler.ts),
       // on a second service, against the same baseline in the same run.
       const nodeService = await bench.startService("service-connect-node", ["--connect-fast-path", "off"]);
       try {

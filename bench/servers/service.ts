@@ -13,7 +13,7 @@
 //                       WORKSPACE_TEST_DOCKER_IMAGE does, instead of the agent-server's command
 //   --warm-containers N with --docker-image: containers the Docker runtime keeps started and healthy ahead of
 //                       need (default 0: every start is cold)
-//   --connect-fast-path on|off  the everyday Connect unary call on the hand-written path (src/rpc/connect-unary.ts;
+//   --connect-fast-path on|off  the everyday Connect unary call on the hand-written path (src/transports/connect/connect-unary.ts;
 //                       default on, as the server runs) or, off, every Connect call on connect-node's handler
 //   --sandbox-host-ports P,Q  host loopback ports the process runtime's sandboxes reach when they have networks of
 //                       their own (SANDBOX_HOST_PORTS: a benchmark's fake model)

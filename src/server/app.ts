@@ -103,7 +103,7 @@ export interface AppDeps {
    */
   admin?: { port?: number | undefined; host?: string | undefined; metricsToken?: string | undefined };
   /**
-   * The everyday Connect unary call on the hand-written path of src/rpc/connect-unary.ts (default true); false: every
+   * The everyday Connect unary call on the hand-written path of src/transports/connect/connect-unary.ts (default true); false: every
    * Connect call on connect-node's handler (`npm run bench -- --only connect` measures both ways).
    */
   connectFastPath?: boolean;

@@ -15,8 +15,9 @@ import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
 import { agentCallKey } from "../proxy/agent-calls.ts";
 import { type AgentProxyLimits, createAgentHttpProxy } from "../proxy/agent-http.ts";
 import { type AgentSocketLimits, AgentSockets } from "../proxy/agent-sockets.ts";
-import { createConnectHandler } from "../rpc/connect-handler.ts";
-import { connectRoutes } from "../rpc/connect-plugin.ts";
+import { connectAhead } from "../transports/connect/connect-ahead.ts";
+import { createConnectHandler } from "../transports/connect/connect-handler.ts";
+import { connectRoutes } from "../transports/connect/connect-plugin.ts";
 import { nodeHeaders } from "../transports/kit/browser-session.ts";
 import { ConnectionGuard } from "../transports/kit/connection-guard.ts";
 import { INTERNAL_MESSAGE } from "../transports/kit/errors.ts";
@@ -33,7 +34,6 @@ import type { RestRoute } from "../transports/rest/rest-route.ts";
 import { SIGN_IN_PATH, sessionRoutes } from "../transports/rest/session-routes.ts";
 import { v1ConversationRoutes } from "../transports/rest/v1-conversation-routes.ts";
 import { v1SandboxRoutes } from "../transports/rest/v1-sandbox-routes.ts";
-import { connectAhead } from "./connect-ahead.ts";
 import type { Container } from "./container.ts";
 import { registerDocs } from "./docs.ts";
 import { createHttpOrHttpsServer } from "./tls-listeners.ts";
@@ -62,7 +62,7 @@ export interface HttpServerOptions {
   /** Where /metrics, /docs and /openapi.json are served, and who may read /metrics. */
   admin?: AdminOptions;
   /**
-   * The everyday Connect unary call on the hand-written path of src/rpc/connect-unary.ts (default true); false:
+   * The everyday Connect unary call on the hand-written path of src/transports/connect/connect-unary.ts (default true); false:
    * every Connect request on connect-node's handler (AppDeps.connectFastPath).
    */
   connectFastPath?: boolean;
@@ -105,7 +105,7 @@ export async function createHttpServer(
   const { limits, runtime } = options;
   const { metrics, storage } = container;
   const headersTimeout = Math.min(limits.headersTimeoutMs, limits.requestTimeoutMs);
-  // Connect, gRPC-Web and Connect GET: connect-node's handler, ahead of Fastify (src/server/connect-ahead.ts) and
+  // Connect, gRPC-Web and Connect GET: connect-node's handler, ahead of Fastify (src/transports/connect/connect-ahead.ts) and
   // as Fastify routes for the requests Fastify gets. Streams still open when the server closes are cut off after
   // the grace; the timer is unref'd and cleared at close, so a server with no open stream stops at once.
   const shutdown = new AbortController();

@@ -1,5 +1,5 @@
-// Which Connect requests the server's request listener answers ahead of Fastify (src/server/connect-ahead.ts) and
-// which it leaves to Fastify's routes (src/rpc/connect-plugin.ts): both answer alike, and cross-origin requests
+// Which Connect requests the server's request listener answers ahead of Fastify (src/transports/connect/connect-ahead.ts) and
+// which it leaves to Fastify's routes (src/transports/connect/connect-plugin.ts): both answer alike, and cross-origin requests
 // under CORS get @fastify/cors's headers and preflight.
 
 import { afterAll, beforeAll, describe, expect, it } from "vitest";

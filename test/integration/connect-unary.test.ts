@@ -1,4 +1,4 @@
-// The Connect unary fast path (src/rpc/connect-unary.ts) against connect-node's universal handler: the same
+// The Connect unary fast path (src/transports/connect/connect-unary.ts) against connect-node's universal handler: the same
 // request is sent to a server with the fast path and to one without it (every call on connect-node), each once with
 // a Content-Length and once chunked (as connect-node's own client sends), and the four answers must agree in status,
 // headers and body.

@@ -1,10 +1,10 @@
-// The one Connect error answer (src/rpc/connect-errors.ts): statuses from ERROR_TABLE, which equal connect's own
+// The one Connect error answer (src/transports/connect/connect-errors.ts): statuses from ERROR_TABLE, which equal connect's own
 // mapping (connect-node answers the calls it serves with codeToHttpStatus), connect's error JSON, internal errors
 // masked, the error's metadata and the service's trailers as headers.
 import { Code, ConnectError } from "@connectrpc/connect";
 import { codeToHttpStatus } from "@connectrpc/connect/protocol-connect";
 import { describe, expect, it } from "vitest";
-import { connectErrorAnswer } from "../../src/rpc/connect-errors.ts";
+import { connectErrorAnswer } from "../../src/transports/connect/connect-errors.ts";
 import { connectHttpStatusOf, INTERNAL_MESSAGE } from "../../src/transports/kit/errors.ts";
 
 const CODES = Object.values(Code).filter((c): c is Code => typeof c === "number");

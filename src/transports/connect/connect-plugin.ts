@@ -5,7 +5,7 @@ import { type ConnectHandler, type ConnectHandlerOptions, createConnectHandler }
 
 /**
  * The Connect paths as Fastify routes, in an encapsulated plugin, for the Connect requests Fastify gets: those the
- * server's request listener does not take ahead of Fastify (src/server/connect-ahead.ts) — cross-origin requests
+ * server's request listener does not take ahead of Fastify (src/transports/connect/connect-ahead.ts) — cross-origin requests
  * when CORS is on (@fastify/cors answers their preflight and adds its headers), other HTTP methods, requests while
  * the server closes. The route answers with the same handler; the headers Fastify's hooks set (request id, CORS)
  * are carried over. Bodies are read by the handler, never by Fastify.
@@ -36,7 +36,7 @@ export function connectRoutes(handler: ConnectHandler) {
 }
 
 /**
- * Connect on a Fastify server of the caller's making: the Connect handler (src/rpc/connect-handler.ts) as Fastify
+ * Connect on a Fastify server of the caller's making: the Connect handler (src/transports/connect/connect-handler.ts) as Fastify
  * routes, with streams cut off `shutdownTimeoutMs` after the server starts closing.
  */
 export function connectPlugin(

@@ -12,12 +12,12 @@ import {
 import { Code, ConnectError } from "@connectrpc/connect";
 import { trailerMux } from "@connectrpc/connect/protocol-connect";
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
-import { type Caller, callerValues } from "../core/context.ts";
-import type { Admission } from "../transports/kit/admission.ts";
-import { type KeyOf, nodeHeaders } from "../transports/kit/browser-session.ts";
-import { type CallObserver, codeName } from "../transports/kit/call-metrics.ts";
-import { isInternal } from "../transports/kit/errors.ts";
-import { abortOnClientGone, LazyHandlerContext } from "../transports/kit/handler-context.ts";
+import { type Caller, callerValues } from "../../core/context.ts";
+import type { Admission } from "../kit/admission.ts";
+import { type KeyOf, nodeHeaders } from "../kit/browser-session.ts";
+import { type CallObserver, codeName } from "../kit/call-metrics.ts";
+import { isInternal } from "../kit/errors.ts";
+import { abortOnClientGone, LazyHandlerContext } from "../kit/handler-context.ts";
 import { connectErrorAnswer } from "./connect-errors.ts";
 
 /** What the unary path needs of the transport kit. */
@@ -60,7 +60,7 @@ export function unaryMethod(method: DescMethod, impl: Record<string, unknown>): 
  * limit or a chunked body (what connect-node's own client sends over HTTP/1.1; read up to the limit), no request
  * compression, no Connect-Timeout-Ms — served straight to the service implementation;
  * `fastConnectUnary` answers false for every other request, which then goes to connect-node's handler
- * (src/rpc/connect-handler.ts). On by default; `buildApp({ connectFastPath: false })` sends every call to connect-node.
+ * (src/transports/connect/connect-handler.ts). On by default; `buildApp({ connectFastPath: false })` sends every call to connect-node.
  *
  * What it earns: connect-node's universal handler (fetch-style Headers, URL parsing, linked AbortControllers
  * aborted with a DOMException on every call, async-iterable bodies, the interceptor chain) costs several times a

@@ -17,12 +17,12 @@ import {
   universalRequestFromNodeRequest,
   universalResponseToNodeResponse,
 } from "@connectrpc/connect-node";
-import { type Caller, callerKey } from "../core/context.ts";
-import { type Admission, sessionKeyValue } from "../transports/kit/admission.ts";
-import type { KeyOf } from "../transports/kit/browser-session.ts";
-import { type CallObserver, errorCodeName } from "../transports/kit/call-metrics.ts";
-import { INTERNAL_MESSAGE, isInternal, publicError } from "../transports/kit/errors.ts";
-import type { ServiceBinding } from "../transports/kit/service-binding.ts";
+import { type Caller, callerKey } from "../../core/context.ts";
+import { type Admission, sessionKeyValue } from "../kit/admission.ts";
+import type { KeyOf } from "../kit/browser-session.ts";
+import { type CallObserver, errorCodeName } from "../kit/call-metrics.ts";
+import { INTERNAL_MESSAGE, isInternal, publicError } from "../kit/errors.ts";
+import type { ServiceBinding } from "../kit/service-binding.ts";
 import { connectErrorAnswer, writeConnectError } from "./connect-errors.ts";
 import { fastConnectUnary, type UnaryMethod, unaryMethod } from "./connect-unary.ts";
 

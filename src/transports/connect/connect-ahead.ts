@@ -1,5 +1,5 @@
 import type { IncomingMessage, RequestListener, ServerResponse } from "node:http";
-import type { ConnectHandler } from "../rpc/connect-handler.ts";
+import type { ConnectHandler } from "./connect-handler.ts";
 
 export interface ConnectAheadOptions {
   handler: ConnectHandler;

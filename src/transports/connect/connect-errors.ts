@@ -2,7 +2,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { ConnectError } from "@connectrpc/connect";
 import { mergeNonProtocolHeaders } from "@connectrpc/connect/protocol";
 import { errorToJsonBytes, trailerMux } from "@connectrpc/connect/protocol-connect";
-import { connectHttpStatusOf, publicError } from "../transports/kit/errors.ts";
+import { connectHttpStatusOf, publicError } from "../kit/errors.ts";
 
 /** A Connect error answer: HTTP status, headers and body. */
 export interface ConnectErrorAnswer {
