@@ -3,7 +3,7 @@
 // Prints one LoadResult as a JSON line.
 import * as grpc from "@grpc/grpc-js";
 import { SettingsService } from "../../src/gen/workspace/v1/settings_pb.js";
-import { grpcServiceDefinition } from "../../src/rpc/grpc-server.ts";
+import { grpcServiceDefinition } from "../../src/transports/grpc/grpc-server.ts";
 import { type GrpcLoadConfig, type LoadResult, percentile } from "../lib/bench-util.ts";
 
 const config = JSON.parse(process.argv[2] ?? "{}") as GrpcLoadConfig;

@@ -5,7 +5,7 @@ import { readFileSync } from "node:fs";
 import { fromJson } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { GetSettingsResponseSchema, SettingsService } from "../../src/gen/workspace/v1/settings_pb.js";
-import { grpcServiceDefinition } from "../../src/rpc/grpc-server.ts";
+import { grpcServiceDefinition } from "../../src/transports/grpc/grpc-server.ts";
 import type { Fixture } from "./fixture.ts";
 
 const fixture = JSON.parse(readFileSync(process.argv[2] ?? "", "utf8")) as Fixture;

@@ -9,9 +9,9 @@ import { join } from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SettingsService } from "../../src/gen/workspace/v1/settings_pb.js";
-import { grpcServiceDefinition } from "../../src/rpc/grpc-server.ts";
 import { loadConfig } from "../../src/server/config.ts";
 import { ConfigError } from "../../src/server/config-types.ts";
+import { grpcServiceDefinition } from "../../src/transports/grpc/grpc-server.ts";
 import { CLI, serviceEnv, spawnServer } from "../helpers/server-process.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "aws-workers-"));

@@ -2,7 +2,7 @@ import type { DescService } from "@bufbuild/protobuf";
 import { type Client, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import * as grpc from "@grpc/grpc-js";
-import { grpcServiceDefinition } from "../../src/rpc/grpc-server.ts";
+import { grpcServiceDefinition } from "../../src/transports/grpc/grpc-server.ts";
 
 /** A Connect client over HTTP/1.1 (the REST listener) sending the session key. */
 export function connectClient<S extends DescService>(

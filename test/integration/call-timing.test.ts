@@ -7,7 +7,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SettingsService } from "../../src/gen/workspace/v1/settings_pb.js";
-import { createGrpcServer, type GrpcListener, listenGrpc } from "../../src/rpc/grpc-server.ts";
+import { createGrpcServer, type GrpcListener, listenGrpc } from "../../src/transports/grpc/grpc-server.ts";
 import { ConnectionGuard } from "../../src/transports/kit/connection-guard.ts";
 import { bind } from "../../src/transports/kit/service-binding.ts";
 import { connectClient, grpcClient } from "../helpers/rpc-clients.ts";

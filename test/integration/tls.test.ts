@@ -14,7 +14,7 @@ import { createConnectTransport } from "@connectrpc/connect-node";
 import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SettingsService } from "../../src/gen/workspace/v1/settings_pb.js";
-import { grpcServiceDefinition } from "../../src/rpc/grpc-server.ts";
+import { grpcServiceDefinition } from "../../src/transports/grpc/grpc-server.ts";
 import { SECURE_SESSION_COOKIE } from "../../src/transports/kit/browser-session.ts";
 import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";
 import { call, startTestApp, type TestApp } from "../helpers/test-app.ts";

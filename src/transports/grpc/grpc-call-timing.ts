@@ -1,7 +1,7 @@
 import { subscribe, unsubscribe } from "node:diagnostics_channel";
 import type { ServerHttp2Stream } from "node:http2";
 import type { Code } from "@connectrpc/connect";
-import { type CallObserver, codeName } from "../transports/kit/call-metrics.ts";
+import { type CallObserver, codeName } from "../kit/call-metrics.ts";
 
 const START = "http2.server.stream.start";
 const CLOSE = "http2.server.stream.close";

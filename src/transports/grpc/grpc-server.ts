@@ -10,13 +10,13 @@ import {
 } from "@bufbuild/protobuf";
 import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
-import type { Caller } from "../core/context.ts";
-import { type Admission, callValues } from "../transports/kit/admission.ts";
-import { type CallObserver, codeName } from "../transports/kit/call-metrics.ts";
-import type { ConnectionGuard } from "../transports/kit/connection-guard.ts";
-import { grpcStatusOf, isInternal, publicError } from "../transports/kit/errors.ts";
-import { lazyHandlerContext } from "../transports/kit/handler-context.ts";
-import type { ServiceBinding } from "../transports/kit/service-binding.ts";
+import type { Caller } from "../../core/context.ts";
+import { type Admission, callValues } from "../kit/admission.ts";
+import { type CallObserver, codeName } from "../kit/call-metrics.ts";
+import type { ConnectionGuard } from "../kit/connection-guard.ts";
+import { grpcStatusOf, isInternal, publicError } from "../kit/errors.ts";
+import { lazyHandlerContext } from "../kit/handler-context.ts";
+import type { ServiceBinding } from "../kit/service-binding.ts";
 import { encodeErrorDetails } from "./error-details.ts";
 import { GrpcCallTiming } from "./grpc-call-timing.ts";
 

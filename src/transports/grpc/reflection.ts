@@ -3,7 +3,7 @@ import type { DescFile } from "@bufbuild/protobuf";
 import { toBinary } from "@bufbuild/protobuf";
 import { FileDescriptorProtoSchema } from "@bufbuild/protobuf/wkt";
 import type * as grpc from "@grpc/grpc-js";
-import type { ServiceBinding } from "../transports/kit/service-binding.ts";
+import type { ServiceBinding } from "../kit/service-binding.ts";
 
 /** Every file a service's file depends on, itself included, dependencies first. */
 function closure(file: DescFile, seen: Map<string, DescFile>): void {

@@ -1,7 +1,7 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { AnySchema, anyPack } from "@bufbuild/protobuf/wkt";
 import type { ConnectError } from "@connectrpc/connect";
-import { StatusSchema } from "../gen/google/rpc/status_pb.js";
+import { StatusSchema } from "../../gen/google/rpc/status_pb.js";
 
 /** google.rpc.Status (with the error's details, e.g. BadRequest field violations) for grpc-status-details-bin. */
 export function encodeErrorDetails(err: ConnectError): Buffer | null {
