@@ -1,12 +1,12 @@
 /**
- * The agent proxy (src/proxy) against the agent reached directly, in one run: a sandbox of the built-in agent on the
+ * The agent proxy (src/transports/agent-proxy) against the agent reached directly, in one run: a sandbox of the built-in agent on the
  * process runtime of the benchmark's service, its model a scripted fake server that answers at once
  * (test/helpers/fake-llm.ts, in this process). Every figure is measured both ways, alternated sample by sample or
  * round by round: through the service's own listener (`AGENT_SERVER`, the sandbox's session key on the agent's
  * routes and the events websocket, as the UI reaches it with a relative conversation_url), directly
  * (`AGENT_SERVER_DIRECT`, the agent's loopback URL, the same key), and through a bare relay process
  * (bench/servers/bare-agent-relay.ts: node:http piping and a ws relay, no checks): what any proxy hop costs on
- * the machine, so that the service's figure splits into the hop and what src/proxy adds to it.
+ * the machine, so that the service's figure splits into the hop and what src/transports/agent-proxy adds to it.
  *
  * - message → first event: a user message POSTed to `/api/conversations/{id}/events` (`run: true`, the UI's send),
  *   timed to the first frame it brings on the conversation's open events websocket (the user's MessageEvent); and

@@ -1,7 +1,7 @@
 /**
  * A team on one server: N users (BENCH_TEAM_USERS, default 10), each with an API key of their own, signed in as the
  * web UI signs in (the session cookie) and holding a conversation with the built-in agent, all at once, through the
- * path the UI uses: the service's own origin (the agent proxy, src/proxy: the agent's REST routes with the sandbox's
+ * path the UI uses: the service's own origin (the agent proxy, src/transports/agent-proxy: the agent's REST routes with the sandbox's
  * key in X-Session-API-Key and the browser's cookie and Origin, and the events websocket with session_api_key in its
  * query). The service runs as `npm start` runs it (compiled, SQLite, the process runtime; no warm agents, so that
  * every agent process under it is a conversation's); the model is a scripted OpenAI-compatible server in its own

@@ -17,7 +17,7 @@
 //                       default on, as the server runs) or, off, every Connect call on connect-node's handler
 //   --sandbox-host-ports P,Q  host loopback ports the process runtime's sandboxes reach when they have networks of
 //                       their own (SANDBOX_HOST_PORTS: a benchmark's fake model)
-//   --agent-proxy-limits J  the agent proxy's limits (src/proxy/agent-settings.ts), a JSON object of the fields to
+//   --agent-proxy-limits J  the agent proxy's limits (src/transports/agent-proxy/agent-settings.ts), a JSON object of the fields to
 //                       change from their defaults, e.g. {"socketsPerUser":1000} (the agent-proxy benchmark)
 //   --log-level L       Fastify/pino level as in production (default info), written to a file in the temporary
 //                       folder through the production log destination (src/server/log-destination.ts), as the
@@ -31,12 +31,12 @@ import { BUILTIN_AGENT_COMMAND } from "../../agent/shared/builtin-agent.ts";
 import { createProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime.ts";
 import { createSqliteStorage, sqliteDatabaseOf } from "../../src/adapters/storage/sqlite/sqlite-storage.ts";
 import type { EventRecord } from "../../src/ports/event-repository.ts";
-import type { AgentProxySettings } from "../../src/proxy/agent-settings.ts";
 import { buildApp } from "../../src/server/app.ts";
 import { DEFAULT_WARM_AGENTS } from "../../src/server/config.ts";
 import { DEFAULT_QUOTAS } from "../../src/server/container.ts";
 import { LogDestination } from "../../src/server/log-destination.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
+import type { AgentProxySettings } from "../../src/transports/agent-proxy/agent-settings.ts";
 import { syntheticConversation } from "../../test/helpers/conversation-fixtures.ts";
 import { benchEventConversation, EVENTS_PER_CONVERSATION } from "./fixture.ts";
 

@@ -7,7 +7,7 @@ import type { AgentClient } from "../ports/agent-client.ts";
 import type { GitProviderVerifier } from "../ports/git-provider-verifier.ts";
 import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
 import type { Storage } from "../ports/storage.ts";
-import { type AgentProxySettings, DEFAULT_AGENT_PROXY } from "../proxy/agent-settings.ts";
+import { type AgentProxySettings, DEFAULT_AGENT_PROXY } from "../transports/agent-proxy/agent-settings.ts";
 import { createGrpcServer, type GrpcListener, listenGrpc } from "../transports/grpc/grpc-server.ts";
 import { addReflection } from "../transports/grpc/reflection.ts";
 import { ConnectionGuard } from "../transports/kit/connection-guard.ts";

@@ -12,9 +12,9 @@ import Fastify, {
 import type { Caller } from "../core/context.ts";
 import { notFound, unauthenticated } from "../core/errors.ts";
 import type { SandboxRuntime } from "../ports/sandbox-runtime.ts";
-import { agentCallKey } from "../proxy/agent-calls.ts";
-import { type AgentProxyLimits, createAgentHttpProxy } from "../proxy/agent-http.ts";
-import { type AgentSocketLimits, AgentSockets } from "../proxy/agent-sockets.ts";
+import { agentCallKey } from "../transports/agent-proxy/agent-calls.ts";
+import { type AgentProxyLimits, createAgentHttpProxy } from "../transports/agent-proxy/agent-http.ts";
+import { type AgentSocketLimits, AgentSockets } from "../transports/agent-proxy/agent-sockets.ts";
 import { connectAhead } from "../transports/connect/connect-ahead.ts";
 import { createConnectHandler } from "../transports/connect/connect-handler.ts";
 import { connectRoutes } from "../transports/connect/connect-plugin.ts";

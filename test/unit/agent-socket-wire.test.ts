@@ -1,5 +1,5 @@
 /**
- * The wire of the agent proxy's websocket relay (src/proxy/frame-relay.ts, through src/proxy/agent-sockets.ts):
+ * The wire of the agent proxy's websocket relay (src/transports/agent-proxy/frame-relay.ts, through src/transports/agent-proxy/agent-sockets.ts):
  * the agent's frames passed through as they come, against agents that misbehave at the frame level: one that
  * names an extension it was not offered, one that sets RSV1 anyway, one whose message is over the limit (whole or
  * in fragments), and one that sends a frame larger than the machine's socket buffers to a client that does not
@@ -13,7 +13,7 @@ import type { AddressInfo, Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket, { WebSocketServer } from "ws";
-import { AgentSockets } from "../../src/proxy/agent-sockets.ts";
+import { AgentSockets } from "../../src/transports/agent-proxy/agent-sockets.ts";
 import { until } from "../helpers/until.ts";
 
 const MAX_MESSAGE = 2 * 1024 * 1024;

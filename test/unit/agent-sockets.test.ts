@@ -1,5 +1,5 @@
 /**
- * The websocket relay of the agent proxy (src/proxy/agent-sockets.ts) against an agent whose handshake answer and
+ * The websocket relay of the agent proxy (src/transports/agent-proxy/agent-sockets.ts) against an agent whose handshake answer and
  * first frames arrive in one write, as a fast agent's snapshot (`resend_all`) does on a loaded machine or behind a
  * slow client: every frame must reach the client, none may be read before the relay listens.
  */
@@ -8,7 +8,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import WebSocket from "ws";
-import { AgentSockets } from "../../src/proxy/agent-sockets.ts";
+import { AgentSockets } from "../../src/transports/agent-proxy/agent-sockets.ts";
 
 const FRAMES = 5;
 let agent: Server;

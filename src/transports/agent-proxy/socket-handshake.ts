@@ -1,5 +1,5 @@
 /**
- * The two websocket handshakes of the agent proxy's relay (src/proxy/frame-relay.ts): the client's upgrade request
+ * The two websocket handshakes of the agent proxy's relay (src/transports/agent-proxy/frame-relay.ts): the client's upgrade request
  * checked and answered as `ws`'s server would (no extension, the first subprotocol listed), and the agent's side
  * opened with an `http.request` upgrade that offers no extension and refuses an answer that names one, so that the
  * agent's frames are already the frames the client must receive. Written here rather than with `ws`'s server and

@@ -1,5 +1,5 @@
 /**
- * The agent proxy's HTTP half: an agent call (src/proxy/agent-calls.ts) made to the service's own listener is
+ * The agent proxy's HTTP half: an agent call (src/transports/agent-proxy/agent-calls.ts) made to the service's own listener is
  * forwarded to the agent address the service recorded for the sandbox its key names, with @fastify/reply-from
  * (undici) in a Fastify instance of its own, so that none of the service's routes, hooks or body parsers see it.
  * What crosses is bounded (body size, time, calls per second per sandbox) and filtered both ways (agent-calls.ts).
@@ -8,8 +8,8 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { Transform } from "node:stream";
 import replyFrom from "@fastify/reply-from";
 import Fastify, { type FastifyBaseLogger, LogController } from "fastify";
-import { RateLimiter } from "../core/rate-limiter.ts";
-import type { AgentTarget } from "../domain/sandboxes/agent-targets.ts";
+import { RateLimiter } from "../../core/rate-limiter.ts";
+import type { AgentTarget } from "../../domain/sandboxes/agent-targets.ts";
 import {
   agentCallKey,
   agentRequestHeaders,

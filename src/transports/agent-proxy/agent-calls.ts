@@ -6,7 +6,7 @@
  * its path. The target is only the agent address the service recorded for the sandbox the key names.
  */
 import type { IncomingHttpHeaders, IncomingMessage } from "node:http";
-import { sandboxIdOfSessionKey } from "../core/ids.ts";
+import { sandboxIdOfSessionKey } from "../../core/ids.ts";
 
 /** Path prefixes of the agent's HTTP routes the proxy forwards (the agent-server's routers the UI and SDK call). */
 const AGENT_PREFIXES = [

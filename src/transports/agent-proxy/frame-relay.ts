@@ -1,7 +1,7 @@
 /**
- * The agent proxy's websocket wire (src/proxy/agent-sockets.ts decides who may open one and when it must close):
+ * The agent proxy's websocket wire (src/transports/agent-proxy/agent-sockets.ts decides who may open one and when it must close):
  * a relay that passes the agent's frames to the client as the bytes they arrived in, once both handshakes
- * (src/proxy/socket-handshake.ts) are done.
+ * (src/transports/agent-proxy/socket-handshake.ts) are done.
  *
  * Hand-written, and what it earns: a server's frames are unmasked on both legs, so once neither handshake negotiated
  * an extension, the agent's frames are already the frames the client must receive. Passing its reads through (one

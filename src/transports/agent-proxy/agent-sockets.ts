@@ -1,8 +1,8 @@
 /**
  * The agent proxy's websocket half: `GET /sockets/events/{id}?session_api_key=<sandbox key>&…` upgraded on the
  * service's own listener is relayed to the same path on the agent the key's sandbox recorded, on the wire of
- * src/proxy/frame-relay.ts (the agent's frames passed through as read, the client's parsed and checked) after the
- * handshakes of src/proxy/socket-handshake.ts. The agent's handshake comes first: the client's upgrade is accepted
+ * src/transports/agent-proxy/frame-relay.ts (the agent's frames passed through as read, the client's parsed and checked) after the
+ * handshakes of src/transports/agent-proxy/socket-handshake.ts. The agent's handshake comes first: the client's upgrade is accepted
  * only once the agent accepted, so a refusal is an HTTP answer with a JSON body, never a socket that opens and
  * hangs; what the agent sends at once waits unread until the relay listens.
  *
@@ -14,8 +14,8 @@
  */
 import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
-import { RateLimiter } from "../core/rate-limiter.ts";
-import type { AgentTarget } from "../domain/sandboxes/agent-targets.ts";
+import { RateLimiter } from "../../core/rate-limiter.ts";
+import type { AgentTarget } from "../../domain/sandboxes/agent-targets.ts";
 import { pathOf, SOCKET_PREFIX, socketKey } from "./agent-calls.ts";
 import { AgentCallError, type AgentProxyDeps, resolveAgent } from "./agent-http.ts";
 import { FrameRelay } from "./frame-relay.ts";
