@@ -4,7 +4,7 @@ import { createHandlerContext, type HandlerContext } from "@connectrpc/connect";
 import type { FastifyBaseLogger, FastifyServerOptions } from "fastify";
 import { HttpGitProviderVerifier } from "../adapters/git-providers/http-git-provider-verifier.ts";
 import type { DockerRuntime } from "../adapters/runtimes/docker/docker-runtime.ts";
-import type { ProcessIsolation, ProcessRuntime } from "../adapters/runtimes/process/process-runtime.ts";
+import type { ProcessIsolation, ProcessRuntime } from "../adapters/runtimes/process/process-runtime-types.ts";
 import { callerValues } from "../core/context.ts";
 import { ProviderHostPolicy } from "../core/provider-host.ts";
 import { SandboxService as SandboxServiceDesc } from "../gen/workspace/v1/sandbox_pb.js";

@@ -17,10 +17,8 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it, vi } from "vitest";
 import { BUILTIN_AGENT_COMMAND, BUILTIN_AGENT_MAIN } from "../../agent/shared/builtin-agent.ts";
 import { listProcesses, readProcStat } from "../../agent/shared/proc-tree.ts";
-import {
-  createProcessRuntime,
-  type ProcessRuntime,
-} from "../../src/adapters/runtimes/process/process-runtime.ts";
+import { createProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime.ts";
+import type { ProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime-types.ts";
 import type { RuntimeHandle, RuntimeSpec } from "../../src/ports/sandbox-runtime.ts";
 import {
   type ContractSpecKind,

@@ -12,7 +12,7 @@ import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync 
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { ProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime.ts";
+import type { ProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime-types.ts";
 import { directAgentUrl, gatewayOf, UNREACHABLE } from "../helpers/agent-address.ts";
 import { agentPid, bash, type Party, party, probe, sandboxOf } from "../helpers/sandbox-parties.ts";
 import { startTestApp, type TestApp } from "../helpers/test-app.ts";

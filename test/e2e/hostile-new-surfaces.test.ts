@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
-import type { ProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime.ts";
+import type { ProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime-types.ts";
 import { findSandboxProcesses } from "../../src/adapters/runtimes/process/sandbox-processes.ts";
 import { directAgentUrl } from "../helpers/agent-address.ts";
 import { agentProcesses, killAgent } from "../helpers/agent-processes.ts";

@@ -15,10 +15,8 @@ import {
   createDockerRuntime,
   type DockerRuntime,
 } from "../../src/adapters/runtimes/docker/docker-runtime.ts";
-import {
-  createProcessRuntime,
-  type ProcessRuntime,
-} from "../../src/adapters/runtimes/process/process-runtime.ts";
+import { createProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime.ts";
+import type { ProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime-types.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
 import { createRepository, type Task } from "../helpers/app-conversations.ts";
 import { dockerFromEnv, findAgentServerImage } from "../helpers/docker-env.ts";

@@ -19,7 +19,7 @@ import {
   createDockerRuntime,
   type DockerRuntime,
 } from "../../src/adapters/runtimes/docker/docker-runtime.ts";
-import type { ProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime.ts";
+import type { ProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime-types.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
 import { directAgentUrl } from "../helpers/agent-address.ts";
 import { dockerFromEnv, findAgentServerImage } from "../helpers/docker-env.ts";

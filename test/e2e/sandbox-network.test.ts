@@ -16,7 +16,7 @@ import { createServer, type Server } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { ProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime.ts";
+import type { ProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime-types.ts";
 import { gatewayOf } from "../helpers/agent-address.ts";
 import { settle } from "../helpers/app-conversations.ts";
 import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";

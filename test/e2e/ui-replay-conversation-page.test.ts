@@ -14,7 +14,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
-import type { ProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime.ts";
+import type { ProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime-types.ts";
 import { directAgentUrl } from "../helpers/agent-address.ts";
 import { Browser } from "../helpers/browser.ts";
 import { type FakeLlm, startFakeLlm } from "../helpers/fake-llm.ts";

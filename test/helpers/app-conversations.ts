@@ -7,10 +7,8 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "vitest";
-import {
-  createProcessRuntime,
-  type ProcessRuntime,
-} from "../../src/adapters/runtimes/process/process-runtime.ts";
+import { createProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime.ts";
+import type { ProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime-types.ts";
 import { ProviderHostPolicy } from "../../src/core/provider-host.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
 import { type FakeLlm, startFakeLlm } from "./fake-llm.ts";

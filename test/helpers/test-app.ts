@@ -2,10 +2,8 @@ import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import {
-  createProcessRuntime,
-  type ProcessRuntime,
-} from "../../src/adapters/runtimes/process/process-runtime.ts";
+import { createProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime.ts";
+import type { ProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime-types.ts";
 import { createSqliteStorage } from "../../src/adapters/storage/sqlite/sqlite-storage.ts";
 import type { SandboxSpec } from "../../src/domain/sandboxes/sandbox-spec-service.ts";
 import type { GitProviderVerifier } from "../../src/ports/git-provider-verifier.ts";

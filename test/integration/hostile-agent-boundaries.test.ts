@@ -33,10 +33,8 @@ import { basename, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BUILTIN_AGENT_COMMAND } from "../../agent/shared/builtin-agent.ts";
 import { listProcesses, readProcStat } from "../../agent/shared/proc-tree.ts";
-import {
-  createProcessRuntime,
-  type ProcessRuntime,
-} from "../../src/adapters/runtimes/process/process-runtime.ts";
+import { createProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime.ts";
+import type { ProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime-types.ts";
 import type { RuntimeHandle, RuntimeSpec } from "../../src/ports/sandbox-runtime.ts";
 import { connectProbe, directAgentUrl, gatewayOf, UNREACHABLE } from "../helpers/agent-address.ts";
 import { agentProcesses, cmdline } from "../helpers/agent-processes.ts";

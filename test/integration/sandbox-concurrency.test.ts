@@ -5,10 +5,8 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { readProcStat } from "../../agent/shared/proc-tree.ts";
 import { probeAlive } from "../../src/adapters/runtimes/agent-health.ts";
-import {
-  createProcessRuntime,
-  type ProcessRuntime,
-} from "../../src/adapters/runtimes/process/process-runtime.ts";
+import { createProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime.ts";
+import type { ProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime-types.ts";
 import {
   SandboxService,
   SandboxStatus,

@@ -3,10 +3,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import {
-  createProcessRuntime,
-  type ProcessRuntime,
-} from "../../src/adapters/runtimes/process/process-runtime.ts";
+import { createProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime.ts";
+import type { ProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime-types.ts";
 import { directAgentUrl } from "../helpers/agent-address.ts";
 import { call, startTestApp } from "../helpers/test-app.ts";
 

@@ -1,6 +1,6 @@
 import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { ProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime.ts";
+import type { ProcessRuntime } from "../../src/adapters/runtimes/process/process-runtime-types.ts";
 import {
   SandboxService,
   SandboxStatus,

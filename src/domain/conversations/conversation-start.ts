@@ -7,62 +7,20 @@
  */
 import { ConnectError } from "@connectrpc/connect";
 import { providerName, triggerName } from "../../codec/conversation-json.ts";
-import type { Clock } from "../../core/clock.ts";
 import { StorageUnavailableError } from "../../core/errors.ts";
 import { newHexId, parseHexId } from "../../core/ids.ts";
 import { LOCAL_REPOSITORY_PROVIDER } from "../../core/repository-names.ts";
 import type { AppConversationStartRequest } from "../../gen/workspace/v1/app_conversation_pb.js";
-import { AgentCallError, type AgentClient, type AgentEndpoint } from "../../ports/agent-client.ts";
-import type {
-  ConversationRecord,
-  ConversationRepository,
-  StartTaskRecord,
-  StartTaskRepository,
-} from "../../ports/conversation-repository.ts";
-import type { LocalRepositoryCatalog } from "../../ports/local-repositories.ts";
+import { AgentCallError, type AgentEndpoint } from "../../ports/agent-client.ts";
+import type { ConversationRecord, StartTaskRecord } from "../../ports/conversation-repository.ts";
 import type { LiveSandbox } from "../sandboxes/sandbox-state.ts";
 import type { ConversationConfig } from "../settings/settings-service.ts";
 import { agentStartRequest } from "./agent-request.ts";
-import type { ConversationConfigSource, SecretSource, StartSandboxes } from "./ports.ts";
+import type { Effective, StartFlowDeps } from "./start-deps.ts";
 import { LeaseLostError, StartError, StartProgress, type StartResume } from "./start-progress.ts";
 import { StartSandbox } from "./start-sandbox.ts";
 import { StartWorkspace } from "./start-workspace.ts";
 import { localRepositoryPath, redact } from "./workspace-commands.ts";
-
-/** Timeouts of the start flow. */
-export interface StartFlowTimeouts {
-  /** How long a STARTING sandbox may take to become RUNNING (default 120 s). */
-  sandboxStartMs: number;
-  /** Clone and checkout (default 600 s; the agent caps a command at 600 s). */
-  prepareSeconds: number;
-  /** .openhands/setup.sh (default 600 s). */
-  setupScriptSeconds: number;
-}
-
-export interface StartFlowDeps {
-  startTasks: StartTaskRepository;
-  conversations: ConversationRepository;
-  sandboxes: StartSandboxes;
-  settings: ConversationConfigSource;
-  secrets: SecretSource;
-  agent: AgentClient;
-  clock: Clock;
-  timeouts: StartFlowTimeouts;
-  /** Called with a copy of the task after each saved state. */
-  onChange: (task: StartTaskRecord) => void;
-  /**
-   * Called once a conversation's record exists (the events service names it from a first user message that the
-   * agent posted before the record was created). Must not throw.
-   */
-  conversationCreated?: (record: ConversationRecord) => void;
-  /** Final states (READY/ERROR) whose save failed, by task id: {@link sweepStartTasks} saves them later. */
-  unsaved?: Map<string, StartTaskRecord>;
-  log: (msg: string, data?: Record<string, unknown>) => void;
-  /** This server's lease owner name: every save is a compare-and-set on it (see StartTaskRepository). */
-  leaseOwner: string;
-  /** The repositories of LOCAL_REPOSITORY_ROOTS, which a start names by `@local/<folder>` (none: no such names). */
-  localRepositories?: LocalRepositoryCatalog;
-}
 
 /** Why a start was aborted: a shutdown hands it over (its lease is released, another server resumes it). */
 export const HAND_OVER = new Error("server shutdown: the start is handed over");
@@ -109,16 +67,6 @@ export async function runStartFlow(
 ): Promise<void> {
   const flow = new StartFlow(deps, new StartProgress(deps, task, resume), request, signal);
   await flow.run();
-}
-
-/** Values a sub-conversation takes from its parent when the request leaves them unset. */
-export interface Effective {
-  sandboxId: string | null;
-  repository: string | null;
-  branch: string | null;
-  provider: string | null;
-  llmModel: string | null;
-  parent: ConversationRecord | null;
 }
 
 /** One run of a start, from its progress to READY or ERROR. */

@@ -10,7 +10,7 @@ import type {
   StartTaskRecord,
   StartTaskStatus,
 } from "../../ports/conversation-repository.ts";
-import type { StartFlowDeps } from "./conversation-start.ts";
+import type { StartFlowDeps } from "./start-deps.ts";
 
 /** Where a start resumes: the ids it had planned and the last state it saved (null: a new start). */
 export interface StartResume {

@@ -18,15 +18,9 @@ import type {
 import type { LocalRepositoryCatalog } from "../../ports/local-repositories.ts";
 import type { ChangeFeed } from "../change-feed.ts";
 import { startRequestFromJson, startRequestJson } from "./conversation-codecs.ts";
-import {
-  HAND_OVER,
-  runStartFlow,
-  SHUTDOWN_DETAIL,
-  type StartFlowDeps,
-  type StartFlowTimeouts,
-  saveUnsavedEnds,
-} from "./conversation-start.ts";
+import { HAND_OVER, runStartFlow, SHUTDOWN_DETAIL, saveUnsavedEnds } from "./conversation-start.ts";
 import type { ConversationConfigSource, ConversationFacts, SecretSource, StartSandboxes } from "./ports.ts";
+import type { StartFlowDeps, StartFlowTimeouts } from "./start-deps.ts";
 import { checkStartRequest } from "./start-request.ts";
 
 /** The detail of a task whose start was cut off too many times to go on. */

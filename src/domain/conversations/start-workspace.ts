@@ -11,7 +11,7 @@ import type { AgentCommandResult } from "../../ports/agent-client.ts";
 import type { LocalRepositoryCatalog, LocalRepositoryRecord } from "../../ports/local-repositories.ts";
 import type { ConversationConfig } from "../settings/settings-service.ts";
 import { parseSkillFiles, type SkillJson, skillFilesCommand, workHostsSkill } from "./agent-request.ts";
-import type { Effective, StartFlowTimeouts } from "./conversation-start.ts";
+import type { Effective, StartFlowTimeouts } from "./start-deps.ts";
 import { StartError, type StartProgress } from "./start-progress.ts";
 import {
   cloneSource,

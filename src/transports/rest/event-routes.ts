@@ -6,9 +6,9 @@ import { enumOf, str } from "../../core/model/scalars.ts";
 import { validate } from "../../core/model/validate.ts";
 import { dateTime, uuidHex } from "../../core/model-formats.ts";
 import { type Event, EventService, EventSortOrder } from "../../gen/workspace/v1/event_pb.js";
-import type { RouteDocs } from "./openapi.ts";
 import { type RestInput, type RestRoute, route } from "./rest-route.ts";
 import { idsQuery, many, PAGE_QUERY, present, single } from "./route-kit.ts";
+import type { RouteDocs } from "./schema-builder.ts";
 
 const SORT_ORDERS = ["TIMESTAMP", "TIMESTAMP_DESC"] as const;
 

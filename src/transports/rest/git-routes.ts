@@ -19,9 +19,9 @@ import {
   TaskType,
 } from "../../gen/workspace/v1/git_pb.js";
 import { ProviderType } from "../../gen/workspace/v1/provider_pb.js";
-import type { RouteDocs } from "./openapi.ts";
 import { type RestInput, type RestRoute, route } from "./rest-route.ts";
 import { present, single } from "./route-kit.ts";
+import type { RouteDocs } from "./schema-builder.ts";
 
 const PROVIDER_NAMES = ["github", "gitlab", "bitbucket", "azure_devops", "enterprise_sso"] as const;
 const BY_NAME: Record<string, ProviderType> = {

@@ -20,9 +20,9 @@ import {
   type MessageContent,
 } from "../../gen/workspace/v1/app_conversation_pb.js";
 import { SandboxStatus } from "../../gen/workspace/v1/sandbox_pb.js";
-import type { JsonSchema } from "./openapi.ts";
 import { type RestInput, type RestRoute, route } from "./rest-route.ts";
 import { iso, PAGE_QUERY, pathParam, present, single } from "./route-kit.ts";
+import type { JsonSchema } from "./schema-builder.ts";
 import { bindUpdateConversation, updateConversationBodySchema } from "./v1-conversation-routes.ts";
 
 /**

@@ -17,9 +17,9 @@ import {
   SettingsService,
   StoreSettingsRequestSchema,
 } from "../../gen/workspace/v1/settings_pb.js";
-import type { JsonSchema, SchemaBuilder } from "./openapi.ts";
 import { type RestRoute, route } from "./rest-route.ts";
 import { pathParam } from "./route-kit.ts";
+import type { JsonSchema, SchemaBuilder } from "./schema-builder.ts";
 
 const optStr = { schema: nullable(str()) };
 

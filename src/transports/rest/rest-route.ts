@@ -1,7 +1,7 @@
 import type { DescMethod, MessageInitShape, MessageShape } from "@bufbuild/protobuf";
 import type { ContextValues } from "@connectrpc/connect";
-import type { RouteDocs } from "./openapi.ts";
 import type { Dialect, FieldLocations } from "./rest-errors.ts";
+import type { RouteDocs } from "./schema-builder.ts";
 
 /** What a REST binder sees of a request. */
 export interface RestInput {

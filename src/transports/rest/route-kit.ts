@@ -4,7 +4,7 @@
  */
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { invalid } from "../../core/errors.ts";
-import type { RouteDocs } from "./openapi.ts";
+import type { RouteDocs } from "./schema-builder.ts";
 
 /** Query parameters of every search. */
 export const PAGE_QUERY: NonNullable<RouteDocs["query"]> = {

@@ -20,9 +20,9 @@ import {
   AppConversationStartRequestSchema,
   AppConversationStartTaskSortOrder,
 } from "../../gen/workspace/v1/app_conversation_pb.js";
-import type { JsonSchema, RouteDocs, SchemaBuilder } from "./openapi.ts";
 import { type RestInput, type RestRoute, route } from "./rest-route.ts";
 import { idsQuery, many, PAGE_QUERY, pathParam, present, single } from "./route-kit.ts";
+import type { JsonSchema, RouteDocs, SchemaBuilder } from "./schema-builder.ts";
 
 /** Body of POST /api/v1/app-conversations and /stream-start. */
 export const startRequestBodySchema = startRequestCodec.model;

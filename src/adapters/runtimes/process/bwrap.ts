@@ -18,6 +18,9 @@ import { spawnSync } from "node:child_process";
 import { accessSync, constants, existsSync, lstatSync, readlinkSync, statSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 
+/** Where the host's tools and a sandbox's commands are looked for when no PATH is given. */
+export const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
 /** `SANDBOX_ISOLATION`: bwrap (required), none (explicitly off) or auto (bwrap when it works). */
 export type IsolationSetting = "auto" | "bwrap" | "none";
 

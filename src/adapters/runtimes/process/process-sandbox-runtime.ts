@@ -21,7 +21,7 @@ import type {
   ProcessLimitsReport,
   ProcessNetworkReport,
   ProcessRuntime,
-} from "./process-runtime.ts";
+} from "./process-runtime-types.ts";
 import { type ProcessTable, parseHandleData } from "./process-table.ts";
 import type { RuntimeLimits } from "./runtime-limits.ts";
 import { checkSingleUser, workingDirOf } from "./runtime-setup.ts";

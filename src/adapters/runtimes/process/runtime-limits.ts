@@ -1,8 +1,11 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { findExecutable } from "./bwrap.ts";
-import type { ProcessIsolation, ProcessLimitsReport, ProcessRuntimeOptions } from "./process-runtime.ts";
-import { DEFAULT_PATH } from "./sandbox-launch.ts";
+import { DEFAULT_PATH, findExecutable } from "./bwrap.ts";
+import type {
+  ProcessIsolation,
+  ProcessLimitsReport,
+  ProcessRuntimeOptions,
+} from "./process-runtime-types.ts";
 import { SandboxCgroups } from "./sandbox-limits.ts";
 import { LoopDisks } from "./workspace-disk.ts";
 

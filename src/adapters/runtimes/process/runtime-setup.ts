@@ -10,8 +10,12 @@ import { BUILTIN_AGENT_MAIN, BUILTIN_AGENT_PACKAGES } from "../../../../agent/sh
 import { failedPrecondition } from "../../../core/errors.ts";
 import type { RuntimeSpec } from "../../../ports/sandbox-runtime.ts";
 import type { IsolationSetting } from "./bwrap.ts";
-import type { ProcessIsolation, ProcessNetworkReport, ProcessRuntimeOptions } from "./process-runtime.ts";
-import { DEFAULT_PATH } from "./sandbox-launch.ts";
+import { DEFAULT_PATH } from "./bwrap.ts";
+import type {
+  ProcessIsolation,
+  ProcessNetworkReport,
+  ProcessRuntimeOptions,
+} from "./process-runtime-types.ts";
 import { SandboxNetwork } from "./sandbox-network.ts";
 
 /**

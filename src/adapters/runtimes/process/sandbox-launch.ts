@@ -8,11 +8,11 @@ import { readProcStat, signal } from "../../../../agent/shared/proc-tree.ts";
 import { failedPrecondition } from "../../../core/errors.ts";
 import type { RuntimeHandle, RuntimeSpec } from "../../../ports/sandbox-runtime.ts";
 import { freePort, listeningSocket } from "../free-port.ts";
-import { type BwrapTools, bwrapArgs, findExecutable, type SandboxUser } from "./bwrap.ts";
+import { type BwrapTools, bwrapArgs, DEFAULT_PATH, findExecutable, type SandboxUser } from "./bwrap.ts";
 import type { CompileCache } from "./compile-cache.ts";
 import { describeLaunch, type LaunchSettings, launchedHandle, sandboxEnv } from "./launch-description.ts";
 import { LinkRefused, makeDirsAt, openAppendAt } from "./no-follow.ts";
-import type { ProcessIsolation } from "./process-runtime.ts";
+import type { ProcessIsolation } from "./process-runtime-types.ts";
 import type { ProcessTable } from "./process-table.ts";
 import type { RuntimeLimits } from "./runtime-limits.ts";
 import { limitedArgv } from "./sandbox-limits.ts";
@@ -38,8 +38,6 @@ export interface WarmChild extends WarmAgent {
   own: OwnChild;
   stdin: Writable;
 }
-
-export const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /**
  * Where a sandbox's output goes, relative to its workspace: on the workspace's own disk, so that it is bounded by
