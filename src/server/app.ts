@@ -216,6 +216,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     admission: container.admission,
     maxMessageBytes: limits.maxMessageBytes,
     onCall: (method, code, seconds) => container.metrics.rpc("grpc", method, code, seconds),
+    onAnswer: (method, seconds) => container.metrics.answer("grpc", method, seconds),
     onError: (err, method) => log.error({ err, method }, "rpc failed"),
   });
   addReflection(grpcServer, container.bindings);

@@ -116,6 +116,7 @@ export async function createHttpServer(
     keyOf: container.keyOf,
     maxMessageBytes: limits.maxMessageBytes,
     onCall: (method, code, seconds) => metrics.rpc("connect", method, code, seconds),
+    onAnswer: (method, seconds) => metrics.answer("connect", method, seconds),
     onError: (err, method) => http.log.error({ err, method }, "rpc failed"),
     shutdownSignal: shutdown.signal,
     fastPath: options.connectFastPath !== false,
@@ -308,6 +309,7 @@ export async function createHttpServer(
       canWriteUserData: container.canWriteUserData,
       maxBodyBytes: limits.maxMessageBytes,
       keyOf: container.keyOf,
+      onAnswer: (method, seconds) => metrics.answer("rest", method, seconds),
     }),
   );
   const { sessions, authenticate, admit, keyOf } = container;

@@ -1,3 +1,4 @@
+import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -8,6 +9,7 @@ import { createSqliteStorage, sqliteDatabaseOf } from "../../src/adapters/storag
 import { StorageUnavailableError } from "../../src/core/errors.ts";
 import { DEFAULT_USER_DATA_LIMITS, UserDataStore } from "../../src/domain/user-data-store.ts";
 import type { UserData } from "../../src/ports/user-data-repository.ts";
+import { syntheticConversation } from "../helpers/conversation-fixtures.ts";
 import { describeStorageContract } from "./storage-contract.ts";
 
 /**
@@ -288,6 +290,157 @@ describe("sqlite adapter", () => {
       db.exec("ROLLBACK");
       expect(await storage.userData.get("u")).toStrictEqual({ version: 1, value: doc(1) });
       await storage.close();
+    });
+  });
+
+  describe("group commit of conversation updates", () => {
+    const titleOf = (path: string, id: string): unknown => {
+      const raw = new Database(path, { readonly: true });
+      try {
+        return (raw.prepare("SELECT title FROM conversations WHERE id = ?").get(id) as { title: string })
+          .title;
+      } finally {
+        raw.close();
+      }
+    };
+
+    it("keeps the order of concurrent updates: the last one's values are stored, each committed when acknowledged", async () => {
+      const path = join(dir, "updates.db");
+      const storage = createSqliteStorage({ path });
+      const conv = syntheticConversation(0, "owner");
+      await storage.conversations.insert(conv);
+      const seen: [number, unknown][] = [];
+      const results = await Promise.all(
+        Array.from({ length: 50 }, (_, i) =>
+          storage.conversations
+            .update(conv.id, "owner", { title: `t${i}`, metrics: { turn: i }, updatedAt: new Date(i + 1) })
+            .then((found) => {
+              seen.push([i, titleOf(path, conv.id)]);
+              return found;
+            }),
+        ),
+      );
+      expect(results).toStrictEqual(Array(50).fill(true));
+      // Acknowledged only once committed: another connection sees the batch's last value by then.
+      for (const [, title] of seen) expect(title).toBe("t49");
+      expect(await storage.conversations.get(conv.id, "owner")).toStrictEqual({
+        ...conv,
+        title: "t49",
+        metrics: { turn: 49 },
+        updatedAt: new Date(50),
+      });
+      // A missing conversation (or another owner's) is reported as not found, the others of the batch stored.
+      const mixed = await Promise.all([
+        storage.conversations.update(conv.id, "someone-else", { title: "theirs", updatedAt: new Date(60) }),
+        storage.conversations.update("f".repeat(32), "owner", { title: "none", updatedAt: new Date(61) }),
+        storage.conversations.update(conv.id, "owner", { title: "mine", updatedAt: new Date(62) }),
+      ]);
+      expect(mixed).toStrictEqual([false, false, true]);
+      expect((await storage.conversations.get(conv.id, "owner"))?.title).toBe("mine");
+      await storage.close();
+    });
+
+    it("stores queued updates before a later write of the conversation, in the order they were made", async () => {
+      const storage = createSqliteStorage({ path: join(dir, "update-order.db") });
+      const conv = syntheticConversation(0, "owner");
+      await storage.conversations.insert(conv);
+      // Made in one turn: the update is queued, the sub-conversation's write runs at once, after it.
+      const updated = storage.conversations.update(conv.id, "owner", {
+        title: "before",
+        updatedAt: new Date(5),
+      });
+      const added = storage.conversations.addSubConversation(conv.id, "a".repeat(32), new Date(6));
+      expect(await Promise.all([updated, added])).toStrictEqual([true, true]);
+      expect(await storage.conversations.get(conv.id, "owner")).toMatchObject({
+        title: "before",
+        subConversationIds: ["a".repeat(32)],
+        updatedAt: new Date(6),
+      });
+      // An update made before a delete finds the conversation; the delete then removes it.
+      const last = storage.conversations.update(conv.id, "owner", { title: "last", updatedAt: new Date(7) });
+      const deleted = storage.conversations.delete(conv.id, "owner");
+      expect(await Promise.all([last, deleted])).toStrictEqual([true, true]);
+      expect(await storage.conversations.get(conv.id, "owner")).toBeNull();
+      await storage.close();
+    });
+
+    it("rejects every update of a batch whose commit fails and keeps none of them", async () => {
+      const path = join(dir, "failed-updates.db");
+      const storage = createSqliteStorage({ path });
+      const a = syntheticConversation(0, "owner");
+      const b = syntheticConversation(1, "owner");
+      await storage.conversations.insert(a);
+      await storage.conversations.insert(b);
+      sqliteDatabaseOf(storage).pragma("busy_timeout = 50");
+      const other = new Database(path);
+      other.exec("BEGIN IMMEDIATE");
+      const updates = [
+        storage.conversations.update(a.id, "owner", { title: "a2", updatedAt: new Date(1) }),
+        storage.conversations.update(b.id, "owner", { title: "b2", updatedAt: new Date(2) }),
+      ];
+      try {
+        for (const u of updates) await expect(u).rejects.toSatisfy(isStorageUnavailable);
+      } finally {
+        other.exec("ROLLBACK");
+        other.close();
+      }
+      expect((await storage.conversations.get(a.id, "owner"))?.title).toBe(a.title);
+      expect((await storage.conversations.get(b.id, "owner"))?.title).toBe(b.title);
+      await storage.close();
+    });
+
+    it("runs an update at once inside a transaction of the caller's own", async () => {
+      const storage = createSqliteStorage({ path: join(dir, "update-in-transaction.db") });
+      const conv = syntheticConversation(0, "owner");
+      await storage.conversations.insert(conv);
+      const db = sqliteDatabaseOf(storage);
+      db.exec("BEGIN");
+      const update = storage.conversations.update(conv.id, "owner", {
+        title: "inside",
+        updatedAt: new Date(1),
+      });
+      expect(db.prepare("SELECT title FROM conversations WHERE id = ?").get(conv.id)).toStrictEqual({
+        title: "inside",
+      });
+      db.exec("ROLLBACK");
+      expect(await update).toBe(true);
+      expect((await storage.conversations.get(conv.id, "owner"))?.title).toBe(conv.title);
+      await storage.close();
+    });
+
+    it("keeps every acknowledged update when its process is killed with SIGKILL", async () => {
+      const path = join(dir, "killed.db");
+      const setup = createSqliteStorage({ path });
+      const conv = syntheticConversation(0, "owner");
+      await setup.conversations.insert(conv);
+      await setup.close();
+      const writer = spawn(
+        process.execPath,
+        [join(import.meta.dirname, "..", "helpers", "sqlite-update-writer.ts"), path, conv.id, "owner"],
+        { stdio: ["ignore", "pipe", "inherit"] },
+      );
+      let acknowledged = 0;
+      let out = "";
+      await new Promise<void>((resolve, reject) => {
+        writer.on("error", reject);
+        writer.on("exit", (code) => reject(new Error(`the writer exited (${code}) before it was killed`)));
+        writer.stdout.on("data", (d: Buffer) => {
+          out += d.toString();
+          const lines = out.split("\n");
+          out = lines.pop() ?? "";
+          for (const line of lines) acknowledged = Number(line);
+          if (acknowledged >= 200) resolve();
+        });
+      });
+      writer.removeAllListeners("exit");
+      const exited = new Promise((resolve) => writer.on("exit", resolve));
+      writer.kill("SIGKILL");
+      await exited;
+      // Updates the writer made after the last line read may be stored as well, never fewer.
+      const reopened = createSqliteStorage({ path });
+      const title = (await reopened.conversations.get(conv.id, "owner"))?.title ?? "";
+      expect(Number(title.replace("title ", ""))).toBeGreaterThanOrEqual(acknowledged);
+      await reopened.close();
     });
   });
 });

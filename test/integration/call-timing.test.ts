@@ -1,7 +1,9 @@
 // The server's own time of a call, per protocol: Connect and gRPC calls in rpc_duration_seconds{protocol, method,
 // code}, REST requests in http_request_duration_seconds{method, route, status}, each timed from its request head to
 // the end of its answer; a gRPC call's time includes the event-loop iteration Node takes to send its status (the
-// trailers) after its message.
+// trailers) after its message. Besides, every call answered OK on each protocol in
+// rpc_answer_duration_seconds{protocol, method}, timed from its handler to its answer handed to the transport (gRPC:
+// its message, before the trailers).
 
 import { Code, ConnectError } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
@@ -48,6 +50,20 @@ describe("call metrics per protocol", () => {
     expect(text).toMatch(
       /^http_request_duration_seconds_count\{method="GET",route="\/api\/settings",status="401"\} 1$/m,
     );
+    const answered = (protocol: string, method: string) =>
+      Number(
+        new RegExp(
+          `^rpc_answer_duration_seconds_count\\{protocol="${protocol}",method="workspace.v1.SettingsService/${method}"\\} (\\d+)$`,
+          "m",
+        ).exec(text)?.[1] ?? 0,
+      );
+    // The refused calls (a wrong key) have no answer of their handler.
+    expect([
+      answered("rest", "GetSettings"),
+      answered("rest", "StoreSettings"),
+      answered("connect", "GetSettings"),
+      answered("grpc", "GetSettings"),
+    ]).toEqual([1, 1, 1, 1]);
   });
 });
 
@@ -58,6 +74,7 @@ describe("a gRPC call is timed to its status", () => {
   };
   let listener: GrpcListener;
   const observed: { method: string; code: string; seconds: number }[] = [];
+  const answered: { method: string; seconds: number }[] = [];
   beforeAll(async () => {
     const guard = new ConnectionGuard({ maxConnections: 10, firstRequestTimeoutMs: 10_000 });
     // GetSettings answers at once; every other method answers UNIMPLEMENTED.
@@ -80,6 +97,7 @@ describe("a gRPC call is timed to its status", () => {
       admission: () => ({ userId: "u", keyId: "k" }),
       maxMessageBytes: 1024,
       onCall: (method, code, seconds) => observed.push({ method, code, seconds }),
+      onAnswer: (method, seconds) => answered.push({ method, seconds }),
       onCallStart: (peer) => guard.beginPeer(peer),
     });
     listener = await listenGrpc(server, "127.0.0.1", 0, guard);
@@ -96,6 +114,9 @@ describe("a gRPC call is timed to its status", () => {
     // Timed from the handler to its answer, the call took well under a millisecond; to its status, past the 120 ms
     // the loop was held between the two.
     expect(observed[0]?.seconds).toBeGreaterThanOrEqual(0.12);
+    // Its answer, the message, was written before the loop was held.
+    expect(answered.map((a) => a.method)).toEqual(["workspace.v1.SettingsService/GetSettings"]);
+    expect(answered[0]?.seconds).toBeLessThan(0.12);
   });
 
   it("counts a call the server answers with an error status by that status", async () => {
@@ -107,5 +128,6 @@ describe("a gRPC call is timed to its status", () => {
     expect(observed.map((o) => [o.method, o.code])).toEqual([
       ["workspace.v1.SettingsService/StoreSettings", "Unimplemented"],
     ]);
+    expect(answered).toHaveLength(1); // the OK call of the test before only
   });
 });

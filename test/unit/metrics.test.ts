@@ -23,6 +23,31 @@ describe("Metrics", () => {
     expect(text).toContain("# TYPE http_request_duration_seconds histogram");
     expect(text).toContain("# TYPE rpc_requests_total counter");
   });
+
+  it("keeps answer times by protocol and method as a Prometheus histogram (cumulative buckets, sum, count)", async () => {
+    const m = new Metrics();
+    const method = "workspace.v1.SettingsService/GetSettings";
+    m.answer("rest", method, 0.00012);
+    m.answer("rest", method, 0.0003); // on a bound: counted in it
+    m.answer("rest", method, 2); // above every bound: +Inf only
+    m.answer("grpc", method, 0.00004);
+    const lines = (await m.registry.metrics())
+      .split("\n")
+      .filter((l) => l.startsWith("rpc_answer_duration_seconds"));
+    const rest = (suffix: string) =>
+      `rpc_answer_duration_seconds${suffix}{protocol="rest",method="${method}"`;
+    expect(lines).toContain(`${rest("_bucket")},le="0.0001"} 0`);
+    expect(lines).toContain(`${rest("_bucket")},le="0.00015"} 1`);
+    expect(lines).toContain(`${rest("_bucket")},le="0.0003"} 2`);
+    expect(lines).toContain(`${rest("_bucket")},le="1"} 2`);
+    expect(lines).toContain(`${rest("_bucket")},le="+Inf"} 3`);
+    expect(lines).toContain(`${rest("_count")}} 3`);
+    expect(lines).toContain(`${rest("_sum")}} 2.00042`);
+    expect(lines).toContain(
+      `rpc_answer_duration_seconds_bucket{protocol="grpc",method="${method}",le="0.00005"} 1`,
+    );
+    expect(await m.registry.metrics()).toContain("# TYPE rpc_answer_duration_seconds histogram");
+  });
 });
 
 describe("instrumentStorage", () => {

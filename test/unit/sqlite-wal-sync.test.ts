@@ -11,6 +11,7 @@ import { createSqliteStorage, sqliteDatabaseOf } from "../../src/adapters/storag
 import { type WalFileOps, WalSync } from "../../src/adapters/storage/sqlite/sqlite-wal-sync.ts";
 import { StorageUnavailableError } from "../../src/core/errors.ts";
 import type { UserData } from "../../src/ports/user-data-repository.ts";
+import { syntheticConversation } from "../helpers/conversation-fixtures.ts";
 
 type Cb = (err: NodeJS.ErrnoException | null) => void;
 const errno = (code: string): NodeJS.ErrnoException => Object.assign(new Error(code), { code });
@@ -239,6 +240,75 @@ describe("SQLite user-data writes over a real file", () => {
     });
     expect(await storage.userData.compareAndSet("u", 0, doc("x"))).toBe(true);
     expect(calls).toBe(0);
+    await storage.close();
+  });
+});
+
+describe("SQLite conversation updates over a real file", () => {
+  it("commit under NORMAL and are answered only once an fdatasync of the WAL file has ended", async () => {
+    const path = join(dir, "updates.db");
+    const pending: Cb[] = [];
+    let gate = false;
+    const storage = createSqliteStorage({
+      path,
+      walFileOps: {
+        ...fs,
+        fdatasync: (fd: number, cb: Cb) => (gate ? pending.push(cb) : fs.fdatasync(fd, cb)),
+      } as WalFileOps,
+    });
+    const conv = syntheticConversation(0, "owner");
+    await storage.conversations.insert(conv);
+    const other = new Database(path, { readonly: true });
+    const title = () =>
+      (other.prepare("SELECT title FROM conversations WHERE id = ?").get(conv.id) as { title: string }).title;
+    gate = true;
+    let answered = false;
+    const first = storage.conversations
+      .update(conv.id, "owner", { title: "first", updatedAt: new Date(1) })
+      .then((found) => {
+        answered = true;
+        return found;
+      });
+    await vi.waitFor(() => expect(pending).toHaveLength(1)); // committed, its sync runs
+    expect(title()).toBe("first");
+    expect(sqliteDatabaseOf(storage).pragma("synchronous", { simple: true })).toBe(2); // FULL again after it
+    // Made while the sync runs: held until it ends (a commit now would only be covered by the next sync).
+    const held = ["second", "third"].map((t, i) =>
+      storage.conversations.update(conv.id, "owner", { title: t, updatedAt: new Date(i + 2) }),
+    );
+    await new Promise((r) => setTimeout(r, 5));
+    expect(answered).toBe(false);
+    expect(title()).toBe("first");
+    (pending.shift() as Cb)(null);
+    expect(await first).toBe(true);
+    expect(title()).toBe("third"); // committed as the sync ended, in the order made
+    expect(pending).toHaveLength(1);
+    gate = false;
+    (pending.shift() as Cb)(null);
+    expect(await Promise.all(held)).toEqual([true, true]);
+    other.close();
+    await storage.close();
+  });
+
+  it("a failed WAL sync fails the batch's updates with StorageUnavailableError", async () => {
+    let fail = false;
+    const storage = createSqliteStorage({
+      path: join(dir, "failing-updates.db"),
+      walFileOps: {
+        ...fs,
+        fdatasync: (fd: number, cb: Cb) => (fail ? cb(errno("EIO")) : fs.fdatasync(fd, cb)),
+      } as WalFileOps,
+    });
+    const conv = syntheticConversation(0, "owner");
+    await storage.conversations.insert(conv);
+    fail = true;
+    const error = await storage.conversations
+      .update(conv.id, "owner", { title: "x", updatedAt: new Date(1) })
+      .then(
+        () => null,
+        (e: unknown) => e,
+      );
+    expect(Object.getPrototypeOf(error)).toBe(StorageUnavailableError.prototype);
     await storage.close();
   });
 });

@@ -20,7 +20,7 @@ import {
 import { type Caller, callerKey } from "../../core/context.ts";
 import { type Admission, sessionKeyValue } from "../kit/admission.ts";
 import type { KeyOf } from "../kit/browser-session.ts";
-import { type CallObserver, errorCodeName } from "../kit/call-metrics.ts";
+import { type AnswerObserver, type CallObserver, errorCodeName } from "../kit/call-metrics.ts";
 import { INTERNAL_MESSAGE, isInternal, publicError } from "../kit/errors.ts";
 import type { ServiceBinding } from "../kit/service-binding.ts";
 import { connectErrorAnswer, writeConnectError } from "./connect-errors.ts";
@@ -35,6 +35,11 @@ export interface ConnectHandlerOptions {
   maxMessageBytes: number;
   /** Called for every finished call, rejected ones included. */
   onCall: CallObserver;
+  /**
+   * Called for every unary call answered OK (AnswerObserver); on connect-node's path, once the answer is handed to
+   * connect-node, which writes it.
+   */
+  onAnswer?: AnswerObserver;
   /** Called with the cause of every internal error (clients get a generic message). */
   onError: (err: unknown, method: string) => void;
   /** Aborted when running streams must end (the server is closing and its grace is over). */
@@ -87,7 +92,7 @@ interface Entry {
 export function createConnectHandler(options: ConnectHandlerOptions): ConnectHandler {
   const router = createConnectRouter({
     requestGate: gate(options),
-    interceptors: [callMetrics(options.onCall), maskInternal(options.onError)],
+    interceptors: [callMetrics(options.onCall, options.onAnswer), maskInternal(options.onError)],
     readMaxBytes: options.maxMessageBytes,
     acceptCompression: [clientFault(compressionGzip), clientFault(compressionBrotli)],
     shutdownSignal: options.shutdownSignal,
@@ -286,8 +291,8 @@ function gate(options: ConnectHandlerOptions): (ctx: HandlerContext) => void | P
   };
 }
 
-/** Calls counted and timed by method and code (streams when they end). */
-function callMetrics(observe: CallObserver): Interceptor {
+/** Calls counted and timed by method and code (streams when they end); unary answers timed for `answer` too. */
+function callMetrics(observe: CallObserver, answer?: AnswerObserver): Interceptor {
   return (next) => async (req) => {
     const name = methodName(req.method);
     const started = performance.now();
@@ -314,6 +319,7 @@ function callMetrics(observe: CallObserver): Interceptor {
         })(),
       };
     }
+    answer?.(name, seconds());
     observe(name, "OK", seconds());
     return res;
   };

@@ -15,7 +15,7 @@ import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import { type Caller, callerValues } from "../../core/context.ts";
 import type { Admission } from "../kit/admission.ts";
 import { type KeyOf, nodeHeaders } from "../kit/browser-session.ts";
-import { type CallObserver, codeName } from "../kit/call-metrics.ts";
+import { type AnswerObserver, type CallObserver, codeName } from "../kit/call-metrics.ts";
 import { isInternal } from "../kit/errors.ts";
 import { abortOnClientGone, LazyHandlerContext } from "../kit/handler-context.ts";
 import { connectErrorAnswer } from "./connect-errors.ts";
@@ -26,6 +26,8 @@ export interface ConnectUnaryOptions {
   keyOf: KeyOf;
   maxMessageBytes: number;
   onCall: CallObserver;
+  /** Called for every call answered OK (AnswerObserver): from its body read to its answer encoded. */
+  onAnswer?: AnswerObserver;
   onError: (err: unknown, method: string) => void;
 }
 
@@ -139,10 +141,13 @@ async function serve(
         Code.ResourceExhausted,
       );
     }
+    // The request is in hand: the handler's part starts here (the body's wait is the client's and the network's).
+    const handled = performance.now();
     const input = decode(m.method, binary, body);
     const result = m.fn(input, ctx);
     const output = result instanceof Promise ? await result : result;
     const bytes = encode(m.method, binary, output);
+    options.onAnswer?.(m.name, (performance.now() - handled) / 1000);
     const header = new Headers(ctx.usedResponseHeader);
     header.set("content-type", binary ? "application/proto" : "application/json");
     await send(req, res, 200, trailerMux(header, ctx.usedResponseTrailer ?? new Headers()), bytes);

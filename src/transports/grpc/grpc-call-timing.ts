@@ -12,7 +12,9 @@ const CLOSE = "http2.server.stream.close";
  * the answer. A unary call's handler returns a turn of the event loop before its call ends: grpc-js sends the
  * status once the message is written, and Node writes a stream's trailers one event-loop iteration after its last
  * DATA frame, so a call timed from the handler alone leaves out one iteration of the server's loop, which on a
- * busy server is most of what a gRPC call costs (docs/performance.md, "Reads under mixed load").
+ * busy server is most of what a gRPC call costs (docs/performance.md, "Reads under mixed load"). The part up to
+ * the message (the handler to its answer, as on the other protocols) is timed by the handler itself
+ * (GrpcServerOptions.onAnswer).
  *
  * Read through node:diagnostics_channel (Node's http2 stream channels); the streams of other listeners of the
  * process are told apart by their local port. Where Node publishes no such channel, {@link active} stays false

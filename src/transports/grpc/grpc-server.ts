@@ -12,7 +12,7 @@ import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import type { Caller } from "../../core/context.ts";
 import { type Admission, callValues } from "../kit/admission.ts";
-import { type CallObserver, codeName } from "../kit/call-metrics.ts";
+import { type AnswerObserver, type CallObserver, codeName } from "../kit/call-metrics.ts";
 import type { ConnectionGuard } from "../kit/connection-guard.ts";
 import { grpcStatusOf, isInternal, publicError } from "../kit/errors.ts";
 import { lazyHandlerContext } from "../kit/handler-context.ts";
@@ -30,6 +30,11 @@ export interface GrpcServerOptions {
    * GrpcCallTiming; from the handler to its answer where Node does not publish its http2 stream channels).
    */
   onCall?: CallObserver;
+  /**
+   * Called for every unary call answered OK (AnswerObserver), from its admission to its message encoded, before
+   * grpc-js writes its response headers and the message into the HTTP/2 stream (and, after them, the status).
+   */
+  onAnswer?: AnswerObserver;
   /** Called with the cause of every internal error (clients get a generic message). */
   onError?: (err: unknown, method: string) => void;
   /**
@@ -49,6 +54,11 @@ const serializer =
   (schema: DescMessage) =>
   (message: never): Buffer =>
     Buffer.from(toBinary(schema, isMessage(message, schema) ? message : create(schema, message)));
+/** As serializer, and an answer the handler encoded itself (a Buffer) goes out as it is. */
+const responseSerializer = (schema: DescMessage) => {
+  const encode = serializer(schema);
+  return (message: never): Buffer => (Buffer.isBuffer(message) ? message : encode(message));
+};
 const deserializer =
   (schema: DescMessage) =>
   (bytes: Buffer): unknown =>
@@ -113,7 +123,7 @@ export function grpcServiceDefinition(
       responseStream: method.methodKind === "server_streaming",
       requestSerialize: serializer(method.input),
       requestDeserialize: decodeRequests ? deserializer(method.input) : (bytes: Buffer) => bytes,
-      responseSerialize: serializer(method.output),
+      responseSerialize: responseSerializer(method.output),
       responseDeserialize: deserializer(method.output),
       originalName: method.localName,
     } as grpc.MethodDefinition<unknown, unknown>;
@@ -208,11 +218,25 @@ function unaryHandler(
   const name = `${method.parent.typeName}/${method.name}`;
   return (call: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>): void => {
     const started = performance.now();
+    // When the call was admitted: its answer is timed from there, as REST's and Connect's are (their admission
+    // comes before their handlers).
+    let admitted = started;
     const end = options.onCallStart?.(call.getPeer());
     const done = (res: unknown): void => {
       end?.();
+      // Encoded here rather than by grpc-js (responseSerializer passes it on), so that the answer is timed once it
+      // is encoded, as on the other protocols, before grpc-js's response headers and write.
+      let bytes: Buffer;
+      try {
+        bytes = Buffer.from(toBinary(method.output, create(method.output, res as never)));
+      } catch (err) {
+        failed(err);
+        return;
+      }
+      options.onAnswer?.(name, (performance.now() - admitted) / 1000);
+      // grpc-js writes the message to the stream in this call; the status follows once that write completed.
+      callback(null, bytes as never);
       options.onCall?.(name, "OK", (performance.now() - started) / 1000);
-      callback(null, create(method.output, res as never));
     };
     const failed = (err: unknown): void => {
       end?.();
@@ -223,10 +247,15 @@ function unaryHandler(
     let result: unknown;
     try {
       const ctx = contextFor(call, method, options, cancelSignal(call));
-      result =
-        ctx instanceof Promise
-          ? ctx.then((c) => fn(requestOf(call, method), c))
-          : fn(requestOf(call, method), ctx);
+      if (ctx instanceof Promise)
+        result = ctx.then((c) => {
+          admitted = performance.now();
+          return fn(requestOf(call, method), c);
+        });
+      else {
+        admitted = performance.now();
+        result = fn(requestOf(call, method), ctx);
+      }
     } catch (err) {
       failed(err);
       return;

@@ -7,6 +7,7 @@ import { resourceExhausted, unauthenticated, ValidationError } from "../../core/
 import { TOO_MANY_WRITES } from "../../domain/user-data-store.ts";
 import { type Admission, callValues } from "../kit/admission.ts";
 import { endSessionCookies, headerKeyOf, type KeyOf, nodeHeaders } from "../kit/browser-session.ts";
+import type { AnswerObserver } from "../kit/call-metrics.ts";
 import { isInternal } from "../kit/errors.ts";
 import { abortOnClientGone, lazyHandlerContext } from "../kit/handler-context.ts";
 import type { ServiceBinding } from "../kit/service-binding.ts";
@@ -50,10 +51,18 @@ export interface RestGatewayOptions {
   maxBodyBytes: number;
   /** The request's session key: the header, or a browser session's (default: the header only). */
   keyOf?: KeyOf;
+  /**
+   * Called for every route's answer sent with a 2xx status (AnswerObserver), with the route's method
+   * (`package.Service/Method`): from the route's handler to the reply's payload serialized and handed on to be
+   * written (Fastify's onSend), before its head and body reach the socket.
+   */
+  onAnswer?: AnswerObserver;
 }
 
 declare module "fastify" {
   interface FastifyRequest {
+    /** The route's method and its handler's start, for RestGatewayOptions.onAnswer. */
+    answerTiming?: { name: string; started: number };
     caller?: Caller;
     /** The session key the caller was admitted with. */
     sessionKey?: string | undefined;
@@ -150,7 +159,13 @@ export function restGateway(options: RestGatewayOptions) {
       const first = group.entries[0]?.route;
       if (first !== undefined && span === null)
         throw new Error(`routes ${first.url} and ${r.url} share ${key}`);
-      group.entries.push({ route: r, method, impl: fn.bind(binding.impl), span });
+      group.entries.push({
+        route: r,
+        method,
+        name: `${method.parent.typeName}/${method.name}`,
+        impl: fn.bind(binding.impl),
+        span,
+      });
       groups.set(key, group);
     }
 
@@ -168,19 +183,39 @@ export function restGateway(options: RestGatewayOptions) {
         void sendRestError(reply, resourceExhausted(TOO_MANY_WRITES));
       });
 
+    const { onAnswer } = options;
+    /** The answer timed once Fastify has serialized it (its onSend hook), 2xx answers only. */
+    const answered =
+      onAnswer === undefined
+        ? undefined
+        : (
+            req: FastifyRequest,
+            reply: FastifyReply,
+            payload: unknown,
+            done: (e: null, p: unknown) => void,
+          ) => {
+            const timing = req.answerTiming;
+            if (timing !== undefined && reply.statusCode < 300)
+              onAnswer(timing.name, (performance.now() - timing.started) / 1000);
+            done(null, payload);
+          };
+
     for (const { url, entries } of groups.values()) {
       const r0 = (entries[0] as RouteEntry).route;
       app.route({
         method: r0.method,
         url,
         onRequest: entries.some((e) => e.route.writesUserData === true) ? authenticateWriter : authenticate,
+        ...(answered === undefined ? {} : { onSend: answered }),
         // Not an async function: a service answering a plain value (a kept GetSettings answer) is sent in the same
         // turn, without a promise; a promise is handed to Fastify, which sends or reports what it settles to.
         handler: (req, reply) => {
+          const started = performance.now();
           const params = req.params as Record<string, string>;
           const matched = matchEntry(entries, params);
           if (matched === null) return reply.callNotFound();
-          const { route: r, method, impl } = matched.entry;
+          const { route: r, method, name, impl } = matched.entry;
+          if (onAnswer !== undefined) req.answerTiming = { name, started };
           if (entries.length > 1) matchedRoutes.set(req, r);
           const body = req.body as unknown;
           if (typeof body === "object" && body !== null && INVALID_JSON in body) {
@@ -258,6 +293,8 @@ const matchedRoutes = new WeakMap<FastifyRequest, RestRoute>();
 interface RouteEntry {
   route: RestRoute;
   method: DescMethod;
+  /** The method's name, `package.Service/Method`. */
+  name: string;
   impl: (req: unknown, ctx: unknown) => unknown;
   span: PathParameter | null;
 }

@@ -3,6 +3,7 @@ import type { ConversationFilter, ConversationRepository } from "../../../ports/
 import type { PageQuery } from "../../../ports/page.ts";
 import { checkPageLimit, toKeysetPage } from "../keyset-page.ts";
 import { attempt } from "./sqlite-errors.ts";
+import { createCommitQueue, type QueuedWrite } from "./sqlite-group-commit.ts";
 import {
   type ConversationRow,
   fromConversationRow,
@@ -10,6 +11,7 @@ import {
   toConversationRow,
 } from "./sqlite-rows.ts";
 import { createStatementCache, type SqliteQuery } from "./sqlite-statement-cache.ts";
+import type { WalSync } from "./sqlite-wal-sync.ts";
 
 const COLUMNS =
   "id, owner_id, sandbox_id, selected_repository, selected_branch, git_provider, title, conversation_trigger, " +
@@ -77,8 +79,45 @@ export function buildConversationQuery(
   };
 }
 
-/** Conversations on SQLite. Search statements are prepared once per filter combination and cached. */
-export function createSqliteConversationRepository(db: Database.Database): ConversationRepository {
+/** An update's statement parameters (see `update` below). */
+interface UpdateParams {
+  id: string;
+  ownerId: string;
+  setTitle: number;
+  title: string | null;
+  setModel: number;
+  llmModel: string | null;
+  setMetrics: number;
+  metrics: string | null;
+  updatedAt: number;
+}
+
+/** A queued update: answered whether it found the conversation. */
+interface QueuedUpdate extends QueuedWrite<boolean> {
+  params: UpdateParams;
+}
+
+/** The conversation repository plus what the storage needs to close it. */
+export interface SqliteConversationRepository extends ConversationRepository {
+  /** Commits the queued updates now (before closing the connection). */
+  flush(): void;
+}
+
+/**
+ * Conversations on SQLite. Search statements are prepared once per filter combination and cached.
+ *
+ * Updates (a title, the agent's model and metrics: each status change of a running conversation posts one) go
+ * through the group commit, as user data and events do: those of one event-loop turn, or of one WAL sync, are
+ * committed in one transaction under `synchronous = NORMAL`, in the order they were made (the last one's values
+ * are stored), and each promise resolves once WalSync has fdatasynced the WAL on the thread pool, as durable as a
+ * FULL commit, with the disk off the event loop. The other writes (insert, sub-conversations, delete) commit under
+ * FULL when called; the queued updates are committed first, so that every write lands in the order it was made.
+ * Inside a transaction of the caller's own, an update runs at once, in it.
+ */
+export function createSqliteConversationRepository(
+  db: Database.Database,
+  walSync: WalSync | null = null,
+): SqliteConversationRepository {
   const insert = db.prepare<ConversationRow>(
     `INSERT INTO conversations (${COLUMNS}) VALUES (@id, @owner_id, @sandbox_id, @selected_repository,
        @selected_branch, @git_provider, @title, @conversation_trigger, @pr_number, @llm_model, @metrics,
@@ -139,17 +178,7 @@ export function createSqliteConversationRepository(db: Database.Database): Conve
     return found;
   });
   // Each field is set only when the patch names it (a flag per field), so one statement serves every patch.
-  const update = db.prepare<{
-    id: string;
-    ownerId: string;
-    setTitle: number;
-    title: string | null;
-    setModel: number;
-    llmModel: string | null;
-    setMetrics: number;
-    metrics: string | null;
-    updatedAt: number;
-  }>(
+  const update = db.prepare<UpdateParams>(
     `UPDATE conversations SET
        title = CASE WHEN @setTitle THEN @title ELSE title END,
        llm_model = CASE WHEN @setModel THEN @llmModel ELSE llm_model END,
@@ -157,10 +186,18 @@ export function createSqliteConversationRepository(db: Database.Database): Conve
        updated_at = @updatedAt
      WHERE id = @id AND owner_id = @ownerId`,
   );
+  const updates = createCommitQueue(
+    db,
+    walSync,
+    db.transaction((batch: QueuedUpdate[]): boolean[] =>
+      batch.map((u) => update.run(u.params).changes === 1),
+    ),
+  );
 
   return {
     insert: (record) =>
       attempt(() => {
+        updates.flush();
         insertFresh(toConversationRow(record));
       }),
     get: (id, ownerId) =>
@@ -173,7 +210,10 @@ export function createSqliteConversationRepository(db: Database.Database): Conve
         ids.length === 0 ? [] : many.all({ ids: JSON.stringify(ids), ownerId }).map(fromConversationRow),
       ),
     addSubConversation: (parentId, childId, updatedAt) =>
-      attempt(() => addSub.run({ parentId, childId, updatedAt: updatedAt.getTime() }).changes === 1),
+      attempt(() => {
+        updates.flush();
+        return addSub.run({ parentId, childId, updatedAt: updatedAt.getTime() }).changes === 1;
+      }),
     search: (ownerId, filter, page) =>
       attempt(() => {
         checkPageLimit(page.limit);
@@ -186,25 +226,30 @@ export function createSqliteConversationRepository(db: Database.Database): Conve
         const query = buildConversationQuery(ownerId, filter, null);
         return (prepared(query.sql).get(query.params) as { n: number }).n;
       }),
-    update: (id, ownerId, patch) =>
-      attempt(
-        () =>
-          update.run({
-            id,
-            ownerId,
-            setTitle: patch.title === undefined ? 0 : 1,
-            title: patch.title ?? null,
-            setModel: patch.llmModel === undefined ? 0 : 1,
-            llmModel: patch.llmModel ?? null,
-            setMetrics: patch.metrics === undefined ? 0 : 1,
-            metrics:
-              patch.metrics === undefined || patch.metrics === null ? null : JSON.stringify(patch.metrics),
-            updatedAt: patch.updatedAt.getTime(),
-          }).changes === 1,
-      ),
-    delete: (id, ownerId) => attempt(() => removeAll.immediate(id, ownerId)),
+    update: (id, ownerId, patch) => {
+      const params: UpdateParams = {
+        id,
+        ownerId,
+        setTitle: patch.title === undefined ? 0 : 1,
+        title: patch.title ?? null,
+        setModel: patch.llmModel === undefined ? 0 : 1,
+        llmModel: patch.llmModel ?? null,
+        setMetrics: patch.metrics === undefined ? 0 : 1,
+        // Serialized now: the caller may change the patch once this returns.
+        metrics: patch.metrics === undefined || patch.metrics === null ? null : JSON.stringify(patch.metrics),
+        updatedAt: patch.updatedAt.getTime(),
+      };
+      if (db.inTransaction) return attempt(() => update.run(params).changes === 1);
+      return new Promise<boolean>((resolve, reject) => updates.push({ params, resolve, reject }));
+    },
+    delete: (id, ownerId) =>
+      attempt(() => {
+        updates.flush();
+        return removeAll.immediate(id, ownerId);
+      }),
     // One transaction per delete: none is ever left half-done here, only old tombstones go.
     finishDeletes: (_graceBefore, tombstonesBefore) =>
       attempt(() => ({ finished: 0, pruned: pruneTombstones.run(tombstonesBefore.getTime()).changes })),
+    flush: updates.flush,
   };
 }

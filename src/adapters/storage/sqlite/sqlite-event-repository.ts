@@ -8,7 +8,7 @@ import type {
 } from "../../../ports/event-repository.ts";
 import { checkPageLimit } from "../keyset-page.ts";
 import { attempt } from "./sqlite-errors.ts";
-import { createGroupCommit } from "./sqlite-group-commit.ts";
+import { createCommitQueue } from "./sqlite-group-commit.ts";
 import { createStatementCache, type SqliteQuery } from "./sqlite-statement-cache.ts";
 import type { WalSync } from "./sqlite-wal-sync.ts";
 
@@ -111,7 +111,6 @@ export function createSqliteEventRepository(
   const removeConversation = db.prepare<[string, string]>(
     "DELETE FROM events WHERE owner_id = ? AND conversation_id = ?",
   );
-  const groupCommit = createGroupCommit(db, walSync);
   const prepared = createStatementCache(db);
 
   /** Stores the events new to the store and logs them per conversation (in the caller's transaction). */
@@ -135,25 +134,13 @@ export function createSqliteEventRepository(
     batch.map((a) => write(a.events)),
   );
 
-  let queue: QueuedAppend[] = [];
-  const flush = (): void => {
-    const batch = queue;
-    if (batch.length === 0) return;
-    queue = [];
-    groupCommit(batch, commitBatch);
-  };
+  const queue = createCommitQueue(db, walSync, commitBatch);
 
   return {
     append: (events) => {
       if (events.length === 0) return Promise.resolve([]);
       if (db.inTransaction) return attempt(() => write(events));
-      return new Promise<EventRecord[]>((resolve, reject) => {
-        if (queue.length === 0) {
-          if (walSync?.syncing === true) walSync.whenSyncEnds(flush);
-          else setImmediate(flush);
-        }
-        queue.push({ events, resolve, reject });
-      });
+      return new Promise<EventRecord[]>((resolve, reject) => queue.push({ events, resolve, reject }));
     },
     search: (ownerId, filter, page, descending) =>
       attempt(() => {
@@ -174,6 +161,6 @@ export function createSqliteEventRepository(
       attempt(() => (ids.length === 0 ? [] : many.all({ ids: JSON.stringify(ids), ownerId }).map(fromRow))),
     deleteConversation: (conversationId, ownerId) =>
       attempt(() => removeConversation.run(ownerId, conversationId).changes),
-    flush,
+    flush: queue.flush,
   };
 }

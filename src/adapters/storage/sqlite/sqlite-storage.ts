@@ -48,9 +48,9 @@ function restrictFileModes(path: string): void {
  * Opens (creating or migrating as needed) the embedded SQLite storage.
  *
  * The connection runs in WAL mode with `synchronous = FULL`, so a write is durable once its promise resolves, and
- * waits up to 5 s for a competing writer. User-data writes of one event-loop turn share one commit (group commit),
- * made durable by a WAL fdatasync on the thread pool rather than inside the COMMIT on the event loop (see
- * createSqliteUserDataRepository and WalSync). Statements are prepared once. All work is synchronous inside each
+ * waits up to 5 s for a competing writer. User-data writes, event appends and conversation updates of one
+ * event-loop turn share one commit per repository (group commit), made durable by a WAL fdatasync on the thread
+ * pool rather than inside the COMMIT on the event loop (see createCommitQueue and WalSync). Statements are prepared once. All work is synchronous inside each
  * call; operations are exposed as promises to satisfy the storage ports.
  *
  * @throws StorageUnavailableError when the file cannot be opened (missing directory, permissions, locked).
@@ -92,12 +92,13 @@ export function createSqliteStorage(options: SqliteStorageOptions): Storage {
   const changes = createSqliteChangeLog(db);
   const userData = createSqliteUserDataRepository(db, walSync);
   const events = createSqliteEventRepository(db, walSync, changes.record);
+  const conversations = createSqliteConversationRepository(db, walSync);
   const storage: Storage = {
     kind: "sqlite",
     userData,
     apiKeys: createSqliteApiKeyRepository(db),
     sandboxes: createSqliteSandboxRepository(db, changes.record),
-    conversations: createSqliteConversationRepository(db),
+    conversations,
     startTasks: createSqliteStartTaskRepository(db, changes.record),
     events,
     changes,
@@ -120,6 +121,7 @@ export function createSqliteStorage(options: SqliteStorageOptions): Storage {
         if (!db.open) return;
         userData.flush();
         events.flush();
+        conversations.flush();
         walSync?.close();
         try {
           // Keeps planner statistics fresh for long-lived files; cheap when nothing changed.

@@ -1,7 +1,7 @@
 import type Database from "better-sqlite3";
 import type { UserData, UserDataRepository, Versioned } from "../../../ports/user-data-repository.ts";
 import { attempt } from "./sqlite-errors.ts";
-import { createGroupCommit } from "./sqlite-group-commit.ts";
+import { createCommitQueue } from "./sqlite-group-commit.ts";
 import type { WalSync } from "./sqlite-wal-sync.ts";
 
 interface UserDataRow {
@@ -79,8 +79,6 @@ export function createSqliteUserDataRepository(
   const update = db.prepare<[value: string, userId: string, expected: number]>(
     "UPDATE user_data SET value = ?, version = version + 1 WHERE user_id = ? AND version = ?",
   );
-  // The connection's other writes stay FULL (synced in their COMMIT); only the batches switch, around their commit.
-  const groupCommit = createGroupCommit(db, walSync);
   // A user's writes chained within one batch are stored with one statement: the last value, the version the
   // chain leads to, checked against the version the first was based on.
   const insertAt = db.prepare<[userId: string, version: number, value: string]>(
@@ -132,8 +130,6 @@ export function createSqliteUserDataRepository(
     return token;
   };
 
-  /** Queued, not yet committed writes, in order. */
-  let queue: QueuedWrite[] = [];
   /** The state each user's queued writes lead to (what a read-for-update sees). */
   const queuedState = new Map<string, QueuedState>();
 
@@ -168,13 +164,8 @@ export function createSqliteUserDataRepository(
     }
     return results;
   });
-  const flush = (): void => {
-    const batch = queue;
-    if (batch.length === 0) return;
-    queue = [];
-    queuedState.clear();
-    groupCommit(batch, commitBatch);
-  };
+  // Queued, not yet committed writes, in order; queuedState describes them, so it is cleared as they go to commit.
+  const queue = createCommitQueue(db, walSync, commitBatch, () => queuedState.clear());
 
   /** The committed state of a user. */
   const durable = (userId: string): UserDataRow | null => select.get(userId) ?? null;
@@ -209,16 +200,10 @@ export function createSqliteUserDataRepository(
           // Given `serialized`, the caller handed `next` over (see the port).
           doc: serialized === undefined ? null : next,
         });
-      return new Promise<boolean>((resolve, reject) => {
-        if (queue.length === 0) {
-          // While the WAL syncs, a commit now would wait for the next sync anyway: the batch is held until this
-          // one ends and committed then, so the writes of the whole sync share one transaction.
-          if (walSync?.syncing === true) walSync.whenSyncEnds(flush);
-          else setImmediate(flush);
-        }
-        queue.push({ userId, expected: expectedVersion, value, conflict, resolve, reject });
-      });
+      return new Promise<boolean>((resolve, reject) =>
+        queue.push({ userId, expected: expectedVersion, value, conflict, resolve, reject }),
+      );
     },
-    flush,
+    flush: queue.flush,
   };
 }
