@@ -31,21 +31,29 @@ describe("Metrics", () => {
     m.answer("rest", method, 0.0003); // on a bound: counted in it
     m.answer("rest", method, 2); // above every bound: +Inf only
     m.answer("grpc", method, 0.00004);
-    const lines = (await m.registry.metrics())
-      .split("\n")
-      .filter((l) => l.startsWith("rpc_answer_duration_seconds"));
-    const rest = (suffix: string) =>
-      `rpc_answer_duration_seconds${suffix}{protocol="rest",method="${method}"`;
-    expect(lines).toContain(`${rest("_bucket")},le="0.0001"} 0`);
-    expect(lines).toContain(`${rest("_bucket")},le="0.00015"} 1`);
-    expect(lines).toContain(`${rest("_bucket")},le="0.0003"} 2`);
-    expect(lines).toContain(`${rest("_bucket")},le="1"} 2`);
-    expect(lines).toContain(`${rest("_bucket")},le="+Inf"} 3`);
-    expect(lines).toContain(`${rest("_count")}} 3`);
-    expect(lines).toContain(`${rest("_sum")}} 2.00042`);
-    expect(lines).toContain(
-      `rpc_answer_duration_seconds_bucket{protocol="grpc",method="${method}",le="0.00005"} 1`,
-    );
+    const json = await m.registry.getMetricsAsJSON();
+    const values = (json.find((x) => x.name === "rpc_answer_duration_seconds")?.values ?? []) as {
+      metricName?: string;
+      labels: Record<string, string | number>;
+      value: number;
+    }[];
+    /** The value of one series: metric name suffix, protocol and (for a bucket) its bound. */
+    const value = (suffix: string, protocol: string, le?: number | string): number | undefined =>
+      values.find(
+        (v) =>
+          v.metricName === `rpc_answer_duration_seconds${suffix}` &&
+          v.labels.protocol === protocol &&
+          v.labels.method === method &&
+          (le === undefined || v.labels.le === le),
+      )?.value;
+    expect(value("_bucket", "rest", 0.0001)).toBe(0);
+    expect(value("_bucket", "rest", 0.00015)).toBe(1);
+    expect(value("_bucket", "rest", 0.0003)).toBe(2);
+    expect(value("_bucket", "rest", 1)).toBe(2);
+    expect(value("_bucket", "rest", "+Inf")).toBe(3);
+    expect(value("_count", "rest")).toBe(3);
+    expect(value("_sum", "rest")).toBeCloseTo(2.00042, 10);
+    expect(value("_bucket", "grpc", 0.00005)).toBe(1);
     expect(await m.registry.metrics()).toContain("# TYPE rpc_answer_duration_seconds histogram");
   });
 });
