@@ -257,6 +257,7 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
       cpus,
       tmpBytes: int("SANDBOX_TMP_MB", 512, 1, 1 << 20) * MB,
       shmBytes: int("SANDBOX_SHM_MB", 512, 1, 1 << 20) * MB,
+      nice: int("SANDBOX_NICE", 10, 0, 19),
       diskBytes: int("SANDBOX_DISK_MB", 10_240, 0, 1 << 30) * MB,
       diskReserveBytes: int("SANDBOX_DISK_RESERVE_MB", 1024, 0, 1 << 30) * MB,
     }),

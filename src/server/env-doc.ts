@@ -101,6 +101,10 @@ export const ENV_DOC: readonly [string, string][] = [
   ["SANDBOX_CPUS", "CPUs of one sandbox, docker and process runtimes, e.g. 1.5 (default: no limit)"],
   ["SANDBOX_TMP_MB", "process sandboxes: size of their private /tmp (default 512)"],
   [
+    "SANDBOX_NICE",
+    "process sandboxes: niceness of their processes, so that under load the service runs first (default 10; 0: the service's)",
+  ],
+  [
     "SANDBOX_SHM_MB",
     "size of a sandbox's /dev/shm, docker and process runtimes (default 512: Chromium's renderers)",
   ],

@@ -49,6 +49,7 @@ export async function serve(config: Readonly<Config>): Promise<void> {
           shmBytes: config.sandboxLimits.shmBytes,
           workspace: runtime.workspaceLimit,
           nestedUserNamespaces: "refused (the engine's default seccomp profile, no capabilities)",
+          priority: "the engine's default (SANDBOX_NICE applies to process sandboxes)",
         },
         warmContainersPerSpec: config.runtime.kind === "docker" ? config.runtime.warmContainers : 0,
       },

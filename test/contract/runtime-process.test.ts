@@ -12,7 +12,7 @@ import {
   utimesSync,
   writeFileSync,
 } from "node:fs";
-import { tmpdir } from "node:os";
+import { getPriority, tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it, vi } from "vitest";
 import { BUILTIN_AGENT_COMMAND, BUILTIN_AGENT_MAIN } from "../../agent/shared/builtin-agent.ts";
@@ -160,6 +160,38 @@ describe("process runtime specifics", () => {
     await settled(() => {
       for (const pid of jobs) expect(["Z", undefined]).toContain(readProcStat(pid)?.state);
     });
+  });
+
+  it("runs a sandbox and what it starts at the niceness asked (SANDBOX_NICE), below the service's", async () => {
+    const own = getPriority();
+    const niced = createProcessRuntime({
+      workspaceRoot: root,
+      stopGraceMs: 1000,
+      limits: { nice: Math.min(19, own + 7) },
+    });
+    runtimes.push(niced);
+    expect(niced.limits.priority).toBe(`nice ${Math.min(19, own + 7)}, below the service's`);
+    const handle = await niced.start({ sandboxId: "niced", spec: spec([]), sessionApiKey: key });
+    try {
+      expect(await niced.waitHealthy(handle, 10_000)).toBe(true);
+      await exec(handle, "sleep 300 > /dev/null 2>&1 &");
+      const { pid } = dataOf(handle);
+      const group = listProcesses().filter((p) => p.pgrp === pid);
+      expect(group.length).toBeGreaterThan(1);
+      // The sandbox's first process, the agent in it and the job it ran, not the service.
+      for (const p of group) expect(getPriority(p.pid)).toBe(Math.min(19, own + 7));
+      expect(getPriority()).toBe(own);
+    } finally {
+      await niced.remove(handle);
+    }
+    // Without it, a sandbox runs at the service's own niceness.
+    const plain = await runtime.start({ sandboxId: "not-niced", spec: spec([]), sessionApiKey: key });
+    try {
+      expect(runtime.limits.priority).toBe("the service's (SANDBOX_NICE=0)");
+      expect(getPriority(dataOf(plain).pid)).toBe(own);
+    } finally {
+      await runtime.remove(plain);
+    }
   });
 
   it("removeBySandboxId finds the sandbox by its workspace and kills its background jobs, not other sandboxes", async () => {

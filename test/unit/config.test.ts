@@ -185,6 +185,7 @@ describe("loadConfig", () => {
       cpus: undefined,
       tmpBytes: 512 * MB,
       shmBytes: 512 * MB,
+      nice: 10,
       diskBytes: 10_240 * MB,
       diskReserveBytes: 1024 * MB,
     });
@@ -198,6 +199,7 @@ describe("loadConfig", () => {
         SANDBOX_CPUS: "0.5",
         SANDBOX_TMP_MB: "16",
         SANDBOX_SHM_MB: "8",
+        SANDBOX_NICE: "0",
         SANDBOX_DISK_MB: "0",
         SANDBOX_DISK_RESERVE_MB: "100",
         SANDBOX_ROOT: "ws",
@@ -210,6 +212,7 @@ describe("loadConfig", () => {
       cpus: 0.5,
       tmpBytes: 16 * MB,
       shmBytes: 8 * MB,
+      nice: 0,
       diskBytes: 0,
       diskReserveBytes: 100 * MB,
     });

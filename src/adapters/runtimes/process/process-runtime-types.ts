@@ -107,6 +107,8 @@ export interface ProcessLimitsReport {
   tmp: string;
   shm: string;
   nestedUserNamespaces: string;
+  /** The sandboxes' CPU priority against the service's. */
+  priority: string;
   disk: string;
 }
 

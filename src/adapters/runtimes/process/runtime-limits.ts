@@ -24,6 +24,8 @@ export interface RuntimeLimits {
   watchDisks: boolean;
   diskWatchMs: number;
   diskReserveBytes: number;
+  /** What goes before a sandbox's argv to run it at a lower CPU priority (`nice -n N`), or nothing. */
+  priority: string[];
   /** The rlimits every sandbox gets through prlimit, or null. */
   rlimits: { nproc?: number; asBytes?: number; fsizeBytes?: number } | null;
   /** What enforces each limit, for the startup log. */
@@ -49,6 +51,9 @@ export function setUpLimits(
     options.cgroups === "off" ? "cgroups are off (cgroups: off)" : SandboxCgroups.open(workspaceRoot, limits);
   const cgroups = typeof cgroupsOrWhy === "string" ? null : cgroupsOrWhy;
   const prlimit = findExecutable("prlimit", options.searchPath ?? DEFAULT_PATH);
+  const niceness = limits.nice ?? 0;
+  const niceBin = niceness > 0 ? findExecutable("nice", options.searchPath ?? DEFAULT_PATH) : null;
+  const priority = niceBin === null ? [] : [niceBin, "-n", String(niceness)];
   /**
    * Without cgroups: RLIMIT_NPROC counts the processes of a uid, so it bounds a sandbox only when the sandbox has a
    * uid of its own (isolated, as root); RLIMIT_AS bounds each process's address space.
@@ -99,6 +104,12 @@ export function setUpLimits(
         : "tmpfs without size"
       : "host /dev/shm",
     nestedUserNamespaces: bwrapped ? "refused (bwrap --disable-userns)" : "allowed (no isolation)",
+    priority:
+      niceness <= 0
+        ? "the service's (SANDBOX_NICE=0)"
+        : niceBin === null
+          ? "the service's (nice not found)"
+          : `nice ${niceness}, below the service's`,
     disk: loopDisks
       ? `loop-mounted ext4 of ${diskBytes} bytes per workspace`
       : watchDisks
@@ -118,6 +129,7 @@ export function setUpLimits(
     diskWatchMs,
     diskReserveBytes,
     rlimits,
+    priority,
     report: limitsReport,
   };
 }

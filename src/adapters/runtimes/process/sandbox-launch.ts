@@ -171,7 +171,7 @@ export class SandboxLauncher {
       log,
       removeWorkspace,
     } = this.#o;
-    const { limits, cgroups, prlimit, loopDisks, diskReserveBytes, rlimits } = this.#o.limits;
+    const { limits, cgroups, prlimit, loopDisks, diskReserveBytes, rlimits, priority } = this.#o.limits;
     const workspace = join(workspaceRoot, folder);
     const builtin = isBuiltinAgentCommand(spec.command);
     // The free space, and the workspace's disk first, its mkfs and mount awaited (not run on the event loop, which
@@ -223,12 +223,16 @@ export class SandboxLauncher {
         }
       }
       const sandboxed = plan.layout ? [...bwrapArgs(this.#o.tools(), plan.layout), ...command] : command;
-      const argv = limitedArgv(
-        [...plan.enter, ...sandboxed],
-        cgroups ? cgroups.create(folder) : [],
-        rlimits,
-        prlimit,
-      );
+      // Niced first: everything the sandbox runs, its cgroup join and rlimits included, inherits the priority.
+      const argv = [
+        ...priority,
+        ...limitedArgv(
+          [...plan.enter, ...sandboxed],
+          cgroups ? cgroups.create(folder) : [],
+          rlimits,
+          prlimit,
+        ),
+      ];
       const [file, ...args] = argv;
       if (file === undefined || command[0] === undefined) throw new Error("empty sandbox command");
       // bwrap starts whatever it is given and fails later: check the command is there first, as spawn does.

@@ -28,6 +28,11 @@ export interface SandboxLimits {
   /** Size of the sandbox's private /tmp and /dev/shm (bwrap tmpfs) in bytes. */
   tmpBytes?: number;
   shmBytes?: number;
+  /**
+   * Niceness of a sandbox's processes (1–19; 0 or unset: the service's own). Under contention the kernel then runs
+   * the service, which answers every user and relays every agent's events, before the sandboxes' work.
+   */
+  nice?: number;
 }
 
 export type Controller = "pids" | "memory" | "cpu";
