@@ -17,6 +17,7 @@
 //                       default on, as the server runs) or, off, every Connect call on connect-node's handler
 //   --sandbox-host-ports P,Q  host loopback ports the process runtime's sandboxes reach when they have networks of
 //                       their own (SANDBOX_HOST_PORTS: a benchmark's fake model)
+//   --sandbox-nice N    niceness of process sandboxes (default SANDBOX_NICE's, 10; 0: the service's)
 //   --agent-proxy-limits J  the agent proxy's limits (src/transports/agent-proxy/agent-settings.ts), a JSON object of the fields to
 //                       change from their defaults, e.g. {"socketsPerUser":1000} (the agent-proxy benchmark)
 //   --log-level L       Fastify/pino level as in production (default info), written to a file in the temporary
@@ -32,7 +33,7 @@ import { createProcessRuntime } from "../../src/adapters/runtimes/process/proces
 import { createSqliteStorage, sqliteDatabaseOf } from "../../src/adapters/storage/sqlite/sqlite-storage.ts";
 import type { EventRecord } from "../../src/ports/event-repository.ts";
 import { buildApp } from "../../src/server/app.ts";
-import { DEFAULT_WARM_AGENTS } from "../../src/server/config.ts";
+import { DEFAULT_SANDBOX_NICE, DEFAULT_WARM_AGENTS } from "../../src/server/config.ts";
 import { DEFAULT_QUOTAS } from "../../src/server/container.ts";
 import { LogDestination } from "../../src/server/log-destination.ts";
 import { defaultSpecs } from "../../src/server/sandbox-specs.ts";
@@ -52,6 +53,7 @@ const { values } = parseArgs({
     "connect-fast-path": { type: "string", default: "on" },
     "agent-proxy-limits": { type: "string", default: "{}" },
     "sandbox-host-ports": { type: "string", default: "" },
+    "sandbox-nice": { type: "string", default: String(DEFAULT_SANDBOX_NICE) },
   },
 });
 const USER = "bench-user";
@@ -66,6 +68,7 @@ const runtime =
     ? createProcessRuntime({
         workspaceRoot: join(dir, "sandboxes"),
         warmAgents: Number(values["warm-agents"]),
+        limits: { nice: Number(values["sandbox-nice"]) },
         hostPorts: (values["sandbox-host-ports"] ?? "")
           .split(",")
           .filter((p) => p !== "")

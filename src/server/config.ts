@@ -12,6 +12,8 @@ import { loadWebConfig, type WebConfig } from "./web-config.ts";
 
 /** Default of SANDBOX_WARM_AGENTS: enough for one start after another while the next agent boots. */
 export const DEFAULT_WARM_AGENTS = 2;
+/** Niceness of process sandboxes (SANDBOX_NICE): below the service's, so that under load it runs first. */
+export const DEFAULT_SANDBOX_NICE = 10;
 /**
  * Default of SANDBOX_WARM_CONTAINERS: one, since an idle agent-server container holds its memory (see
  * docs/warm-pool.md); a machine that starts sandboxes faster than one per agent-server boot wants more.
@@ -257,7 +259,7 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
       cpus,
       tmpBytes: int("SANDBOX_TMP_MB", 512, 1, 1 << 20) * MB,
       shmBytes: int("SANDBOX_SHM_MB", 512, 1, 1 << 20) * MB,
-      nice: int("SANDBOX_NICE", 10, 0, 19),
+      nice: int("SANDBOX_NICE", DEFAULT_SANDBOX_NICE, 0, 19),
       diskBytes: int("SANDBOX_DISK_MB", 10_240, 0, 1 << 30) * MB,
       diskReserveBytes: int("SANDBOX_DISK_RESERVE_MB", 1024, 0, 1 << 30) * MB,
     }),
