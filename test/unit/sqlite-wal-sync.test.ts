@@ -16,6 +16,23 @@ import { syntheticConversation } from "../helpers/conversation-fixtures.ts";
 type Cb = (err: NodeJS.ErrnoException | null) => void;
 const errno = (code: string): NodeJS.ErrnoException => Object.assign(new Error(code), { code });
 
+/**
+ * A SQLite storage on a real file whose WAL fdatasync calls, while `gate.closed`, wait in `pending` until the test
+ * calls them back (otherwise they run).
+ */
+function gatedStorage(path: string) {
+  const pending: Cb[] = [];
+  const gate = { closed: false };
+  const storage = createSqliteStorage({
+    path,
+    walFileOps: {
+      ...fs,
+      fdatasync: (fd: number, cb: Cb) => (gate.closed ? pending.push(cb) : fs.fdatasync(fd, cb)),
+    } as WalFileOps,
+  });
+  return { storage, pending, gate };
+}
+
 /** File operations whose fdatasync calls wait until the test completes them. */
 function controlledOps(files: Record<string, object>) {
   const syncs: { fd: number; done: Cb }[] = [];
@@ -179,18 +196,10 @@ describe("SQLite user-data writes over a real file", () => {
 
   it("writes queued while the WAL syncs are committed together in one transaction when that sync ends", async () => {
     const path = join(dir, "held.db");
-    const pending: Cb[] = [];
-    let gate = false;
-    const storage = createSqliteStorage({
-      path,
-      walFileOps: {
-        ...fs,
-        fdatasync: (fd: number, cb: Cb) => (gate ? pending.push(cb) : fs.fdatasync(fd, cb)),
-      } as WalFileOps,
-    });
+    const { storage, pending, gate } = gatedStorage(path);
     const other = new Database(path, { readonly: true });
     const count = () => (other.prepare("SELECT count(*) AS n FROM user_data").get() as { n: number }).n;
-    gate = true;
+    gate.closed = true;
     const first = storage.userData.compareAndSet("a", 0, doc("a"));
     await vi.waitFor(() => expect(pending).toHaveLength(1)); // a's batch committed and its sync runs
     expect(count()).toBe(1);
@@ -205,7 +214,7 @@ describe("SQLite user-data writes over a real file", () => {
     expect(await first).toBe(true);
     expect(count()).toBe(4); // committed as the sync ended, all three in one transaction
     expect(pending).toHaveLength(1);
-    gate = false;
+    gate.closed = false;
     (pending.shift() as Cb)(null);
     expect(await Promise.all(held)).toEqual([true, true, true]);
     other.close();
@@ -247,21 +256,13 @@ describe("SQLite user-data writes over a real file", () => {
 describe("SQLite conversation updates over a real file", () => {
   it("commit under NORMAL and are answered only once an fdatasync of the WAL file has ended", async () => {
     const path = join(dir, "updates.db");
-    const pending: Cb[] = [];
-    let gate = false;
-    const storage = createSqliteStorage({
-      path,
-      walFileOps: {
-        ...fs,
-        fdatasync: (fd: number, cb: Cb) => (gate ? pending.push(cb) : fs.fdatasync(fd, cb)),
-      } as WalFileOps,
-    });
+    const { storage, pending, gate } = gatedStorage(path);
     const conv = syntheticConversation(0, "owner");
     await storage.conversations.insert(conv);
     const other = new Database(path, { readonly: true });
     const title = () =>
       (other.prepare("SELECT title FROM conversations WHERE id = ?").get(conv.id) as { title: string }).title;
-    gate = true;
+    gate.closed = true;
     let answered = false;
     const first = storage.conversations
       .update(conv.id, "owner", { title: "first", updatedAt: new Date(1) })
@@ -283,7 +284,7 @@ describe("SQLite conversation updates over a real file", () => {
     expect(await first).toBe(true);
     expect(title()).toBe("third"); // committed as the sync ended, in the order made
     expect(pending).toHaveLength(1);
-    gate = false;
+    gate.closed = false;
     (pending.shift() as Cb)(null);
     expect(await Promise.all(held)).toEqual([true, true]);
     other.close();
