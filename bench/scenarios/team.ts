@@ -491,7 +491,10 @@ export async function teamBenchmarks(bench: Bench): Promise<Row[]> {
 
     /**
      * One round: every user's turns on `side`, all at once, for `seconds`; after each turn a user waits `pauseMs`
-     * on average (uniformly 0.5-1.5 times it), or sends the next message at once when it is 0.
+     * on average (uniformly 0.5-1.5 times it), or sends the next message at once when it is 0. Paced, each user
+     * first waits a random part of one pause, as independent people are spread over their own cycles: were they
+     * all to send their first message in the same millisecond, a quarter of a round's messages would be that
+     * burst (the burst row measures it on its own).
      */
     const round = async (side: SideName, seconds: number, pauseMs: number): Promise<Round> => {
       const service0 = cpuSeconds(service.pid);
@@ -502,6 +505,7 @@ export async function teamBenchmarks(bench: Bench): Promise<Row[]> {
       const out = { socket: [] as number[], post: [] as number[], latency: [] as number[] };
       await Promise.all(
         team.map(async (u) => {
+          if (pauseMs > 0) await sleep(pauseMs * Math.random());
           while (performance.now() < deadline) {
             const how = u.sent % 2 === 0 ? "socket" : "post";
             u.sent++;
@@ -546,6 +550,24 @@ export async function teamBenchmarks(bench: Bench): Promise<Row[]> {
       return out;
     };
 
+    /**
+     * Bursts: every user sends a message in the same instant on `side` (a websocket send, then a POST, the next
+     * time), the turns finish and the service drains before the next; the first events' latencies.
+     */
+    const bursts = async (side: SideName, count: number): Promise<number[]> => {
+      const out: number[] = [];
+      for (let b = 0; b < count; b++) {
+        const how = b % 2 === 0 ? "socket" : "post";
+        const sent = team.map((u) => {
+          u.sent++;
+          return turn(u[side], how, `${u.name}: message ${u.sent} (${how}, a burst)`);
+        });
+        out.push(...(await Promise.all(sent)));
+        await drained();
+      }
+      return out;
+    };
+
     const rssPeak = { value: rssMiB(service.pid) };
     const sampler = setInterval(() => {
       rssPeak.value = Math.max(rssPeak.value, rssMiB(service.pid));
@@ -554,9 +576,17 @@ export async function teamBenchmarks(bench: Bench): Promise<Row[]> {
     const pacedS = 2 * bench.roundS;
     let paced: Sides;
     let flatOut: Sides;
+    const burst: Record<SideName, number[]> = { service: [], direct: [] };
     try {
       paced = await alternate(`${users} users, ~${pauseMs} ms between turns`, pacedS, pauseMs);
       flatOut = await alternate(`${users} users, no pause`, bench.roundS, 0);
+      for (let r = 0; r < bench.rounds; r++) {
+        const order: SideName[] = r % 2 === 0 ? ["service", "direct"] : ["direct", "service"];
+        for (const side of order) burst[side].push(...(await bursts(side, 2)));
+      }
+      log(
+        `[${BENCH}] ${users} users in the same instant, ${2 * bench.rounds} bursts a side: through the service ${latencyCell(burst.service)}, direct ${latencyCell(burst.direct)}`,
+      );
     } finally {
       clearInterval(sampler);
     }
@@ -695,6 +725,16 @@ export async function teamBenchmarks(bench: Bench): Promise<Row[]> {
         target: "reported",
         pass: null,
         data: { rounds: flatOut, ratios: ratios(flatOut) },
+      },
+      {
+        bench: BENCH,
+        what: `team: ${users} users sending a message in the same instant (${2 * bench.rounds} bursts a side, websocket sends and POSTs alternately, each after the last finished): message → first event, p50 / max`,
+        ours: `${fmt(p(burst.service, 50), 1)} / ${fmt(Math.max(...burst.service), 1)} ms through the service`,
+        baseline: `${fmt(p(burst.direct, 50), 1)} / ${fmt(Math.max(...burst.direct), 1)} ms direct`,
+        ratio: `p50 ${diff(p(burst.service, 50), p(burst.direct, 50))}, max ${diff(Math.max(...burst.service), Math.max(...burst.direct))}`,
+        target: "reported",
+        pass: null,
+        data: burst,
       },
       {
         bench: BENCH,
