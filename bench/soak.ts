@@ -616,7 +616,8 @@ function settingsClients() {
     connect(key: string) {
       let c = cache.get(key);
       if (c === undefined) {
-        c = connectClient(SettingsService, base, key);
+        // Reads as Connect GETs (useHttpGet), as a Connect client of this service is configured (docs/transport.md).
+        c = connectClient(SettingsService, base, key, "connect", true);
         cache.set(key, c);
       }
       return c;

@@ -15,7 +15,8 @@ interface ProbeConfig {
 }
 
 const config = JSON.parse(process.argv[2] ?? "{}") as ProbeConfig;
-const connect = connectClient(SettingsService, config.base, config.key);
+// Reads as Connect GETs (useHttpGet), as in the soak.
+const connect = connectClient(SettingsService, config.base, config.key, "connect", true);
 const grpc = grpcClient(SettingsService, config.grpcAddress);
 const calls: Record<string, () => Promise<unknown>> = {
   REST: async () => {

@@ -4,16 +4,21 @@ import { createConnectTransport, createGrpcWebTransport } from "@connectrpc/conn
 import * as grpc from "@grpc/grpc-js";
 import { grpcServiceDefinition } from "../../src/transports/grpc/grpc-server.ts";
 
-/** A Connect client over HTTP/1.1 (the REST listener) sending the session key. */
+/**
+ * A Connect client over HTTP/1.1 (the REST listener) sending the session key; with `useHttpGet`, reads (methods
+ * declared NO_SIDE_EFFECTS) go as Connect GETs.
+ */
 export function connectClient<S extends DescService>(
   service: S,
   baseUrl: string,
   key: string | undefined,
   protocol: "connect" | "grpc-web" = "connect",
+  useHttpGet = false,
 ): Client<S> {
   const options = {
     baseUrl,
     httpVersion: "1.1" as const,
+    useHttpGet,
     interceptors: [
       (next: Parameters<import("@connectrpc/connect").Interceptor>[0]) =>
         async (req: Parameters<Parameters<import("@connectrpc/connect").Interceptor>[0]>[0]) => {

@@ -1,15 +1,18 @@
 // The Connect unary fast path (src/transports/connect/connect-unary.ts) against connect-node's universal handler: the same
 // request is sent to a server with the fast path and to one without it (every call on connect-node), each once with
 // a Content-Length and once chunked (as connect-node's own client sends), and the four answers must agree in status,
-// headers and body.
+// headers and body. A Connect GET of a read is sent to both servers the same way.
 
 import { request } from "node:http";
 import { gunzipSync } from "node:zlib";
 import { fromBinary, toBinary } from "@bufbuild/protobuf";
+import { createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   GetSettingsRequestSchema,
   GetSettingsResponseSchema,
+  SettingsService,
 } from "../../src/gen/workspace/v1/settings_pb.js";
 import { startTestApp, type TestApp } from "../helpers/test-app.ts";
 
@@ -180,5 +183,99 @@ describe("Connect unary fast path answers exactly as connect-node", () => {
       settings: { maxIterations: number };
     };
     expect(after.settings.maxIterations).toBe(9);
+  });
+});
+
+/** A GET of `path` with `query`, its answer. */
+function get(url: string, path: string, query: string, headers: Record<string, string>): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const req = request(`${url}${path}?${query}`, { method: "GET", headers }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (c: Buffer) => chunks.push(c));
+      res.on("end", () =>
+        resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }),
+      );
+      res.on("error", reject);
+    });
+    req.on("error", reject);
+    req.end();
+  });
+}
+
+describe("Connect GET of a read (NO_SIDE_EFFECTS) answers exactly as connect-node", () => {
+  let t: TestApp;
+  let node: TestApp;
+  const lines: { method?: string; url?: string; msg?: string }[] = [];
+  const path = (m: string) => `/workspace.v1.SettingsService/${m}`;
+  /** The same GET to the fast path's server and to connect-node's: equal answers; the fast path's is returned. */
+  const both = async (method: string, query: string, user = "reader", extra: Record<string, string> = {}) => {
+    const fast = await get(t.url, path(method), query, { "x-session-api-key": await t.keyFor(user), ...extra });
+    const slow = await get(node.url, path(method), query, {
+      "x-session-api-key": await node.keyFor(user),
+      ...extra,
+    });
+    expect(comparable(slow)).toStrictEqual(comparable(fast));
+    return fast;
+  };
+  const message = (json: string) => `connect=v1&encoding=json&message=${encodeURIComponent(json)}`;
+
+  beforeAll(async () => {
+    t = await startTestApp({
+      logger: { level: "info", stream: { write: (line: string) => lines.push(JSON.parse(line)) } },
+    });
+    node = await startTestApp({ connectFastPath: false });
+    for (const app of [t, node]) {
+      const stored = await send(
+        app.url,
+        path("StoreSettings"),
+        { "x-session-api-key": await app.keyFor("reader"), "content-type": "application/json" },
+        JSON.stringify({ settings: { language: "en", maxIterations: 7 } }),
+        false,
+      );
+      expect(stored.status).toBe(200);
+    }
+  });
+  afterAll(async () => {
+    await t.close();
+    await node.close();
+  });
+
+  it("JSON and base64 binary messages, with and without the connect parameter", async () => {
+    const a = await both("GetSettings", message("{}"));
+    expect(a.status).toBe(200);
+    expect(JSON.parse(a.body.toString()).settings.maxIterations).toBe(7);
+    expect((await both("GetSettings", "encoding=json&message=%7B%7D")).status).toBe(200);
+    const proto = Buffer.from(toBinary(GetSettingsRequestSchema, {} as never)).toString("base64url");
+    const b = await both("GetSettings", `connect=v1&encoding=proto&base64=1&message=${proto}`);
+    expect(b.status).toBe(200);
+    expect(fromBinary(GetSettingsResponseSchema, b.body).settings?.maxIterations).toBe(7);
+  });
+
+  it("refusals: a method with side effects, no encoding, bad JSON, an unknown key, compression", async () => {
+    const store = await both("StoreSettings", message('{"settings":{"maxIterations":1}}'));
+    expect(store.status).toBe(405);
+    expect(JSON.parse((await both("GetSettings", message("{}"))).body.toString()).settings.maxIterations).toBe(7);
+    expect((await both("GetSettings", "connect=v1&message=%7B%7D")).status).toBe(415);
+    expect((await both("GetSettings", message("{"))).status).toBe(400);
+    expect((await both("GetSettings", "connect=v1&encoding=json&message=%7B%7D&connect=v2")).status).toBe(200);
+    const unknown = await get(t.url, path("GetSettings"), message("{}"), {
+      "x-session-api-key": "ws_wrong_key_123",
+    });
+    expect(unknown.status).toBe(401);
+    expect((await both("GetSettings", `${message("{}")}&compression=gzip`)).status).toBe(400);
+  });
+
+  it("connect's own client sends reads as GET with useHttpGet, and writes still as POST", async () => {
+    const transport = createConnectTransport({ baseUrl: t.url, httpVersion: "1.1", useHttpGet: true });
+    const client = createClient(SettingsService, transport);
+    const headers = { "x-session-api-key": await t.keyFor("reader") };
+    lines.length = 0;
+    const read = await client.getSettings({}, { headers });
+    expect(read.settings?.maxIterations).toBe(7);
+    await client.storeSettings({ settings: { maxIterations: 8 } }, { headers });
+    const calls = lines
+      .filter((l) => l.msg === "request completed")
+      .map((l) => `${l.method} ${(l.url ?? "").split("?")[0]}`);
+    expect(calls).toStrictEqual([`GET ${path("GetSettings")}`, `POST ${path("StoreSettings")}`]);
   });
 });

@@ -9,6 +9,8 @@ import {
   toBinary,
   toJsonString,
 } from "@bufbuild/protobuf";
+import { MethodOptions_IdempotencyLevel } from "@bufbuild/protobuf/wkt";
+import { base64Decode } from "@bufbuild/protobuf/wire";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { trailerMux } from "@connectrpc/connect/protocol-connect";
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
@@ -34,6 +36,8 @@ export interface ConnectUnaryOptions {
 export interface UnaryMethod {
   method: DescMethod;
   name: string;
+  /** Declared `idempotency_level = NO_SIDE_EFFECTS`: it may be called with a Connect GET. */
+  readOnly: boolean;
   fn: (req: unknown, ctx: LazyHandlerContext) => unknown;
 }
 
@@ -53,6 +57,7 @@ export function unaryMethod(method: DescMethod, impl: Record<string, unknown>): 
   return {
     method,
     name: `${method.parent.typeName}/${method.name}`,
+    readOnly: method.idempotency === MethodOptions_IdempotencyLevel.NO_SIDE_EFFECTS,
     fn: (fn as (req: unknown, ctx: unknown) => unknown).bind(impl),
   };
 }
@@ -60,7 +65,8 @@ export function unaryMethod(method: DescMethod, impl: Record<string, unknown>): 
 /**
  * The everyday Connect unary call — POST, `application/json` or `application/proto`, a Content-Length within the
  * limit or a chunked body (what connect-node's own client sends over HTTP/1.1; read up to the limit), no request
- * compression, no Connect-Timeout-Ms — served straight to the service implementation;
+ * compression, no Connect-Timeout-Ms; or a Connect GET of a read (a method declared `NO_SIDE_EFFECTS`, its message
+ * in the query: what connect's clients send with `useHttpGet`) — served straight to the service implementation;
  * `fastConnectUnary` answers false for every other request, which then goes to connect-node's handler
  * (src/transports/connect/connect-handler.ts). On by default; `buildApp({ connectFastPath: false })` sends every call to connect-node.
  *
@@ -83,6 +89,7 @@ export function fastConnectUnary(
   res: ServerResponse,
   options: ConnectUnaryOptions,
 ): false | Promise<void> {
+  if (req.method === "GET") return m.readOnly ? connectGet(m, req, res, options) : false;
   if (req.method !== "POST") return false;
   const h = req.headers;
   const type = CONTENT_TYPE.exec(h["content-type"] ?? "");
@@ -100,27 +107,63 @@ export function fastConnectUnary(
   return serve(m, type[2] !== undefined, length, req, res, options);
 }
 
+/**
+ * A Connect GET (connectrpc.com/docs/protocol, "Unary-Get Request"): `encoding` json or proto, the message in
+ * `message` (base64url with `base64=1`), `connect` absent or v1, no compression; anything else goes to connect-node.
+ * Its whole request is its head, so it is served in the pass that parsed it, where a POST's body (which
+ * connect-node's client writes after the head, the end after the body) can arrive in later reads: under load each
+ * read is another pass of a busy event loop.
+ */
+function connectGet(
+  m: UnaryMethod,
+  req: IncomingMessage,
+  res: ServerResponse,
+  options: ConnectUnaryOptions,
+): false | Promise<void> {
+  if (req.headers["connect-timeout-ms"] !== undefined) return false;
+  const url = req.url ?? "";
+  const q = url.indexOf("?");
+  const params = new URLSearchParams(q < 0 ? "" : url.slice(q + 1));
+  const encoding = params.get("encoding");
+  if (encoding !== "json" && encoding !== "proto") return false;
+  const compression = params.get("compression");
+  if (compression !== null && compression !== "identity") return false;
+  const version = params.get("connect");
+  if (version !== null && version !== "v1") return false;
+  const message = params.get("message") ?? "";
+  let body: Buffer;
+  try {
+    body = params.get("base64") === "1" ? Buffer.from(base64Decode(message)) : Buffer.from(message, "utf8");
+  } catch {
+    return false;
+  }
+  if (body.byteLength > options.maxMessageBytes) return false;
+  return serve(m, encoding === "proto", body, req, res, options);
+}
+
 async function serve(
   m: UnaryMethod,
   binary: boolean,
-  length: number,
+  /** The body's announced length (CHUNKED: not announced), or a GET's message, already in hand. */
+  source: number | Buffer,
   req: IncomingMessage,
   res: ServerResponse,
   options: ConnectUnaryOptions,
 ): Promise<void> {
+  const requestMethod = typeof source === "number" ? "POST" : "GET";
   const started = performance.now();
   const seconds = (): number => (performance.now() - started) / 1000;
   const headers = nodeHeaders(req.headers);
   let ctx: LazyHandlerContext | null = null;
   try {
     // Admitted before the body is read, as connect's request gate: a rejected call is never parsed.
-    const admitted = options.admission(options.keyOf("POST", headers), m.method);
+    const admitted = options.admission(options.keyOf(requestMethod, headers), m.method);
     const caller: Caller = admitted instanceof Promise ? await admitted : admitted;
     ctx = new LazyHandlerContext({
       service: m.method.parent,
       method: m.method,
       protocolName: "connect",
-      requestMethod: "POST",
+      requestMethod,
       url: req.url ?? "",
       values: callerValues(caller),
       signal: () =>
@@ -128,7 +171,8 @@ async function serve(
           .signal,
       requestHeader: () => webHeaders(req),
     });
-    const body = await readBody(req, length, options.maxMessageBytes);
+    const body =
+      typeof source === "number" ? await readBody(req, source, options.maxMessageBytes) : source;
     if (body === null) {
       options.onCall(m.name, "Canceled", seconds());
       return;
@@ -266,7 +310,9 @@ async function send(
     }
   }
   out.set("content-length", String(bytes.byteLength));
-  if (!req.complete) res.shouldKeepAlive = false;
+  // A POST body not read to its end closes the connection; a GET (served in the pass that parsed its head, before
+  // Node marks it complete) has nothing left to read.
+  if (!req.complete && req.method === "POST") res.shouldKeepAlive = false;
   res.writeHead(status, Object.fromEntries(out));
   res.end(bytes);
 }
