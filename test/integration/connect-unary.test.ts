@@ -209,7 +209,10 @@ describe("Connect GET of a read (NO_SIDE_EFFECTS) answers exactly as connect-nod
   const path = (m: string) => `/workspace.v1.SettingsService/${m}`;
   /** The same GET to the fast path's server and to connect-node's: equal answers; the fast path's is returned. */
   const both = async (method: string, query: string, user = "reader", extra: Record<string, string> = {}) => {
-    const fast = await get(t.url, path(method), query, { "x-session-api-key": await t.keyFor(user), ...extra });
+    const fast = await get(t.url, path(method), query, {
+      "x-session-api-key": await t.keyFor(user),
+      ...extra,
+    });
     const slow = await get(node.url, path(method), query, {
       "x-session-api-key": await node.keyFor(user),
       ...extra,
@@ -254,10 +257,14 @@ describe("Connect GET of a read (NO_SIDE_EFFECTS) answers exactly as connect-nod
   it("refusals: a method with side effects, no encoding, bad JSON, an unknown key, compression", async () => {
     const store = await both("StoreSettings", message('{"settings":{"maxIterations":1}}'));
     expect(store.status).toBe(405);
-    expect(JSON.parse((await both("GetSettings", message("{}"))).body.toString()).settings.maxIterations).toBe(7);
+    expect(
+      JSON.parse((await both("GetSettings", message("{}"))).body.toString()).settings.maxIterations,
+    ).toBe(7);
     expect((await both("GetSettings", "connect=v1&message=%7B%7D")).status).toBe(415);
     expect((await both("GetSettings", message("{"))).status).toBe(400);
-    expect((await both("GetSettings", "connect=v1&encoding=json&message=%7B%7D&connect=v2")).status).toBe(200);
+    expect((await both("GetSettings", "connect=v1&encoding=json&message=%7B%7D&connect=v2")).status).toBe(
+      200,
+    );
     const unknown = await get(t.url, path("GetSettings"), message("{}"), {
       "x-session-api-key": "ws_wrong_key_123",
     });

@@ -9,8 +9,8 @@ import {
   toBinary,
   toJsonString,
 } from "@bufbuild/protobuf";
-import { MethodOptions_IdempotencyLevel } from "@bufbuild/protobuf/wkt";
 import { base64Decode } from "@bufbuild/protobuf/wire";
+import { MethodOptions_IdempotencyLevel } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { trailerMux } from "@connectrpc/connect/protocol-connect";
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
@@ -171,8 +171,7 @@ async function serve(
           .signal,
       requestHeader: () => webHeaders(req),
     });
-    const body =
-      typeof source === "number" ? await readBody(req, source, options.maxMessageBytes) : source;
+    const body = typeof source === "number" ? await readBody(req, source, options.maxMessageBytes) : source;
     if (body === null) {
       options.onCall(m.name, "Canceled", seconds());
       return;
