@@ -272,6 +272,21 @@ describe("Connect GET of a read (NO_SIDE_EFFECTS) answers exactly as connect-nod
     expect((await both("GetSettings", `${message("{}")}&compression=gzip`)).status).toBe(400);
   });
 
+  it("a message that is not base64 with base64=1: 400 invalid_argument on both paths, after the key is checked", async () => {
+    const query = `connect=v1&encoding=json&base64=1&message=${encodeURIComponent('["x"]')}`;
+    for (const app of [t, node]) {
+      const bad = await get(app.url, path("GetSettings"), query, {
+        "x-session-api-key": await app.keyFor("reader"),
+      });
+      expect(bad.status).toBe(400);
+      expect(JSON.parse(bad.body.toString())).toMatchObject({ code: "invalid_argument" });
+      const unknown = await get(app.url, path("GetSettings"), query, {
+        "x-session-api-key": "ws_wrong_key_123",
+      });
+      expect(unknown.status).toBe(401);
+    }
+  });
+
   it("connect's own client sends reads as GET with useHttpGet, and writes still as POST", async () => {
     const transport = createConnectTransport({ baseUrl: t.url, httpVersion: "1.1", useHttpGet: true });
     const client = createClient(SettingsService, transport);

@@ -139,8 +139,8 @@ export function createConnectHandler(options: ConnectHandlerOptions): ConnectHan
       }
       try {
         let answer = await handlerOf(entry)(universalRequestFromNodeRequest(req, res, undefined, undefined));
-        if (answer.status === 500 && isConnectUnaryBinary(req, entry.method))
-          answer = await decodeFailureAsClientFault(answer);
+        if (answer.status === 500 && (req.method === "GET" || isConnectUnaryBinary(req, entry.method)))
+          answer = await decodeFailureAsClientFault(answer, req.method === "GET");
         // Decided when the head is written: a body that has not all arrived by then is not waited for.
         if (!req.complete) res.shouldKeepAlive = false;
         await universalResponseToNodeResponse(answer, res);
@@ -225,12 +225,17 @@ function isConnectUnaryBinary(req: IncomingMessage, method: DescMethod): boolean
 }
 
 /**
- * connect-node answers a binary request message that does not decode ("parse binary: premature EOF") with 500
- * `internal`, before any interceptor runs; it is the client's fault, so the answer becomes 400 `invalid_argument`
- * with the same message. It is told apart from a real internal error by its message: those are masked by the
- * interceptor below, so they carry INTERNAL_MESSAGE and pass unchanged. A compressed answer passes unchanged.
+ * connect-node answers a binary request message that does not decode ("parse binary: premature EOF"), and a
+ * Connect GET's message that is not base64 ("internal error"), with 500 `internal`, before any interceptor runs;
+ * it is the client's fault, so the answer becomes 400 `invalid_argument` (with the same message, or for a GET's
+ * bare "internal error" one that names the parameter). It is told apart from a real internal error by its message:
+ * those are masked by the interceptor below, so they carry INTERNAL_MESSAGE and pass unchanged. A compressed
+ * answer passes unchanged.
  */
-async function decodeFailureAsClientFault(answer: UniversalServerResponse): Promise<UniversalServerResponse> {
+async function decodeFailureAsClientFault(
+  answer: UniversalServerResponse,
+  get: boolean,
+): Promise<UniversalServerResponse> {
   if (answer.header?.get("content-encoding") || answer.body === undefined) return answer;
   const chunks: Uint8Array[] = [];
   for await (const chunk of answer.body) chunks.push(chunk);
@@ -248,7 +253,11 @@ async function decodeFailureAsClientFault(answer: UniversalServerResponse): Prom
     // not a Connect error body: sent as it was
   }
   if (parsed.code !== "internal" || parsed.message === INTERNAL_MESSAGE) return again;
-  const fault = connectErrorAnswer(new ConnectError(String(parsed.message), Code.InvalidArgument));
+  const message =
+    get && parsed.message === "internal error"
+      ? "the message parameter does not decode"
+      : String(parsed.message);
+  const fault = connectErrorAnswer(new ConnectError(message, Code.InvalidArgument));
   const body = fault.body;
   const header = new Headers(answer.header);
   header.set("content-length", String(body.byteLength));

@@ -110,6 +110,7 @@ export function fastConnectUnary(
 /**
  * A Connect GET (connectrpc.com/docs/protocol, "Unary-Get Request"): `encoding` json or proto, the message in
  * `message` (base64url with `base64=1`), `connect` absent or v1, no compression; anything else goes to connect-node.
+ * A message that does not decode is INVALID_ARGUMENT (connect-node answers 500 `internal` for a bad base64).
  * Its whole request is its head, so it is served in the pass that parsed it, where a POST's body (which
  * connect-node's client writes after the head, the end after the body) can arrive in later reads: under load each
  * read is another pass of a busy event loop.
@@ -131,21 +132,38 @@ function connectGet(
   const version = params.get("connect");
   if (version !== null && version !== "v1") return false;
   const message = params.get("message") ?? "";
-  let body: Buffer;
-  try {
-    body = params.get("base64") === "1" ? Buffer.from(base64Decode(message)) : Buffer.from(message, "utf8");
-  } catch {
-    return false;
-  }
-  if (body.byteLength > options.maxMessageBytes) return false;
-  return serve(m, encoding === "proto", body, req, res, options);
+  const base64 = params.get("base64") === "1";
+  // Decoded once the call is admitted, as connect-node does: a refused call's message is never read.
+  return serve(
+    m,
+    encoding === "proto",
+    () => queryMessage(message, base64, options.maxMessageBytes),
+    req,
+    res,
+    options,
+  );
+}
+
+const BASE64 = /^[A-Za-z0-9+/_-]*={0,2}$/;
+
+/** A Connect GET's message bytes: INVALID_ARGUMENT when base64 does not decode, RESOURCE_EXHAUSTED beyond the limit. */
+function queryMessage(message: string, base64: boolean, max: number): Buffer {
+  if (base64 && !BASE64.test(message))
+    throw new ConnectError("the message parameter is not base64url (base64=1)", Code.InvalidArgument);
+  const bytes = base64 ? Buffer.from(base64Decode(message)) : Buffer.from(message, "utf8");
+  if (bytes.byteLength > max)
+    throw new ConnectError(
+      `message size is larger than configured readMaxBytes ${max}`,
+      Code.ResourceExhausted,
+    );
+  return bytes;
 }
 
 async function serve(
   m: UnaryMethod,
   binary: boolean,
-  /** The body's announced length (CHUNKED: not announced), or a GET's message, already in hand. */
-  source: number | Buffer,
+  /** The body's announced length (CHUNKED: not announced), or a GET's message, read from its query. */
+  source: number | (() => Buffer),
   req: IncomingMessage,
   res: ServerResponse,
   options: ConnectUnaryOptions,
@@ -171,7 +189,7 @@ async function serve(
           .signal,
       requestHeader: () => webHeaders(req),
     });
-    const body = typeof source === "number" ? await readBody(req, source, options.maxMessageBytes) : source;
+    const body = typeof source === "number" ? await readBody(req, source, options.maxMessageBytes) : source();
     if (body === null) {
       options.onCall(m.name, "Canceled", seconds());
       return;
