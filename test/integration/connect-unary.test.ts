@@ -55,6 +55,18 @@ function send(
   });
 }
 
+/** Stores `settings` (Connect JSON) for the key's user on `app`. */
+async function storeSettings(app: TestApp, key: string, settings: Record<string, unknown>): Promise<void> {
+  const stored = await send(
+    app.url,
+    "/workspace.v1.SettingsService/StoreSettings",
+    { "x-session-api-key": key, "content-type": "application/json" },
+    JSON.stringify({ settings }),
+    false,
+  );
+  expect(stored.status).toBe(200);
+}
+
 /** What must agree between the two paths: status, the protocol's headers, trailers, and the body. */
 function comparable(a: Answer): unknown {
   const headers: Record<string, unknown> = {};
@@ -95,14 +107,11 @@ describe("Connect unary fast path answers exactly as connect-node", () => {
     t = await startTestApp();
     node = await startTestApp({ connectFastPath: false });
     for (const app of [t, node]) {
-      const stored = await send(
-        app.url,
-        path("StoreSettings"),
-        await keyed(app, json()),
-        JSON.stringify({ settings: { language: "en", llmModel: "m".repeat(1500), maxIterations: 9 } }),
-        false,
-      );
-      expect(stored.status).toBe(200);
+      await storeSettings(app, await app.keyFor("fast"), {
+        language: "en",
+        llmModel: "m".repeat(1500),
+        maxIterations: 9,
+      });
     }
   });
   afterAll(async () => {
@@ -228,14 +237,7 @@ describe("Connect GET of a read (NO_SIDE_EFFECTS) answers exactly as connect-nod
     });
     node = await startTestApp({ connectFastPath: false });
     for (const app of [t, node]) {
-      const stored = await send(
-        app.url,
-        path("StoreSettings"),
-        { "x-session-api-key": await app.keyFor("reader"), "content-type": "application/json" },
-        JSON.stringify({ settings: { language: "en", maxIterations: 7 } }),
-        false,
-      );
-      expect(stored.status).toBe(200);
+      await storeSettings(app, await app.keyFor("reader"), { language: "en", maxIterations: 7 });
     }
   });
   afterAll(async () => {
