@@ -126,7 +126,6 @@ let t0 = Date.now();
 const port = await freePort();
 const grpcPort = await freePort();
 const base = `http://127.0.0.1:${port}`;
-/** /metrics wants an API key or METRICS_TOKEN (unless --env sets it, this one). */
 /**
  * How long the server keeps a finished start task (START_TASK_RETENTION_MS). A start that failed made no
  * conversation, so no delete of the users' removes its task: it is kept, so that a client can read why the start
@@ -134,6 +133,7 @@ const base = `http://127.0.0.1:${port}`;
  * verdict checks that sweep: a failed start's task may be left only while it is younger than this.
  */
 const TASK_RETENTION_MS = Number(opts.serverEnv.START_TASK_RETENTION_MS ?? 60_000);
+/** /metrics wants an API key or METRICS_TOKEN (unless --env sets it, this one). */
 const metricsToken = opts.serverEnv.METRICS_TOKEN ?? randomBytes(16).toString("hex");
 let server: ChildProcess | null = null;
 let serverPid = 0;
