@@ -20,8 +20,11 @@
  *   websocket) and the REST send (POST /api/conversations/{id}/events with `run: true`). Rounds alternate between
  *   the conversations reached through the service and those reached directly (the baseline), ABAB. Two paces:
  *   paced, a user waiting ~BENCH_TEAM_PAUSE_MS (default 2 s; uniformly half to one and a half times it) after each
- *   turn, a busy team whose agents answer at once (the latency target's load); and flat out, the next message the
- *   moment the turn finished (the most N users make: what the machine handles, its CPU saturated).
+ *   turn, each user's first message of a round at a random point of one pause, a busy team whose agents answer
+ *   at once (the latency target's load); and flat out, the next message the moment the turn finished (the most N
+ *   users make: what the machine handles, its CPU saturated).
+ * - Bursts: all users send a message in the same instant (a websocket send or a POST, alternately), the turns
+ *   finish and the service drains before the next; 2 bursts a side per round, alternated.
  * - message → first event: from sending to the first frame the message brings on the user's open websocket.
  * - messages per second: turns finished in a round / the round's time (flat out: the messages handled).
  * - CPU per message: CPU time (from /proc) of the service's process, of every sandbox process of the active users
