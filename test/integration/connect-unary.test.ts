@@ -3,7 +3,7 @@
 // a Content-Length and once chunked (as connect-node's own client sends), and the four answers must agree in status,
 // headers and body. A Connect GET of a read is sent to both servers the same way.
 
-import { request } from "node:http";
+import { type ClientRequest, type RequestOptions, request } from "node:http";
 import { gunzipSync } from "node:zlib";
 import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
@@ -22,6 +22,26 @@ interface Answer {
   body: Buffer;
 }
 
+/** One request to `target` (`write` sends its body and ends it), its whole answer. */
+function exchange(
+  target: string,
+  options: RequestOptions,
+  write: (req: ClientRequest) => void,
+): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const req = request(target, options, (res) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (c: Buffer) => chunks.push(c));
+      res.on("end", () =>
+        resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }),
+      );
+      res.on("error", reject);
+    });
+    req.on("error", reject);
+    write(req);
+  });
+}
+
 function send(
   url: string,
   path: string,
@@ -30,23 +50,11 @@ function send(
   chunked: boolean,
 ): Promise<Answer> {
   const bytes = typeof body === "string" ? Buffer.from(body) : body;
-  return new Promise((resolve, reject) => {
-    const req = request(
-      `${url}${path}`,
-      {
-        method: "POST",
-        headers: chunked ? headers : { ...headers, "content-length": String(bytes.byteLength) },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on("data", (c: Buffer) => chunks.push(c));
-        res.on("end", () =>
-          resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }),
-        );
-        res.on("error", reject);
-      },
-    );
-    req.on("error", reject);
+  const options = {
+    method: "POST",
+    headers: chunked ? headers : { ...headers, "content-length": String(bytes.byteLength) },
+  };
+  return exchange(`${url}${path}`, options, (req) => {
     // Chunked: the body in two writes without a Content-Length (Transfer-Encoding: chunked).
     if (chunked && bytes.byteLength > 1) {
       req.write(bytes.subarray(0, 1));
@@ -197,18 +205,7 @@ describe("Connect unary fast path answers exactly as connect-node", () => {
 
 /** A GET of `path` with `query`, its answer. */
 function get(url: string, path: string, query: string, headers: Record<string, string>): Promise<Answer> {
-  return new Promise((resolve, reject) => {
-    const req = request(`${url}${path}?${query}`, { method: "GET", headers }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on("data", (c: Buffer) => chunks.push(c));
-      res.on("end", () =>
-        resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }),
-      );
-      res.on("error", reject);
-    });
-    req.on("error", reject);
-    req.end();
-  });
+  return exchange(`${url}${path}?${query}`, { method: "GET", headers }, (req) => req.end());
 }
 
 describe("Connect GET of a read (NO_SIDE_EFFECTS) answers exactly as connect-node", () => {
