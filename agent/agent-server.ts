@@ -78,7 +78,10 @@ const MIB = 1024 * 1024;
  * Error"}` otherwise. Commands run in the agent's own process group; closing the server kills the commands still
  * running, with every process below them, and stops every conversation.
  */
-export function createAgentServer(options: AgentServerOptions): Server {
+/** The agent's HTTP server, and the closing of every connection it holds (its shutdown; see guardConnections). */
+export type AgentServer = Server & { closeEveryConnection(): void };
+
+export function createAgentServer(options: AgentServerOptions): AgentServer {
   const expectedKey = digest(options.sessionApiKey);
   const workspaceDir = resolve(options.workspaceDir);
   const maxBodyBytes = options.maxBodyBytes ?? MIB;
@@ -229,7 +232,7 @@ export function createAgentServer(options: AgentServerOptions): Server {
         .then((reply) => sendReply(req, res, reply));
     },
   );
-  guardConnections(server, limits);
+  const closeEveryConnection = guardConnections(server, limits);
   // Malformed HTTP: answer 400 with a JSON body instead of letting the socket die silently.
   server.on("clientError", (_error, socket) => {
     if (socket.writable && !socket.destroyed) {
@@ -271,7 +274,7 @@ export function createAgentServer(options: AgentServerOptions): Server {
     for (const child of running) if (child.pid !== undefined) killTree(child.pid);
     hook?.flushAll();
   });
-  return server;
+  return Object.assign(server, { closeEveryConnection });
 }
 
 function digest(value: string): Buffer {

@@ -41,8 +41,12 @@ interface Held {
  * used: the header timeout; after an answer: the idle timeout), and at the cap the connection idle longest makes
  * room for a new one. Node's own `maxConnections` would refuse the newest instead (the service's health probe
  * among them), and its header timeout ignores a connection that never sends a byte.
+ *
+ * Returns a function that closes every connection the server holds: accepted, handed to it through its
+ * "connection" event (a warm agent's early socket), or upgraded to a websocket. Node's closeAllConnections knows
+ * only the HTTP connections of a server that listened itself, and one left open holds the process at shutdown.
  */
-export function guardConnections(server: Server, limits: ConnectionLimits): void {
+export function guardConnections(server: Server, limits: ConnectionLimits): () => void {
   const held = new Map<Duplex, Held>();
   /** Connections with nothing in flight, idle longest first (a Set keeps insertion order). */
   const idle = new Set<Duplex>();
@@ -100,4 +104,7 @@ export function guardConnections(server: Server, limits: ConnectionLimits): void
     const h = work(req.socket);
     if (h !== undefined) h.busy = -1;
   });
+  return () => {
+    for (const socket of [...held.keys()]) socket.destroy();
+  };
 }

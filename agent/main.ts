@@ -259,17 +259,6 @@ const server = createAgentServer({
   collectGarbage,
   ...(webhook ? { webhook } : {}),
 });
-/**
- * Every connection the server was given (accepted, handed over from the early socket, upgraded to a websocket),
- * closed at shutdown: Node's closeAllConnections knows only the HTTP connections of a server that listened itself
- * (not those handed over, nor websockets), and one left open (the runtime's kept-alive probe, a relayed events
- * socket) would hold the process until the grace ends and the runtime kills it.
- */
-const openConnections = new Set<import("node:stream").Duplex>();
-server.prependListener("connection", (socket: import("node:stream").Duplex) => {
-  openConnections.add(socket);
-  socket.once("close", () => openConnections.delete(socket));
-});
 server.on("error", (e: Error) => {
   process.stderr.write(`sandbox-agent: ${e.message}\n`);
   process.exit(1);
@@ -308,7 +297,9 @@ const shutdown = (): void => {
   early?.server.close();
   // Its "close" (once its connections are gone) releases the conversations, running commands and webhooks.
   server.close();
-  for (const socket of openConnections) socket.destroy();
+  // Every connection, handed-over and websocket ones too: one left open (the runtime's kept-alive probe, a relayed
+  // events socket) would hold the process until the grace ends and the runtime kills it.
+  server.closeEveryConnection();
   // Exits by itself once the listener and commands are gone; this only bounds a stuck shutdown.
   setTimeout(() => process.exit(0), SHUTDOWN_GRACE_MS).unref();
 };
