@@ -1,6 +1,5 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { DescMethod } from "@bufbuild/protobuf";
-import { MethodOptions_IdempotencyLevel } from "@bufbuild/protobuf/wkt";
 import {
   Code,
   ConnectError,
@@ -24,7 +23,7 @@ import { type AnswerObserver, type CallObserver, errorCodeName } from "../kit/ca
 import { INTERNAL_MESSAGE, isInternal, publicError } from "../kit/errors.ts";
 import type { ServiceBinding } from "../kit/service-binding.ts";
 import { connectErrorAnswer, writeConnectError } from "./connect-errors.ts";
-import { fastConnectUnary, type UnaryMethod, unaryMethod } from "./connect-unary.ts";
+import { fastConnectUnary, takesConnectGet, type UnaryMethod, unaryMethod } from "./connect-unary.ts";
 
 export interface ConnectHandlerOptions {
   bindings: readonly ServiceBinding[];
@@ -179,8 +178,7 @@ function queryParam(req: IncomingMessage, name: string): string | null {
 
 /** What connect-node would refuse with an empty 405 or 415, found first so that the answer can say why. */
 function protocolProblem(req: IncomingMessage, method: DescMethod): ProtocolProblem | null {
-  const getAllowed =
-    method.methodKind === "unary" && method.idempotency === MethodOptions_IdempotencyLevel.NO_SIDE_EFFECTS;
+  const getAllowed = takesConnectGet(method);
   const allow = getAllowed ? "GET, POST" : "POST";
   if (req.method === "GET") {
     if (!getAllowed)

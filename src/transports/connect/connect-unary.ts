@@ -50,6 +50,13 @@ const COMPRESSIONS = new Map([
 ]);
 const decoder = new TextDecoder();
 
+/** Whether a method takes a Connect GET: a unary one declared `idempotency_level = NO_SIDE_EFFECTS`. */
+export function takesConnectGet(method: DescMethod): boolean {
+  return (
+    method.methodKind === "unary" && method.idempotency === MethodOptions_IdempotencyLevel.NO_SIDE_EFFECTS
+  );
+}
+
 /** The implementation of a unary method, bound, for this path. */
 export function unaryMethod(method: DescMethod, impl: Record<string, unknown>): UnaryMethod | null {
   const fn = impl[method.localName];
@@ -57,7 +64,7 @@ export function unaryMethod(method: DescMethod, impl: Record<string, unknown>): 
   return {
     method,
     name: `${method.parent.typeName}/${method.name}`,
-    readOnly: method.idempotency === MethodOptions_IdempotencyLevel.NO_SIDE_EFFECTS,
+    readOnly: takesConnectGet(method),
     fn: (fn as (req: unknown, ctx: unknown) => unknown).bind(impl),
   };
 }
